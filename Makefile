@@ -1,0 +1,41 @@
+# pcmr: two commands on a fresh machine.
+#   make demo   -- installs, then runs the main job on the built-in data
+#   make test   -- installs, then lints and runs the whole test suite
+# Both create/refresh a local virtual environment in .venv. torch is installed
+# first and pinned (TORCH_SPEC), so pip never resolves a different torch build
+# through a dependency; override it elsewhere, e.g. `make test TORCH_SPEC=torch`.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,fast,eccv,pretrained
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.pcmr-installed
+
+.PHONY: demo test lint install clean bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/pcmr demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+test: lint
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/similarity.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
