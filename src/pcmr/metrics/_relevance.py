@@ -1,0 +1,127 @@
+"""Input checks and the relevance relation in its two forms (dense / sparse).
+
+A relevance relation between Q queries and G gallery items is accepted either as a
+dense boolean tensor ``[Q, G]`` or as a sparse list of Q lists of positive gallery
+indices (the form needed when ``Q x G`` is large, e.g. the ECCV Caption positives).
+Internally the sparse form is a CSR pair ``(indptr [Q+1], indices [nnz])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+Relevance = Tensor | Sequence[Sequence[int]]
+
+
+def check_scores(scores: Tensor, name: str = "scores") -> Tensor:
+    """Check that ``scores`` is a finite floating-point matrix ``[Q, G]``."""
+    if not isinstance(scores, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape [Q, G], got {type(scores).__name__}")
+    if scores.dim() != 2:
+        raise ValueError(f"{name} must be a 2-D tensor [Q, G], got shape {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {scores.dtype}")
+    if torch.isnan(scores).any():
+        count = int(torch.isnan(scores).sum())
+        raise ValueError(f"{name} contains {count} NaN value(s); every score must be a number")
+    return scores
+
+
+class SparseRelevance:
+    """A relevance relation in CSR form: positives of query q are ``indices[indptr[q]:indptr[q+1]]``.
+
+    Indices are unique and sorted within each row. ``num_queries`` x ``num_gallery``.
+    """
+
+    def __init__(self, indptr: Tensor, indices: Tensor, num_gallery: int) -> None:
+        self.indptr = indptr  # [Q + 1] int64
+        self.indices = indices  # [nnz] int64
+        self.num_gallery = num_gallery
+
+    @property
+    def num_queries(self) -> int:
+        return self.indptr.numel() - 1
+
+    def counts(self) -> Tensor:
+        """Number of positives per query, LongTensor ``[Q]``."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def to(self, device: torch.device) -> SparseRelevance:
+        return SparseRelevance(self.indptr.to(device), self.indices.to(device), self.num_gallery)
+
+    def rows(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        """Positives of queries ``start:stop`` as (row ids relative to start [n], gallery ids [n])."""
+        lo = int(self.indptr[start])
+        hi = int(self.indptr[stop])
+        counts = self.indptr[start + 1 : stop + 1] - self.indptr[start:stop]
+        row = torch.repeat_interleave(torch.arange(stop - start, device=self.indptr.device), counts)
+        return row, self.indices[lo:hi]
+
+    def dense_rows(self, start: int, stop: int) -> Tensor:
+        """Dense boolean block ``[stop - start, G]``."""
+        row, col = self.rows(start, stop)
+        block = torch.zeros(stop - start, self.num_gallery, dtype=torch.bool, device=self.indptr.device)
+        block[row, col] = True
+        return block
+
+    def dense(self) -> Tensor:
+        """The full dense boolean matrix ``[Q, G]``."""
+        return self.dense_rows(0, self.num_queries)
+
+    def transpose(self) -> SparseRelevance:
+        """The relation seen from the gallery side, ``[G, Q]``."""
+        row, col = self.rows(0, self.num_queries)
+        return from_pairs(col, row, self.num_gallery, self.num_queries)
+
+
+def from_pairs(rows: Tensor, cols: Tensor, num_rows: int, num_cols: int) -> SparseRelevance:
+    """Build a CSR relation from (row, col) pairs; duplicates are removed."""
+    key = torch.unique(rows.long() * num_cols + cols.long())  # sorted, unique
+    rows = torch.div(key, num_cols, rounding_mode="floor")
+    cols = key - rows * num_cols
+    counts = torch.bincount(rows, minlength=num_rows)
+    indptr = torch.zeros(num_rows + 1, dtype=torch.long, device=key.device)
+    indptr[1:] = torch.cumsum(counts, 0)
+    return SparseRelevance(indptr, cols, num_cols)
+
+
+def as_sparse(relevant: Relevance | SparseRelevance, num_queries: int, num_gallery: int,
+              device: torch.device | None = None, name: str = "relevant") -> SparseRelevance:
+    """Validate ``relevant`` against a ``[num_queries, num_gallery]`` score matrix and return CSR form."""
+    if isinstance(relevant, SparseRelevance):
+        if relevant.num_queries != num_queries or relevant.num_gallery != num_gallery:
+            raise ValueError(
+                f"{name} has shape [{relevant.num_queries}, {relevant.num_gallery}], "
+                f"expected [{num_queries}, {num_gallery}] to match the scores"
+            )
+        return relevant.to(device) if device is not None else relevant
+    if isinstance(relevant, Tensor):
+        if relevant.dim() != 2 or tuple(relevant.shape) != (num_queries, num_gallery):
+            raise ValueError(
+                f"{name} must be a boolean tensor of shape [{num_queries}, {num_gallery}] matching the "
+                f"scores, got shape {tuple(relevant.shape)}"
+            )
+        if relevant.dtype != torch.bool:
+            raise ValueError(f"{name} must be a boolean tensor (dtype torch.bool), got dtype {relevant.dtype}")
+        rows, cols = relevant.nonzero(as_tuple=True)
+        out = from_pairs(rows, cols, num_queries, num_gallery)
+        return out.to(device) if device is not None else out
+    if isinstance(relevant, (str, bytes)) or not isinstance(relevant, Sequence):
+        raise TypeError(
+            f"{name} must be a boolean tensor [Q, G] or a list of Q lists of positive gallery indices, "
+            f"got {type(relevant).__name__}"
+        )
+    if len(relevant) != num_queries:
+        raise ValueError(f"{name} has {len(relevant)} positive lists, expected one per query ({num_queries})")
+    counts = [len(p) for p in relevant]
+    flat = [int(i) for p in relevant for i in p]
+    cols = torch.tensor(flat, dtype=torch.long)
+    if cols.numel() and (int(cols.min()) < 0 or int(cols.max()) >= num_gallery):
+        bad = int(cols.min()) if int(cols.min()) < 0 else int(cols.max())
+        raise ValueError(f"{name} holds gallery index {bad}, expected indices in [0, {num_gallery})")
+    rows = torch.repeat_interleave(torch.arange(num_queries), torch.tensor(counts, dtype=torch.long))
+    out = from_pairs(rows, cols, num_queries, num_gallery)
+    return out.to(device) if device is not None else out
