@@ -1,0 +1,175 @@
+"""PNG figures of an evaluation, drawn from small numeric series (no pyplot, no global backend).
+
+Each function takes the JSON-ready series stored in :attr:`EvaluationResult.figures` and writes one
+PNG with matplotlib's Agg canvas, so it works headless and never changes the user's backend.
+
+- ``uncertainty_r1``: R@1 per uncertainty decile of the queries, both directions (PCME Fig. 6).
+- ``k_occurrence``: distribution of the k-occurrence counts N_k of the gallery items, log-log
+  (HAL/RGM §3.4, hubness).
+- ``uncertainty_vs_corruption``: mean uncertainty against the occlusion ratio of images and the
+  word-erasure ratio of captions (PCME Fig. 7).
+- ``embeddings_2d``: means and one-standard-deviation ellipses of a 2-D model (PCME Fig. 5).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "plot_uncertainty_deciles",
+    "plot_k_occurrence",
+    "plot_uncertainty_vs_corruption",
+    "plot_embedding_ellipses",
+    "save_figures",
+    "FIGURES",
+]
+
+
+def _new_figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _save(figure, path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    return path
+
+
+_DIRECTIONS = (("i2t", "image → text (queries: images)"), ("t2i", "text → image (queries: captions)"))
+
+
+def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """R@1 per uncertainty decile of the queries (PCME Fig. 6), one line per score, two panels.
+
+    ``data = {"measure": str, "series": {label: {"i2t": [R@1 per bin], "t2i": [...]}}}``; bin 1 holds
+    the least uncertain tenth of the queries.
+    """
+    figure = _new_figure(9.0, 3.6)
+    axes = figure.subplots(1, 2, sharey=True)
+    for ax, (direction, title) in zip(axes, _DIRECTIONS):
+        for label, series in data["series"].items():
+            values = series.get(direction)
+            if values:
+                ax.plot(range(1, len(values) + 1), values, marker="o", label=label)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(f"uncertainty decile of the query ({data.get('measure', 'uncertainty')}, 1 = most certain)")
+        ax.set_xticks(range(1, 11))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("R@1 (%)")
+    axes[0].legend(fontsize=8)
+    figure.suptitle("R@1 per uncertainty decile", fontsize=11)
+    return _save(figure, path)
+
+
+def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Distribution of k-occurrence counts N_k (log-log), one line per score/re-ranker, two panels.
+
+    ``data = {"k": int, "series": {label: {"i2t": {"values": [...], "frequency": [...]}, "t2i": ...}}}``
+    where ``frequency[j]`` gallery items have ``N_k = values[j]``. Items with ``N_k = 0`` cannot be
+    drawn on a log axis; their number is given in the legend.
+    """
+    figure = _new_figure(9.0, 3.6)
+    axes = figure.subplots(1, 2)
+    galleries = {"i2t": "gallery: captions", "t2i": "gallery: images"}
+    for ax, (direction, title) in zip(axes, _DIRECTIONS):
+        for label, series in data["series"].items():
+            hist = series.get(direction)
+            if not hist:
+                continue
+            pairs = [(v, f) for v, f in zip(hist["values"], hist["frequency"]) if v > 0 and f > 0]
+            zeros = sum(f for v, f in zip(hist["values"], hist["frequency"]) if v == 0)
+            if pairs:
+                xs, ys = zip(*pairs)
+                ax.plot(xs, ys, marker=".", linestyle="-", label=f"{label} ({zeros} never retrieved)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"{title}\n{galleries[direction]}", fontsize=9)
+        ax.set_xlabel(f"N_{data['k']} (times retrieved in a top-{data['k']} list)")
+        ax.set_ylabel("number of gallery items")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    figure.suptitle(f"k-occurrence distribution (k = {data['k']}), log-log", fontsize=11)
+    return _save(figure, path)
+
+
+def plot_uncertainty_vs_corruption(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Mean uncertainty against the corruption ratio (PCME Fig. 7): images under occlusion, captions
+    under word erasure.
+
+    ``data = {"measure": str, "image": {"ratios": [...], "mean_uncertainty": [...]},
+    "caption": {"ratios": [...], "mean_uncertainty": [...]}}``; either modality may be missing.
+    """
+    panels = [(m, t) for m, t in (("image", "images: occlusion"), ("caption", "captions: word erasure"))
+              if data.get(m)]
+    figure = _new_figure(4.5 * max(len(panels), 1), 3.6)
+    axes = figure.subplots(1, max(len(panels), 1), squeeze=False)[0]
+    for ax, (modality, title) in zip(axes, panels):
+        series = data[modality]
+        ax.plot(series["ratios"], series["mean_uncertainty"], marker="o", color="C0" if modality == "image" else "C1")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("occlusion ratio" if modality == "image" else "word-erasure ratio")
+        ax.set_ylabel(f"mean uncertainty ({data.get('measure', 'uncertainty')})")
+        ax.grid(alpha=0.3)
+    figure.suptitle("uncertainty vs corruption", fontsize=11)
+    return _save(figure, path)
+
+
+def plot_embedding_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Means and 1-std ellipses of 2-D Gaussian embeddings (PCME Fig. 5).
+
+    ``data = {"image": {"mean": [[x, y], ...], "std": [[sx, sy], ...] | None},
+    "caption": {"mean": ..., "std": ..., "text": [str, ...] (optional)}}``.
+    """
+    from matplotlib.patches import Ellipse
+
+    figure = _new_figure(6.0, 6.0)
+    ax = figure.subplots()
+    for modality, color, marker in (("image", "C0", "s"), ("caption", "C1", "o")):
+        series = data.get(modality)
+        if not series:
+            continue
+        means = series["mean"]
+        stds = series.get("std")
+        xs = [m[0] for m in means]
+        ys = [m[1] for m in means]
+        ax.scatter(xs, ys, s=14, c=color, marker=marker, label=f"{modality} means ({len(means)})", zorder=3)
+        if stds:
+            for (x, y), (sx, sy) in zip(means, stds):
+                ax.add_patch(Ellipse((x, y), 2 * sx, 2 * sy, facecolor=color, edgecolor=color, alpha=0.12))
+        for (x, y), text in list(zip(means, series.get("text") or []))[:8]:
+            ax.annotate(text[:28], (x, y), fontsize=6, alpha=0.8, xytext=(3, 3), textcoords="offset points")
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.autoscale_view()
+    ax.set_xlabel("dimension 1")
+    ax.set_ylabel("dimension 2")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title("2-D embeddings: means and 1-std ellipses", fontsize=11)
+    return _save(figure, path)
+
+
+#: figure name -> drawing function; the PNG is saved as ``<name>.png``.
+FIGURES: dict[str, Callable[[dict[str, Any], str | os.PathLike[str]], Path]] = {
+    "uncertainty_r1": plot_uncertainty_deciles,
+    "k_occurrence": plot_k_occurrence,
+    "uncertainty_vs_corruption": plot_uncertainty_vs_corruption,
+    "embeddings_2d": plot_embedding_ellipses,
+}
+
+
+def save_figures(figures: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """Draw every known figure present in ``figures`` into ``out_dir/<name>.png``; returns the paths."""
+    unknown = [name for name in figures if name not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure name(s) {unknown}; expected some of {sorted(FIGURES)}")
+    return {name: FIGURES[name](data, Path(out_dir) / f"{name}.png") for name, data in figures.items() if data}
