@@ -1,0 +1,52 @@
+"""Finding the recipes of ``configs/`` (one YAML per method of the papers).
+
+A recipe is named by its file stem (``pcme`` -> ``configs/pcme.yaml``). The
+folder is searched in order: ``$PCMR_CONFIGS``, ``./configs`` and the
+``configs/`` folder of the source checkout pcmr was installed from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pcmr.train.config import ConfigError
+
+__all__ = ["find_recipe", "list_recipes", "recipe_dirs"]
+
+
+def recipe_dirs() -> list[Path]:
+    """Folders searched for recipes, first match wins."""
+    dirs = []
+    if os.environ.get("PCMR_CONFIGS"):
+        dirs.append(Path(os.environ["PCMR_CONFIGS"]))
+    dirs.append(Path.cwd() / "configs")
+    dirs.append(Path(__file__).resolve().parents[3] / "configs")  # src/pcmr/train -> checkout root
+    unique: list[Path] = []
+    for folder in dirs:
+        if folder.is_dir() and folder.resolve() not in [d.resolve() for d in unique]:
+            unique.append(folder)
+    return unique
+
+
+def list_recipes() -> dict[str, Path]:
+    """Recipe name -> YAML path, over :func:`recipe_dirs` (earlier folders shadow later ones)."""
+    found: dict[str, Path] = {}
+    for folder in reversed(recipe_dirs()):
+        for path in sorted(folder.glob("*.yaml")):
+            found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
+def find_recipe(name_or_path: str) -> Path:
+    """A YAML path as given, or the path of the recipe with that name."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    if path.suffix in (".yaml", ".yml") or os.sep in name_or_path:
+        raise ConfigError(f"config file not found: {name_or_path}")
+    recipes = list_recipes()
+    if name_or_path in recipes:
+        return recipes[name_or_path]
+    accepted = ", ".join(recipes) or "(no configs/ folder found; set PCMR_CONFIGS)"
+    raise ConfigError(f"unknown recipe {name_or_path!r}: give a YAML path or one of {accepted}")

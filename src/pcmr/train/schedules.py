@@ -1,0 +1,93 @@
+"""Learning-rate schedules and optimizers for training runs.
+
+Schedules are pure functions of the position in training (epoch, step within the
+epoch), so resuming needs no hidden scheduler state: the checkpoint stores the
+position and the schedule recomputes the same learning rate.
+
+- ``cosine`` (SGDR, Loshchilov & Hutter 2017; used by PCME §4.1 / App. C.2):
+  after the warm-up, ``lr * (min + (1 - min) * 0.5 * (1 + cos(pi * t)))`` with
+  ``t`` the fraction of post-warm-up steps done.
+- ``step`` (VSE++, Faghri et al. 2018): ``lr * gamma ** floor(epoch / step_epochs)``.
+- ``constant``.
+
+PCME schedule: ``warmup_epochs`` epochs train the heads with the backbones
+frozen at ``lr * warmup_lr_factor``, then every parameter is fine-tuned under
+the chosen schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from pcmr.train.config import ConfigError, TrainConfig
+
+__all__ = ["build_optimizer", "learning_rate_factor", "set_learning_rate", "trainable_backbone_parameters"]
+
+
+def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int) -> float:
+    """Multiplier of ``config.lr`` at a position in training (``epoch`` is 0-based)."""
+    if epoch < config.warmup_epochs:
+        return config.warmup_lr_factor
+    if config.schedule == "constant":
+        return 1.0
+    if config.schedule == "step":
+        return config.step_gamma ** ((epoch - config.warmup_epochs) // max(1, config.step_epochs))
+    main_epochs = max(1, config.epochs - config.warmup_epochs)
+    total = main_epochs * max(1, steps_per_epoch)
+    done = (epoch - config.warmup_epochs) * max(1, steps_per_epoch) + step_in_epoch
+    progress = min(1.0, done / total)
+    return config.min_lr_factor + (1.0 - config.min_lr_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, factor: float) -> None:
+    """Set every group's ``lr`` to its ``initial_lr`` times ``factor``."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] * factor
+
+
+def trainable_backbone_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Parameters frozen during the PCME warm-up: ``model.backbone_parameters()`` when the model
+    defines it, else every parameter under a sub-module whose name contains ``backbone``."""
+    method = getattr(model, "backbone_parameters", None)
+    if callable(method):
+        return list(method())
+    return [
+        p for name, p in model.named_parameters() if "backbone" in name.split(".")[0] or ".backbone" in name
+    ]
+
+
+def _adamp_class() -> type:
+    try:
+        from adamp import AdamP
+    except ImportError as exc:
+        raise ConfigError(
+            "train.optimizer=adamp needs the optional package 'adamp' (pip install 'pcmr[adamp]'); "
+            "use train.optimizer=adamw otherwise"
+        ) from exc
+    return AdamP
+
+
+def build_optimizer(config: TrainConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """AdamW (default), AdamP (optional ``adamp`` package, as in PCME), Adam or SGD over ``parameters``."""
+    params = [p for p in parameters if p.requires_grad]
+    if not params:
+        raise ConfigError("the model and loss have no trainable parameters")
+    if config.optimizer == "adamw":
+        optimizer: torch.optim.Optimizer = torch.optim.AdamW(
+            params, lr=config.lr, weight_decay=config.weight_decay
+        )
+    elif config.optimizer == "adamp":
+        optimizer = _adamp_class()(params, lr=config.lr, weight_decay=config.weight_decay)
+    elif config.optimizer == "adam":
+        optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    else:
+        optimizer = torch.optim.SGD(
+            params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        )
+    for group in optimizer.param_groups:
+        group["initial_lr"] = group["lr"]
+    return optimizer
