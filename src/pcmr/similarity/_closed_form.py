@@ -1,0 +1,67 @@
+"""Closed-form scores that expand into matrix products (SPEC §3, last paragraph).
+
+A score of this kind is ``f(row_i + col_c + X_i . Y_c)`` for per-item feature
+vectors: e.g. ``sum_d (m1-m2)^2 / v2 = m1^2 . (1/v2) - 2 m1 . (m2/v2) + sum_d m2^2/v2``.
+Features of both sides are built once (``expansions``); each block of image rows is
+then one ``addmm`` per expansion, written straight into the output, followed by a
+cheap in-place finaliser (negation, square root, minimum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pcmr.gaussian import Gaussian
+from pcmr.similarity._registry import Similarity
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """``base[i, c] = row[i] + col[c] + X[i] . Y[c]``."""
+
+    x: Tensor  # [N_img, K]
+    y: Tensor  # [N_cap, K]
+    row: Tensor  # [N_img]
+    col: Tensor  # [N_cap]
+
+
+def centred_means(images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor]:
+    """Means shifted by their common centroid (detached). Scores that depend on ``m1 - m2``
+    only are unchanged, but the expansion ``|m1|^2 + |m2|^2 - 2 m1.m2`` loses less
+    precision to cancellation."""
+    n, m = images.num, captions.num
+    centre = ((images.mean.sum(0) + captions.mean.sum(0)) / max(1, n + m)).detach()  # [D]
+    return images.mean - centre, captions.mean - centre
+
+
+class ClosedForm(Similarity):
+    """A score computed from one or more :class:`Expansion` per block."""
+
+    def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        raise NotImplementedError
+
+    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
+        """Map the ``base`` blocks to scores; in place into ``parts[0]`` when ``inplace``."""
+        raise NotImplementedError
+
+    def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> list[Expansion]:
+        return self.expansions(images, captions)
+
+    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
+        return 4 * captions.num * images.mean.element_size()
+
+    def block(self, state: list[Expansion], rows: slice, out: Tensor | None) -> Tensor:
+        parts = []
+        for k, e in enumerate(state):
+            if out is None:
+                part = torch.addmm(e.col.unsqueeze(0), e.x[rows], e.y.T).add(e.row[rows].unsqueeze(1))
+            else:
+                part = out if k == 0 else torch.empty_like(out)
+                torch.addmm(e.col.unsqueeze(0), e.x[rows], e.y.T, out=part)
+                part.add_(e.row[rows].unsqueeze(1))
+            parts.append(part)  # [n, N_cap]
+        return self.finalize(parts, inplace=out is not None)

@@ -1,0 +1,198 @@
+"""The registry of pairwise scores and the blocked driver behind ``pairwise``/``paired``.
+
+Every score (SPEC §3) is a :class:`Similarity` object registered under its name.
+The driver validates inputs once, asks the score to ``prepare`` per-item features
+(caption-side and image-side vectors, drawn samples), then fills the ``[N_img, N_cap]``
+matrix in blocks of ``block_size`` image rows, so memory stays bounded and results do
+not depend on the block size. Outside autograd each block is written in place into
+the output; with autograd the blocks are concatenated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pcmr.gaussian import Gaussian
+
+__all__ = ["Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity"]
+
+# Memory for one block's temporaries when ``block_size`` is not given (bytes).
+DEFAULT_BLOCK_BYTES = 256 * 2**20
+
+_REGISTRY: dict[str, Similarity] = {}
+_SPEC_ORDER = (
+    "cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
+    "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob",
+)
+
+
+class Similarity:
+    """Base of every score. Subclasses set the class attributes and implement
+    ``prepare``, ``block`` and ``paired``.
+
+    Attributes:
+        name: registry name.
+        sampled: True for Monte-Carlo scores over ``J`` samples per item.
+        needs_image_variance / needs_caption_variance: whether point embeddings
+            (``logvar=None``) are refused on that side.
+        options: accepted options and their defaults.
+        reference: paper and equation.
+    """
+
+    name: str = ""
+    sampled: bool = False
+    needs_image_variance: bool = False
+    needs_caption_variance: bool = False
+    options: Mapping[str, Any] = {}
+    reference: str = ""
+
+    def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Any:
+        """Per-item features computed once (image side and caption side)."""
+        raise NotImplementedError
+
+    def block(self, state: Any, rows: slice, out: Tensor | None) -> Tensor:
+        """Scores of image rows ``rows`` against all captions, ``[n, N_cap]``. With ``out``
+        (no autograd) the result is written into it."""
+        raise NotImplementedError
+
+    def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
+        """Scores of aligned rows, ``[N]``."""
+        raise NotImplementedError
+
+    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
+        """Bytes of temporaries per image row of a block (for the default block size)."""
+        return 4 * captions.num * images.mean.element_size()
+
+    def option_tensors(self, options: dict[str, Any]) -> list[Tensor]:
+        """Tensors among the options (to decide whether autograd is needed)."""
+        return [v for v in options.values() if isinstance(v, Tensor)]
+
+    def check_options(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> None:
+        """Validate option values (shapes, ranges); raise ValueError."""
+
+    def __repr__(self) -> str:
+        return (
+            f"Similarity(name={self.name!r}, sampled={self.sampled}, "
+            f"needs_image_variance={self.needs_image_variance}, "
+            f"needs_caption_variance={self.needs_caption_variance})"
+        )
+
+
+def register(cls: type[Similarity]) -> type[Similarity]:
+    """Class decorator: instantiate and register a score under ``cls.name``."""
+    if not cls.name or cls.name in _REGISTRY:
+        raise ValueError(f"similarity name {cls.name!r} is empty or already registered")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def list_similarities() -> list[str]:
+    """Names of every registered score, in SPEC §3 order (later additions at the end)."""
+    rank = {name: k for k, name in enumerate(_SPEC_ORDER)}
+    return sorted(_REGISTRY, key=lambda name: (rank.get(name, len(rank)), name))
+
+
+def get_similarity(name: str) -> Similarity:
+    """The spec object of a score (``.name``, ``.sampled``, ``.needs_image_variance``,
+    ``.needs_caption_variance``, ``.options``, ``.reference``)."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"unknown similarity {name!r}; expected one of {list_similarities()}")
+    return _REGISTRY[name]
+
+
+def _resolve(
+    name: str, images: Gaussian, captions: Gaussian, options: dict[str, Any], paired_rows: bool
+) -> tuple[Similarity, dict[str, Any]]:
+    spec = get_similarity(name)
+    for arg, g in (("images", images), ("captions", captions)):
+        if not isinstance(g, Gaussian):
+            raise ValueError(f"{name}: {arg} must be a pcmr.Gaussian, got {type(g).__name__}")
+    if images.dim != captions.dim:
+        raise ValueError(
+            f"{name}: images and captions must share the dimension D, got {images.dim} and {captions.dim}"
+        )
+    if images.dtype != captions.dtype or images.device != captions.device:
+        raise ValueError(
+            f"{name}: images and captions must share dtype and device, got ({images.dtype}, {images.device})"
+            f" and ({captions.dtype}, {captions.device})"
+        )
+    if paired_rows and images.num != captions.num:
+        raise ValueError(f"{name}: paired scores need as many images as captions, got {images.num} and "
+                         f"{captions.num}")
+    if spec.needs_image_variance and images.is_point:
+        raise ValueError(f"{name} needs image variances, but images is a point embedding (logvar=None); "
+                         f"scores that accept points: {_point_friendly('image')}")
+    if spec.needs_caption_variance and captions.is_point:
+        raise ValueError(f"{name} needs caption variances, but captions is a point embedding (logvar=None); "
+                         f"scores that accept points: {_point_friendly('caption')}")
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        raise ValueError(f"{name}: unknown option(s) {unknown}; accepted options: {sorted(spec.options)}")
+    resolved = {**spec.options, **options}
+    spec.check_options(images, captions, resolved)
+    return spec, resolved
+
+
+def _point_friendly(side: str) -> list[str]:
+    attr = f"needs_{side}_variance"
+    return [n for n, s in _REGISTRY.items() if not getattr(s, attr)]
+
+
+def _needs_grad(tensors: list[Tensor | None]) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def pairwise(
+    name: str, images: Gaussian, captions: Gaussian, *, block_size: int | None = None, **options: Any
+) -> Tensor:
+    """Score matrix ``S[i, c]`` (SPEC §3) between every image and every caption; higher is
+    more similar.
+
+    Args:
+        name: one of :func:`list_similarities`.
+        images: ``Gaussian`` with ``N_img`` rows; captions: ``Gaussian`` with ``N_cap`` rows.
+        block_size: image rows per block. ``None`` picks the largest block whose
+            temporaries fit in ``DEFAULT_BLOCK_BYTES`` (256 MiB). Results do not depend on it.
+        **options: score options (e.g. ``num_samples``, ``generator``, ``image_samples``,
+            ``caption_samples``, ``a``, ``b``); unknown options raise ``ValueError``.
+
+    Returns:
+        ``[N_img, N_cap]`` tensor in the inputs' dtype and device; differentiable when an
+        input requires grad.
+    """
+    spec, opts = _resolve(name, images, captions, options, paired_rows=False)
+    n, m = images.num, captions.num
+    if block_size is None:
+        block_size = max(1, DEFAULT_BLOCK_BYTES // max(1, spec.row_bytes(images, captions, opts)))
+    elif isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"{name}: block_size must be a positive int (image rows per block), got {block_size!r}")
+    grad = _needs_grad([images.mean, images.logvar, captions.mean, captions.logvar, *spec.option_tensors(opts)])
+    if n == 0 or m == 0:
+        return images.mean.new_zeros(n, m)
+    state = spec.prepare(images, captions, opts)
+    starts = range(0, n, block_size)
+    if grad:
+        return torch.cat([spec.block(state, slice(i, min(i + block_size, n)), None) for i in starts], 0)
+    out = images.mean.new_empty(n, m)  # [N_img, N_cap]
+    with torch.no_grad():
+        for i in starts:
+            j = min(i + block_size, n)
+            spec.block(state, slice(i, j), out[i:j])
+    return out
+
+
+def paired(name: str, images: Gaussian, captions: Gaussian, **options: Any) -> Tensor:
+    """Scores of aligned rows ``S[k] = score(images[k], captions[k])`` (SPEC §3), ``[N]``,
+    differentiable; used by the losses. Options as in :func:`pairwise`."""
+    spec, opts = _resolve(name, images, captions, options, paired_rows=True)
+    return spec.paired(images, captions, opts)
+
+
+def map_rows(fn: Callable[[slice], Tensor], n: int, block: int) -> Tensor:
+    """Concatenate ``fn(rows)`` over row blocks of ``n`` (a helper for ``paired`` forms
+    whose temporaries grow with ``N``)."""
+    return torch.cat([fn(slice(i, min(i + block, n))) for i in range(0, n, block)], 0)

@@ -1,0 +1,140 @@
+"""Kullback-Leibler scores between diagonal Gaussians (SPEC §3).
+
+``KL(p || q) = 0.5 * sum_d [ log(v2/v1) + v1/v2 + (m1-m2)^2/v2 - 1 ]`` with the image
+``p = N(m1, v1)`` and the caption ``q = N(m2, v2)`` (ProbVSE eq.4-5, GCIE eq.15).
+
+- ``kl``: ``-KL(p || q)`` (caption is the reference distribution, the papers' default);
+- ``kl_reverse``: ``-KL(q || p)`` (ProbVSE §6.2);
+- ``min_kl``: ``-min(KL(p||q), KL(q||p))`` (ProbVSE eq.6, GCIE eq.16);
+- ``js``: ``-0.5 (KL(p||q) + KL(q||p))`` (PCME eq.B.2, CalibPE). The seeds call this
+  "JS"; it is the *symmetrised KL* (Jeffreys divergence / 2), not Jensen-Shannon.
+
+Pairwise forms are matrix products: ``sum_d (v1 + m1^2) / v2 - 2 m1 . (m2 / v2) + ...``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pcmr.gaussian import Gaussian
+from pcmr.similarity._closed_form import ClosedForm, Expansion, centred_means
+from pcmr.similarity._primitives import dim_sum, expansion_features
+from pcmr.similarity._registry import register
+
+
+def _kl_expansion(m1: Tensor, lv1: Tensor, m2: Tensor, lv2: Tensor, dim: int) -> Expansion:
+    """``2 KL(N(m1, e^lv1) || N(m2, e^lv2))`` between rows of side 1 and rows of side 2."""
+    v1, w2 = lv1.exp(), (-lv2).exp()
+    x, y = expansion_features([(v1 + m1.square(), w2), (m1, -2.0 * m2 * w2)], dim)
+    row = -dim_sum(lv1, dim)
+    col = dim_sum(lv2, dim) + (m2.square() * w2).sum(1) - dim
+    return Expansion(x, y, row, col)
+
+
+def _transpose(e: Expansion) -> Expansion:
+    return Expansion(e.y, e.x, e.col, e.row)
+
+
+def kl_paired(m1: Tensor, lv1: Tensor, m2: Tensor, lv2: Tensor) -> Tensor:
+    """``KL(N(m1, e^lv1) || N(m2, e^lv2))`` of aligned rows, ``[N]`` (direct form)."""
+    terms = lv2 - lv1 + (lv1 - lv2).exp() + (m1 - m2).square() * (-lv2).exp() - 1.0  # [N, D]
+    return 0.5 * terms.sum(1)
+
+
+def _sides(images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    m1, m2 = centred_means(images, captions)
+    return m1, images.logvar, m2, captions.logvar  # type: ignore[return-value]
+
+
+class _KLBase(ClosedForm):
+    needs_image_variance = True
+    needs_caption_variance = True
+
+
+@register
+class KL(_KLBase):
+    """``-KL(image || caption)``."""
+
+    name = "kl"
+    reference = "ProbVSE eq.4-5, GCIE eq.15"
+
+    def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        m1, lv1, m2, lv2 = _sides(images, captions)
+        return [_kl_expansion(m1, lv1, m2, lv2, images.dim)]
+
+    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
+        return parts[0].mul_(-0.5) if inplace else -0.5 * parts[0]
+
+    def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
+        return -kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]
+
+
+@register
+class KLReverse(_KLBase):
+    """``-KL(caption || image)``."""
+
+    name = "kl_reverse"
+    reference = "ProbVSE §6.2"
+
+    def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        m1, lv1, m2, lv2 = _sides(images, captions)
+        return [_transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim))]
+
+    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
+        return parts[0].mul_(-0.5) if inplace else -0.5 * parts[0]
+
+    def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
+        return -kl_paired(captions.mean, captions.logvar, images.mean, images.logvar)  # type: ignore[arg-type]
+
+
+@register
+class MinKL(_KLBase):
+    """``-min(KL(image || caption), KL(caption || image))``."""
+
+    name = "min_kl"
+    reference = "ProbVSE eq.6, GCIE eq.16"
+
+    def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        m1, lv1, m2, lv2 = _sides(images, captions)
+        return [_kl_expansion(m1, lv1, m2, lv2, images.dim), _transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim))]
+
+    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
+        if inplace:
+            return torch.minimum(parts[0], parts[1], out=parts[0]).mul_(-0.5)
+        return -0.5 * torch.minimum(parts[0], parts[1])
+
+    def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
+        forward = kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]
+        backward = kl_paired(captions.mean, captions.logvar, images.mean, images.logvar)  # type: ignore[arg-type]
+        return -torch.minimum(forward, backward)
+
+
+@register
+class SymmetrisedKL(_KLBase):
+    """``-0.5 (KL(p||q) + KL(q||p))``; the log-variance terms cancel, leaving
+    ``-0.25 sum_d [ v1/v2 + v2/v1 + (m1-m2)^2 (1/v1 + 1/v2) - 2 ]``."""
+
+    name = "js"
+    reference = "PCME eq.B.2, CalibPE (symmetrised KL, called 'JS' in the papers)"
+
+    def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        m1, lv1, m2, lv2 = _sides(images, captions)
+        dim = images.dim
+        v1, w1, v2, w2 = lv1.exp(), (-lv1).exp(), lv2.exp(), (-lv2).exp()
+        x, y = expansion_features(
+            [(v1 + m1.square(), w2), (w1, v2 + m2.square()), (m1, -2.0 * m2 * w2), (-2.0 * m1 * w1, m2)], dim
+        )
+        row = (m1.square() * w1).sum(1) - dim
+        col = (m2.square() * w2).sum(1) - dim
+        return [Expansion(x, y, row, col)]
+
+    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
+        return parts[0].mul_(-0.25) if inplace else -0.25 * parts[0]
+
+    def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
+        forward = kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]
+        backward = kl_paired(captions.mean, captions.logvar, images.mean, images.logvar)  # type: ignore[arg-type]
+        return -0.5 * (forward + backward)
