@@ -1,0 +1,138 @@
+"""Run config: YAML + --set overrides, type checking, one-line errors; LR schedules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pcmr.train.config import ConfigError, RunConfig, apply_overrides, load_config, parse_override
+from pcmr.train.schedules import build_optimizer, learning_rate_factor
+
+
+def write(tmp_path, text):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_and_sections(tmp_path):
+    config = load_config(write(tmp_path, "model: {name: vsepp, embed_dim: 32}\ntrain: {epochs: 3}\n"))
+    assert config.model == {"name": "vsepp", "embed_dim": 32}
+    assert config.loss == {"name": "pcme"}
+    assert config.train.epochs == 3 and config.train.lr == pytest.approx(2e-4)
+    assert config.data.name == "shapes"
+    assert RunConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    ("item", "path", "value"),
+    [
+        ("train.lr=1e-3", ["train", "lr"], 1e-3),
+        ("train.epochs=7", ["train", "epochs"], 7),
+        ("train.grad_clip=none", ["train", "grad_clip"], None),
+        ("train.deterministic=true", ["train", "deterministic"], True),
+        ("model.name=pcme", ["model", "name"], "pcme"),
+        ("eval.similarities=[cosine, kl]", ["eval", "similarities"], ["cosine", "kl"]),
+        ("loss.margin=.2", ["loss", "margin"], 0.2),
+    ],
+)
+def test_parse_override(item, path, value):
+    assert parse_override(item) == (path, value)
+
+
+def test_overrides_apply_and_coerce(tmp_path):
+    path = write(tmp_path, "train: {lr: 0.1}\nmodel: {name: pcme}\n")
+    config = load_config(
+        path,
+        [
+            "train.lr=1e-3",
+            "train.epochs=2",
+            "model.embed_dim=16",
+            "data.options.num_images=30",
+            "eval.similarities=cosine,kl",
+        ],
+    )
+    assert config.train.lr == pytest.approx(1e-3)
+    assert config.train.epochs == 2
+    assert config.model["embed_dim"] == 16
+    assert config.data.options == {"num_images": 30}
+    assert config.eval.similarities == ["cosine", "kl"]
+    assert apply_overrides({"train": {"lr": 1}}, ["train.seed=3"]) == {"train": {"lr": 1, "seed": 3}}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.lrr=1"], "unknown config key 'train.lrr'; accepted keys in train:"),
+        (["trian.lr=1"], "unknown config key 'trian.lr'; top-level sections:"),
+        (["train.epochs=abc"], "config key 'train.epochs' expects an integer, got 'abc'"),
+        (["train.epochs=2.5"], "config key 'train.epochs' expects an integer"),
+        (["train.lr=fast"], "config key 'train.lr' expects a number"),
+        (
+            ["train.schedule=linear"],
+            "config key 'train.schedule' expects one of 'cosine', 'step', 'constant'",
+        ),
+        (["train.deterministic=3"], "expects true or false"),
+        (["model.name="], "config section 'model' needs a 'name'"),
+        (["train.epochs=0"], "train.epochs must be >= 1"),
+        (["train"], "must have the form key=value"),
+        (["train.=1"], "has an empty key"),
+    ],
+)
+def test_bad_overrides_raise_one_line(tmp_path, overrides, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "model: {name: pcme}\n"), overrides)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config(write(tmp_path, "model: [unclosed\n"))
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(ConfigError, match="config section 'train' must be a mapping"):
+        load_config(write(tmp_path, "train: 3\n"))
+
+
+def reference_cosine(lr, epochs, warmup, warmup_factor, steps, epoch, step):
+    if epoch < warmup:
+        return lr * warmup_factor
+    total = (epochs - warmup) * steps
+    done = (epoch - warmup) * steps + step
+    return lr * 0.5 * (1 + math.cos(math.pi * done / total))
+
+
+def test_cosine_schedule_with_frozen_warmup():
+    config = RunConfig.from_dict({"train": {"epochs": 5, "warmup_epochs": 2, "warmup_lr_factor": 0.5}}).train
+    for epoch in range(5):
+        for step in range(0, 7):
+            got = config.lr * learning_rate_factor(config, epoch, step, 7)
+            assert got == pytest.approx(reference_cosine(config.lr, 5, 2, 0.5, 7, epoch, step))
+
+
+def test_step_schedule():
+    config = RunConfig.from_dict({"train": {"epochs": 30, "schedule": "step", "step_epochs": 15}}).train
+    factors = [learning_rate_factor(config, e, 0, 3) for e in (0, 14, 15, 29)]
+    assert factors == pytest.approx([1.0, 1.0, 0.1, 0.1])
+
+
+def test_build_optimizer_kinds():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    for name, cls in (("adamw", torch.optim.AdamW), ("adam", torch.optim.Adam), ("sgd", torch.optim.SGD)):
+        config = RunConfig.from_dict({"train": {"optimizer": name, "lr": 0.01}}).train
+        optimizer = build_optimizer(config, params)
+        assert isinstance(optimizer, cls)
+        assert optimizer.param_groups[0]["initial_lr"] == pytest.approx(0.01)
+    config = RunConfig.from_dict({"train": {"optimizer": "adamp"}}).train
+    try:
+        import adamp  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="needs the optional package 'adamp'"):
+            build_optimizer(config, params)
+    else:
+        assert type(build_optimizer(config, params)).__name__ == "AdamP"
