@@ -60,6 +60,7 @@ class DataConfig:
     num_workers: int = 0  # DataLoader workers; 0 keeps mid-epoch resume bit-exact
     options: dict[str, Any] = field(default_factory=dict)  # passed to load_dataset (e.g. size, seed)
     loader_options: dict[str, Any] = field(default_factory=dict)  # passed to split.train_loader
+    vocab_options: dict[str, Any] = field(default_factory=dict)  # passed to Vocabulary.from_split
 
 
 @dataclass

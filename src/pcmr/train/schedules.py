@@ -50,8 +50,8 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, factor: float) -> None:
 
 
 def trainable_backbone_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """Parameters frozen during the PCME warm-up: ``model.backbone_parameters()`` when the model
-    defines it, else every parameter under a sub-module whose name contains ``backbone``."""
+    """Parameters frozen during the PCME warm-up: the trainable ones of ``model.backbone_parameters()``
+    when the model defines it, else of every sub-module named ``backbone`` (pcmr.models towers)."""
     method = getattr(model, "backbone_parameters", None)
     if callable(method):
         return list(method())

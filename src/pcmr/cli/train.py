@@ -1,0 +1,120 @@
+"""``pcmr train CONFIG [--set key=value ...]`` and ``pcmr train --resume RUN``."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RESUME_OVERRIDABLE", "add_parser", "run", "start_run"]
+
+# keys that may change when resuming (they do not change the computation)
+RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "data.root", "data.num_workers")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model from a recipe (configs/*.yaml) or resume a run",
+        description=(
+            "Train a model from a recipe: a YAML path or the name of a file in configs/ (see `pcmr list recipes`). "
+            "The run folder receives the resolved config, a JSONL log, checkpoints and the selected model."
+        ),
+    )
+    parser.add_argument("config", nargs="?", metavar="CONFIG", help="recipe name (e.g. pcme) or YAML path")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value by its dotted key, e.g. --set train.epochs=3 --set model.embed_dim=64 "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue the run in folder RUN from its newest complete checkpoint (CONFIG is then omitted)",
+    )
+    parser.add_argument(
+        "--out", default="runs", metavar="DIR", help="parent folder of new runs (default: runs)"
+    )
+    parser.add_argument("--name", metavar="NAME", help="run folder name (default: <recipe>-<date>-<time>)")
+    parser.add_argument("--device", metavar="DEVICE", help="torch device, e.g. cpu or cuda (train.device)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (train.progress=false)")
+    return parser
+
+
+def _extra_overrides(args: argparse.Namespace) -> list[str]:
+    extra = list(args.overrides)
+    if args.device:
+        extra.append(f"train.device={args.device}")
+    if args.no_progress:
+        extra.append("train.progress=false")
+    return extra
+
+
+def start_run(
+    recipe: str | None,
+    overrides: list[str],
+    *,
+    resume: str | None = None,
+    out: str | Path = "runs",
+    name: str | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """Resolve the config, prepare the run folder, train; return ``(summary, run_dir)``."""
+    from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
+    from pcmr.train.recipes import find_recipe
+    from pcmr.train.run import CONFIG_FILE
+
+    if resume is not None:
+        if recipe is not None:
+            raise ConfigError("give either CONFIG (a new run) or --resume RUN (continue a run), not both")
+        run_dir = Path(resume)
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise ConfigError(f"--resume {run_dir}: not a run folder (no {CONFIG_FILE} in it)")
+        for item in overrides:
+            if item.split("=", 1)[0].strip() not in RESUME_OVERRIDABLE:
+                raise ConfigError(
+                    f"--set {item} cannot change a run being resumed; allowed keys: {', '.join(RESUME_OVERRIDABLE)}"
+                )
+        config = load_config(run_dir / CONFIG_FILE, overrides)
+        check_config(config)
+        return Trainer(config, run_dir, resume=True).fit(), run_dir
+
+    if recipe is None:
+        raise ConfigError("give a recipe (e.g. `pcmr train pcme`, see `pcmr list recipes`) or --resume RUN")
+    path = find_recipe(recipe)
+    config = load_config(path, overrides)
+    check_config(config)
+    run_dir = Path(out) / (name or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(
+            f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / CONFIG_FILE)
+    try:
+        trainer = Trainer(config, run_dir)
+    except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return trainer.fit(), run_dir
+
+
+def run(args: argparse.Namespace) -> int:
+    summary, run_dir = start_run(
+        args.config, _extra_overrides(args), resume=args.resume, out=args.out, name=args.name
+    )
+    best = summary.get("best_metric")
+    shown = f"{best:.2f}" if isinstance(best, float) else "n/a"
+    print(f"run folder: {run_dir}", file=sys.stdout)
+    print(
+        f"selected epoch {summary.get('best_epoch')} of {summary.get('epochs')} "
+        f"({summary.get('select_on')} {shown} on validation, score {summary.get('validation_similarity')})"
+    )
+    print(f"evaluate it with: pcmr evaluate {run_dir}")
+    return 0

@@ -1,0 +1,34 @@
+"""Training application for pcmr (the library never imports it).
+
+``load_config`` resolves a recipe (``configs/*.yaml``) plus ``--set`` overrides into a typed
+:class:`RunConfig`; :class:`Trainer` runs it into a run folder with crash-safe checkpoints
+(see ``docs/training.md`` for the folder layout and ``docs/configuration.md`` for every key).
+"""
+
+from __future__ import annotations
+
+from pcmr.train.checkpoint import CheckpointError
+from pcmr.train.config import (
+    ConfigError,
+    DataConfig,
+    EvalConfig,
+    RunConfig,
+    TrainConfig,
+    load_config,
+    save_config,
+)
+from pcmr.train.run import check_config
+from pcmr.train.trainer import Trainer
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DataConfig",
+    "EvalConfig",
+    "RunConfig",
+    "TrainConfig",
+    "Trainer",
+    "check_config",
+    "load_config",
+    "save_config",
+]

@@ -1,0 +1,156 @@
+"""The run folder and the parts a run is built from (data, vocabulary, model, loss).
+
+Run folder layout (``RUN/``)::
+
+    config.yaml               the resolved config (recipe + --set overrides)
+    run.json                  summary: status, trained similarity, selected epoch, validation history
+    log.jsonl                 one JSON object per line: step / epoch / validation / resume events
+    vocab.json                the training vocabulary (pcmr.data.Vocabulary.save)
+    similarity_options.json   {similarity name: options} for evaluation, e.g. {"match_prob": {"a": .., "b": ..}}
+    model/                    the selected model (best validation metric), pcmr.models.save_model
+    model_last/               the model after the last epoch, pcmr.models.save_model
+    checkpoints/              crash-safe training state (see pcmr.train.checkpoint)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from pcmr.train.checkpoint import atomic_write_text
+from pcmr.train.config import ConfigError, RunConfig
+
+__all__ = [
+    "CONFIG_FILE",
+    "LOG_FILE",
+    "MODEL_DIR",
+    "MODEL_LAST_DIR",
+    "RUN_FILE",
+    "RunParts",
+    "SIMILARITY_OPTIONS_FILE",
+    "VOCAB_FILE",
+    "build_parts",
+    "check_config",
+    "save_model_atomically",
+    "write_json",
+]
+
+CONFIG_FILE = "config.yaml"
+RUN_FILE = "run.json"
+LOG_FILE = "log.jsonl"
+VOCAB_FILE = "vocab.json"
+SIMILARITY_OPTIONS_FILE = "similarity_options.json"
+MODEL_DIR = "model"
+MODEL_LAST_DIR = "model_last"
+CHECKPOINT_DIR = "checkpoints"
+
+
+@dataclass
+class RunParts:
+    """Everything a training run needs, built from a :class:`RunConfig`."""
+
+    train_split: Any  # pcmr.data.RetrievalSplit
+    val_split: Any | None
+    vocab: Any  # pcmr.data.Vocabulary
+    model: nn.Module
+    loss: nn.Module
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomically write ``data`` as indented JSON."""
+    atomic_write_text(Path(path), json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def _load_split(config: RunConfig, split: str) -> Any:
+    from pcmr.data import load_dataset
+
+    options = dict(config.data.options)
+    if config.data.root is not None:
+        root = Path(config.data.root).expanduser()
+        if not root.exists():
+            raise ConfigError(
+                f"data.root: dataset folder {root} does not exist (dataset {config.data.name!r})"
+            )
+        options["root"] = str(root)
+    return load_dataset(config.data.name, split, **options)
+
+
+def _load_vocab(config: RunConfig, train_split: Any, run_dir: Path) -> Any:
+    from pcmr.data import Vocabulary
+
+    path = run_dir / VOCAB_FILE
+    if path.is_file():  # resuming: the vocabulary of the run, not a rebuilt one
+        return Vocabulary.load(path)
+    vocab = Vocabulary.from_split(train_split, **config.data.vocab_options)
+    tmp = path.with_name(f".{VOCAB_FILE}.tmp-{os.getpid()}")
+    vocab.save(tmp)
+    os.replace(tmp, path)
+    return vocab
+
+
+def build_parts(config: RunConfig, run_dir: Path) -> RunParts:
+    """Load the splits, build (or reload) the vocabulary, create the model and the loss."""
+    from pcmr.losses import create_loss
+    from pcmr.models import create_model
+
+    train_split = _load_split(config, config.data.train_split)
+    val_split = _load_split(config, config.data.val_split) if config.train.validate_every > 0 else None
+    vocab = _load_vocab(config, train_split, run_dir)
+    model_options = {k: v for k, v in config.model.items() if k != "name"}
+    model_options["vocab_size"] = len(vocab)
+    model = create_model(config.model["name"], **model_options)
+    loss_options = {k: v for k, v in config.loss.items() if k != "name"}
+    loss = create_loss(config.loss["name"], **loss_options)
+    return RunParts(train_split=train_split, val_split=val_split, vocab=vocab, model=model, loss=loss)
+
+
+def save_model_atomically(
+    model: nn.Module, run_dir: Path, name: str, extra_json: dict[str, Any] | None = None
+) -> Path:
+    """``pcmr.models.save_model`` (with ``extra_json`` files) into ``RUN/<name>`` via a temporary
+    folder and renames, so ``RUN/<name>`` is always a complete model."""
+    from pcmr.models import save_model
+
+    final = run_dir / name
+    tmp = run_dir / f".{name}.tmp-{os.getpid()}"
+    old = run_dir / f".{name}.old-{os.getpid()}"
+    for path in (tmp, old):
+        if path.exists():
+            shutil.rmtree(path)
+    save_model(model, tmp, extra_json=extra_json)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _check_names(key: str, names: list[str], accepted: list[str]) -> None:
+    for name in names:
+        if name not in accepted:
+            raise ConfigError(f"config key '{key}': unknown name {name!r}; accepted: {', '.join(accepted)}")
+
+
+def check_config(config: RunConfig) -> None:
+    """Check the names a config refers to (model, loss, dataset, similarities, re-rankers) before a
+    run folder is made; option values are checked by the factories when the run is built."""
+    from pcmr.data import list_datasets
+    from pcmr.inference import list_rerankers
+    from pcmr.losses import list_losses
+    from pcmr.models import list_models
+    from pcmr.similarity import list_similarities
+
+    _check_names("model.name", [config.model["name"]], list(list_models()))
+    _check_names("loss.name", [config.loss["name"]], list(list_losses()))
+    _check_names("data.name", [config.data.name], list(list_datasets()))
+    similarities = list(list_similarities())
+    if config.train.select_similarity is not None:
+        _check_names("train.select_similarity", [config.train.select_similarity], similarities)
+    _check_names("eval.similarities", config.eval.similarities, similarities + ["all"])
+    _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])

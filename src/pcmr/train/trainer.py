@@ -1,0 +1,342 @@
+"""The training loop: epochs of optimisation steps, validation and model selection, checkpoints.
+
+Determinism and resuming (issue 8, item 3):
+- the order of the training batches of epoch ``e`` depends only on ``(seed, e)``
+  (``PairBatchSampler`` draws its permutation from ``[seed, epoch]`` and each item's
+  augmentation from a per-item seed);
+- every optimisation step ``t`` first reseeds the torch / numpy / Python RNGs from
+  ``(seed, t)``, so dropout and sampled losses (PCME's J samples) do not depend on
+  what ran before;
+- a checkpoint stores the weights, optimizer state, RNG states and the position
+  ``(epoch, step_in_epoch, global_step)``; resuming skips the batches already done.
+
+A run killed at any moment (``kill -9`` included) and resumed with ``--resume``
+therefore performs exactly the same steps as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from pcmr.train.checkpoint import (
+    capture_rng_state,
+    load_latest_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from pcmr.train.config import RunConfig
+from pcmr.train.run import (
+    CHECKPOINT_DIR,
+    LOG_FILE,
+    MODEL_DIR,
+    MODEL_LAST_DIR,
+    RUN_FILE,
+    SIMILARITY_OPTIONS_FILE,
+    RunParts,
+    build_parts,
+    save_model_atomically,
+    write_json,
+)
+from pcmr.train.schedules import (
+    build_optimizer,
+    learning_rate_factor,
+    set_learning_rate,
+    trainable_backbone_parameters,
+)
+from pcmr.train.validation import validate
+
+__all__ = ["Trainer", "seed_everything"]
+
+
+def seed_everything(seed: int, *parts: int) -> None:
+    """Seed torch, numpy and Python from ``(seed, *parts)`` (a SeedSequence hash)."""
+    state = np.random.SeedSequence([seed, *parts]).generate_state(2, dtype=np.uint32)
+    value = int(state[0]) << 32 | int(state[1])
+    torch.manual_seed(value)
+    np.random.seed(int(state[0]))
+    random.seed(value)
+
+
+def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+
+
+class _JsonlLog:
+    """Append-only JSON-lines log; a partial last line left by a killed run is dropped."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if path.is_file():
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                path.write_bytes(data[: data.rfind(b"\n") + 1])
+        self.handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, event: str, **fields: Any) -> None:
+        self.handle.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class Trainer:
+    """Train ``config``'s model with its loss on its data, writing everything into ``run_dir``.
+
+    Args:
+        config: the resolved run configuration.
+        run_dir: the run folder (created by the caller, holding ``config.yaml``).
+        parts: pre-built data/model/loss (default: :func:`pcmr.train.run.build_parts`).
+        resume: continue from the newest complete checkpoint in ``run_dir`` if any.
+    """
+
+    def __init__(
+        self, config: RunConfig, run_dir: Path, parts: RunParts | None = None, *, resume: bool = False
+    ):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        train = config.train
+        if train.deterministic:
+            torch.use_deterministic_algorithms(True)
+        seed_everything(train.seed)
+        self.device = torch.device(train.device)
+        self.parts = parts if parts is not None else build_parts(config, self.run_dir)
+        self.model = self.parts.model.to(self.device)
+        self.loss_fn = self.parts.loss.to(self.device)
+        self.optimizer = build_optimizer(train, [*self.model.parameters(), *self.loss_fn.parameters()])
+        self.backbone = trainable_backbone_parameters(self.model)
+        self.loader = self.parts.train_split.train_loader(
+            self.parts.vocab,
+            config.data.batch_size,
+            seed=train.seed,
+            num_workers=config.data.num_workers,
+            **config.data.loader_options,
+        )
+        self.similarity = train.select_similarity or self.loss_fn.similarity_name
+        self.progress: dict[str, Any] = {
+            "epoch": 0,
+            "step_in_epoch": 0,
+            "global_step": 0,
+            "best_metric": None,
+            "best_epoch": None,
+            "history": [],
+        }
+
+    # ------------------------------------------------------------------ state
+    def _weights(self) -> dict[str, torch.Tensor]:
+        weights = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        weights.update({f"loss.{k}": v for k, v in self.loss_fn.state_dict().items()})
+        return weights
+
+    def _save_checkpoint(self) -> None:
+        state = {
+            "progress": self.progress,
+            "scheduler": {"kind": self.config.train.schedule, "steps_per_epoch": self.steps_per_epoch},
+            "rng": capture_rng_state(),
+            "config": self.config.to_dict(),
+        }
+        save_checkpoint(
+            self.run_dir / CHECKPOINT_DIR,
+            self.progress["global_step"],
+            weights=self._weights(),
+            optimizer_state=self.optimizer.state_dict(),
+            state=state,
+            keep=self.config.train.keep_checkpoints,
+        )
+
+    def _restore(self) -> bool:
+        checkpoint = load_latest_checkpoint(self.run_dir / CHECKPOINT_DIR)
+        if checkpoint is None:
+            return False
+        model_state = {k[6:]: v for k, v in checkpoint.weights.items() if k.startswith("model.")}
+        loss_state = {k[5:]: v for k, v in checkpoint.weights.items() if k.startswith("loss.")}
+        self.model.load_state_dict(model_state)
+        self.loss_fn.load_state_dict(loss_state)
+        self.optimizer.load_state_dict(checkpoint.optimizer)
+        restore_rng_state(checkpoint.state["rng"])
+        self.progress = checkpoint.state["progress"]
+        self.log.write("resume", checkpoint=str(checkpoint.path), **self._position())
+        return True
+
+    def _position(self) -> dict[str, int]:
+        return {k: self.progress[k] for k in ("epoch", "step_in_epoch", "global_step")}
+
+    # ------------------------------------------------------------------ loop
+    @property
+    def steps_per_epoch(self) -> int:
+        steps = len(self.loader.batch_sampler)
+        limit = self.config.train.max_steps_per_epoch
+        return min(steps, limit) if limit is not None else steps
+
+    def _epoch_loader(self, epoch: int, skip: int) -> DataLoader:
+        sampler = self.loader.batch_sampler
+        sampler.epoch = epoch  # PairBatchSampler draws epoch e's order from [seed, e]
+        batches = list(sampler)[skip : self.steps_per_epoch]
+        return DataLoader(
+            self.loader.dataset,
+            batch_sampler=batches,
+            collate_fn=self.loader.collate_fn,
+            num_workers=self.config.data.num_workers,
+        )
+
+    def _set_frozen(self, epoch: int) -> None:
+        frozen = epoch < self.config.train.warmup_epochs
+        for parameter in self.backbone:
+            parameter.requires_grad_(not frozen)
+
+    def _step(self, batch: dict[str, Any], epoch: int, step_in_epoch: int) -> dict[str, float]:
+        train = self.config.train
+        set_learning_rate(
+            self.optimizer, learning_rate_factor(train, epoch, step_in_epoch, self.steps_per_epoch)
+        )
+        batch = _to_device(batch, self.device)
+        outputs = self.model(batch)
+        terms = self.loss_fn(**outputs, positives=batch["relevance"])
+        loss = terms["loss"]
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"the training loss became {float(loss)} at epoch {epoch + 1}, step {step_in_epoch + 1}; "
+                f"lower train.lr or set train.grad_clip"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if train.grad_clip is not None:
+            params = [
+                p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None
+            ]
+            torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
+        self.optimizer.step()
+        return {name: float(value.detach()) for name, value in terms.items() if value.numel() == 1}
+
+    def _run_epoch(self, epoch: int) -> dict[str, float]:
+        train = self.config.train
+        self._set_frozen(epoch)
+        self.model.train()
+        self.loss_fn.train()
+        skip = self.progress["step_in_epoch"]
+        loader = self._epoch_loader(epoch, skip)
+        totals: dict[str, float] = {}
+        count = 0
+        bar = None
+        if train.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=self.steps_per_epoch, initial=skip, desc=f"epoch {epoch + 1}/{train.epochs}")
+        iterator = iter(loader)
+        while True:
+            seed_everything(train.seed, self.progress["global_step"])
+            start = time.perf_counter()
+            batch = next(iterator, None)
+            if batch is None:
+                break
+            terms = self._step(batch, epoch, self.progress["step_in_epoch"])
+            elapsed = time.perf_counter() - start
+            self.progress["step_in_epoch"] += 1
+            self.progress["global_step"] += 1
+            count += 1
+            for name, value in terms.items():
+                totals[name] = totals.get(name, 0.0) + value
+            images_per_s = len(batch["images"]) / max(elapsed, 1e-9)
+            if bar is not None:
+                bar.update(1)
+                shown = {k: f"{v:.4g}" for k, v in list(terms.items())[:4]}
+                bar.set_postfix(**shown, img_s=f"{images_per_s:.0f}")
+            if train.log_every > 0 and self.progress["global_step"] % train.log_every == 0:
+                lr = self.optimizer.param_groups[0]["lr"]
+                self.log.write("step", **self._position(), lr=lr, images_per_s=images_per_s, **terms)
+            every = train.checkpoint_every_steps
+            if (
+                every > 0
+                and self.progress["global_step"] % every == 0
+                and skip + count < self.steps_per_epoch
+            ):
+                self._save_checkpoint()
+        if bar is not None:
+            bar.close()
+        return {name: value / max(count, 1) for name, value in totals.items()}
+
+    def _validate_and_select(self, epoch: int) -> dict[str, float] | None:
+        train = self.config.train
+        last = epoch + 1 == train.epochs
+        due = train.validate_every > 0 and ((epoch + 1) % train.validate_every == 0 or last)
+        if not due or self.parts.val_split is None:
+            return None
+        options = self.loss_fn.similarity_options() if self.similarity == self.loss_fn.similarity_name else {}
+        metrics = validate(
+            self.model,
+            self.parts.val_split,
+            self.parts.vocab,
+            similarity=self.similarity,
+            similarity_options=options,
+            batch_size=self.config.data.eval_batch_size,
+            seed=train.seed,
+        )
+        value = metrics[train.select_on]
+        best = self.progress["best_metric"]
+        if best is None or value > best:
+            self.progress["best_metric"] = value
+            self.progress["best_epoch"] = epoch + 1
+            self._save_selected("model")
+        return metrics
+
+    def _save_selected(self, which: str) -> None:
+        """Save the model (``which="model"``: selected; ``"last"``) and its similarity options."""
+        name = MODEL_DIR if which == "model" else MODEL_LAST_DIR
+        options = {self.loss_fn.similarity_name: self.loss_fn.similarity_options()}
+        extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options}
+        save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
+        if which == "model":
+            write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
+
+    def _write_summary(self, status: str) -> None:
+        summary = {
+            "status": status,
+            "trained_similarity": self.loss_fn.similarity_name,
+            "validation_similarity": self.similarity,
+            "select_on": self.config.train.select_on,
+            "epochs": self.config.train.epochs,
+            **self._position(),
+            "best_metric": self.progress["best_metric"],
+            "best_epoch": self.progress["best_epoch"],
+            "history": self.progress["history"],
+        }
+        write_json(self.run_dir / RUN_FILE, summary)
+
+    def fit(self) -> dict[str, Any]:
+        """Train to the last epoch (continuing a checkpoint when resuming); return the run summary."""
+        train = self.config.train
+        self.log = _JsonlLog(self.run_dir / LOG_FILE)
+        try:
+            if not (self.resume and self._restore()):
+                self.log.write("start", epochs=train.epochs, steps_per_epoch=self.steps_per_epoch)
+            self._write_summary("running")
+            while self.progress["epoch"] < train.epochs:
+                epoch = self.progress["epoch"]
+                start = time.perf_counter()
+                averages = self._run_epoch(epoch)
+                seconds = time.perf_counter() - start
+                metrics = self._validate_and_select(epoch)
+                record = {"epoch": epoch + 1, "train": averages, "val": metrics, "seconds": seconds}
+                self.progress["history"].append(record)
+                self.progress["epoch"] = epoch + 1
+                self.progress["step_in_epoch"] = 0
+                self._save_checkpoint()
+                self.log.write("epoch", **record)
+                self._write_summary("running")
+            if self.progress["best_epoch"] is None:  # no validation: the last model is the selected one
+                self._save_selected("model")
+            self._save_selected("last")
+            self._write_summary("finished")
+            self.log.write("finished", **self._position(), best_metric=self.progress["best_metric"])
+        finally:
+            self.log.close()
+        return json.loads((self.run_dir / RUN_FILE).read_text())
