@@ -1,0 +1,95 @@
+"""The registry of training objectives: ``create_loss(name, **config)`` and ``list_losses()``.
+
+Each name maps to a module class, its configuration dataclass and the fields the
+name fixes (e.g. ``triplet_max`` is ``TripletLoss`` with ``negatives="max"``).
+The table is explicit: the registry is the list below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from pcmr.losses.base import RetrievalLoss
+from pcmr.losses.calibrated import CalibratedConfig, CalibratedTripletLoss
+from pcmr.losses.csd import CsdConfig, CsdLoss
+from pcmr.losses.hubness import HalConfig, HalLoss, HalReleasedConfig, HalReleasedLoss
+from pcmr.losses.soft_contrastive import PcmeConfig, PcmeLoss
+from pcmr.losses.triplet import TripletConfig, TripletLoss
+
+__all__ = ["LossEntry", "create_loss", "get_loss_entry", "list_losses"]
+
+
+@dataclass(frozen=True)
+class LossEntry:
+    """One registered objective.
+
+    Attributes:
+        name: registry name.
+        module: the ``nn.Module`` class, built as ``module(config)``.
+        config: its configuration dataclass.
+        fixed: config fields set by the name (a caller may repeat them, not change them).
+        reference: paper and equation.
+    """
+
+    name: str
+    module: type[RetrievalLoss]
+    config: type
+    fixed: dict[str, Any] = field(default_factory=dict)
+    reference: str = ""
+
+
+_ENTRIES = (
+    LossEntry("triplet_sum", TripletLoss, TripletConfig, {"negatives": "sum"}, "HAL/RGM eq.2 (SUM)"),
+    LossEntry("triplet_max", TripletLoss, TripletConfig, {"negatives": "max"}, "VSE++; HAL/RGM eq.3 (MAX)"),
+    LossEntry(
+        "triplet_semihard", TripletLoss, TripletConfig, {"negatives": "semihard"}, "ProbVSE eq.3; GCIE eq.1"
+    ),
+    LossEntry("hal", HalLoss, HalConfig, {"negatives": "sum"}, "HAL/RGM eq.4 + eq.2"),
+    LossEntry("max_hal", HalLoss, HalConfig, {"negatives": "max"}, "HAL/RGM eq.4 + eq.3"),
+    LossEntry("hal_released", HalReleasedLoss, HalReleasedConfig, {}, "HAL authors' release (SPEC §8)"),
+    LossEntry("pcme", PcmeLoss, PcmeConfig, {}, "PCME eq.1-3, §A.1"),
+    LossEntry("pcme_csd", CsdLoss, CsdConfig, {}, "PCME++ closed-form sampled distance"),
+    LossEntry("calibpe", CalibratedTripletLoss, CalibratedConfig, {}, "CalibPE eq.2, 5, 7"),
+)
+_REGISTRY: dict[str, LossEntry] = {entry.name: entry for entry in _ENTRIES}
+
+
+def list_losses() -> list[str]:
+    """Names accepted by :func:`create_loss`, in a fixed order."""
+    return [entry.name for entry in _ENTRIES]
+
+
+def get_loss_entry(name: str) -> LossEntry:
+    """The :class:`LossEntry` of ``name``; ``ValueError`` listing the names otherwise."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown loss {name!r}; expected one of {list_losses()}")
+    return _REGISTRY[name]
+
+
+def create_loss(name: str, **config: Any) -> RetrievalLoss:
+    """Build a registered loss from its name and config overrides.
+
+    ``None`` values are dropped (unset command-line flags never override defaults).
+    Unknown keys, or a change to a field the name fixes, raise ``ValueError``.
+
+    Example:
+        >>> loss_fn = create_loss("triplet_max", margin=0.2, similarity="cosine")
+        >>> sorted(create_loss("pcme", lambda_unif=0.0).similarity_options())
+        ['a', 'b']
+    """
+    entry = get_loss_entry(name)
+    overrides = {key: value for key, value in config.items() if value is not None}
+    known = [f.name for f in dataclasses.fields(entry.config)]
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise ValueError(f"unknown config key(s) {unknown} for loss {name!r}; expected a subset of {known}")
+    for key, value in entry.fixed.items():
+        if key in overrides and overrides[key] != value:
+            raise ValueError(
+                f"loss {name!r} fixes {key}={value!r}, got {key}={overrides[key]!r}; "
+                f"choose the loss by name instead (one of {list_losses()})"
+            )
+    resolved = {**overrides, **entry.fixed}
+    return entry.module(entry.config(**resolved))
