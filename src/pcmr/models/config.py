@@ -209,7 +209,9 @@ def _check_types(section: Any, where: str) -> None:
         elif isinstance(default, str):
             ok = isinstance(value, str)
         elif isinstance(default, list):
-            ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            ok = isinstance(value, (list, tuple)) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value
+            )
             if ok:
                 setattr(section, f.name, [int(v) for v in value])
         elif f.name == "variance_bounds":
@@ -266,7 +268,9 @@ def validate_config(config: ModelConfig) -> None:
         _check_choice(head.covariance, COVARIANCE_KINDS, f"{side}.covariance")
         _check_choice(head.variance_source, VARIANCE_SOURCES, f"{side}.variance_source")
         if head.attention_hidden < 0:
-            raise ValueError(f"model config field '{side}.attention_hidden' must be >= 0, got {head.attention_hidden}")
+            raise ValueError(
+                f"model config field '{side}.attention_hidden' must be >= 0, got {head.attention_hidden}"
+            )
         if head.variance_bounds is not None:
             lo, hi = head.variance_bounds
             if not (0.0 < lo < hi):
@@ -294,9 +298,13 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
                 f"model config file {str(path)!r} must end in .json, .yaml or .yml, got {suffix!r}"
             )
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"model config file {str(path)!r} is not valid {suffix[1:].upper()}: {error}") from error
+        raise ValueError(
+            f"model config file {str(path)!r} is not valid {suffix[1:].upper()}: {error}"
+        ) from error
     if not isinstance(data, dict):
-        raise ValueError(f"model config file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
+        raise ValueError(
+            f"model config file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}"
+        )
     return data
 
 
@@ -332,7 +340,9 @@ def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
                 )
             accepted = _accepted(_NESTED[section])
             if sub_key not in accepted:
-                raise ValueError(f"unknown model config key {key!r}; accepted keys of {section!r}: {', '.join(accepted)}")
+                raise ValueError(
+                    f"unknown model config key {key!r}; accepted keys of {section!r}: {', '.join(accepted)}"
+                )
             _merge(result, section, {sub_key: value})
         elif key in top_level:
             _merge(result, key, value)

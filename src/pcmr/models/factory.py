@@ -19,7 +19,6 @@ from pcmr.models.config import (
     HeadConfig,
     ImageEncoderConfig,
     ModelConfig,
-    TextEncoderConfig,
     apply_overrides,
     config_from_dict,
     config_to_dict,
@@ -60,7 +59,9 @@ def get_model_config(name: str) -> ModelConfig:
         return config_from_dict(load_config_file(path))
 
 
-def resolve_config(name_or_config: str | Path | ModelConfig | Mapping[str, Any], **overrides: Any) -> ModelConfig:
+def resolve_config(
+    name_or_config: str | Path | ModelConfig | Mapping[str, Any], **overrides: Any
+) -> ModelConfig:
     """Resolve a family name, a YAML/JSON file path, a :class:`ModelConfig` or a plain dict,
     then apply ``overrides`` (see :func:`pcmr.models.config.apply_overrides`)."""
     if isinstance(name_or_config, ModelConfig):
@@ -96,7 +97,9 @@ def _image_backbone(config: ImageEncoderConfig, load_pretrained: bool) -> nn.Mod
         return SmallCNNBackbone(config.cnn_channels)
     from pcmr.models.pretrained import EfficientNetLite0Backbone
 
-    return EfficientNetLite0Backbone(config.pretrained and load_pretrained, config.finetune, config.input_size)
+    return EfficientNetLite0Backbone(
+        config.pretrained and load_pretrained, config.finetune, config.input_size
+    )
 
 
 def _image_refine(config: ImageEncoderConfig, in_dim: int) -> nn.Module | None:
@@ -113,7 +116,9 @@ def _image_refine(config: ImageEncoderConfig, in_dim: int) -> nn.Module | None:
 def _text_backbone(config: ModelConfig) -> nn.Module:
     text = config.text_encoder
     if text.kind == "gru":
-        return GRUTextBackbone(config.vocab_size, text.word_dim, text.hidden_dim, text.num_layers, text.bidirectional)
+        return GRUTextBackbone(
+            config.vocab_size, text.word_dim, text.hidden_dim, text.num_layers, text.bidirectional
+        )
     from pcmr.models.pretrained import MiniLMBackbone
 
     return MiniLMBackbone(text.finetune, text.max_length)
@@ -155,11 +160,15 @@ def build_model(config: ModelConfig, load_pretrained: bool = True) -> RetrievalM
         config.image_head,
         config.embed_dim,
     )
-    caption_tower = _tower(lambda: _text_backbone(config), lambda in_dim: None, config.caption_head, config.embed_dim)
+    caption_tower = _tower(
+        lambda: _text_backbone(config), lambda in_dim: None, config.caption_head, config.embed_dim
+    )
     return RetrievalModel(config, image_tower, caption_tower)
 
 
-def create_model(name_or_config: str | Path | ModelConfig | Mapping[str, Any], **overrides: Any) -> RetrievalModel:
+def create_model(
+    name_or_config: str | Path | ModelConfig | Mapping[str, Any], **overrides: Any
+) -> RetrievalModel:
     """Create a model from a family name, a config file, a :class:`ModelConfig` or a dict.
 
     Args:

@@ -47,7 +47,9 @@ class Encoder(nn.Module):
         """True when the backbone has parameters that require gradients."""
         return self.backbone is not None and any(p.requires_grad for p in self.backbone.parameters())
 
-    def features(self, batch: Mapping[str, Any], backbone_features: EncodedFeatures | None = None) -> EncodedFeatures:
+    def features(
+        self, batch: Mapping[str, Any], backbone_features: EncodedFeatures | None = None
+    ) -> EncodedFeatures:
         """``backbone_features`` (computed by the backbone when not given), then the refinement stage."""
         if backbone_features is None:
             if self.backbone is None:
@@ -143,14 +145,20 @@ class RetrievalModel(nn.Module):
         """
         if self.config.text_encoder.kind == "minilm":
             texts = batch.get("caption_view_texts")
-            if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, (list, tuple)) for t in texts):
+            if (
+                not isinstance(texts, (list, tuple))
+                or not texts
+                or not all(isinstance(t, (list, tuple)) for t in texts)
+            ):
                 raise ValueError(
                     "the minilm text encoder reads caption views as batch['caption_view_texts'] (B lists of K "
                     "strings); token-id views in batch['caption_views'] cannot be fed to it"
                 )
             num_views = len(texts[0])
             if any(len(t) != num_views for t in texts):
-                raise ValueError("batch['caption_view_texts'] must hold the same number K of views per caption")
+                raise ValueError(
+                    "batch['caption_view_texts'] must hold the same number K of views per caption"
+                )
             flat_texts = [text for views in texts for text in views]
             means = self.caption_tower({"caption_texts": flat_texts}).mean
             return means.reshape(len(texts), num_views, -1)
@@ -160,7 +168,9 @@ class RetrievalModel(nn.Module):
         lengths = batch["caption_view_lengths"]
         if not isinstance(lengths, Tensor) or tuple(lengths.shape) != (batch_size, num_views):
             shape = tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths).__name__
-            raise ValueError(f"batch['caption_view_lengths'] must have shape [B, K] = [{batch_size}, {num_views}], got {shape}")
+            raise ValueError(
+                f"batch['caption_view_lengths'] must have shape [B, K] = [{batch_size}, {num_views}], got {shape}"
+            )
         means = self.caption_tower({"captions": tokens, "caption_lengths": lengths.reshape(-1)}).mean
         return means.reshape(batch_size, num_views, -1)
 
@@ -187,4 +197,3 @@ class RetrievalModel(nn.Module):
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of (trainable) parameters of ``model``."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
-

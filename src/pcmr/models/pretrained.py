@@ -86,9 +86,13 @@ class EfficientNetLite0Backbone(_FreezableBackbone):
     def forward(self, batch: Mapping[str, Any]) -> EncodedFeatures:
         images = get_images(batch, 4, "[B, 3, H, W] (raw pixels)")
         if images.shape[1] != 3:
-            raise ValueError(f"batch['images'] must have 3 channels ([B, 3, H, W] pixels), got {tuple(images.shape)}")
+            raise ValueError(
+                f"batch['images'] must have 3 channels ([B, 3, H, W] pixels), got {tuple(images.shape)}"
+            )
         if images.shape[-2:] != (self.input_size, self.input_size):
-            images = F.interpolate(images, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False)
+            images = F.interpolate(
+                images, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False
+            )
         with self._grad_context():
             grid = self.net.extract_features(images)  # [B, 1280, h, w]
         local = grid.flatten(2).transpose(1, 2)  # [B, h*w, 1280]
@@ -116,14 +120,19 @@ class MiniLMBackbone(_FreezableBackbone):
 
     def forward(self, batch: Mapping[str, Any]) -> EncodedFeatures:
         texts = batch.get("caption_texts")
-        if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts) or len(texts) == 0:
+        if (
+            not isinstance(texts, (list, tuple))
+            or not all(isinstance(t, str) for t in texts)
+            or len(texts) == 0
+        ):
             raise ValueError(
                 "the minilm text encoder reads batch['caption_texts'], a non-empty list of caption strings; "
                 f"got {type(texts).__name__}"
             )
         device = next(self.model.parameters()).device
         features = {
-            k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self._tokenize(list(texts)).items()
+            k: (v.to(device) if isinstance(v, torch.Tensor) else v)
+            for k, v in self._tokenize(list(texts)).items()
         }
         with self._grad_context():
             output = self.model(features)

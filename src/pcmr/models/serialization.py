@@ -63,7 +63,9 @@ def _write_json(path: Path, data: Any) -> None:
     _atomic_write(path, write)
 
 
-def save_model(model: RetrievalModel, directory: str | Path, extra_json: Mapping[str, Any] | None = None) -> Path:
+def save_model(
+    model: RetrievalModel, directory: str | Path, extra_json: Mapping[str, Any] | None = None
+) -> Path:
     """Save ``model`` into ``directory`` (created if needed); returns the folder path.
 
     Args:
@@ -101,7 +103,9 @@ def save_model(model: RetrievalModel, directory: str | Path, extra_json: Mapping
 
 def _read_json(path: Path, what: str) -> Any:
     if not path.is_file():
-        raise FileNotFoundError(f"{what} file {str(path)!r} does not exist (is this a folder written by save_model?)")
+        raise FileNotFoundError(
+            f"{what} file {str(path)!r} does not exist (is this a folder written by save_model?)"
+        )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
@@ -126,7 +130,9 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu") 
     try:
         state = load_file(str(weights_path), device=str(map_location))
     except (SafetensorError, OSError, ValueError) as error:
-        raise ValueError(f"model weights file {str(weights_path)!r} is not a valid safetensors file: {error}") from error
+        raise ValueError(
+            f"model weights file {str(weights_path)!r} is not a valid safetensors file: {error}"
+        ) from error
     model = build_model(config, load_pretrained=False)
     float_dtypes = {v.dtype for v in state.values() if v.is_floating_point()}
     if len(float_dtypes) == 1:

@@ -28,14 +28,31 @@ def get_captions(batch: Mapping[str, Any], vocab_size: int) -> tuple[Tensor, Ten
     """``batch["captions"] [B, L]`` and ``batch["caption_lengths"] [B]``, validated."""
     for key in ("captions", "caption_lengths"):
         if key not in batch:
-            raise ValueError(f"the batch has no {key!r} entry; the gru text encoder needs 'captions' and 'caption_lengths'")
+            raise ValueError(
+                f"the batch has no {key!r} entry; the gru text encoder needs 'captions' and 'caption_lengths'"
+            )
     tokens, lengths = batch["captions"], batch["caption_lengths"]
-    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2 or tokens.shape[1] < 1:
+    if (
+        not isinstance(tokens, Tensor)
+        or tokens.dtype != torch.long
+        or tokens.dim() != 2
+        or tokens.shape[1] < 1
+    ):
         shape = (tuple(tokens.shape), tokens.dtype) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"batch['captions'] must be a LongTensor of token ids with shape [B, L], got {shape}")
-    if not isinstance(lengths, Tensor) or lengths.dtype != torch.long or tuple(lengths.shape) != (tokens.shape[0],):
-        shape = (tuple(lengths.shape), lengths.dtype) if isinstance(lengths, Tensor) else type(lengths).__name__
-        raise ValueError(f"batch['caption_lengths'] must be a LongTensor of shape [B] = [{tokens.shape[0]}], got {shape}")
+        raise ValueError(
+            f"batch['captions'] must be a LongTensor of token ids with shape [B, L], got {shape}"
+        )
+    if (
+        not isinstance(lengths, Tensor)
+        or lengths.dtype != torch.long
+        or tuple(lengths.shape) != (tokens.shape[0],)
+    ):
+        shape = (
+            (tuple(lengths.shape), lengths.dtype) if isinstance(lengths, Tensor) else type(lengths).__name__
+        )
+        raise ValueError(
+            f"batch['caption_lengths'] must be a LongTensor of shape [B] = [{tokens.shape[0]}], got {shape}"
+        )
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
         raise ValueError(
             f"batch['captions'] holds token ids in [{int(tokens.min())}, {int(tokens.max())}]; the model's "
@@ -61,13 +78,17 @@ class GRUTextBackbone(nn.Module):
         bidirectional: average forward and backward states (PCME).
     """
 
-    def __init__(self, vocab_size: int, word_dim: int, hidden_dim: int, num_layers: int, bidirectional: bool) -> None:
+    def __init__(
+        self, vocab_size: int, word_dim: int, hidden_dim: int, num_layers: int, bidirectional: bool
+    ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, word_dim, padding_idx=0)
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
         with torch.no_grad():
             self.embedding.weight[0].zero_()
-        self.gru = nn.GRU(word_dim, hidden_dim, num_layers=num_layers, batch_first=True, bidirectional=bidirectional)
+        self.gru = nn.GRU(
+            word_dim, hidden_dim, num_layers=num_layers, batch_first=True, bidirectional=bidirectional
+        )
         self.vocab_size = vocab_size
         self.hidden_dim = hidden_dim
         self.bidirectional = bidirectional

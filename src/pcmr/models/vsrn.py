@@ -31,7 +31,9 @@ class RegionGraphConvolution(nn.Module):
     def forward(self, regions: Tensor) -> Tensor:
         """``regions [B, R, H]`` -> ``[B, R, H]``."""
         num_regions = regions.shape[1]
-        affinity = torch.bmm(self.theta(regions), self.phi(regions).transpose(1, 2)) / num_regions  # [B, R, R]
+        affinity = (
+            torch.bmm(self.theta(regions), self.phi(regions).transpose(1, 2)) / num_regions
+        )  # [B, R, R]
         return regions + self.w(torch.bmm(affinity, self.g(regions)))
 
 
