@@ -1,11 +1,40 @@
 """Evaluation of a trained model on a retrieval split: the table of SPEC §6 metrics for every
 requested similarity x re-ranker, saved as Markdown, CSV, JSON and PNG plots.
 
+    from pcmr.evaluation import evaluate_model
+    result = evaluate_model(model, test_split, vocab, val_split=val_split,
+                            similarity_options={"match_prob": {"a": 12.0, "b": 4.0}})
+    print(result.to_markdown()); result.save("eval/")
+
 The library part of pcmr: it never imports ``pcmr.train`` or ``pcmr.cli``.
 """
 
 from __future__ import annotations
 
+from pcmr.evaluation.encode import encode_image_files, encode_split, encode_texts
+from pcmr.evaluation.evaluate import (
+    DEFAULT_LAMBDA_GRID,
+    DEFAULT_RERANKERS,
+    DEFAULT_SIMILARITIES,
+    evaluate_embeddings,
+    evaluate_model,
+)
 from pcmr.evaluation.report import EvaluationResult, format_table, merge_rows
+from pcmr.evaluation.scoring import rerank_topk, score_matrix, unsupported_reason
 
-__all__ = ["EvaluationResult", "format_table", "merge_rows"]
+__all__ = [
+    "DEFAULT_LAMBDA_GRID",
+    "DEFAULT_RERANKERS",
+    "DEFAULT_SIMILARITIES",
+    "EvaluationResult",
+    "encode_image_files",
+    "encode_split",
+    "encode_texts",
+    "evaluate_embeddings",
+    "evaluate_model",
+    "format_table",
+    "merge_rows",
+    "rerank_topk",
+    "score_matrix",
+    "unsupported_reason",
+]

@@ -1,0 +1,193 @@
+"""``pcmr evaluate RUN_OR_MODEL``: the evaluation table of a trained model (pcmr.evaluation).
+
+``RUN_OR_MODEL`` is a run folder written by ``pcmr train`` (``config.yaml``, ``model/``,
+``vocab.json``, ``similarity_options.json``) or a model folder written by
+``pcmr.models.save_model`` (then ``--data`` is required and the vocabulary is ``--vocab``, or a
+``vocab.json`` inside the folder or next to it). Defaults for the data, split, similarities and
+re-rankers come from the run's config; flags override them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run", "LoadedModel", "load_run_or_model", "load_split", "parse_names"]
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for evaluation or indexing, with what its run knows about it."""
+
+    model: Any
+    vocab: Any
+    similarity_options: dict[str, dict[str, Any]]
+    config: Any  # pcmr.train.config.RunConfig or None for a bare model folder
+    source: Path
+
+
+def _read_options(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); expected {{similarity: {{option: value}}}}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"{path} must map similarity names to option dicts, e.g. "
+                         f'{{"match_prob": {{"a": 12.0, "b": 4.0}}}}')
+    return data
+
+
+def load_run_or_model(path: str | Path, vocab_path: str | Path | None = None,
+                      device: str | None = None) -> LoadedModel:
+    """Load a run folder (``config.yaml`` + ``model/``) or a bare model folder."""
+    from pcmr.data import Vocabulary
+    from pcmr.models import load_model
+    from pcmr.train.config import load_config
+    from pcmr.train.run import CONFIG_FILE, MODEL_DIR, SIMILARITY_OPTIONS_FILE, VOCAB_FILE
+
+    source = Path(path).expanduser()
+    if not source.is_dir():
+        raise FileNotFoundError(f"RUN_OR_MODEL: folder not found: {source} (expected a run folder from "
+                                f"`pcmr train` or a model folder from pcmr.models.save_model)")
+    config = None
+    if (source / CONFIG_FILE).is_file():
+        config = load_config(source / CONFIG_FILE)
+        model_dir, run_dir = source / MODEL_DIR, source
+        if not model_dir.is_dir():
+            raise FileNotFoundError(f"{model_dir} not found: the run has no selected model yet "
+                                    f"(train it to the end of an epoch with validation first)")
+    else:
+        model_dir, run_dir = source, source.parent
+    model = load_model(model_dir)
+    if device is not None:
+        model = model.to(device)
+    candidates = [Path(vocab_path)] if vocab_path is not None else [model_dir / VOCAB_FILE, run_dir / VOCAB_FILE]
+    vocab_file = next((p for p in candidates if p.is_file()), None)
+    if vocab_file is None:
+        raise FileNotFoundError(f"vocabulary not found (looked for {', '.join(map(str, candidates))}); "
+                                f"pass --vocab PATH to the vocab.json of the training run")
+    options_file = run_dir / SIMILARITY_OPTIONS_FILE
+    options = _read_options(options_file) if options_file.is_file() else {}
+    return LoadedModel(model, Vocabulary.load(vocab_file), options, config, source)
+
+
+def load_split(data: str | None, split: str, config: Any, data_name: str | None = None) -> Any:
+    """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
+    (read as dataset ``data_name``, default the run's ``data.name``); None uses the run config's data
+    section."""
+    from pcmr.data import list_datasets, load_dataset
+
+    opts: dict[str, Any] = dict(config.data.options) if config is not None and data is None else {}
+    if config is not None and data is None and config.data.root is not None:
+        opts["root"] = config.data.root
+    if data is None:
+        if config is None:
+            raise ValueError("--data is required when RUN_OR_MODEL is a model folder "
+                             f"(a dataset name: {', '.join(list_datasets())}, or a dataset folder)")
+        name = config.data.name
+    elif data in list_datasets():
+        name = data
+    elif Path(data).expanduser().exists():
+        if data_name is None and config is None:
+            raise ValueError(f"--data {data} is a folder; say which dataset format it holds with --data-name "
+                             f"({', '.join(list_datasets())})")
+        name, opts["root"] = data_name or config.data.name, str(Path(data).expanduser())
+    else:
+        raise ValueError(f"--data {data!r} is neither a dataset name ({', '.join(list_datasets())}) nor an "
+                         f"existing folder")
+    return load_dataset(name, split, **opts)
+
+
+def parse_names(values: list[str] | None) -> list[str] | None:
+    """``["cosine,kl", "elk"]`` -> ``["cosine", "kl", "elk"]``; None stays None."""
+    if values is None:
+        return None
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def _parse_option(item: str) -> tuple[str, str, Any]:
+    """``match_prob.a=12.5`` -> ``("match_prob", "a", 12.5)``."""
+    key, sep, value = item.partition("=")
+    owner, dot, option = key.partition(".")
+    if not sep or not dot or not owner or not option:
+        raise ValueError(f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. match_prob.a=12.5 or csls.csls_k=10")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return owner, option, parsed
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "evaluate", help="evaluation table of a trained model (all similarities x re-rankers)",
+        description="Encode a split with a trained model and report R@1/5/10 both ways, rsum, R-Precision, "
+                    "MAP@R, PMRP (where labels exist) and hs-sum for each similarity x re-ranker, as Markdown, "
+                    "CSV, JSON and PNG plots. See docs/evaluation.md.")
+    parser.add_argument("run_or_model", metavar="RUN_OR_MODEL",
+                        help="run folder from `pcmr train`, or a model folder from pcmr.models.save_model")
+    parser.add_argument("--data", metavar="NAME_OR_PATH", default=None,
+                        help="dataset name (see `pcmr list datasets`) or dataset folder (default: the run's data)")
+    parser.add_argument("--data-name", default=None, metavar="NAME",
+                        help="dataset format of a --data folder (default: the run's data.name)")
+    parser.add_argument("--split", default=None, help="split to evaluate (default: the run's eval.split, or test)")
+    parser.add_argument("--val-split", default=None,
+                        help="split used to select RGM's lambda (default: the run's data.val_split, or val)")
+    parser.add_argument("--similarity", action="append", metavar="NAMES",
+                        help="comma-separated similarity names or 'all' (default: the run's eval.similarities: "
+                             "cosine,wasserstein,match_prob,elk,kl); repeatable")
+    parser.add_argument("--rerank", action="append", metavar="NAMES",
+                        help="comma-separated re-ranker names or 'all' (default: nns,is,csls,csls+rgm); repeatable")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME.OPTION=VALUE",
+                        help="a similarity or re-ranker option, e.g. match_prob.a=12.5, is.beta=30, "
+                             "csls.csls_k=10, csls+rgm.lam=2; repeatable")
+    parser.add_argument("--vocab", default=None, help="vocab.json of the training run (model folders only)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="output folder (default: RUN/eval-SPLIT for a run, ./eval-SPLIT otherwise)")
+    parser.add_argument("--batch-size", type=int, default=None, help="items per encoding batch (default 256)")
+    parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
+    parser.add_argument("--progress", action="store_true", help="show progress bars while encoding")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
+    from pcmr.similarity import list_similarities
+
+    loaded = load_run_or_model(args.run_or_model, args.vocab, args.device or "cpu")
+    config = loaded.config
+
+    def split_of(name: str) -> Any:
+        return load_split(args.data, name, config, args.data_name)
+
+    eval_cfg = config.eval if config is not None else None
+    split_name = args.split or (eval_cfg.split if eval_cfg else "test")
+    val_name = args.val_split or (config.data.val_split if config is not None else "val")
+    similarities = parse_names(args.similarity) or (list(eval_cfg.similarities) if eval_cfg else
+                                                    list(DEFAULT_SIMILARITIES))
+    rerankers = parse_names(args.rerank) or (list(eval_cfg.rerankers) if eval_cfg else list(DEFAULT_RERANKERS))
+    similarity_options = {k: dict(v) for k, v in loaded.similarity_options.items()}
+    rerank_options: dict[str, dict[str, Any]] = {}
+    for item in args.option:
+        owner, option, value = _parse_option(item)
+        target = similarity_options if owner in list_similarities() else rerank_options
+        target.setdefault(owner, {})[option] = value
+    needs_val = any("rgm" in r for r in rerankers) and not all(
+        "lam" in rerank_options.get(r, {}) for r in rerankers if "rgm" in r)
+    split = split_of(split_name)
+    val_split = split_of(val_name) if needs_val else None
+    batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else 256)
+    out = Path(args.out) if args.out else (loaded.source / f"eval-{split_name}" if config is not None
+                                           else Path(f"eval-{split_name}"))
+    result = evaluate_model(
+        loaded.model, split, loaded.vocab, similarities=similarities, rerankers=rerankers,
+        similarity_options=similarity_options, rerank_options=rerank_options, val_split=val_split,
+        batch_size=batch_size, device=args.device, progress=args.progress,
+        meta={"run": str(loaded.source)})
+    written = result.save(out)
+    print(result.to_markdown())
+    print(f"wrote {', '.join(str(p) for p in written.values())}")
+    return 0

@@ -1,0 +1,255 @@
+"""``evaluate_model``: the SPEC §6 table for every requested similarity x re-ranker.
+
+For each similarity the ``[N_img, N_cap]`` score matrix is computed once (sampled scores with a
+fixed seed). Each re-ranker then works on one direction at a time: image->text on ``S``,
+text->image on ``S.T`` (SPEC §1).
+
+- Score re-weightings (``nns``, ``is``, ``csls``) give a full re-scored matrix, so every metric is
+  computed by ``pcmr.metrics`` on it: R@K, R-Precision, MAP@R, PMRP (where labels exist), hubness.
+- Matchings (``rgm``, ``gm`` and the ``+rgm``/``+gm`` combinations) give top-k lists only: R@K is
+  computed from the run with ``k = K`` (SPEC §5) and N_k from the same lists; R-Precision, MAP@R and
+  PMRP need a ranking of the whole gallery and are left empty. RGM's lambda is chosen per direction
+  on the validation split (``select_lambda``, sum of R@K), or taken from ``rerank_options``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pcmr.evaluation.encode import encode_split
+from pcmr.evaluation.figures import decile_series, embeddings_2d_series, k_occurrence_histogram
+from pcmr.evaluation.report import EvaluationResult
+from pcmr.evaluation.scoring import (
+    check_names,
+    matched_topk,
+    parse_reranker,
+    reweight,
+    score_matrix,
+    unsupported_reason,
+)
+from pcmr.gaussian import Gaussian
+
+__all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
+           "DEFAULT_LAMBDA_GRID"]
+
+DEFAULT_SIMILARITIES = ("cosine", "wasserstein", "match_prob", "elk", "kl")
+DEFAULT_RERANKERS = ("nns", "is", "csls", "csls+rgm")
+#: lambda candidates for RGM (item capacity round(lambda * k)); HAL/RGM tunes lambda on validation data
+DEFAULT_LAMBDA_GRID = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+HUBNESS_KS = (1, 5, 10)
+
+
+def _accepted_rerankers() -> list[str]:
+    from pcmr.inference import list_rerankers
+
+    return list(list_rerankers())
+
+
+def _directions(scores: Tensor, relevance: Tensor, image_labels: Tensor | None,
+                caption_labels: Tensor | None) -> list[tuple[str, Tensor, Tensor, Tensor | None, Tensor | None]]:
+    """(name, scores [Q, G], relevant [Q, G], query labels, gallery labels) for i2t and t2i."""
+    return [("i2t", scores, relevance, image_labels, caption_labels),
+            ("t2i", scores.T, relevance.T, caption_labels, image_labels)]
+
+
+def _select_lambda(weighted_val: Tensor, relevant_val: Tensor, ks: Sequence[int],
+                   grid: Sequence[float]) -> float:
+    from pcmr.inference import select_lambda
+
+    return float(select_lambda(weighted_val, relevant_val, ks=tuple(ks), grid=tuple(grid)))
+
+
+def _score_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor,
+                     query_labels: Tensor | None, gallery_labels: Tensor | None, ks: Sequence[int]) -> list[float]:
+    """Metrics of one direction from a full (re-weighted) score matrix; returns the hubness skews."""
+    from pcmr.metrics import hubness_skewness, pmrp, retrieval_metrics
+
+    metrics = retrieval_metrics(weighted, relevant, ks=tuple(ks))
+    for k in ks:
+        row[f"{direction}_R@{k}"] = metrics[f"R@{k}"]
+    row[f"{direction}_r_precision"] = metrics["r_precision"]
+    row[f"{direction}_map_at_r"] = metrics["map_at_r"]
+    if query_labels is not None and gallery_labels is not None:
+        values = pmrp(weighted, query_labels, gallery_labels, zetas=(0, 1, 2))
+        for zeta in (0, 1, 2):
+            row[f"{direction}_pmrp_{zeta}"] = values[f"pmrp_{zeta}"]
+        row[f"{direction}_pmrp_mean"] = values["pmrp_mean"]
+    return [hubness_skewness(weighted, k) for k in HUBNESS_KS if k <= weighted.shape[1]]
+
+
+def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, matching: str,
+                    lam: float | None, ks: Sequence[int]) -> list[float]:
+    """R@K and hubness of one direction from matching lists (one run per K); returns the skews."""
+    from pcmr.metrics import recall_at_k_from_topk, skewness_of_counts
+
+    skews = []
+    for k in sorted(set(ks) | set(HUBNESS_KS)):
+        if k > weighted.shape[1]:
+            continue
+        lists = matched_topk(matching, weighted, k, lam=lam)  # [Q, k]
+        if k in ks:
+            row[f"{direction}_R@{k}"] = recall_at_k_from_topk(lists, relevant, k=k)
+        if k in HUBNESS_KS:
+            counts = torch.bincount(lists.reshape(-1), minlength=weighted.shape[1])  # [G]
+            skews.append(skewness_of_counts(counts))
+    row[f"{direction}_r_precision"] = None
+    row[f"{direction}_map_at_r"] = None
+    return skews
+
+
+def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor, *,
+                        similarities: Sequence[str] = DEFAULT_SIMILARITIES,
+                        rerankers: Sequence[str] = DEFAULT_RERANKERS,
+                        similarity_options: dict[str, dict[str, Any]] | None = None,
+                        image_labels: Tensor | None = None, caption_labels: Tensor | None = None,
+                        val: tuple[Gaussian, Gaussian, Tensor] | None = None,
+                        rerank_options: dict[str, dict[str, Any]] | None = None,
+                        ks: Sequence[int] = (1, 5, 10), lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
+                        uncertainty_measure: str = "log_det", meta: dict[str, Any] | None = None) -> EvaluationResult:
+    """The evaluation table of already encoded embeddings.
+
+    Args:
+        images: ``Gaussian [N_img, D]``; captions: ``Gaussian [N_cap, D]``.
+        relevance: BoolTensor ``[N_img, N_cap]``, the ground-truth relation.
+        similarities, rerankers: names (``["all"]`` for every registered one).
+        similarity_options: options per similarity (e.g. the learned ``{"match_prob": {"a": .., "b": ..}}``).
+        image_labels / caption_labels: BoolTensor ``[N, C]`` class labels for PMRP (both or neither).
+        val: ``(images, captions, relevance)`` of the validation split, for RGM's lambda.
+        rerank_options: parameters per re-ranker name: ``beta`` (is), ``csls_k`` (csls), ``lam`` (rgm; a
+            fixed lambda instead of selecting one).
+        ks: cut-offs of R@K; lambda_grid: lambda candidates for RGM.
+        uncertainty_measure: ``Gaussian.uncertainty`` measure for the decile analysis.
+    """
+    from pcmr.similarity import list_similarities
+
+    similarities = check_names("similarity", similarities, list_similarities())
+    rerankers = check_names("re-ranker", rerankers, _accepted_rerankers())
+    if relevance.dtype != torch.bool or tuple(relevance.shape) != (images.num, captions.num):
+        raise ValueError(f"relevance must be a BoolTensor [{images.num}, {captions.num}], got "
+                         f"{relevance.dtype} {tuple(relevance.shape)}")
+    similarity_options = {k: dict(v) for k, v in (similarity_options or {}).items()}
+    rerank_options = {k: dict(v) for k, v in (rerank_options or {}).items()}
+    device = images.device
+    relevance = relevance.to(device)
+    if image_labels is not None and caption_labels is not None:
+        image_labels, caption_labels = image_labels.to(device), caption_labels.to(device)
+    else:
+        image_labels = caption_labels = None
+    result = EvaluationResult(meta={**(meta or {}), "num_images": images.num, "num_captions": captions.num,
+                                    "uncertainty_measure": uncertainty_measure,
+                                    "similarity_options": {}, "selected_lambda": {}, "notes": []})
+    notes = result.meta["notes"]
+    decile_data: dict[str, Any] = {}
+    hub_data: dict[str, Any] = {}
+    for name in similarities:
+        options = similarity_options.get(name, {})
+        reason = unsupported_reason(name, images, captions, options)
+        if reason is not None:
+            result.skipped.append({"similarity": name, "rerank": "*", "reason": reason})
+            continue
+        try:
+            scores = score_matrix(name, images, captions, options)  # [N_img, N_cap]
+            val_scores = score_matrix(name, val[0].to(device), val[1].to(device), options) if val else None
+        except ValueError as err:
+            result.skipped.append({"similarity": name, "rerank": "*", "reason": str(err)})
+            continue
+        result.meta["similarity_options"][name] = {k: v for k, v in options.items() if isinstance(v, (int, float))}
+        val_dirs = _directions(val_scores, val[2].to(device), None, None) if val_scores is not None else None
+        for rerank in rerankers:
+            weighting, matching = parse_reranker(rerank)
+            params = rerank_options.get(rerank, {})
+            weight_params = {k: params[k] for k in ("beta", "csls_k") if k in params}
+            row: dict[str, Any] = {"similarity": name, "rerank": rerank}
+            skews: list[float] = []
+            for i, (direction, s_dir, rel_dir, q_labels, g_labels) in enumerate(
+                    _directions(scores, relevance, image_labels, caption_labels)):
+                weighted = reweight(weighting, s_dir, **weight_params)  # [Q, G]
+                if matching is None:
+                    skews += _score_direction(row, direction, weighted, rel_dir, q_labels, g_labels, ks)
+                    if rerank == "nns" and direction == "i2t" and name == similarities[0]:
+                        pass
+                    continue
+                lam = params.get("lam")
+                if lam is None and matching == "rgm":
+                    if val_dirs is None:
+                        raise ValueError(f"re-ranker {rerank!r} needs a validation split to select lambda "
+                                         f"(val_split) or a fixed rerank_options['{rerank}']['lam']")
+                    v_weighted = reweight(weighting, val_dirs[i][1], **weight_params)
+                    lam = _select_lambda(v_weighted, val_dirs[i][2], ks, lambda_grid)
+                    result.meta["selected_lambda"][f"{name}/{rerank}/{direction}"] = lam
+                skews += _list_direction(row, direction, weighted, rel_dir, matching, lam, ks)
+                row[f"{direction}_lambda"] = lam
+            row["rsum"] = sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in ks)
+            row["hs_sum"] = sum(skews) if skews else None
+            result.rows.append(row)
+            if matching is None and (name == _first_supported(result) or rerank == "nns"):
+                hub_data[f"{name}/{rerank}"] = {
+                    d: k_occurrence_histogram(reweight(weighting, s, **weight_params), 10)
+                    for d, s in (("i2t", scores), ("t2i", scores.T))}
+        if not (images.is_point or captions.is_point):
+            decile_data[name] = decile_series(scores, relevance, images, captions, uncertainty_measure)
+    if decile_data:
+        result.figures["uncertainty_r1"] = {"measure": uncertainty_measure, "series": decile_data}
+    if hub_data and min(images.num, captions.num) > 10:
+        result.figures["k_occurrence"] = {"k": 10, "series": hub_data}
+    if images.dim == 2:
+        result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
+    if not result.rows:
+        notes.append("no (similarity, re-ranker) pair could be evaluated; see Skipped")
+    if any(parse_reranker(r)[1] for r in rerankers):
+        notes.append("matching re-rankers (gm/rgm) return top-k lists: R@K from the run with k = K; "
+                     "R-Precision, MAP@R and PMRP need a full ranking and are left empty")
+    return result
+
+
+def _first_supported(result: EvaluationResult) -> str | None:
+    return result.rows[0]["similarity"] if result.rows else None
+
+
+def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence[str] = DEFAULT_SIMILARITIES,
+                   rerankers: Sequence[str] = DEFAULT_RERANKERS,
+                   similarity_options: dict[str, dict[str, Any]] | None = None, val_split: Any = None,
+                   batch_size: int = 256, device: torch.device | str | None = None, out_dir: Any = None,
+                   progress: bool = False, ks: Sequence[int] = (1, 5, 10),
+                   rerank_options: dict[str, dict[str, Any]] | None = None,
+                   lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
+                   meta: dict[str, Any] | None = None) -> EvaluationResult:
+    """Encode ``split`` (and ``val_split``) with ``model`` and build the evaluation table.
+
+    Similarities the model cannot support are skipped with a reason; RGM's lambda is selected on
+    ``val_split``; PMRP is reported where the split has class labels; the uncertainty-vs-corruption
+    figure is drawn when the split offers occlusion / word-erasure series. With ``out_dir`` the
+    result is also saved there (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
+    """
+    images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device, progress=progress)
+    val = None
+    if val_split is not None:
+        val_images, val_captions = encode_split(model, val_split, vocab, batch_size=batch_size, device=device,
+                                                progress=progress)
+        val = (val_images, val_captions, val_split.relevance_matrix())
+    info = {"model": getattr(getattr(model, "config", None), "name", type(model).__name__),
+            "dataset": getattr(split, "name", None), "split": getattr(split, "split", None),
+            "val_split": getattr(val_split, "split", None), "device": str(images.device), **(meta or {})}
+    result = evaluate_embeddings(
+        images, captions, split.relevance_matrix(), similarities=similarities, rerankers=rerankers,
+        similarity_options=similarity_options, image_labels=getattr(split, "image_labels", None),
+        caption_labels=getattr(split, "caption_labels", None), val=val, rerank_options=rerank_options, ks=ks,
+        lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure, meta=info)
+    if not (images.is_point and captions.is_point):
+        from pcmr.evaluation.figures import corruption_series
+
+        series = corruption_series(model, split, vocab, uncertainty_measure, batch_size=batch_size, device=device)
+        if series:
+            result.figures["uncertainty_vs_corruption"] = series
+    if out_dir is not None:
+        result.save(out_dir)
+    return result
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
