@@ -211,7 +211,7 @@ class GalleryIndex:
              load_model: bool = True) -> GalleryIndex:
         """Read an index folder written by :meth:`save`; embeddings (and model) go to ``device``
         (default CPU). Raises FileNotFoundError / ValueError naming the file and the problem."""
-        from safetensors import SafetensorsError
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         root = Path(directory)
@@ -236,7 +236,7 @@ class GalleryIndex:
             raise FileNotFoundError(f"{emb_path} not found; the index is incomplete")
         try:
             tensors = load_file(str(emb_path))
-        except (SafetensorsError, OSError, ValueError) as err:
+        except (SafetensorError, OSError, ValueError) as err:
             raise ValueError(f"{emb_path} cannot be read ({err}); the index is corrupted") from None
         dev = torch.device(device) if device is not None else torch.device("cpu")
         gaussians = {}
@@ -287,6 +287,8 @@ class GalleryIndex:
         """
         from pcmr.evaluation.scoring import check_similarity_supported, rerank_topk, score_matrix
 
+        if modality not in MODALITIES:
+            raise ValueError(f"modality (of the query) must be one of {list(MODALITIES)}, got {modality!r}")
         gallery_modality = "image" if modality == "caption" else "caption"
         gallery = self.gallery(gallery_modality)
         if query.dim != gallery.dim:

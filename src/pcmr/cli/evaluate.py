@@ -76,7 +76,7 @@ def load_run_or_model(path: str | Path, vocab_path: str | Path | None = None,
 
 def load_split(data: str | None, split: str, config: Any, data_name: str | None = None) -> Any:
     """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
-    (read as dataset ``data_name``, default the run's ``data.name``); None uses the run config's data
+    (format ``data_name``, default: detected from its files); None uses the run config's data
     section."""
     from pcmr.data import list_datasets, load_dataset
 
@@ -91,13 +91,13 @@ def load_split(data: str | None, split: str, config: Any, data_name: str | None 
     elif data in list_datasets():
         name = data
     elif Path(data).expanduser().exists():
-        if data_name is None and config is None:
-            raise ValueError(f"--data {data} is a folder; say which dataset format it holds with --data-name "
-                             f"({', '.join(list_datasets())})")
-        name, opts["root"] = data_name or config.data.name, str(Path(data).expanduser())
+        path = str(Path(data).expanduser())
+        if data_name is None:  # format detected from the folder's files
+            return load_dataset(path, split)
+        name, opts = data_name, {"root": path}
     else:
         raise ValueError(f"--data {data!r} is neither a dataset name ({', '.join(list_datasets())}) nor an "
-                         f"existing folder")
+                         f"existing file or folder")
     return load_dataset(name, split, **opts)
 
 
@@ -132,7 +132,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--data", metavar="NAME_OR_PATH", default=None,
                         help="dataset name (see `pcmr list datasets`) or dataset folder (default: the run's data)")
     parser.add_argument("--data-name", default=None, metavar="NAME",
-                        help="dataset format of a --data folder (default: the run's data.name)")
+                        help="dataset format of a --data folder (default: detected from its files)")
     parser.add_argument("--split", default=None, help="split to evaluate (default: the run's eval.split, or test)")
     parser.add_argument("--val-split", default=None,
                         help="split used to select RGM's lambda (default: the run's data.val_split, or val)")

@@ -32,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--data", metavar="NAME_OR_PATH", default=None,
                        help="dataset name or folder of the gallery (default: the run's data)")
     build.add_argument("--data-name", metavar="NAME", default=None,
-                       help="dataset format of a --data folder (default: the run's data.name)")
+                       help="dataset format of a --data folder (default: detected from its files)")
     build.add_argument("--split", default="test", help="split encoded as the gallery (default: test)")
     build.add_argument("--vocab", default=None, help="vocab.json of the training run (model folders only)")
     build.add_argument("--batch-size", type=int, default=256, help="items per encoding batch (default 256)")

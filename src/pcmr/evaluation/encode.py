@@ -31,7 +31,8 @@ def model_device(model: Any, device: torch.device | str | None = None) -> torch.
 
 
 @contextmanager
-def _eval_mode(model: Any):
+def eval_mode(model: Any):
+    """Eval mode and no grad inside the block; the model's previous mode is restored after."""
     was_training = bool(getattr(model, "training", False))
     model.eval()
     try:
@@ -69,7 +70,7 @@ def _collect(pieces: list[tuple[Tensor, Gaussian]], total: int, what: str) -> Ga
 def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key: str, total: int,
             device: torch.device, progress: bool, what: str) -> Gaussian:
     pieces = []
-    with _eval_mode(model):
+    with eval_mode(model):
         for batch in _progress(loader, progress, f"encoding {what}"):
             g = getattr(model, method)(_to_device(batch, device))
             pieces.append((batch[index_key], g.detach()))
@@ -128,7 +129,7 @@ def encode_texts(model: Any, vocab: Any, texts: Sequence[str], *, device: torch.
     """Encode raw caption texts with ``model`` -> ``Gaussian [len(texts), D]`` on ``device``."""
     dev = model_device(model, device)
     pieces = []
-    with _eval_mode(model):
+    with eval_mode(model):
         for start in range(0, len(texts), batch_size):
             batch = caption_batch(vocab, list(texts[start:start + batch_size]))
             pieces.append(model.encode_captions(_to_device(batch, dev)).detach())
@@ -155,7 +156,7 @@ def encode_image_files(model: Any, paths: Sequence[str | os.PathLike[str]], *, i
     source = FileImages(paths, image_size=int(image_size), keys=[f"query image {p}" for p in paths])
     pixels = torch.stack([source.load(i) for i in range(len(paths))])  # [Q, 3, H, W]
     dev = model_device(model, device)
-    with _eval_mode(model):
+    with eval_mode(model):
         batch = {"images": pixels.to(dev), "image_index": torch.arange(len(paths), device=dev)}
         return model.encode_images(batch).detach()
 

@@ -61,40 +61,42 @@ def embeddings_2d_series(images: Gaussian, captions: Gaussian, relevance: Tensor
     return out
 
 
-def corruption_series(model: Any, split: Any, vocab: Any, measure: str, *, batch_size: int = 256,
-                      device: Any = None) -> dict[str, Any] | None:
-    """Mean uncertainty of the model's embeddings against the occlusion ratio of images and the
-    word-erasure ratio of captions (PCME Fig. 7), when the split offers those series; else None."""
-    from pcmr.evaluation.encode import encode_texts, model_device
+CORRUPTION_RATIOS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
-    provider = getattr(split, "corruption_series", None)
-    if provider is None:
-        return None
+
+def corruption_series(model: Any, split: Any, vocab: Any, measure: str, *, max_items: int = 256,
+                      ratios: tuple[float, ...] = CORRUPTION_RATIOS, batch_size: int = 256, device: Any = None,
+                      seed: int = 0) -> dict[str, Any] | None:
+    """Mean uncertainty of the model's embeddings against the occlusion ratio of images and the
+    word-erasure ratio of captions (PCME Fig. 7), on the first ``max_items`` images / captions of the
+    split (``pcmr.data.occlusion_series`` / ``word_erasure_series``, fixed seed). A modality is left
+    out when the model gives it point embeddings, or (images) when the split holds precomputed
+    features. Returns None when neither modality qualifies."""
+    from pcmr.data import occlusion_series, word_erasure_series
+    from pcmr.evaluation.encode import encode_texts, eval_mode, model_device
+
     dev = model_device(model, device)
     out: dict[str, Any] = {"measure": measure}
-    images_by_ratio, texts_by_ratio = provider()
-    if images_by_ratio:
-        ratios, values = [], []
-        with torch.no_grad():
-            was_training = model.training
-            model.eval()
-            for ratio, pixels in sorted(images_by_ratio.items()):
-                g = model.encode_images({"images": pixels.to(dev)})
+    batch = next(iter(split.image_loader(max_items)))
+    pixels = batch["images"]
+    with eval_mode(model):
+        if pixels.dim() == 4:
+            series = occlusion_series(pixels, ratios, seed=seed)  # [R, N, 3, H, W]
+            values = []
+            for r in range(len(ratios)):
+                g = model.encode_images({"images": series[r].to(dev), "image_index": batch["image_index"].to(dev)})
                 if g.is_point:
                     break
-                ratios.append(float(ratio))
                 values.append(float(g.uncertainty(measure).mean()))
-            model.train(was_training)
-        if ratios:
-            out["image"] = {"ratios": ratios, "mean_uncertainty": values}
-    if texts_by_ratio:
-        ratios, values = [], []
-        for ratio, texts in sorted(texts_by_ratio.items()):
-            g = encode_texts(model, vocab, texts, device=dev, batch_size=batch_size)
-            if g.is_point:
-                break
-            ratios.append(float(ratio))
-            values.append(float(g.uncertainty(measure).mean()))
-        if ratios:
-            out["caption"] = {"ratios": ratios, "mean_uncertainty": values}
+            if values:
+                out["image"] = {"ratios": list(ratios), "mean_uncertainty": values}
+    texts = split.caption_texts[:max_items]
+    values = []
+    for erased in word_erasure_series(texts, ratios, seed=seed):
+        g = encode_texts(model, vocab, erased, device=dev, batch_size=batch_size)
+        if g.is_point:
+            break
+        values.append(float(g.uncertainty(measure).mean()))
+    if values:
+        out["caption"] = {"ratios": list(ratios), "mean_uncertainty": values}
     return out if ("image" in out or "caption" in out) else None

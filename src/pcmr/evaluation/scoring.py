@@ -99,13 +99,15 @@ def parse_reranker(name: str) -> tuple[str, str | None]:
 def reweight(weighting: str, scores: Tensor, *, beta: float = 30.0, csls_k: int = 10) -> Tensor:
     """Apply a score re-weighting to ``scores [Q, G]`` (queries in rows): ``nns`` (identity), ``is``
     (inverted softmax, HAL/RGM eq.5) or ``csls`` (HAL/RGM eq.6). Returns ``[Q, G]``."""
-    from pcmr.inference import csls, inverted_softmax
-
     if weighting == "nns":
         return scores
     if weighting == "is":
+        from pcmr.inference import inverted_softmax
+
         return inverted_softmax(scores, beta=beta)
     if weighting == "csls":
+        from pcmr.inference import csls
+
         return csls(scores, k=min(csls_k, scores.shape[0], scores.shape[1]))
     raise ValueError(f"unknown weighting {weighting!r}; accepted: {', '.join(WEIGHTINGS)}")
 
@@ -122,13 +124,15 @@ def matched_topk(matching: str | None, scores: Tensor, k: int, *, lam: float | N
     (``lam=None`` means infinity, i.e. plain top-k). ``gm``: the one-to-one greedy match first, then
     the row's other items in score order (rows left unmatched: score order).
     """
-    from pcmr.inference import greedy_matching, relaxed_greedy_matching
-
     if matching is None or (matching == "rgm" and lam is None):
         return _stable_topk(scores, k)
     if matching == "rgm":
+        from pcmr.inference import relaxed_greedy_matching
+
         return relaxed_greedy_matching(scores, k, lam)
     if matching == "gm":
+        from pcmr.inference import greedy_matching
+
         match = greedy_matching(scores)  # [Q], -1 = unmatched
         order = _stable_topk(scores, scores.shape[1])  # [Q, G]
         matched = match >= 0
