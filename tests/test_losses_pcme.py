@@ -1,0 +1,232 @@
+"""PCME soft contrastive loss, KL prior, uniformity and PCME++'s csd loss against brute-force loops."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.distributions import Normal, kl_divergence
+
+from pcmr import Gaussian
+from pcmr.losses import (
+    MatchScale,
+    create_loss,
+    csd_loss,
+    kl_prior_loss,
+    match_log_probabilities,
+    soft_contrastive_loss,
+    uniformity_loss,
+)
+
+DT = torch.float64
+
+
+def make_pair(num_img=5, num_cap=7, dim=4, seed=0, spherical_caption=False):
+    gen = torch.Generator().manual_seed(seed)
+    image_mean = torch.randn(num_img, dim, generator=gen, dtype=DT).requires_grad_()
+    caption_mean = torch.randn(num_cap, dim, generator=gen, dtype=DT).requires_grad_()
+    image_logvar = (0.5 * torch.randn(num_img, dim, generator=gen, dtype=DT) - 1).requires_grad_()
+    width = 1 if spherical_caption else dim
+    caption_logvar = (0.5 * torch.randn(num_cap, width, generator=gen, dtype=DT) - 1).requires_grad_()
+    positives = torch.rand(num_img, num_cap, generator=gen) < 0.3
+    positives[0, :3] = True
+    leaves = [image_mean, caption_mean, image_logvar, caption_logvar]
+    return Gaussian(image_mean, image_logvar), Gaussian(caption_mean, caption_logvar), positives, leaves
+
+
+def brute_force_pcme(image_samples, caption_samples, positives, a, b):
+    """Mean over pairs of -log p or -log(1 - p), p = mean over J x K samples of sigmoid(-a d + b)."""
+    num_img, num_cap = positives.shape
+    losses = []
+    for i in range(num_img):
+        for c in range(num_cap):
+            probs = []
+            for v in image_samples[i]:
+                for t in caption_samples[c]:
+                    distance = torch.sqrt(((v - t) ** 2).sum())
+                    probs.append(torch.sigmoid(-a * distance + b))
+            p = sum(probs) / len(probs)
+            losses.append(-torch.log(p) if positives[i, c] else -torch.log(1 - p))
+    return sum(losses) / len(losses)
+
+
+def test_match_log_probabilities_equal_direct_probability():
+    gen = torch.Generator().manual_seed(1)
+    distances = torch.rand(3, 4, 5, 2, generator=gen, dtype=DT) * 2
+    log_p, log_not_p = match_log_probabilities(distances, 3.0, 2.0)
+    p = torch.sigmoid(-3.0 * distances + 2.0).mean(dim=(2, 3))
+    torch.testing.assert_close(log_p, p.log())
+    torch.testing.assert_close(log_not_p, (1 - p).log())
+
+
+@pytest.mark.parametrize("num_samples", [(3, 2), (1, 1), (7, 7)])
+def test_soft_contrastive_equals_brute_force_over_fixed_samples(num_samples):
+    image, caption, positives, leaves = make_pair(seed=num_samples[0])
+    gen = torch.Generator().manual_seed(5)
+    image_samples = image.sample(num_samples[0], generator=gen)
+    caption_samples = caption.sample(num_samples[1], generator=gen)
+    a = torch.tensor(2.5, dtype=DT, requires_grad=True)
+    b = torch.tensor(1.5, dtype=DT, requires_grad=True)
+    got = soft_contrastive_loss(
+        image, caption, positives, a, b, image_samples=image_samples, caption_samples=caption_samples
+    )
+    want = brute_force_pcme(image_samples, caption_samples, positives, a, b)
+    torch.testing.assert_close(got, want)
+    inputs = [*leaves, a, b]
+    got_grads = torch.autograd.grad(got, inputs, retain_graph=True)
+    for g_got, g_want in zip(got_grads, torch.autograd.grad(want, inputs, retain_graph=True)):
+        torch.testing.assert_close(g_got, g_want)
+    total = soft_contrastive_loss(
+        image, caption, positives, a, b, image_samples=image_samples, caption_samples=caption_samples,
+        reduction="sum",
+    )
+    torch.testing.assert_close(total, got * positives.numel())
+
+
+def test_generator_draws_image_then_caption_samples():
+    image, caption, positives, _ = make_pair(seed=2)
+    got = soft_contrastive_loss(
+        image, caption, positives, 4.0, 3.0, num_samples=4, generator=torch.Generator().manual_seed(9)
+    )
+    gen = torch.Generator().manual_seed(9)
+    image_samples, caption_samples = image.sample(4, generator=gen), caption.sample(4, generator=gen)
+    want = brute_force_pcme(image_samples, caption_samples, positives, 4.0, 3.0)
+    torch.testing.assert_close(got, want)
+
+
+def test_soft_contrastive_finite_at_logits_plus_minus_50():
+    samples = torch.zeros(2, 3, 4, dtype=DT, requires_grad=True)
+    image = Gaussian(torch.zeros(2, 4, dtype=DT), torch.zeros(2, 4, dtype=DT))
+    positives = torch.tensor([[True, False], [False, True]])
+    far = samples + torch.tensor([[[0.0]], [[100.0]]], dtype=DT)  # image 1 far from caption 0
+    a = torch.tensor(1.0, dtype=DT, requires_grad=True)
+    b = torch.tensor(50.0, dtype=DT, requires_grad=True)
+    loss = soft_contrastive_loss(image, image, positives, a, b, image_samples=far, caption_samples=samples)
+    grads = torch.autograd.grad(loss, [samples, a, b])
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads)
+    # pair (0,1): d = 0, logit +50, negative -> -log(1 - sigmoid(50)) = 50 + log1p(exp(-50)) ~ 50
+    # pair (1,0): d = 100 * 2, logit -150, negative -> ~0; (1,1): positive, logit -150 -> ~150
+    assert loss.item() == pytest.approx((math.log1p(math.exp(-50)) * 1 + 50.0 + 150.0) / 4, rel=1e-6)
+
+
+def test_kl_prior_matches_torch_distributions():
+    image, caption, _, leaves = make_pair(spherical_caption=True)
+    for gaussian in (image, caption):
+        logvar = gaussian.expanded_logvar()
+        per_instance = kl_divergence(Normal(gaussian.mean, (0.5 * logvar).exp()), Normal(0.0, 1.0)).sum(1)
+        torch.testing.assert_close(kl_prior_loss(gaussian), per_instance.mean())
+        torch.testing.assert_close(kl_prior_loss(gaussian, reduction="sum"), per_instance.sum())
+        torch.testing.assert_close(
+            kl_prior_loss(gaussian, reduction="element_mean"), per_instance.mean() / gaussian.dim
+        )
+    with pytest.raises(ValueError, match="point embedding"):
+        kl_prior_loss(Gaussian.point(torch.zeros(2, 3)))
+
+
+def test_uniformity_matches_loop_and_pdist_form():
+    gen = torch.Generator().manual_seed(3)
+    points = torch.randn(5, 3, 4, generator=gen, dtype=DT).requires_grad_()
+    got = uniformity_loss(points, t=2.0)
+    flat = points.reshape(-1, 4)
+    terms = [torch.exp(-2.0 * ((flat[p] - flat[q]) ** 2).sum()) for p in range(15) for q in range(p + 1, 15)]
+    want = torch.log(sum(terms) / len(terms))
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got, torch.pdist(flat).pow(2).mul(-2.0).exp().mean().log())  # PCME release form
+    torch.testing.assert_close(torch.autograd.grad(got, points)[0], torch.autograd.grad(want, points)[0])
+    same = torch.zeros(4, 3, dtype=DT, requires_grad=True)
+    value = uniformity_loss(same)
+    assert value.item() == 0.0 and torch.isfinite(torch.autograd.grad(value, same)[0]).all()
+
+
+def test_pcme_module_terms_and_release_scaling():
+    image, caption, positives, leaves = make_pair(seed=4)
+    loss_fn = create_loss("pcme", num_samples=3, init_a=6.0, init_b=2.0, lambda_kl=0.01, lambda_unif=0.5).double()
+    gen = torch.Generator().manual_seed(0)
+    image_samples, caption_samples = image.sample(3, generator=gen), caption.sample(3, generator=gen)
+    terms = loss_fn(image=image, caption=caption, positives=positives,
+                    image_samples=image_samples, caption_samples=caption_samples)
+    a, b = loss_fn.match_scale.a, loss_fn.match_scale.b
+    assert a.item() == pytest.approx(6.0) and b.item() == pytest.approx(2.0)
+    matching = 2 * positives.numel() * brute_force_pcme(image_samples, caption_samples, positives, a, b)
+    kl = kl_prior_loss(image, "sum") + kl_prior_loss(caption, "sum")
+    unif = uniformity_loss(torch.cat([image_samples.reshape(-1, 4), caption_samples.reshape(-1, 4)]))
+    torch.testing.assert_close(terms["soft_contrastive"], matching)
+    torch.testing.assert_close(terms["kl_prior"], kl)
+    torch.testing.assert_close(terms["uniformity"], unif)
+    torch.testing.assert_close(terms["loss"], matching + 0.01 * kl + 0.5 * unif)
+    params = [loss_fn.match_scale.a_raw, loss_fn.match_scale.b]
+    got = torch.autograd.grad(terms["loss"], [*leaves, *params], retain_graph=True)
+    want = torch.autograd.grad(matching + 0.01 * kl + 0.5 * unif, [*leaves, *params])
+    for g_got, g_want in zip(got, want):
+        torch.testing.assert_close(g_got, g_want)
+    options = loss_fn.similarity_options()
+    assert loss_fn.similarity_name == "match_prob" and set(options) == {"a", "b"}
+    assert all(isinstance(value, float) for value in options.values())
+
+
+def test_pcme_module_accepts_point_embeddings_without_kl():
+    gen = torch.Generator().manual_seed(0)
+    image = Gaussian.point(torch.randn(3, 4, generator=gen).requires_grad_())
+    caption = Gaussian.point(torch.randn(3, 4, generator=gen))
+    terms = create_loss("pcme")(image=image, caption=caption, positives=torch.eye(3, dtype=torch.bool))
+    assert terms["kl_prior"].item() == 0.0 and torch.isfinite(terms["loss"])
+
+
+def test_pcme_release_a_b_mapping():
+    # PCME's release: sigmoid(2 (-a d + b)) with its (a, b) = ours / 2
+    distances = torch.linspace(0, 2, 9, dtype=DT).view(1, 1, 9, 1)
+    log_p, _ = match_log_probabilities(distances, 30.0, 30.0)
+    release = torch.sigmoid(2 * (-15.0 * distances + 15.0)).mean()
+    torch.testing.assert_close(log_p.exp()[0, 0], release)
+
+
+def test_match_scale_keeps_a_positive():
+    scale = MatchScale(1e-3, -2.0)
+    assert scale.a.item() == pytest.approx(1e-3) and scale.b.item() == -2.0
+    assert MatchScale(200.0, 0.0).a.item() == pytest.approx(200.0)
+    with pytest.raises(ValueError, match="init_a"):
+        MatchScale(0.0, 1.0)
+
+
+def brute_force_csd(image, caption, positives, a, b):
+    total = []
+    for i in range(image.num):
+        for c in range(caption.num):
+            csd = ((image.mean[i] - caption.mean[c]) ** 2).sum() + image.var[i].expand(image.dim).sum() \
+                + caption.var[c].expand(caption.dim).sum()
+            logit = -a * csd + b
+            target = 1.0 if positives[i, c] else 0.0
+            p = torch.sigmoid(logit)
+            total.append(-(target * torch.log(p) + (1 - target) * torch.log(1 - p)))
+    return sum(total) / len(total)
+
+
+def test_csd_loss_matches_loop_values_and_gradients():
+    image, caption, positives, leaves = make_pair(seed=6, spherical_caption=True)
+    a = torch.tensor(0.7, dtype=DT, requires_grad=True)
+    b = torch.tensor(1.5, dtype=DT, requires_grad=True)
+    got = csd_loss(image, caption, positives, a, b)
+    want = brute_force_csd(image, caption, positives, a, b)
+    torch.testing.assert_close(got, want)
+    inputs = [*leaves, a, b]
+    for g_got, g_want in zip(torch.autograd.grad(got, inputs), torch.autograd.grad(want, inputs)):
+        torch.testing.assert_close(g_got, g_want)
+
+
+def test_csd_module_release_scaling_and_extreme_logits():
+    image, caption, positives, leaves = make_pair(seed=7)
+    loss_fn = create_loss("pcme_csd", init_a=3.0, init_b=1.0, lambda_kl=0.1).double()
+    terms = loss_fn(image=image, caption=caption, positives=positives)
+    a, b = loss_fn.match_scale.a, loss_fn.match_scale.b
+    matching = 2 * brute_force_csd(image, caption, positives, a, b)
+    kl = kl_prior_loss(image, "element_mean") + kl_prior_loss(caption, "element_mean")
+    torch.testing.assert_close(terms["loss"], matching + 0.1 * kl)
+    assert loss_fn.similarity_name == "csd" and loss_fn.similarity_options() == {}
+    # logits of +-50 and beyond: finite loss and gradients
+    far = Gaussian(torch.tensor([[0.0, 0.0], [10.0, 0.0]], dtype=DT, requires_grad=True),
+                   torch.full((2, 2), -20.0, dtype=DT))
+    loss = csd_loss(far, far, torch.tensor([[False, True], [True, False]]), 1.0, 50.0)
+    (grad,) = torch.autograd.grad(loss, far.mean)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    assert loss.item() == pytest.approx((50.0 + 50.0 + 50.0 + 50.0) / 4, rel=1e-6)
