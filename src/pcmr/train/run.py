@@ -37,6 +37,9 @@ __all__ = [
     "VOCAB_FILE",
     "build_parts",
     "check_config",
+    "load_run",
+    "load_run_split",
+    "TrainedRun",
     "save_model_atomically",
     "write_json",
 ]
@@ -154,3 +157,46 @@ def check_config(config: RunConfig) -> None:
         _check_names("train.select_similarity", [config.train.select_similarity], similarities)
     _check_names("eval.similarities", config.eval.similarities, similarities + ["all"])
     _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])
+
+
+@dataclass
+class TrainedRun:
+    """What evaluation needs from a finished (or running) run folder."""
+
+    run_dir: Path
+    config: RunConfig
+    model: nn.Module
+    vocab: Any
+    similarity_options: dict[str, dict[str, Any]]
+
+
+def load_run(run_dir: str | Path, *, which: str = MODEL_DIR, map_location: str = "cpu") -> TrainedRun:
+    """Load ``RUN/config.yaml``, the model ``RUN/<which>`` (``model`` or ``model_last``), the
+    vocabulary and the similarity options; errors name the missing file."""
+    from pcmr.data import Vocabulary
+    from pcmr.models import load_model
+    from pcmr.train.config import load_config
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run folder {run_dir} does not exist")
+    for name in (CONFIG_FILE, VOCAB_FILE, which):
+        if not (run_dir / name).exists():
+            raise FileNotFoundError(
+                f"{run_dir / name} is missing: {run_dir} is not a finished pcmr run (train or resume it first)"
+            )
+    options: dict[str, dict[str, Any]] = {}
+    if (run_dir / SIMILARITY_OPTIONS_FILE).is_file():
+        options = json.loads((run_dir / SIMILARITY_OPTIONS_FILE).read_text())
+    return TrainedRun(
+        run_dir=run_dir,
+        config=load_config(run_dir / CONFIG_FILE),
+        model=load_model(run_dir / which, map_location=map_location),
+        vocab=Vocabulary.load(run_dir / VOCAB_FILE),
+        similarity_options=options,
+    )
+
+
+def load_run_split(config: RunConfig, split: str) -> Any:
+    """The split ``split`` of the run's dataset (same name, root and options as training)."""
+    return _load_split(config, split)
