@@ -33,62 +33,64 @@ def _read_options(path: Path) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); expected {{similarity: {{option: value}}}}") from None
+        raise ValueError(
+            f"{path} is not valid JSON ({err}); expected {{similarity: {{option: value}}}}"
+        ) from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ValueError(f"{path} must map similarity names to option dicts, e.g. "
-                         f'{{"match_prob": {{"a": 12.0, "b": 4.0}}}}')
+        raise ValueError(
+            f"{path} must map similarity names to option dicts, e.g. "
+            f'{{"match_prob": {{"a": 12.0, "b": 4.0}}}}'
+        )
     return data
 
 
 def load_run_or_model(path: str | Path, vocab_path: str | Path | None = None,
                       device: str | None = None) -> LoadedModel:
-    """Load a run folder (``config.yaml`` + ``model/``) or a bare model folder."""
+    """Load a run folder (``config.yaml`` + ``model/``, via ``pcmr.train.run.load_run``) or a bare
+    model folder (vocabulary: ``vocab_path``, else ``vocab.json`` in the folder or next to it;
+    learned options: ``similarity_options.json`` next to it, if any)."""
     from pcmr.data import Vocabulary
     from pcmr.models import load_model
-    from pcmr.train.config import load_config
-    from pcmr.train.run import CONFIG_FILE, MODEL_DIR, SIMILARITY_OPTIONS_FILE, VOCAB_FILE
+    from pcmr.train.run import CONFIG_FILE, SIMILARITY_OPTIONS_FILE, VOCAB_FILE, load_run
 
     source = Path(path).expanduser()
     if not source.is_dir():
         raise FileNotFoundError(f"RUN_OR_MODEL: folder not found: {source} (expected a run folder from "
                                 f"`pcmr train` or a model folder from pcmr.models.save_model)")
-    config = None
+    map_location = device or "cpu"
     if (source / CONFIG_FILE).is_file():
-        config = load_config(source / CONFIG_FILE)
-        model_dir, run_dir = source / MODEL_DIR, source
-        if not model_dir.is_dir():
-            raise FileNotFoundError(f"{model_dir} not found: the run has no selected model yet "
-                                    f"(train it to the end of an epoch with validation first)")
-    else:
-        model_dir, run_dir = source, source.parent
-    model = load_model(model_dir)
-    if device is not None:
-        model = model.to(device)
-    candidates = [Path(vocab_path)] if vocab_path is not None else [model_dir / VOCAB_FILE, run_dir / VOCAB_FILE]
+        trained = load_run(source, map_location=map_location)
+        vocab = Vocabulary.load(vocab_path) if vocab_path is not None else trained.vocab
+        return LoadedModel(trained.model, vocab, dict(trained.similarity_options), trained.config, source)
+    model = load_model(source, map_location=map_location)
+    candidates = ([Path(vocab_path)] if vocab_path is not None
+                  else [source / VOCAB_FILE, source.parent / VOCAB_FILE])
     vocab_file = next((p for p in candidates if p.is_file()), None)
     if vocab_file is None:
         raise FileNotFoundError(f"vocabulary not found (looked for {', '.join(map(str, candidates))}); "
                                 f"pass --vocab PATH to the vocab.json of the training run")
-    options_file = run_dir / SIMILARITY_OPTIONS_FILE
+    options_file = source.parent / SIMILARITY_OPTIONS_FILE
     options = _read_options(options_file) if options_file.is_file() else {}
-    return LoadedModel(model, Vocabulary.load(vocab_file), options, config, source)
+    return LoadedModel(model, Vocabulary.load(vocab_file), options, None, source)
 
 
 def load_split(data: str | None, split: str, config: Any, data_name: str | None = None) -> Any:
     """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
-    (format ``data_name``, default: detected from its files); None uses the run config's data
-    section."""
+    (format ``data_name``, default: detected from its files); None, or the run's own dataset name,
+    uses the run config's data section (same root and options as training)."""
     from pcmr.data import list_datasets, load_dataset
 
-    opts: dict[str, Any] = dict(config.data.options) if config is not None and data is None else {}
-    if config is not None and data is None and config.data.root is not None:
-        opts["root"] = config.data.root
-    if data is None:
+    opts: dict[str, Any] = {}
+    if data is None or (config is not None and data == config.data.name and data_name is None):
         if config is None:
-            raise ValueError("--data is required when RUN_OR_MODEL is a model folder "
-                             f"(a dataset name: {', '.join(list_datasets())}, or a dataset folder)")
-        name = config.data.name
-    elif data in list_datasets():
+            raise ValueError(
+                "--data is required when RUN_OR_MODEL is a model folder "
+                f"(a dataset name: {', '.join(list_datasets())}, or a dataset folder)"
+            )
+        from pcmr.train.run import load_run_split
+
+        return load_run_split(config, split)
+    if data in list_datasets():
         name = data
     elif Path(data).expanduser().exists():
         path = str(Path(data).expanduser())
@@ -96,8 +98,10 @@ def load_split(data: str | None, split: str, config: Any, data_name: str | None 
             return load_dataset(path, split)
         name, opts = data_name, {"root": path}
     else:
-        raise ValueError(f"--data {data!r} is neither a dataset name ({', '.join(list_datasets())}) nor an "
-                         f"existing file or folder")
+        raise ValueError(
+            f"--data {data!r} is neither a dataset name ({', '.join(list_datasets())}) nor an "
+            f"existing file or folder"
+        )
     return load_dataset(name, split, **opts)
 
 
@@ -113,7 +117,9 @@ def _parse_option(item: str) -> tuple[str, str, Any]:
     key, sep, value = item.partition("=")
     owner, dot, option = key.partition(".")
     if not sep or not dot or not owner or not option:
-        raise ValueError(f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. match_prob.a=12.5 or csls.csls_k=10")
+        raise ValueError(
+            f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. match_prob.a=12.5 or csls.csls_k=10"
+        )
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError:
@@ -123,30 +129,65 @@ def _parse_option(item: str) -> tuple[str, str, Any]:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "evaluate", help="evaluation table of a trained model (all similarities x re-rankers)",
+        "evaluate",
+        help="evaluation table of a trained model (all similarities x re-rankers)",
         description="Encode a split with a trained model and report R@1/5/10 both ways, rsum, R-Precision, "
-                    "MAP@R, PMRP (where labels exist) and hs-sum for each similarity x re-ranker, as Markdown, "
-                    "CSV, JSON and PNG plots. See docs/evaluation.md.")
-    parser.add_argument("run_or_model", metavar="RUN_OR_MODEL",
-                        help="run folder from `pcmr train`, or a model folder from pcmr.models.save_model")
-    parser.add_argument("--data", metavar="NAME_OR_PATH", default=None,
-                        help="dataset name (see `pcmr list datasets`) or dataset folder (default: the run's data)")
-    parser.add_argument("--data-name", default=None, metavar="NAME",
-                        help="dataset format of a --data folder (default: detected from its files)")
-    parser.add_argument("--split", default=None, help="split to evaluate (default: the run's eval.split, or test)")
-    parser.add_argument("--val-split", default=None,
-                        help="split used to select RGM's lambda (default: the run's data.val_split, or val)")
-    parser.add_argument("--similarity", action="append", metavar="NAMES",
-                        help="comma-separated similarity names or 'all' (default: the run's eval.similarities: "
-                             "cosine,wasserstein,match_prob,elk,kl); repeatable")
-    parser.add_argument("--rerank", action="append", metavar="NAMES",
-                        help="comma-separated re-ranker names or 'all' (default: nns,is,csls,csls+rgm); repeatable")
-    parser.add_argument("--option", action="append", default=[], metavar="NAME.OPTION=VALUE",
-                        help="a similarity or re-ranker option, e.g. match_prob.a=12.5, is.beta=30, "
-                             "csls.csls_k=10, csls+rgm.lam=2; repeatable")
+        "MAP@R, PMRP (where labels exist) and hs-sum for each similarity x re-ranker, as Markdown, "
+        "CSV, JSON and PNG plots. See docs/evaluation.md.",
+    )
+    parser.add_argument(
+        "run_or_model",
+        metavar="RUN_OR_MODEL",
+        help="run folder from `pcmr train`, or a model folder from pcmr.models.save_model",
+    )
+    parser.add_argument(
+        "--data",
+        metavar="NAME_OR_PATH",
+        default=None,
+        help="dataset name (see `pcmr list datasets`) or dataset folder (default: the run's data)",
+    )
+    parser.add_argument(
+        "--data-name",
+        default=None,
+        metavar="NAME",
+        help="dataset format of a --data folder (default: detected from its files)",
+    )
+    parser.add_argument(
+        "--split", default=None, help="split to evaluate (default: the run's eval.split, or test)"
+    )
+    parser.add_argument(
+        "--val-split",
+        default=None,
+        help="split used to select RGM's lambda (default: the run's data.val_split, or val)",
+    )
+    parser.add_argument(
+        "--similarity",
+        action="append",
+        metavar="NAMES",
+        help="comma-separated similarity names or 'all' (default: the run's eval.similarities: "
+        "cosine,wasserstein,match_prob,elk,kl); repeatable",
+    )
+    parser.add_argument(
+        "--rerank",
+        action="append",
+        metavar="NAMES",
+        help="comma-separated re-ranker names or 'all' (default: nns,is,csls,csls+rgm); repeatable",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME.OPTION=VALUE",
+        help="a similarity or re-ranker option, e.g. match_prob.a=12.5, is.beta=30, "
+        "csls.csls_k=10, csls+rgm.lam=2; repeatable",
+    )
     parser.add_argument("--vocab", default=None, help="vocab.json of the training run (model folders only)")
-    parser.add_argument("--out", default=None, metavar="DIR",
-                        help="output folder (default: RUN/eval-SPLIT for a run, ./eval-SPLIT otherwise)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output folder (default: RUN/eval-SPLIT for a run, ./eval-SPLIT otherwise)",
+    )
     parser.add_argument("--batch-size", type=int, default=None, help="items per encoding batch (default 256)")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     parser.add_argument("--progress", action="store_true", help="show progress bars while encoding")
@@ -166,9 +207,12 @@ def run(args: argparse.Namespace) -> int:
     eval_cfg = config.eval if config is not None else None
     split_name = args.split or (eval_cfg.split if eval_cfg else "test")
     val_name = args.val_split or (config.data.val_split if config is not None else "val")
-    similarities = parse_names(args.similarity) or (list(eval_cfg.similarities) if eval_cfg else
-                                                    list(DEFAULT_SIMILARITIES))
-    rerankers = parse_names(args.rerank) or (list(eval_cfg.rerankers) if eval_cfg else list(DEFAULT_RERANKERS))
+    similarities = parse_names(args.similarity) or (
+        list(eval_cfg.similarities) if eval_cfg else list(DEFAULT_SIMILARITIES)
+    )
+    rerankers = parse_names(args.rerank) or (
+        list(eval_cfg.rerankers) if eval_cfg else list(DEFAULT_RERANKERS)
+    )
     similarity_options = {k: dict(v) for k, v in loaded.similarity_options.items()}
     rerank_options: dict[str, dict[str, Any]] = {}
     for item in args.option:
@@ -176,17 +220,30 @@ def run(args: argparse.Namespace) -> int:
         target = similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
     needs_val = any("rgm" in r for r in rerankers) and not all(
-        "lam" in rerank_options.get(r, {}) for r in rerankers if "rgm" in r)
+        "lam" in rerank_options.get(r, {}) for r in rerankers if "rgm" in r
+    )
     split = split_of(split_name)
     val_split = split_of(val_name) if needs_val else None
     batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else 256)
-    out = Path(args.out) if args.out else (loaded.source / f"eval-{split_name}" if config is not None
-                                           else Path(f"eval-{split_name}"))
+    out = (
+        Path(args.out)
+        if args.out
+        else (loaded.source / f"eval-{split_name}" if config is not None else Path(f"eval-{split_name}"))
+    )
     result = evaluate_model(
-        loaded.model, split, loaded.vocab, similarities=similarities, rerankers=rerankers,
-        similarity_options=similarity_options, rerank_options=rerank_options, val_split=val_split,
-        batch_size=batch_size, device=args.device, progress=args.progress,
-        meta={"run": str(loaded.source)})
+        loaded.model,
+        split,
+        loaded.vocab,
+        similarities=similarities,
+        rerankers=rerankers,
+        similarity_options=similarity_options,
+        rerank_options=rerank_options,
+        val_split=val_split,
+        batch_size=batch_size,
+        device=args.device,
+        progress=args.progress,
+        meta={"run": str(loaded.source)},
+    )
     written = result.save(out)
     print(result.to_markdown())
     print(f"wrote {', '.join(str(p) for p in written.values())}")
