@@ -1,0 +1,105 @@
+"""`pcmr evaluate` and `pcmr search` end to end on a hand-made run folder (tiny shapes data)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from pcmr.cli import main
+
+SHAPES = dict(image_size=16, num_train=24, num_val=11, num_test=13, num_test_unseen=1, num_binary_selection=1,
+              cache=False)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run folder as `pcmr train` writes it: config.yaml, model/, vocab.json, similarity_options.json."""
+    from pcmr.data import Vocabulary, load_dataset
+    from pcmr.models import create_model, save_model
+    from pcmr.train.config import RunConfig, save_config
+
+    root = tmp_path_factory.mktemp("run")
+    config = RunConfig.from_dict({
+        "model": {"name": "pcme", "embed_dim": 4, "image_encoder": {"cnn_channels": [4, 8]},
+                  "text_encoder": {"word_dim": 8, "hidden_dim": 8}},
+        "loss": {"name": "pcme"},
+        "data": {"name": "shapes", "options": SHAPES},
+        "eval": {"similarities": ["cosine", "kl"], "rerankers": ["nns", "csls"]},
+    })
+    save_config(config, root / "config.yaml")
+    vocab = Vocabulary.from_split(load_dataset("shapes", "train", **SHAPES))
+    vocab.save(root / "vocab.json")
+    torch.manual_seed(0)
+    model = create_model("pcme", vocab_size=len(vocab), embed_dim=4, image_encoder={"cnn_channels": [4, 8]},
+                         text_encoder={"word_dim": 8, "hidden_dim": 8})
+    save_model(model, root / "model")
+    (root / "similarity_options.json").write_text(json.dumps({"match_prob": {"a": 3.0, "b": 1.0}}))
+    return root
+
+
+def test_evaluate_run_with_defaults_and_flags(run_dir, tmp_path, capsys):
+    assert main(["evaluate", str(run_dir), "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "| cosine | nns |" in out and "| kl | csls |" in out and "results.md" in out
+    rows = json.loads((tmp_path / "a" / "results.json").read_text())["rows"]
+    assert [(r["similarity"], r["rerank"]) for r in rows] == [
+        ("cosine", "nns"), ("cosine", "csls"), ("kl", "nns"), ("kl", "csls")]
+    assert main(["evaluate", str(run_dir), "--similarity", "match_prob", "--rerank", "nns,is",
+                 "--option", "is.beta=10", "--out", str(tmp_path / "b")]) == 0
+    data = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert [r["rerank"] for r in data["rows"]] == ["nns", "is"]
+    assert data["meta"]["similarity_options"]["match_prob"] == {"a": 3.0, "b": 1.0}  # learned options used
+    assert (tmp_path / "b" / "plots" / "uncertainty_r1.png").is_file()
+
+
+def test_evaluate_model_folder_needs_data(run_dir, tmp_path, capsys):
+    assert main(["evaluate", str(run_dir / "model"), "--similarity", "cosine", "--rerank", "nns",
+                 "--out", str(tmp_path)]) == 2
+    assert "--data is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--similarity", "dot"], "unknown similarity name(s) ['dot']; accepted: cosine"),
+    (["--rerank", "nns,hubless"], "unknown re-ranker name(s) ['hubless']; accepted: nns"),
+    (["--option", "oops"], "expected NAME.OPTION=VALUE"),
+    (["--data", "/no/such/folder"], "neither a dataset name"),
+])
+def test_evaluate_bad_input_is_one_line(run_dir, tmp_path, capsys, flags, message):
+    assert main(["evaluate", str(run_dir), "--out", str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_evaluate_missing_run_folder(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "nope")]) == 2
+    assert "folder not found" in capsys.readouterr().err
+
+
+def test_search_build_text_and_image(run_dir, tmp_path, capsys):
+    from PIL import Image
+
+    from pcmr.data import load_dataset
+
+    index = tmp_path / "index"
+    assert main(["search", str(index), "--build", str(run_dir), "--split", "test"]) == 0
+    assert "13 images, 65 captions" in capsys.readouterr().out
+    assert main(["search", str(index), "--text", "a red circle", "-k", "3", "--similarity", "kl"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("a red circle") and "[kl, nns]" in out[0]
+    assert len(out) == 2 + 3
+    split = load_dataset("shapes", "test", **SHAPES)
+    Image.fromarray(np.asarray(split.images.pixels[0])).save(tmp_path / "query.png")
+    assert main(["search", str(index), "--image", str(tmp_path / "query.png"), "-k", "2", "--rerank", "csls",
+                 "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert results[0]["rerank"] == "csls" and len(results[0]["results"]) == 2
+    assert all(isinstance(hit["text"], str) and hit["uncertainty"] is not None for hit in results[0]["results"])
+    assert main(["search", str(index), "--text", "x", "--similarity", "dot"]) == 2
+    assert "unknown similarity 'dot'" in capsys.readouterr().err
+    assert main(["search", str(tmp_path / "missing"), "--text", "x"]) == 2
+    assert "index folder not found" in capsys.readouterr().err
+    assert main(["search", str(index)]) == 2
+    assert "nothing to do" in capsys.readouterr().err

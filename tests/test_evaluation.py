@@ -1,0 +1,178 @@
+"""pcmr.evaluation: the table equals pcmr.metrics on the same scores; skips; names; encode_split."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pcmr import Gaussian
+from pcmr.evaluation import encode_split, evaluate_embeddings, evaluate_model
+from pcmr.evaluation.scoring import parse_reranker, rerank_topk
+
+KS = (1, 5, 10)
+
+
+def _data(n_img: int = 13, n_cap: int = 29, dim: int = 6, seed: int = 0, labels: bool = False):
+    gen = torch.Generator().manual_seed(seed)
+    images = Gaussian(torch.randn(n_img, dim, generator=gen), 0.4 * torch.randn(n_img, dim, generator=gen))
+    captions = Gaussian(torch.randn(n_cap, dim, generator=gen), 0.4 * torch.randn(n_cap, dim, generator=gen))
+    relevance = torch.rand(n_img, n_cap, generator=gen) < 0.15  # many-to-many
+    relevance[torch.arange(n_cap) % n_img, torch.arange(n_cap)] = True  # every caption has a source image
+    out = {"images": images, "captions": captions, "relevance": relevance}
+    if labels:
+        out["image_labels"] = torch.rand(n_img, 5, generator=gen) < 0.4
+        out["caption_labels"] = out["image_labels"][torch.arange(n_cap) % n_img]
+    return out
+
+
+def _val(seed: int = 1):
+    d = _data(n_img=11, n_cap=23, seed=seed)
+    return d["images"], d["captions"], d["relevance"]
+
+
+def test_table_equals_library_metrics_on_the_same_scores():
+    from pcmr.inference import csls, inverted_softmax, select_lambda
+    from pcmr.metrics import hubness_skewness, recall_at_k_from_topk, retrieval_metrics
+    from pcmr.similarity import pairwise
+
+    d = _data()
+    val = _val()
+    result = evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine", "kl"],
+                                 rerankers=["nns", "is", "csls", "csls+rgm"], val=val)
+    assert [(r["similarity"], r["rerank"]) for r in result.rows] == [
+        (s, r) for s in ("cosine", "kl") for r in ("nns", "is", "csls", "csls+rgm")]
+    for name in ("cosine", "kl"):
+        scores = pairwise(name, d["images"], d["captions"])  # [N_img, N_cap]
+        val_scores = pairwise(name, val[0], val[1])
+        directions = {"i2t": (scores, d["relevance"], val_scores, val[2]),
+                      "t2i": (scores.T, d["relevance"].T, val_scores.T, val[2].T)}
+        weightings = {"nns": lambda s: s, "is": lambda s: inverted_softmax(s, beta=30.0),
+                      "csls": lambda s: csls(s, k=10)}
+        for rerank in ("nns", "is", "csls"):
+            row = result.row(name, rerank)
+            skews = []
+            for direction, (s, rel, _, _) in directions.items():
+                weighted = weightings[rerank](s)
+                expected = retrieval_metrics(weighted, rel, ks=KS)
+                for k in KS:
+                    assert row[f"{direction}_R@{k}"] == pytest.approx(expected[f"R@{k}"], abs=1e-9)
+                assert row[f"{direction}_r_precision"] == pytest.approx(expected["r_precision"], abs=1e-9)
+                assert row[f"{direction}_map_at_r"] == pytest.approx(expected["map_at_r"], abs=1e-9)
+                skews += [hubness_skewness(weighted, k) for k in KS]
+            assert row["rsum"] == pytest.approx(sum(row[f"{d_}_R@{k}"] for d_ in directions for k in KS))
+            assert row["hs_sum"] == pytest.approx(sum(skews), abs=1e-9)
+        row = result.row(name, "csls+rgm")
+        for direction, (s, rel, vs, vrel) in directions.items():
+            lam = select_lambda(csls(vs, k=10), vrel, ks=KS, grid=(1.0, 1.5, 2.0, 3.0, 5.0, 10.0))
+            assert row[f"{direction}_lambda"] == pytest.approx(float(lam))
+            for k in KS:
+                lists, _ = rerank_topk("csls+rgm", s, k, lam=float(lam))
+                assert row[f"{direction}_R@{k}"] == pytest.approx(recall_at_k_from_topk(lists, rel, k=k), abs=1e-9)
+            assert row[f"{direction}_r_precision"] is None and row[f"{direction}_map_at_r"] is None
+        assert result.meta["selected_lambda"][f"{name}/csls+rgm/i2t"] == row["i2t_lambda"]
+
+
+def test_pmrp_columns_equal_library_pmrp():
+    from pcmr.metrics import pmrp
+    from pcmr.similarity import pairwise
+
+    d = _data(labels=True)
+    result = evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine"],
+                                 rerankers=["nns"], image_labels=d["image_labels"],
+                                 caption_labels=d["caption_labels"])
+    scores = pairwise("cosine", d["images"], d["captions"])
+    row = result.row("cosine", "nns")
+    expected = pmrp(scores, d["image_labels"], d["caption_labels"], zetas=(0, 1, 2))
+    for zeta in (0, 1, 2):
+        assert row[f"i2t_pmrp_{zeta}"] == pytest.approx(expected[f"pmrp_{zeta}"], abs=1e-9)
+    assert row["i2t_pmrp_mean"] == pytest.approx(expected["pmrp_mean"], abs=1e-9)
+    expected_t2i = pmrp(scores.T, d["caption_labels"], d["image_labels"], zetas=(0, 1, 2))
+    assert row["t2i_pmrp_mean"] == pytest.approx(expected_t2i["pmrp_mean"], abs=1e-9)
+
+
+def test_unsupported_similarities_are_skipped_with_a_reason():
+    d = _data()
+    images, captions = Gaussian.point(d["images"].mean), Gaussian.point(d["captions"].mean)
+    result = evaluate_embeddings(images, captions, d["relevance"], similarities=["cosine", "kl", "match_prob"],
+                                 rerankers=["nns"])
+    assert [r["similarity"] for r in result.rows] == ["cosine"]
+    reasons = {s["similarity"]: s["reason"] for s in result.skipped}
+    assert "needs image variances" in reasons["kl"]
+    assert "learned parameter(s) a, b" in reasons["match_prob"]
+    assert "kl / *: needs image variances" in result.to_markdown()
+    assert "uncertainty_r1" not in result.figures  # no variances, no decile plot
+    with_options = evaluate_embeddings(images, captions, d["relevance"], similarities=["match_prob"],
+                                       rerankers=["nns"], similarity_options={"match_prob": {"a": 5.0, "b": 1.0}})
+    assert with_options.rows[0]["similarity"] == "match_prob"
+    assert with_options.meta["similarity_options"]["match_prob"] == {"a": 5.0, "b": 1.0}
+
+
+def test_unknown_names_list_the_accepted_ones():
+    d = _data()
+    with pytest.raises(ValueError, match=r"unknown similarity name\(s\) \['dot'\]; accepted: cosine"):
+        evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["dot"])
+    with pytest.raises(ValueError, match=r"unknown re-ranker name\(s\) \['hubless'\]; accepted: nns"):
+        evaluate_embeddings(d["images"], d["captions"], d["relevance"], rerankers=["hubless"])
+    with pytest.raises(ValueError, match="needs a validation split"):
+        evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine"],
+                            rerankers=["rgm"])
+    with pytest.raises(ValueError, match="unknown re-ranker"):
+        parse_reranker("csls+is")
+
+
+def test_all_expands_and_figures_are_filled():
+    from pcmr.similarity import list_similarities
+
+    d = _data(n_img=17, n_cap=31, dim=2)
+    result = evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["all"],
+                                 rerankers=["nns", "rgm"], rerank_options={"rgm": {"lam": 2.0}},
+                                 similarity_options={"match_prob": {"a": 2.0, "b": 0.5}})
+    evaluated = {r["similarity"] for r in result.rows} | {s["similarity"] for s in result.skipped}
+    assert evaluated == set(list_similarities())
+    assert all(r["i2t_lambda"] == 2.0 for r in result.rows if r["rerank"] == "rgm")
+    series = result.figures["uncertainty_r1"]["series"]["cosine"]
+    assert len(series["i2t"]) == 10 and len(series["t2i"]) == 10
+    assert len(result.figures["embeddings_2d"]["image"]["mean"]) == 12
+    assert "cosine/nns" in result.figures["k_occurrence"]["series"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from pcmr.data import Vocabulary, load_dataset
+    from pcmr.models import create_model
+
+    opts = dict(image_size=16, num_train=24, num_val=11, num_test=13, num_test_unseen=1, num_binary_selection=1,
+                cache=False)
+    train, test, val = (load_dataset("shapes", s, **opts) for s in ("train", "test", "val"))
+    vocab = Vocabulary.from_split(train)
+    torch.manual_seed(0)
+    model = create_model("pcme", vocab_size=len(vocab), embed_dim=2, image_encoder={"cnn_channels": [4, 8]},
+                         text_encoder={"word_dim": 8, "hidden_dim": 8})
+    return model, test, val, vocab
+
+
+def test_encode_split_keeps_split_order(tiny):
+    model, test, _, vocab = tiny
+    images, captions = encode_split(model, test, vocab, batch_size=5)
+    assert (images.num, captions.num) == (test.num_images, test.num_captions)
+    assert model.training  # mode restored
+    model.eval()
+    with torch.no_grad():
+        batch = next(iter(test.image_loader(test.num_images)))
+        direct = model.encode_images(batch)
+    model.train()
+    order = torch.argsort(batch["image_index"])
+    torch.testing.assert_close(images.mean, direct.mean[order])
+
+
+def test_evaluate_model_end_to_end(tiny, tmp_path):
+    model, test, val, vocab = tiny
+    result = evaluate_model(model, test, vocab, val_split=val, similarities=["cosine", "kl", "match_prob"],
+                            rerankers=["nns", "csls+rgm"], out_dir=tmp_path, device="cpu")
+    assert {(r["similarity"], r["rerank"]) for r in result.rows} == {
+        (s, r) for s in ("cosine", "kl") for r in ("nns", "csls+rgm")}
+    assert result.row("cosine", "nns")["i2t_pmrp_mean"] is not None  # shapes has class labels
+    assert result.meta["dataset"] == "shapes" and result.meta["split"] == "test"
+    for name in ("uncertainty_r1", "k_occurrence", "uncertainty_vs_corruption", "embeddings_2d"):
+        assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 0, name
+    assert (tmp_path / "results.md").read_text().count("| cosine |") == 2
