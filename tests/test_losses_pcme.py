@@ -230,3 +230,13 @@ def test_csd_module_release_scaling_and_extreme_logits():
     (grad,) = torch.autograd.grad(loss, far.mean)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
     assert loss.item() == pytest.approx((50.0 + 50.0 + 50.0 + 50.0) / 4, rel=1e-6)
+
+
+def test_pcme_without_uniformity_skips_the_term_and_bad_samples_raise():
+    image, caption, positives, _ = make_pair(seed=8)
+    terms = create_loss("pcme", lambda_unif=0.0, num_samples=2).double()(
+        image=image, caption=caption, positives=positives
+    )
+    assert "uniformity" not in terms and torch.isfinite(terms["loss"])
+    with pytest.raises(ValueError, match=r"image_samples must have shape \[5, J, 4\]"):
+        soft_contrastive_loss(image, caption, positives, 1.0, 0.0, image_samples=torch.zeros(5, 2, 3, dtype=DT))

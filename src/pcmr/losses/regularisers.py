@@ -57,8 +57,9 @@ def uniformity_loss(embeddings: Tensor, t: float = 2.0) -> Tensor:
 
         L_unif = log( mean_{z != z'} exp(-t |z - z'|^2) ),   t = 2
 
-    over all unordered pairs of distinct points (a monotone transform of eq.A.1
-    without its constant self-pairs), computed with ``logsumexp``.
+    over all pairs of distinct points (a monotone transform of eq.A.1 without its
+    constant self-pairs; ordered and unordered pairs give the same mean), computed
+    with ``logsumexp`` on one ``[N*J, N*J]`` matrix.
 
     Args:
         embeddings: ``[N, D]`` or ``[N, J, D]`` (samples are flattened to ``N * J`` points).
@@ -75,7 +76,7 @@ def uniformity_loss(embeddings: Tensor, t: float = 2.0) -> Tensor:
     if num < 2:
         return points.sum() * 0.0
     squared_norms = points.pow(2).sum(dim=1)  # [N*J]
-    squared = squared_norms.unsqueeze(1) + squared_norms.unsqueeze(0) - 2.0 * points @ points.t()
-    first, second = torch.triu_indices(num, num, offset=1, device=points.device)
-    pair_squared = squared[first, second].clamp_min(0.0)  # [num * (num - 1) / 2]
-    return torch.logsumexp(-t * pair_squared, dim=0) - math.log(pair_squared.numel())
+    squared = (squared_norms.unsqueeze(1) + squared_norms.unsqueeze(0) - 2.0 * points @ points.t()).clamp_min(0.0)
+    off_diagonal = ~torch.eye(num, dtype=torch.bool, device=points.device)  # [N*J, N*J]
+    exponents = (-t * squared).masked_fill(~off_diagonal, float("-inf"))  # ordered pairs z != z'
+    return torch.logsumexp(exponents.flatten(), dim=0) - math.log(num * (num - 1))

@@ -70,12 +70,17 @@ def _check_samples(name: str, samples: Tensor, gaussian: Gaussian) -> None:
 
 
 def draw_samples(
-    gaussian: Gaussian, num_samples: int, generator: torch.Generator | None = None, samples: Tensor | None = None
+    gaussian: Gaussian,
+    num_samples: int,
+    generator: torch.Generator | None = None,
+    samples: Tensor | None = None,
+    name: str = "samples",
 ) -> Tensor:
-    """``samples`` when given (checked), else ``gaussian.sample(num_samples)``; a point
-    embedding gives its mean once (``[N, 1, D]``), as all its samples are equal."""
+    """``samples`` when given (checked; errors call it ``name``), else
+    ``gaussian.sample(num_samples)``; a point embedding gives its mean once
+    (``[N, 1, D]``), as all its samples are equal."""
     if samples is not None:
-        _check_samples("samples", samples, gaussian)
+        _check_samples(name, samples, gaussian)
         return samples
     if gaussian.is_point:
         return gaussian.mean.unsqueeze(1)  # [N, 1, D]
@@ -114,8 +119,8 @@ def soft_contrastive_loss(
 
     check_gaussian_pair(image, caption, positives)
     check_choice("reduction", reduction, ("mean", "sum"))
-    image_samples = draw_samples(image, num_samples, generator, image_samples)  # [B_img, J, D]
-    caption_samples = draw_samples(caption, num_samples, generator, caption_samples)  # [B_cap, K, D]
+    image_samples = draw_samples(image, num_samples, generator, image_samples, "image_samples")  # [B_img, J, D]
+    caption_samples = draw_samples(caption, num_samples, generator, caption_samples, "caption_samples")  # [B_cap, K, D]
     distances = sampled_pair_distances(image_samples, caption_samples)  # [B_img, B_cap, J, K]
     log_p, log_not_p = match_log_probabilities(distances, a, b)  # [B_img, B_cap]
     nll = -torch.where(positives, log_p, log_not_p)  # [B_img, B_cap]
@@ -162,7 +167,8 @@ class PcmeLoss(RetrievalLoss):
     * ``kl_prior``: the KL of every Gaussian of the batch to ``N(0, I)``, summed over
       instances of both modalities (point embeddings contribute 0);
     * ``uniformity``: Wang & Isola's log-mean-exp form of PCME eq.A.1 over all drawn
-      samples of both modalities (all pairs; the release subsamples 128 points).
+      samples of both modalities (all pairs; the release subsamples 128 points); only
+      computed, and only reported, when ``lambda_unif > 0``.
 
     Holds the learnable ``a`` (softplus-parametrised) and ``b``; the optimiser must
     include this module's parameters. Optional inputs: ``generator``,
@@ -192,8 +198,8 @@ class PcmeLoss(RetrievalLoss):
     ) -> dict[str, Tensor]:
         check_gaussian_pair(image, caption, positives)
         cfg = self.config
-        image_samples = draw_samples(image, cfg.num_samples, generator, image_samples)  # [B_img, J, D]
-        caption_samples = draw_samples(caption, cfg.num_samples, generator, caption_samples)  # [B_cap, K, D]
+        image_samples = draw_samples(image, cfg.num_samples, generator, image_samples, "image_samples")  # [B_img, J, D]
+        caption_samples = draw_samples(caption, cfg.num_samples, generator, caption_samples, "caption_samples")  # [B_cap, K, D]
         a, b = self.match_scale.a, self.match_scale.b
         matching = 2.0 * soft_contrastive_loss(
             image, caption, positives, a, b,
@@ -203,18 +209,10 @@ class PcmeLoss(RetrievalLoss):
         for gaussian in (image, caption):
             if not gaussian.is_point:
                 kl = kl + kl_prior_loss(gaussian, reduction="sum")
-        all_samples = torch.cat([image_samples.flatten(0, 1), caption_samples.flatten(0, 1)])  # [B_img J + B_cap K, D]
+        terms = {"soft_contrastive": matching, "kl_prior": kl}
+        total = matching + cfg.lambda_kl * kl
         if cfg.lambda_unif > 0:
-            uniformity = uniformity_loss(all_samples, cfg.uniformity_t)
-        else:
-            with torch.no_grad():
-                uniformity = uniformity_loss(all_samples, cfg.uniformity_t)
-        total = matching + cfg.lambda_kl * kl + cfg.lambda_unif * uniformity
-        return {
-            "loss": total,
-            "soft_contrastive": matching,
-            "kl_prior": kl,
-            "uniformity": uniformity,
-            "a": a.detach(),
-            "b": b.detach(),
-        }
+            all_samples = torch.cat([image_samples.flatten(0, 1), caption_samples.flatten(0, 1)])  # [B_img J + B_cap K, D]
+            terms["uniformity"] = uniformity_loss(all_samples, cfg.uniformity_t)
+            total = total + cfg.lambda_unif * terms["uniformity"]
+        return {"loss": total, **terms, "a": a.detach(), "b": b.detach()}
