@@ -2,10 +2,42 @@
 
 Exact, vectorised over blocks of queries, memory-bounded, on the device of the inputs.
 Definitions: SPEC §6. Tie rule: among equal scores the lower gallery index ranks first.
+Protocols and differences from eccv-caption: docs/metrics.md.
 """
 
 from __future__ import annotations
 
+from pcmr.metrics._relevance import SparseRelevance
+from pcmr.metrics.extra_positives import ExtraPositives, coco_5k_test_ids, load_extra_positives
+from pcmr.metrics.hubness import hubness_skewness, hubness_sum, k_occurrence, k_occurrences, skewness
+from pcmr.metrics.pmrp import pmrp
+from pcmr.metrics.protocols import evaluate_coco, evaluate_retrieval, fold_indices
+from pcmr.metrics.ranking import first_positive_ranks, per_query_metrics, retrieval_metrics
+from pcmr.metrics.report import MetricsReport
+from pcmr.metrics.scan import PerQueryMetrics
 from pcmr.metrics.topk import recall_at_k_from_topk
+from pcmr.metrics.uncertainty import binary_selection_accuracy, recall_by_uncertainty
 
-__all__ = ["recall_at_k_from_topk"]
+__all__ = [
+    "ExtraPositives",
+    "MetricsReport",
+    "PerQueryMetrics",
+    "SparseRelevance",
+    "binary_selection_accuracy",
+    "coco_5k_test_ids",
+    "evaluate_coco",
+    "evaluate_retrieval",
+    "first_positive_ranks",
+    "fold_indices",
+    "hubness_skewness",
+    "hubness_sum",
+    "k_occurrence",
+    "k_occurrences",
+    "load_extra_positives",
+    "per_query_metrics",
+    "pmrp",
+    "recall_at_k_from_topk",
+    "recall_by_uncertainty",
+    "retrieval_metrics",
+    "skewness",
+]

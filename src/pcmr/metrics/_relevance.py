@@ -60,6 +60,26 @@ class SparseRelevance:
         row = torch.repeat_interleave(torch.arange(stop - start, device=self.indptr.device), counts)
         return row, self.indices[lo:hi]
 
+    def select(self, query_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Positives of the queries ``query_ids [b]`` as (position in query_ids [n], gallery ids [n])."""
+        starts = self.indptr[query_ids]
+        counts = self.indptr[query_ids + 1] - starts
+        total = int(counts.sum())
+        row = torch.repeat_interleave(torch.arange(query_ids.numel(), device=starts.device), counts,
+                                      output_size=total)
+        offsets = torch.cumsum(counts, 0) - counts  # [b] start of each query's run in the output
+        within = torch.arange(total, device=starts.device) - offsets[row]
+        return row, self.indices[starts[row] + within]
+
+    def submatrix(self, query_ids: Tensor, gallery_ids: Tensor) -> SparseRelevance:
+        """The relation restricted to ``query_ids [b]`` x ``gallery_ids [m]``, re-indexed ``[b, m]``."""
+        local = torch.full((self.num_gallery,), -1, dtype=torch.long, device=self.indptr.device)
+        local[gallery_ids] = torch.arange(gallery_ids.numel(), device=local.device)
+        row, col = self.select(query_ids)
+        col = local[col]
+        keep = col >= 0
+        return from_pairs(row[keep], col[keep], query_ids.numel(), gallery_ids.numel())
+
     def dense_rows(self, start: int, stop: int) -> Tensor:
         """Dense boolean block ``[stop - start, G]``."""
         row, col = self.rows(start, stop)

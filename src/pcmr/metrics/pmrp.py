@@ -1,0 +1,110 @@
+"""Plausible-Match R-Precision (PMRP; PCME §4.1.1 and App. C.1, SPEC §6).
+
+A gallery item is a plausible match of a query when their binary class-label vectors differ in
+at most ``zeta`` positions (Hamming distance). PMRP is the R-Precision under that relation,
+reported for zeta = 0, 1, 2 and their mean. Hamming distances come from one matmul per block,
+``|a| + |b| - 2 a.b``; no per-pair object is made, and the relation is never stored whole.
+Unlabelled items (all-zero label vector; COCO: 48 test images) are skipped as queries and are
+never positives in the gallery (they still occupy ranks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from pcmr.metrics._blocks import block_rows, ordered_topk, precision_at_r_block, query_blocks
+from pcmr.metrics._relevance import check_scores
+
+
+def _check_labels(labels: Tensor, num: int, name: str, other: int | None = None) -> Tensor:
+    if not isinstance(labels, Tensor) or labels.dim() != 2 or labels.shape[0] != num:
+        shape = tuple(labels.shape) if isinstance(labels, Tensor) else type(labels).__name__
+        raise ValueError(f"{name} must be a bool tensor [{num}, C] (one label vector per item), got {shape}")
+    if labels.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor (binary class labels), got dtype {labels.dtype}")
+    if other is not None and labels.shape[1] != other:
+        raise ValueError(f"{name} has {labels.shape[1]} classes, the other side {other}; they must agree")
+    return labels
+
+
+def _pmrp_direction(scores: Tensor, query_labels: Tensor, gallery_labels: Tensor, zetas: Sequence[int],
+                    block_size: int | None) -> dict[str, float]:
+    """PMRP of the rows of ``scores [Q, G]``; labels bool ``[Q, C]``, ``[G, C]``."""
+    num_queries, num_gallery = scores.shape
+    device = scores.device
+    dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    query_f = query_labels.to(device=device, dtype=dtype)  # [Q, C]
+    gallery_f = gallery_labels.to(device=device, dtype=dtype)  # [G, C]
+    query_size = query_f.sum(1)  # [Q]
+    gallery_size = gallery_f.sum(1)  # [G]
+    gallery_labelled = gallery_size > 0
+    rows = block_rows(num_gallery, block_size)
+
+    def hamming(query_ids: Tensor) -> Tensor:  # [b, G], exact small integers
+        return query_size[query_ids, None] + gallery_size[None, :] - 2 * query_f[query_ids] @ gallery_f.T
+
+    # Pass 1: R per query and zeta, to group queries of similar R into blocks.
+    counts = torch.zeros(len(zetas), num_queries, dtype=torch.long, device=device)
+    for start, stop in query_blocks(num_queries, rows):
+        query_ids = torch.arange(start, stop, device=device)
+        distance = hamming(query_ids)
+        for z, zeta in enumerate(zetas):
+            counts[z, start:stop] = ((distance <= zeta) & gallery_labelled).sum(1)
+    labelled = query_size > 0
+    counts[:, ~labelled] = 0
+    widest = counts.max(dim=0).values  # [Q]
+    order = torch.sort(widest, stable=True).indices
+    order = order[widest[order] > 0]
+    precision = torch.zeros(len(zetas), num_queries, dtype=torch.float64, device=device)
+    for start, stop in query_blocks(order.numel(), rows):
+        query_ids = order[start:stop]
+        block = scores.index_select(0, query_ids)  # [b, G]
+        _, top = ordered_topk(block, int(widest[query_ids].max()))  # [b, width]
+        near = hamming(query_ids).gather(1, top)  # [b, width]
+        top_labelled = gallery_labelled[top]
+        for z, zeta in enumerate(zetas):
+            count = counts[z, query_ids]
+            rp, _ = precision_at_r_block((near <= zeta) & top_labelled, count.clamp(min=1))
+            precision[z, query_ids] = torch.where(count > 0, rp, torch.zeros_like(rp))
+    out = {}
+    for z, zeta in enumerate(zetas):
+        valid = counts[z] > 0
+        out[f"pmrp@{zeta}"] = 100.0 * float(precision[z, valid].mean()) if bool(valid.any()) else float("nan")
+    out["pmrp"] = sum(out[f"pmrp@{zeta}"] for zeta in zetas) / len(zetas)
+    out["num_skipped"] = float(num_queries - int(labelled.sum()))
+    return out
+
+
+def pmrp(
+    scores: Tensor,
+    image_labels: Tensor,
+    caption_labels: Tensor,
+    *,
+    zetas: Sequence[int] = (0, 1, 2),
+    block_size: int | None = None,
+) -> dict[str, dict[str, float]]:
+    """PMRP of both directions of ``scores [N_img, N_cap]`` (PCME §4.1.1, App. C.1).
+
+    Args:
+        scores: image-caption scores, higher = more similar.
+        image_labels: bool ``[N_img, C]`` class-label vectors (COCO: 80 instance classes).
+        caption_labels: bool ``[N_cap, C]`` (COCO: the labels of the caption's image).
+        zetas: Hamming thresholds.
+
+    Returns ``{"i2t": {...}, "t2i": {...}}`` with ``"pmrp@zeta"`` per zeta, their mean ``"pmrp"``
+    (percent) and ``"num_skipped"`` (unlabelled queries).
+    """
+    scores = check_scores(scores)
+    num_images, num_captions = scores.shape
+    image_labels = _check_labels(image_labels, num_images, "image_labels")
+    caption_labels = _check_labels(caption_labels, num_captions, "caption_labels", image_labels.shape[1])
+    zetas = tuple(zetas)
+    if not zetas or any(isinstance(z, bool) or not isinstance(z, int) or z < 0 for z in zetas):
+        raise ValueError(f"zetas must be non-negative integers, got {zetas!r}")
+    return {
+        "i2t": _pmrp_direction(scores, image_labels, caption_labels, zetas, block_size),
+        "t2i": _pmrp_direction(scores.T, caption_labels, image_labels, zetas, block_size),
+    }

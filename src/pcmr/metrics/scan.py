@@ -1,0 +1,147 @@
+"""One blocked pass over a score matrix that serves several relevance relations at once.
+
+A pass reads each block of query rows once and, for every *target* (a relevance relation with
+its options), computes the rank of the best positive, R-Precision and MAP@R, and optionally the
+k-occurrence counts N_k used by hubness. The ordered top list of each block is computed once
+with the width the targets need. Works on a transposed view too (text->image on ``S.T``), one
+block copy at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from pcmr.metrics._blocks import (
+    block_rows,
+    first_positive_ranks_block,
+    ordered_topk,
+    precision_at_r_block,
+    query_blocks,
+)
+from pcmr.metrics._relevance import SparseRelevance
+
+# Sort queries by the top-list width they need when the widest exceeds this (PMRP-like R).
+_SORT_WIDTH = 64
+
+
+@dataclass(frozen=True)
+class Target:
+    """A relevance relation evaluated during a pass.
+
+    relevant: CSR relation ``[Q, G]`` on the scores' device. num_missing: ``[Q]`` positives outside
+    the gallery (they count in R, eccv-caption convention) or None. exact_ranks: count the exact
+    rank of the best positive (needed for median/mean rank); otherwise it is read from the top
+    list and known only up to ``rank_limit``. precision: compute R-Precision and MAP@R.
+    rank_limit: the largest K of R@K needed when ranks are not exact.
+    """
+
+    relevant: SparseRelevance
+    num_missing: Tensor | None = None
+    exact_ranks: bool = True
+    precision: bool = True
+    rank_limit: int = 0
+
+    def num_positives(self) -> Tensor:
+        counts = self.relevant.counts()
+        return counts if self.num_missing is None else counts + self.num_missing
+
+
+@dataclass(frozen=True)
+class PerQueryMetrics:
+    """Per-query results of one target (all ``[Q]``).
+
+    ranks: 1-based rank of the best-ranked positive; 0 if no positive is in the gallery; when
+    not exact (``rank_limit`` set) a rank above the limit is stored as ``rank_limit + 1``.
+    num_positives: R (0: query skipped). r_precision / map_at_r: in [0, 1], NaN where not computed.
+    """
+
+    ranks: Tensor
+    num_positives: Tensor
+    r_precision: Tensor
+    map_at_r: Tensor
+    rank_limit: int | None = None
+
+    @property
+    def valid(self) -> Tensor:
+        """Queries with at least one positive, bool ``[Q]``."""
+        return self.num_positives > 0
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    per_query: list[PerQueryMetrics]
+    k_occurrence: dict[int, Tensor]  # k -> N_k [G]
+
+
+def _needed_width(target: Target, num_positives: Tensor, num_gallery: int) -> Tensor:
+    """Top-list width each query needs for this target, ``[Q]``."""
+    width = torch.zeros_like(num_positives)
+    if target.precision:
+        width = torch.maximum(width, num_positives)
+    if not target.exact_ranks:
+        width = torch.where(num_positives > 0, width.clamp(min=target.rank_limit), width)
+    return width.clamp(max=num_gallery)
+
+
+def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int] = (),
+         block_size: int | None = None) -> ScanResult:
+    """Evaluate every target (and N_k for each k in ``hubness_ks``) in one pass over ``scores [Q, G]``.
+
+    ``scores`` is assumed checked (finite-or-inf floats, 2-D); it may be a transposed view.
+    """
+    num_queries, num_gallery = scores.shape
+    device = scores.device
+    positives = [t.num_positives() for t in targets]
+    widths = torch.zeros(num_queries, dtype=torch.long, device=device)
+    for target, count in zip(targets, positives):
+        widths = torch.maximum(widths, _needed_width(target, count, num_gallery))
+    hub_width = min(max(hubness_ks, default=0), num_gallery)
+    widths = widths.clamp(min=hub_width)
+    order = None
+    if num_queries and int(widths.max()) > _SORT_WIDTH:
+        order = torch.sort(widths, stable=True).indices
+    ranks = [torch.zeros(num_queries, dtype=torch.long, device=device) for _ in targets]
+    r_precision = [torch.full((num_queries,), float("nan"), dtype=torch.float64, device=device) for _ in targets]
+    map_at_r = [torch.full_like(r, float("nan")) for r in r_precision]
+    k_occurrence = {int(k): torch.zeros(num_gallery, dtype=torch.long, device=device) for k in hubness_ks}
+    for start, stop in query_blocks(num_queries, block_rows(num_gallery, block_size)):
+        if order is None:
+            query_ids = torch.arange(start, stop, device=device)
+            block = scores[start:stop].contiguous()  # [b, G]
+        else:
+            query_ids = order[start:stop]
+            block = scores.index_select(0, query_ids)  # [b, G]
+        width = int(widths[query_ids].max())
+        top = ordered_topk(block, width)[1] if width > 0 else None  # [b, width]
+        for i, target in enumerate(targets):
+            row, col = target.relevant.select(query_ids)
+            count = positives[i][query_ids]  # [b]
+            top_relevant = None
+            if top is not None and (target.precision or not target.exact_ranks):
+                dense = torch.zeros(block.shape, dtype=torch.bool, device=device)
+                dense[row, col] = True
+                top_relevant = dense.gather(1, top)  # [b, width]
+            if target.exact_ranks:
+                ranks[i][query_ids] = first_positive_ranks_block(block, row, col)
+            elif top_relevant is not None:
+                found = top_relevant.any(dim=1)
+                first = top_relevant.to(torch.uint8).argmax(dim=1) + 1
+                miss = torch.where(target.relevant.counts()[query_ids] > 0, target.rank_limit + 1, 0)
+                ranks[i][query_ids] = torch.where(found, first, miss)
+            if target.precision and top_relevant is not None:
+                rp, mp = precision_at_r_block(top_relevant, count.clamp(min=1))
+                keep = count > 0
+                r_precision[i][query_ids[keep]] = rp[keep]
+                map_at_r[i][query_ids[keep]] = mp[keep]
+        for k, counts in k_occurrence.items():
+            counts += torch.bincount(top[:, :k].reshape(-1), minlength=num_gallery)
+    per_query = [
+        PerQueryMetrics(ranks[i], positives[i], r_precision[i], map_at_r[i],
+                        None if t.exact_ranks else t.rank_limit)
+        for i, t in enumerate(targets)
+    ]
+    return ScanResult(per_query, k_occurrence)
