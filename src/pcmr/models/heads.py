@@ -39,11 +39,13 @@ def bound_logvar(raw: Tensor, lo: float, hi: float) -> Tensor:
     """Smoothly map ``raw`` log-variances into ``[log lo, log hi]`` (variances in ``[lo, hi]``).
 
     ``c + h * tanh((raw - c) / h)``, ``c = (log lo + log hi) / 2``, ``h = (log hi - log lo) / 2``:
-    slope 1 at ``c``, never outside the bounds, gradients everywhere. Same shape as ``raw``.
+    slope 1 at ``c``, never outside the bounds (a final clamp removes rounding at full
+    saturation), gradients everywhere. Same shape as ``raw``.
     """
     log_lo, log_hi = math.log(lo), math.log(hi)
     centre, half = 0.5 * (log_lo + log_hi), 0.5 * (log_hi - log_lo)
-    return centre + half * torch.tanh((raw - centre) / half)
+    bounded = centre + half * torch.tanh((raw - centre) / half)
+    return bounded.clamp(log_lo, log_hi)  # only rounding at full saturation, where tanh' = 0 already
 
 
 class AttentionPool(nn.Module):
