@@ -129,6 +129,7 @@ class Trainer:
             "best_metric": None,
             "best_epoch": None,
             "history": [],
+            "epoch_totals": {},
         }
 
     # ------------------------------------------------------------------ state
@@ -224,7 +225,9 @@ class Trainer:
         self.loss_fn.train()
         skip = self.progress["step_in_epoch"]
         loader = self._epoch_loader(epoch, skip)
-        totals: dict[str, float] = {}
+        if skip == 0:
+            self.progress["epoch_totals"] = {}
+        totals: dict[str, float] = self.progress.setdefault("epoch_totals", {})  # sums over the epoch's steps
         count = 0
         bar = None
         if train.progress:
@@ -262,7 +265,8 @@ class Trainer:
                 self._save_checkpoint()
         if bar is not None:
             bar.close()
-        return {name: value / max(count, 1) for name, value in totals.items()}
+        steps = self.progress["step_in_epoch"]
+        return {name: value / max(steps, 1) for name, value in totals.items()}
 
     def _validate_and_select(self, epoch: int) -> dict[str, float] | None:
         train = self.config.train

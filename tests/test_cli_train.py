@@ -1,0 +1,173 @@
+"""The pcmr command line for training: end-to-end run, bad input -> one line + non-zero exit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pcmr.cli import main
+from pcmr.train.checkpoint import CheckpointError, load_latest_checkpoint
+
+TINY_DATA = (
+    "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
+    "image_size: 32, cache_dir: CACHE}"
+)
+TINY = [
+    "data.batch_size=10",
+    "train.epochs=1",
+    "train.max_steps_per_epoch=2",
+    "model.embed_dim=8",
+    "model.text_encoder={word_dim: 8, hidden_dim: 8}",
+    "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
+]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("shapes-cache")
+
+
+def tiny_args(cache_dir, extra=()):
+    args = []
+    for item in [TINY_DATA.replace("CACHE", str(cache_dir)), *TINY, *extra]:
+        args += ["--set", item]
+    return args + ["--no-progress"]
+
+
+def run_cli(capsys, argv):
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_train_writes_run_folder(tmp_path, cache_dir, capsys):
+    status, out, err = run_cli(
+        capsys, ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run", *tiny_args(cache_dir)]
+    )
+    assert status == 0, err
+    run_dir = tmp_path / "run"
+    assert f"run folder: {run_dir}" in out and f"pcmr evaluate {run_dir}" in out
+    for name in ("config.yaml", "run.json", "log.jsonl", "vocab.json", "similarity_options.json"):
+        assert (run_dir / name).is_file(), name
+    for name in ("model", "model_last"):
+        assert (run_dir / name / "config.json").is_file()
+        assert (run_dir / name / "vocabulary.json").is_file()
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary["status"] == "finished" and summary["best_epoch"] == 1
+    assert summary["trained_similarity"] == "cosine"
+    assert json.loads((run_dir / "similarity_options.json").read_text()) == {"cosine": {}}
+    events = [json.loads(line)["event"] for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    assert events[0] == "start" and "epoch" in events and events[-1] == "finished"
+    assert load_latest_checkpoint(run_dir / "checkpoints").state["progress"]["epoch"] == 1
+    # an existing run folder is never overwritten
+    status, _, err = run_cli(capsys, ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run"])
+    assert status == 2 and "already exists" in err
+
+
+def test_pcme_learns_match_prob_options(tmp_path, cache_dir, capsys):
+    status, _, err = run_cli(
+        capsys, ["train", "pcme", "--out", str(tmp_path), "--name", "run", *tiny_args(cache_dir)]
+    )
+    assert status == 0, err
+    options = json.loads((tmp_path / "run" / "similarity_options.json").read_text())
+    assert set(options) == {"match_prob"} and set(options["match_prob"]) >= {"a", "b"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["train.lrr=1"], "unknown config key 'train.lrr'; accepted keys in train:"),
+        (["train.epochs=abc"], "config key 'train.epochs' expects an integer, got 'abc'"),
+        (
+            ["data.name=coco", "data.root=/nonexistent/coco"],
+            "dataset folder /nonexistent/coco does not exist",
+        ),
+        (["loss.similarity=cosinus"], "cosinus"),
+        (["train.select_similarity=cosinus"], "config key 'train.select_similarity': unknown name 'cosinus'"),
+        (["eval.similarities=[cosine, cosinus]"], "config key 'eval.similarities': unknown name 'cosinus'"),
+        (["model.name=pcmee"], "config key 'model.name': unknown name 'pcmee'; accepted:"),
+        (["model.embed_dimm=8"], "embed_dimm"),
+        (["train.optimizer=lbfgs"], "config key 'train.optimizer' expects one of"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, capsys, overrides, expected):
+    argv = ["train", "vsepp_max", "--out", str(tmp_path), "--name", "bad", "--no-progress"]
+    for item in overrides:
+        argv += ["--set", item]
+    status, out, err = run_cli(capsys, argv)
+    assert status == 2
+    assert err.startswith("pcmr train: error: ") and expected in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "bad").exists()  # no half-made run folder
+
+
+def test_unknown_recipe_and_missing_file(tmp_path, capsys):
+    status, _, err = run_cli(capsys, ["train", "pcmee"])
+    assert status == 2 and "unknown recipe 'pcmee'" in err and "pcme_mu_only" in err
+    status, _, err = run_cli(capsys, ["train", str(tmp_path / "missing.yaml")])
+    assert status == 2 and "config file not found" in err
+    status, _, err = run_cli(capsys, ["train"])
+    assert status == 2 and "give a recipe" in err
+
+
+def test_resume_errors(tmp_path, capsys):
+    status, _, err = run_cli(capsys, ["train", "--resume", str(tmp_path)])
+    assert status == 2 and "not a run folder" in err
+    status, _, err = run_cli(capsys, ["train", "pcme", "--resume", str(tmp_path)])
+    assert status == 2 and "not both" in err
+
+
+def test_debug_shows_traceback(tmp_path):
+    from pcmr.train import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown config key"):
+        main(["--debug", "train", "vsepp_max", "--set", "train.lrr=1"])
+    with pytest.raises(ConfigError, match="unknown config key"):
+        main(["train", "vsepp_max", "--set", "train.lrr=1", "--debug"])
+
+
+def test_corrupted_checkpoint_on_resume(tmp_path, cache_dir, capsys):
+    status, _, err = run_cli(
+        capsys,
+        [
+            "train",
+            "vsepp_max",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "run",
+            *tiny_args(cache_dir, ["train.epochs=2", "train.keep_checkpoints=2"]),
+        ],
+    )
+    assert status == 0, err
+    checkpoints = tmp_path / "run" / "checkpoints"
+    newest = sorted(checkpoints.glob("step-*"))[-1]
+    weights = newest / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    status, _, err = run_cli(capsys, ["train", "--resume", str(tmp_path / "run")])
+    assert status == 2 and str(weights) in err and "truncated or corrupted" in err and err.count("\n") == 1
+    with pytest.raises(CheckpointError):
+        load_latest_checkpoint(checkpoints)
+    assert (sorted(checkpoints.glob("step-*"))[0] / "weights.safetensors").is_file()  # previous one kept
+
+
+def test_list_recipes(capsys):
+    status, out, _ = run_cli(capsys, ["list", "recipes"])
+    names = out.split()
+    assert status == 0
+    for name in (
+        "pcme",
+        "pcme_mu_only",
+        "vsepp_sum",
+        "vsepp_max",
+        "hal",
+        "max_hal",
+        "calibpe",
+        "pcmepp_csd",
+        "gce",
+        "gie",
+        "gcie_kl",
+        "probvse_wasserstein_spherical_one_value",
+    ):
+        assert name in names
