@@ -1,0 +1,20 @@
+"""Datasets for cross-modal retrieval: the built-in "shapes" benchmark, real formats, text, batching.
+
+Entry points: :func:`load_dataset` / :func:`list_datasets` return a
+:class:`RetrievalSplit` (images, captions, exact relevance, PMRP labels and the
+loader factories that yield the batch dicts of the team contract);
+:class:`Vocabulary` and :func:`tokenize` handle text.
+"""
+
+from pcmr.data.augment import drop_words, erase_image, occlusion_series, word_erasure_series
+from pcmr.data.errors import DataError, MissingDataError, SkippedItem
+from pcmr.data.images import ArrayImages, FeatureImages, FileImages, ImageSource
+from pcmr.data.registry import list_datasets, load_dataset
+from pcmr.data.relevance import Relevance
+from pcmr.data.split import RetrievalSplit
+from pcmr.data.text import SPECIAL_TOKENS, Vocabulary, tokenize
+
+__all__ = ["load_dataset", "list_datasets", "RetrievalSplit", "Relevance", "Vocabulary", "tokenize",
+           "SPECIAL_TOKENS", "DataError", "MissingDataError", "SkippedItem", "ImageSource", "ArrayImages",
+           "FileImages", "FeatureImages", "erase_image", "drop_words", "occlusion_series", "word_erasure_series"]
+

@@ -1,0 +1,195 @@
+"""Datasets, samplers and collate functions producing the CONTRACTS batch dict.
+
+Training items are (source image, caption) pairs addressed by caption index. The
+batch sampler yields ``(caption_index, item_seed)`` tuples, so augmentation is
+deterministic from ``seed`` whatever the number of workers. The collate merges
+repeated images and fills ``"relevance"`` from the split's *true* relation:
+a caption may be relevant to several images of the batch (many-to-many data,
+class-level CUB relevance), not only to its source image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from pcmr.data.augment import drop_words, erase_image
+from pcmr.data.relevance import Relevance
+from pcmr.data.text import PAD_ID, Vocabulary
+
+if TYPE_CHECKING:
+    from pcmr.data.split import RetrievalSplit
+
+__all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "ImageDataset", "CaptionDataset",
+           "collate_images", "collate_captions", "SAMPLERS"]
+
+SAMPLERS = ("captions", "one_per_image")
+
+
+def pad_captions(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token-id lists with ``<pad>`` = 0: LongTensor ``[B, L]`` and lengths ``[B]``."""
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)  # [B]
+    if (lengths < 1).any():
+        raise ValueError("every caption needs at least one token")
+    padded = torch.full((len(sequences), int(lengths.max()) if len(sequences) else 1), PAD_ID, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        padded[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+    return padded, lengths
+
+
+class PairDataset(Dataset):
+    """``dataset[(caption_index, item_seed)]`` -> one (source image, caption) training item."""
+
+    def __init__(self, split: RetrievalSplit, vocab: Vocabulary, *, augment: bool = True, erase_ratio: float = 0.2,
+                 word_dropout: float = 0.1, num_views: int = 0) -> None:
+        if not isinstance(vocab, Vocabulary):
+            raise TypeError(f"vocab must be a pcmr.data.Vocabulary, got {type(vocab).__name__}")
+        if num_views < 0:
+            raise ValueError(f"num_views={num_views} must be >= 0")
+        for name, value in (("erase_ratio", erase_ratio), ("word_dropout", word_dropout)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value} must lie in [0, 1]")
+        self.split, self.vocab = split, vocab
+        self.augment, self.erase_ratio, self.word_dropout, self.num_views = augment, erase_ratio, word_dropout, num_views
+        self.encoded = [vocab.encode(text) for text in split.caption_texts]
+
+    def __len__(self) -> int:
+        return self.split.num_captions
+
+    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
+        caption_index, item_seed = key
+        rng = np.random.default_rng(item_seed)
+        image_index = int(self.split.caption_image[caption_index])
+        image = self.split.images.load(image_index)
+        ids = self.encoded[caption_index]
+        item: dict[str, Any] = {"image_index": image_index, "caption_index": int(caption_index),
+                                "caption_text": self.split.caption_texts[caption_index]}
+        if self.augment:
+            image = erase_image(image, self.erase_ratio, rng)
+            ids = drop_words(ids, self.word_dropout, rng)
+        item["image"], item["caption"] = image, ids
+        if self.num_views:
+            clean = self.split.images.load(image_index)
+            item["image_views"] = torch.stack([erase_image(clean, self.erase_ratio, rng)
+                                               for _ in range(self.num_views)])
+            item["caption_views"] = [drop_words(self.encoded[caption_index], self.word_dropout, rng)
+                                     for _ in range(self.num_views)]
+        return item
+
+
+class PairBatchSampler(Sampler):
+    """Batches of ``(caption_index, item_seed)``; a new permutation each epoch, from ``seed``.
+
+    ``mode="captions"``: all captions, shuffled. ``mode="one_per_image"``: all images
+    that have captions, shuffled, each with one random caption of its own.
+    """
+
+    def __init__(self, split: RetrievalSplit, batch_size: int, *, mode: str = "captions", shuffle: bool = True,
+                 drop_last: bool = True, seed: int = 0) -> None:
+        if mode not in SAMPLERS:
+            raise ValueError(f"sampler={mode!r} is not one of {SAMPLERS}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1")
+        self.mode, self.batch_size, self.shuffle, self.drop_last, self.seed = mode, batch_size, shuffle, drop_last, seed
+        self.num_captions = split.num_captions
+        self.source_captions = [np.asarray(c, dtype=np.int64) for c in split.source_captions if len(c)]
+        self.epoch = 0
+
+    def _epoch_items(self, rng: np.random.Generator) -> np.ndarray:
+        if self.mode == "captions":
+            return rng.permutation(self.num_captions) if self.shuffle else np.arange(self.num_captions)
+        order = rng.permutation(len(self.source_captions)) if self.shuffle else np.arange(len(self.source_captions))
+        return np.array([self.source_captions[i][rng.integers(len(self.source_captions[i]))] for i in order],
+                        dtype=np.int64)
+
+    def __len__(self) -> int:
+        count = self.num_captions if self.mode == "captions" else len(self.source_captions)
+        return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        self.epoch += 1
+        items = self._epoch_items(rng)
+        seeds = rng.integers(0, 2**63 - 1, size=len(items))
+        for start in range(0, len(self), 1):
+            chunk = slice(start * self.batch_size, (start + 1) * self.batch_size)
+            yield [(int(c), int(s)) for c, s in zip(items[chunk], seeds[chunk])]
+
+
+class TrainCollate:
+    """Stack training items into the CONTRACTS batch; ``"relevance"`` from the split's true relation."""
+
+    def __init__(self, relevance: Relevance) -> None:
+        self.relevance = relevance
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        first: dict[int, int] = {}
+        for position, item in enumerate(items):
+            first.setdefault(item["image_index"], position)
+        image_rows = list(first.values())  # one row per distinct image, in order of first appearance
+        image_index = torch.tensor([items[p]["image_index"] for p in image_rows], dtype=torch.long)  # [B_img]
+        caption_index = torch.tensor([item["caption_index"] for item in items], dtype=torch.long)  # [B_cap]
+        captions, lengths = pad_captions([item["caption"] for item in items])  # [B_cap, L], [B_cap]
+        relevance = self.relevance.submatrix(image_index.numpy(), caption_index.numpy())  # [B_img, B_cap]
+        batch = {
+            "images": torch.stack([items[p]["image"] for p in image_rows]),  # [B_img, 3, H, W] | [B_img, (R,) F]
+            "captions": captions,
+            "caption_lengths": lengths,
+            "caption_texts": [item["caption_text"] for item in items],
+            "relevance": torch.from_numpy(relevance),
+            "image_index": image_index,
+            "caption_index": caption_index,
+        }
+        if "image_views" in items[0]:
+            batch["image_views"] = torch.stack([items[p]["image_views"] for p in image_rows])  # [B_img, K, ...]
+            num_views = len(items[0]["caption_views"])
+            flat, flat_lengths = pad_captions([ids for item in items for ids in item["caption_views"]])
+            batch["caption_views"] = flat.view(len(items), num_views, -1)  # [B_cap, K, L]
+            batch["caption_view_lengths"] = flat_lengths.view(len(items), num_views)  # [B_cap, K]
+        return batch
+
+
+class ImageDataset(Dataset):
+    """Images of a split in order (evaluation)."""
+
+    def __init__(self, split: RetrievalSplit) -> None:
+        self.split = split
+
+    def __len__(self) -> int:
+        return self.split.num_images
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor]:
+        return index, self.split.images.load(index)
+
+
+class CaptionDataset(Dataset):
+    """Captions of a split in order (evaluation)."""
+
+    def __init__(self, split: RetrievalSplit, vocab: Vocabulary) -> None:
+        if not isinstance(vocab, Vocabulary):
+            raise TypeError(f"vocab must be a pcmr.data.Vocabulary, got {type(vocab).__name__}")
+        self.split, self.vocab = split, vocab
+
+    def __len__(self) -> int:
+        return self.split.num_captions
+
+    def __getitem__(self, index: int) -> tuple[int, list[int], str]:
+        text = self.split.caption_texts[index]
+        return index, self.vocab.encode(text), text
+
+
+def collate_images(items: list[tuple[int, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """``{"images": [B, ...], "image_index": [B]}``."""
+    return {"images": torch.stack([image for _, image in items]),
+            "image_index": torch.tensor([index for index, _ in items], dtype=torch.long)}
+
+
+def collate_captions(items: list[tuple[int, list[int], str]]) -> dict[str, Any]:
+    """``{"captions": [B, L], "caption_lengths": [B], "caption_texts": list[str], "caption_index": [B]}``."""
+    captions, lengths = pad_captions([ids for _, ids, _ in items])
+    return {"captions": captions, "caption_lengths": lengths, "caption_texts": [text for _, _, text in items],
+            "caption_index": torch.tensor([index for index, _, _ in items], dtype=torch.long)}

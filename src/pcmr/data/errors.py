@@ -1,0 +1,108 @@
+"""Errors and skip reports of the data loaders.
+
+Every error a user can cause with a bad file raises :class:`DataError` (a
+``ValueError``), whose message names the file, the line or key and the expected
+form. A missing file raises :class:`MissingDataError`, which is both a
+``DataError`` and a ``FileNotFoundError``. Loaders never drop data silently: when
+asked to skip bad items (``on_error="skip"``) they record a :class:`SkippedItem`
+for each and warn once with a summary.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["DataError", "MissingDataError", "SkippedItem", "warn_skipped", "check_on_error"]
+
+
+class DataError(ValueError):
+    """A data file, key or argument is not in the expected form.
+
+    The message reads ``"<path>, <location>: <problem>; expected <form>"``.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        path: str | os.PathLike | None = None,
+        location: str | None = None,
+        expected: str | None = None,
+    ) -> None:
+        self.path = None if path is None else str(path)
+        self.location = location
+        self.problem = problem
+        self.expected = expected
+        where = ", ".join(part for part in (self.path, location) if part)
+        message = f"{where}: {problem}" if where else problem
+        if expected:
+            message += f"; expected {expected}"
+        super().__init__(message)
+
+
+class MissingDataError(DataError, FileNotFoundError):
+    """A file or folder a loader needs does not exist."""
+
+
+@dataclass(frozen=True)
+class SkippedItem:
+    """One item a loader left out (only with ``on_error="skip"``), and why."""
+
+    path: str
+    location: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}, {self.location}: {self.reason}"
+
+
+def check_on_error(on_error: str) -> None:
+    """Validate the ``on_error`` argument of a loader (``"raise"`` or ``"skip"``)."""
+    if on_error not in ("raise", "skip"):
+        raise DataError(f"on_error={on_error!r} is not supported", location="on_error", expected="'raise' or 'skip'")
+
+
+def warn_skipped(dataset: str, skipped: Sequence[SkippedItem], *, show: int = 5) -> None:
+    """Warn once that ``len(skipped)`` items were left out of ``dataset``, listing the first few."""
+    if not skipped:
+        return
+    lines = "\n  ".join(str(item) for item in skipped[:show])
+    more = f"\n  ... and {len(skipped) - show} more (see split.skipped)" if len(skipped) > show else ""
+    warnings.warn(f"{dataset}: skipped {len(skipped)} item(s):\n  {lines}{more}", UserWarning, stacklevel=3)
+
+
+def require_file(path: str | os.PathLike, what: str) -> None:
+    """Raise :class:`MissingDataError` unless ``path`` is an existing file."""
+    if not os.path.isfile(path):
+        raise MissingDataError("file not found", path=path, expected=what)
+
+
+def require_dir(path: str | os.PathLike, what: str) -> None:
+    """Raise :class:`MissingDataError` unless ``path`` is an existing folder."""
+    if not os.path.isdir(path):
+        raise MissingDataError("folder not found", path=path, expected=what)
+
+
+def read_text_lines(path: str | os.PathLike, what: str) -> list[str]:
+    """Read a UTF-8 text file as lines (without line ends); bad encoding names the line."""
+    require_file(path, what)
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            out.append(line.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"line is not valid UTF-8 ({err.reason} at byte {err.start})",
+                path=path,
+                location=f"line {number}",
+                expected="UTF-8 text",
+            ) from None
+    return out

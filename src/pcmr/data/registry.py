@@ -1,0 +1,117 @@
+"""``load_dataset(name_or_path, split, **config)`` and ``list_datasets()``.
+
+Names: ``shapes`` (built in), ``coco`` / ``flickr30k`` / ``karpathy`` (Karpathy
+split JSON + image folder), ``precomputed`` (VSE++/VSE-infinity feature files),
+``cub`` (CUB-200-2011 + Reed et al. text_c10). A folder or file path is also
+accepted: its format is recognised from the files it holds (see
+docs/datasets.md), and its keys are passed on as ``root``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pcmr.data.errors import DataError, MissingDataError
+from pcmr.data.split import RetrievalSplit
+
+__all__ = ["DatasetSpec", "load_dataset", "list_datasets", "detect_format"]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A named dataset: its loader ``(split, **config) -> RetrievalSplit`` and a one-line description."""
+
+    name: str
+    loader: Callable[..., RetrievalSplit]
+    description: str
+
+
+def _shapes(split: str, **config: Any) -> RetrievalSplit:
+    from pcmr.data.shapes import load_shapes
+
+    return load_shapes(split, **config)
+
+
+def _karpathy(dataset: str | None) -> Callable[..., RetrievalSplit]:
+    def load(split: str, **config: Any) -> RetrievalSplit:
+        from pcmr.data.karpathy import load_karpathy
+
+        if dataset is not None:
+            config.setdefault("dataset", dataset)
+        return load_karpathy(split=split, **config)
+
+    return load
+
+
+def _precomputed(split: str, **config: Any) -> RetrievalSplit:
+    from pcmr.data.precomputed import load_precomputed
+
+    return load_precomputed(split=split, **config)
+
+
+def _cub(split: str, **config: Any) -> RetrievalSplit:
+    from pcmr.data.cub import load_cub
+
+    return load_cub(split=split, **config)
+
+
+_REGISTRY: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in (
+        DatasetSpec("shapes", _shapes, "built-in synthetic many-to-many benchmark with exact relevance"),
+        DatasetSpec("coco", _karpathy("coco"), "MS-COCO, Karpathy split JSON + image folder"),
+        DatasetSpec("flickr30k", _karpathy("flickr30k"), "Flickr30k, Karpathy split JSON + image folder"),
+        DatasetSpec("karpathy", _karpathy(None), "any Karpathy split JSON + image folder"),
+        DatasetSpec("precomputed", _precomputed, "VSE++/VSE-infinity precomputed features + captions"),
+        DatasetSpec("cub", _cub, "CUB-200-2011 + Reed et al. text_c10 captions, class-level relevance"),
+    )
+}
+
+
+def list_datasets() -> list[str]:
+    """Names accepted by :func:`load_dataset`."""
+    return sorted(_REGISTRY)
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """The dataset name of a folder or file: ``precomputed``, ``karpathy`` or ``cub``."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        if path.endswith(".json"):
+            return "karpathy"
+        raise DataError("unrecognised data file", path=path, expected="a Karpathy split JSON or a dataset folder")
+    if not os.path.isdir(path):
+        raise MissingDataError("no such file or folder", path=path,
+                               expected=f"a dataset folder or one of {list_datasets()}")
+    names = set(os.listdir(path))
+    if any(n.endswith("_caps.txt") for n in names):
+        return "precomputed"
+    if any(n.startswith("dataset_") and n.endswith(".json") for n in names):
+        return "karpathy"
+    if {"text_c10", "CUB_200_2011"} & names or "images.txt" in names:
+        return "cub"
+    raise DataError("unrecognised dataset folder", path=path,
+                    expected="{split}_caps.txt (precomputed), dataset_*.json (Karpathy) or CUB_200_2011/ + text_c10/")
+
+
+def load_dataset(name: str | os.PathLike, split: str, **config: Any) -> RetrievalSplit:
+    """Load one split of a dataset given by name or path.
+
+    Args:
+        name: a name of :func:`list_datasets`, or a folder/file path whose format is detected.
+        split: split name (``"train"``, ``"val"``, ``"test"``, ... depending on the dataset).
+        **config: loader settings (documented per dataset in docs/datasets.md); ``None`` values are
+            dropped so unset command-line flags never override defaults.
+    """
+    config = {key: value for key, value in config.items() if value is not None}
+    key = os.fspath(name)
+    if key not in _REGISTRY:
+        if os.sep in key or os.path.exists(key):
+            fmt = detect_format(key)
+            config.setdefault("root", key)
+            return _REGISTRY[fmt].loader(split, **config)
+        raise DataError(f"unknown dataset {key!r}", location="name", expected=f"one of {list_datasets()} or a path")
+    return _REGISTRY[key].loader(split, **config)

@@ -1,0 +1,191 @@
+"""The built-in "shapes" benchmark: generation, splits and the on-disk cache.
+
+Splits (each from its own seed, ``SeedSequence([seed, split code])``):
+``train``, ``val``, ``test`` (objects never take the held-out shape x colour
+combinations), ``test_unseen`` (every image holds at least one held-out
+combination, as CUB's unseen classes) and ``binary_selection`` (crops A, B and
+their union C with captions A and "A and B"; see :mod:`pcmr.data.shapes.controlled`).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pcmr.data.cache import atomic_write_json, atomic_write_npz, cache_root, config_key, load_npz
+from pcmr.data.errors import DataError
+from pcmr.data.images import ArrayImages
+from pcmr.data.relevance import Relevance
+from pcmr.data.shapes.grammar import caption_text, sample_captions
+from pcmr.data.shapes.matching import shapes_relevance
+from pcmr.data.shapes.render import render_scenes
+from pcmr.data.shapes.scene import (
+    COLOURS,
+    SHAPES,
+    Scenes,
+    combination_labels,
+    combination_names,
+    parse_combinations,
+    sample_scenes,
+)
+from pcmr.data.split import RetrievalSplit
+
+__all__ = ["ShapesConfig", "SHAPES_SPLITS", "load_shapes", "generate_shapes_split", "split_seed"]
+
+GENERATOR_VERSION = 1
+SHAPES_SPLITS = {"train": 1, "val": 2, "test": 3, "test_unseen": 4, "binary_selection": 5}
+
+
+@dataclass
+class ShapesConfig:
+    """Configuration of the shapes benchmark (the ``**config`` of ``load_dataset("shapes", split)``)."""
+
+    image_size: int = 64  # side of the square RGB images, pixels
+    num_train: int = 3000  # images in "train"
+    num_val: int = 500  # images in "val"
+    num_test: int = 500  # images in "test"
+    num_test_unseen: int = 500  # images in "test_unseen"
+    num_binary_selection: int = 500  # (A, B, C) triplets in "binary_selection"
+    captions_per_image: int = 5  # captions written for each image
+    min_objects: int = 1  # objects per image, lower bound
+    max_objects: int = 4  # objects per image, upper bound (at most 4)
+    # (colour, shape) combinations that appear only in "test_unseen"
+    unseen_combinations: tuple[str, ...] = ("yellow circle", "purple square", "cyan triangle", "red diamond",
+                                            "green cross")
+    seed: int = 0  # base seed; each split draws from SeedSequence([seed, split code])
+    cache: bool = True  # read/write generated splits under cache_dir
+    cache_dir: str | None = None  # default: $PCMR_CACHE, else $XDG_CACHE_HOME/pcmr, else ~/.cache/pcmr
+
+    def __post_init__(self) -> None:
+        self.unseen_combinations = tuple(self.unseen_combinations)
+        for name in ("image_size", "captions_per_image", "num_train", "num_val", "num_test", "num_test_unseen",
+                     "num_binary_selection"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (1 if name in ("image_size", "captions_per_image") else 0):
+                raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a positive integer")
+        try:
+            held_out = parse_combinations(self.unseen_combinations)
+            sample_scenes(0, np.random.default_rng(0), min_objects=self.min_objects, max_objects=self.max_objects)
+        except ValueError as err:
+            raise DataError(str(err), location="shapes config", expected="valid shapes settings") from None
+        if held_out.all():
+            raise DataError("every combination is held out", location="shapes config 'unseen_combinations'",
+                            expected=f"a strict subset of the {len(SHAPES) * len(COLOURS)} combinations")
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> ShapesConfig:
+        """Build from keyword settings; an unknown key raises :class:`DataError` listing the valid ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise DataError(f"unknown shapes config key(s) {unknown}", location="config", expected=f"keys in {sorted(known)}")
+        return cls(**config)
+
+    def generation_dict(self) -> dict[str, Any]:
+        """The settings that determine the generated data (the cache key)."""
+        out = asdict(self)
+        out.pop("cache")
+        out.pop("cache_dir")
+        out["unseen_combinations"] = list(self.unseen_combinations)
+        out["version"] = GENERATOR_VERSION
+        return out
+
+
+def split_seed(seed: int, split: str) -> np.random.SeedSequence:
+    """The seed sequence of one split: independent across splits."""
+    return np.random.SeedSequence([seed, SHAPES_SPLITS[split]])
+
+
+def _split_size(config: ShapesConfig, split: str) -> int:
+    return int(getattr(config, f"num_{split}"))
+
+
+def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
+    """Generate one split's arrays (``pixels``, scene arrays, caption arrays, relevance keys) and texts."""
+    if split == "binary_selection":
+        from pcmr.data.shapes.controlled import generate_binary_selection
+
+        return generate_binary_selection(config)
+    scene_seed, caption_seed = split_seed(config.seed, split).spawn(2)
+    held_out = parse_combinations(config.unseen_combinations)
+    rng = np.random.default_rng(scene_seed)
+    if split == "test_unseen":
+        scenes = sample_scenes(_split_size(config, split), rng, min_objects=config.min_objects,
+                               max_objects=config.max_objects, allowed=~held_out, required=held_out)
+    else:
+        scenes = sample_scenes(_split_size(config, split), rng, min_objects=config.min_objects,
+                               max_objects=config.max_objects, allowed=~held_out)
+    preds, count = sample_captions(scenes.objects, config.captions_per_image, np.random.default_rng(caption_seed))
+    relevance = shapes_relevance(scenes.objects, preds, count)
+    return {
+        "pixels": render_scenes(scenes, config.image_size),
+        "objects": scenes.objects, "jitter": scenes.jitter, "background": scenes.background,
+        "caption_preds": preds, "caption_count": count,
+        "caption_image": np.repeat(np.arange(len(scenes), dtype=np.int64), config.captions_per_image),
+        "relevance_bits": relevance.bits,
+        "caption_texts": [caption_text(p, int(c)) for p, c in zip(preds, count)],
+    }
+
+
+def _cache_paths(config: ShapesConfig, split: str) -> tuple[Path, Path]:
+    root = Path(config.cache_dir).expanduser() if config.cache_dir else cache_root()
+    folder = root / "shapes" / config_key(config.generation_dict())
+    return folder / f"{split}.npz", folder / f"{split}.json"
+
+
+def _read_cache(npz_path: Path, json_path: Path) -> dict[str, Any] | None:
+    if not (npz_path.is_file() and json_path.is_file()):
+        return None
+    try:
+        arrays = load_npz(npz_path)
+        with open(json_path, encoding="utf-8") as handle:
+            meta = json.load(handle)
+        arrays["caption_texts"] = list(meta["caption_texts"])
+        return arrays
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as err:
+        warnings.warn(f"{npz_path}: unreadable cache entry ({err}); regenerating it", UserWarning, stacklevel=3)
+        return None
+
+
+def load_shapes(split: str, **config: Any) -> RetrievalSplit:
+    """One split of the shapes benchmark (generated once, then read from the cache).
+
+    Args:
+        split: one of ``SHAPES_SPLITS`` (train, val, test, test_unseen, binary_selection).
+        **config: fields of :class:`ShapesConfig`.
+    """
+    if split not in SHAPES_SPLITS:
+        raise DataError(f"unknown split {split!r}", location="split", expected=f"one of {list(SHAPES_SPLITS)}")
+    cfg = ShapesConfig.from_dict(config)
+    data = None
+    if cfg.cache:
+        npz_path, json_path = _cache_paths(cfg, split)
+        data = _read_cache(npz_path, json_path)
+    if data is None:
+        data = generate_shapes_split(cfg, split)
+        if cfg.cache:
+            atomic_write_npz(npz_path, **{k: v for k, v in data.items() if k != "caption_texts"})
+            atomic_write_json(json_path, {"config": cfg.generation_dict(), "split": split,
+                                          "caption_texts": data["caption_texts"]})
+    num_images, num_captions = data["pixels"].shape[0], len(data["caption_texts"])
+    scenes = Scenes(objects=data["objects"], jitter=data["jitter"], background=data["background"])
+    return RetrievalSplit(
+        name="shapes",
+        split=split,
+        images=ArrayImages(data["pixels"]),
+        caption_texts=data["caption_texts"],
+        caption_image=data["caption_image"],
+        relevance=Relevance.from_bits(num_images, num_captions, data["relevance_bits"]),
+        image_labels=torch.from_numpy(combination_labels(data["objects"])),
+        label_names=combination_names(),
+        info={"config": cfg.generation_dict(), "scenes": scenes, "caption_preds": data["caption_preds"],
+              "caption_count": data["caption_count"],
+              **({"roles": {k[5:]: data[k] for k in data if k.startswith("role_")}} if split == "binary_selection"
+                 else {})},
+    )

@@ -1,0 +1,145 @@
+"""Caption grammar of the "shapes" benchmark, at varying specificity.
+
+A *description* constrains any subset of (shape, colour, size, column, row) of one
+object (-1 = unconstrained) and reads as a noun phrase: "a shape", "something
+red", "a large blue square on the left", "a small shape in the top right corner".
+
+Caption kinds and their exact meaning:
+- ``"a red circle"`` / ``"a large blue square and a green triangle"`` /
+  ``"A, B and C"``: the image has *distinct* objects matching each description
+  (an injective assignment of descriptions to objects exists);
+- ``"two shapes"``, ``"three red shapes"``, ``"one circle"``: the image has
+  exactly that many objects matching the (at most one-attribute) description.
+
+A caption is stored as ``preds [3]`` (predicate ids, -1 padded) and ``count``
+(-1 for the matching kind).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pcmr.data.shapes.scene import COLOUR, COLOURS, COLUMN, ROW, SHAPE, SHAPE_PLURALS, SHAPES, SIZE, SIZES
+
+__all__ = ["NUMBER_WORDS", "encode_predicate", "decode_predicate", "describe", "caption_text", "sample_captions",
+           "MAX_DESCRIPTIONS"]
+
+MAX_DESCRIPTIONS = 3
+NUMBER_WORDS = ("zero", "one", "two", "three", "four")
+_RADIX = (len(SHAPES) + 1, len(COLOURS) + 1, len(SIZES) + 1, 4, 4)  # +1 for the wildcard -1
+_ATTRIBUTE_COUNT_PROBS = np.array([0.0, 0.12, 0.38, 0.33, 0.17])  # how many of 4 attribute groups are named
+_ATTRIBUTE_COUNT_CDF = np.cumsum(_ATTRIBUTE_COUNT_PROBS)[:-1]
+_GROUP_WEIGHTS = np.array([0.35, 0.35, 0.15, 0.15])  # shape, colour, size, position: how often each is named
+
+
+def encode_predicate(pred: tuple[int, int, int, int, int]) -> int:
+    """Mixed-radix id of a predicate (shape, colour, size, column, row), each -1 or a value."""
+    code = 0
+    for value, radix in zip(pred, _RADIX):
+        code = code * radix + (int(value) + 1)
+    return code
+
+
+def decode_predicate(code: int) -> tuple[int, int, int, int, int]:
+    """Inverse of :func:`encode_predicate`."""
+    values = []
+    for radix in reversed(_RADIX):
+        values.append(code % radix - 1)
+        code //= radix
+    return tuple(reversed(values))  # type: ignore[return-value]
+
+
+def _position_phrase(column: int, row: int) -> str:
+    if column == 1 and row == 1:
+        return "in the centre"
+    if column >= 0 and row >= 0:
+        return f"in the {('top', '', 'bottom')[row]} {('left', '', 'right')[column]} corner"
+    if column >= 0:
+        return ("on the left", "", "on the right")[column]
+    return ("at the top", "", "at the bottom")[row]
+
+
+def describe(pred: tuple[int, int, int, int, int]) -> str:
+    """Noun phrase of one description: ``(0, 0, 1, 0, -1)`` -> ``"a large red circle on the left"``."""
+    shape, colour, size, column, row = pred
+    adjectives = ([SIZES[size]] if size >= 0 else []) + ([COLOURS[colour]] if colour >= 0 else [])
+    if shape >= 0:
+        phrase = " ".join(["a", *adjectives, SHAPES[shape]])
+    elif colour >= 0 and size < 0:
+        phrase = f"something {COLOURS[colour]}"
+    else:
+        phrase = " ".join(["a", *adjectives, "shape"])
+    if column >= 0 or row >= 0:
+        phrase += " " + _position_phrase(column, row)
+    return phrase
+
+
+def caption_text(preds: np.ndarray, count: int) -> str:
+    """Text of a caption from its predicate ids and count (see module docstring)."""
+    descriptions = [decode_predicate(int(p)) for p in preds if p >= 0]
+    if count >= 0:
+        shape, colour, size, _, _ = descriptions[0]
+        adjective = SIZES[size] if size >= 0 else (COLOURS[colour] if colour >= 0 else "")
+        noun = (SHAPES if count == 1 else SHAPE_PLURALS)[shape] if shape >= 0 else ("shape" if count == 1 else "shapes")
+        return " ".join(word for word in (NUMBER_WORDS[count], adjective, noun) if word)
+    phrases = [describe(d) for d in descriptions]
+    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
+
+
+def _random_description(obj: np.ndarray, u: np.ndarray) -> tuple[int, int, int, int, int]:
+    """Describe one object by a random subset of its attribute groups (shape, colour, size, position).
+
+    ``u``: 6 uniform numbers in [0, 1) (how many groups, the weighted draw of groups, the position wording).
+    """
+    number = int(np.searchsorted(_ATTRIBUTE_COUNT_CDF, u[0], side="right"))
+    # weighted sampling without replacement (Efraimidis & Spirakis): the largest u^(1/w) win
+    groups = np.argsort(-(u[1:5] ** (1.0 / _GROUP_WEIGHTS)))[:number]
+    pred = [-1, -1, -1, -1, -1]
+    for group in groups:
+        if group < 3:
+            field = (SHAPE, COLOUR, SIZE)[group]
+            pred[field] = int(obj[field])
+            continue
+        column, row = int(obj[COLUMN]), int(obj[ROW])
+        options = []
+        if column == 1 and row == 1:
+            options.append((1, 1))
+        if column != 1:
+            options.append((column, -1))
+        if row != 1:
+            options.append((-1, row))
+        if column != 1 and row != 1:
+            options.append((column, row))
+        pred[COLUMN], pred[ROW] = options[int(u[5] * len(options))]
+    return tuple(pred)  # type: ignore[return-value]
+
+
+def sample_captions(objects: np.ndarray, per_image: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Sample ``per_image`` true captions of each scene.
+
+    Returns ``preds`` int32 ``[N * per_image, 3]`` and ``count`` int32 ``[N * per_image]``; caption
+    ``n * per_image + j`` was written for scene ``n``.
+    """
+    total = objects.shape[0] * per_image
+    preds = np.full((total, MAX_DESCRIPTIONS), -1, dtype=np.int32)
+    count = np.full(total, -1, dtype=np.int32)
+    draws = rng.random((total, 3 + 6 * MAX_DESCRIPTIONS))  # all randomness of a caption, drawn at once
+    for n in range(objects.shape[0]):
+        present = objects[n][objects[n, :, SHAPE] >= 0]
+        k = len(present)
+        for j in range(per_image):
+            c = n * per_image + j
+            u = draws[c]
+            if u[0] < 0.1:  # counting caption, at most one attribute
+                field = (-1, SHAPE, COLOUR, SIZE)[int(u[1] * 4)]
+                pred = [-1, -1, -1, -1, -1]
+                if field >= 0:
+                    pred[field] = int(present[int(u[2] * k), field])
+                count[c] = int(sum(all(p < 0 or o[f] == p for f, p in enumerate(pred)) for o in present))
+                preds[c, 0] = encode_predicate(tuple(pred))
+                continue
+            described = 3 if (k >= 3 and u[0] > 0.9) else (2 if (k >= 2 and u[0] > 0.65) else 1)
+            chosen = np.argsort(u[1:1 + k])[:described]  # distinct objects, uniformly
+            for slot, index in enumerate(chosen):
+                preds[c, slot] = encode_predicate(_random_description(present[index], u[3 + 6 * slot: 9 + 6 * slot]))
+    return preds, count
