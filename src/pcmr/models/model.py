@@ -186,7 +186,10 @@ class RetrievalModel(nn.Module):
         outputs: dict[str, Any] = {"image": self.encode_images(batch), "caption": self.encode_captions(batch)}
         if batch.get("image_views") is not None:
             outputs["image_views"] = self.encode_image_views(batch["image_views"])
-        if batch.get("caption_views") is not None or batch.get("caption_view_texts") is not None:
+        caption_view_keys = ["caption_views"]
+        if self.config.text_encoder.kind == "minilm":
+            caption_view_keys.append("caption_view_texts")
+        if any(batch.get(key) is not None for key in caption_view_keys):
             outputs["caption_views"] = self.encode_caption_views(batch)
         return outputs
 
