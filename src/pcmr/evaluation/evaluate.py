@@ -14,7 +14,6 @@ text->image on ``S.T`` (SPEC §1).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,17 +74,19 @@ def _score_direction(row: dict[str, Any], direction: str, weighted: Tensor, rele
     row[f"{direction}_r_precision"] = metrics["r_precision"]
     row[f"{direction}_map_at_r"] = metrics["map_at_r"]
     if query_labels is not None and gallery_labels is not None:
-        values = pmrp(weighted, query_labels, gallery_labels, zetas=(0, 1, 2))
+        # rows of `weighted` are this direction's queries: pmrp's "i2t" half is this direction
+        values = pmrp(weighted, query_labels, gallery_labels, zetas=(0, 1, 2))["i2t"]
         for zeta in (0, 1, 2):
-            row[f"{direction}_pmrp_{zeta}"] = values[f"pmrp_{zeta}"]
-        row[f"{direction}_pmrp_mean"] = values["pmrp_mean"]
+            row[f"{direction}_pmrp_{zeta}"] = values[f"pmrp@{zeta}"]
+        row[f"{direction}_pmrp_mean"] = values["pmrp"]
     return [hubness_skewness(weighted, k) for k in HUBNESS_KS if k <= weighted.shape[1]]
 
 
 def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, matching: str,
                     lam: float | None, ks: Sequence[int]) -> list[float]:
     """R@K and hubness of one direction from matching lists (one run per K); returns the skews."""
-    from pcmr.metrics import recall_at_k_from_topk, skewness_of_counts
+    from pcmr.metrics import recall_at_k_from_topk
+    from pcmr.metrics.hubness import skewness
 
     skews = []
     for k in sorted(set(ks) | set(HUBNESS_KS)):
@@ -96,7 +97,7 @@ def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relev
             row[f"{direction}_R@{k}"] = recall_at_k_from_topk(lists, relevant, k=k)
         if k in HUBNESS_KS:
             counts = torch.bincount(lists.reshape(-1), minlength=weighted.shape[1])  # [G]
-            skews.append(skewness_of_counts(counts))
+            skews.append(skewness(counts))
     row[f"{direction}_r_precision"] = None
     row[f"{direction}_map_at_r"] = None
     return skews
@@ -171,8 +172,6 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                 weighted = reweight(weighting, s_dir, **weight_params)  # [Q, G]
                 if matching is None:
                     skews += _score_direction(row, direction, weighted, rel_dir, q_labels, g_labels, ks)
-                    if rerank == "nns" and direction == "i2t" and name == similarities[0]:
-                        pass
                     continue
                 lam = params.get("lam")
                 if lam is None and matching == "rgm":
@@ -187,7 +186,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             row["rsum"] = sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in ks)
             row["hs_sum"] = sum(skews) if skews else None
             result.rows.append(row)
-            if matching is None and (name == _first_supported(result) or rerank == "nns"):
+            if matching is None and (name == result.rows[0]["similarity"] or rerank == "nns"):
                 hub_data[f"{name}/{rerank}"] = {
                     d: k_occurrence_histogram(reweight(weighting, s, **weight_params), 10)
                     for d, s in (("i2t", scores), ("t2i", scores.T))}
@@ -205,10 +204,6 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         notes.append("matching re-rankers (gm/rgm) return top-k lists: R@K from the run with k = K; "
                      "R-Precision, MAP@R and PMRP need a full ranking and are left empty")
     return result
-
-
-def _first_supported(result: EvaluationResult) -> str | None:
-    return result.rows[0]["similarity"] if result.rows else None
 
 
 def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence[str] = DEFAULT_SIMILARITIES,
@@ -249,7 +244,3 @@ def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence
     if out_dir is not None:
         result.save(out_dir)
     return result
-
-
-def _finite(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else value

@@ -14,9 +14,10 @@ __all__ = ["decile_series", "k_occurrence_histogram", "embeddings_2d_series", "c
 
 def _r1_by_decile(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> list[float]:
     """R@1 (percent) of the queries (rows of ``scores [Q, G]``) in each of 10 uncertainty bins."""
-    from pcmr.metrics import uncertainty_decile_recall
+    from pcmr.metrics.uncertainty import recall_by_uncertainty
 
-    return [float(v) for v in uncertainty_decile_recall(scores, relevant, uncertainty, k=1, num_bins=10)]
+    report = recall_by_uncertainty(scores, relevant, uncertainty, num_bins=10, k=1)
+    return [float(report[f"bin {b}"]["R@1"]) for b in range(1, 11)]
 
 
 def decile_series(scores: Tensor, relevance: Tensor, images: Gaussian, captions: Gaussian,
@@ -30,7 +31,7 @@ def decile_series(scores: Tensor, relevance: Tensor, images: Gaussian, captions:
 def k_occurrence_histogram(scores: Tensor, k: int) -> dict[str, list[int]]:
     """Histogram of the k-occurrence counts N_k of the gallery (columns of ``scores [Q, G]``):
     ``{"values": [distinct N_k], "frequency": [number of gallery items with that N_k]}``."""
-    from pcmr.metrics import k_occurrence
+    from pcmr.metrics.hubness import k_occurrence
 
     counts = k_occurrence(scores, min(k, scores.shape[1]))  # [G]
     values, frequency = torch.unique(counts.cpu(), return_counts=True)
