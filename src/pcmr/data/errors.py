@@ -10,12 +10,14 @@ for each and warn once with a summary.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["DataError", "MissingDataError", "SkippedItem", "warn_skipped", "check_on_error"]
+__all__ = ["DataError", "MissingDataError", "SkippedItem", "warn_skipped", "check_on_error", "require_file",
+           "require_dir", "read_text_lines", "read_json", "require_key"]
 
 
 class DataError(ValueError):
@@ -106,3 +108,35 @@ def read_text_lines(path: str | os.PathLike, what: str) -> list[str]:
                 expected="UTF-8 text",
             ) from None
     return out
+
+
+def read_json(path: str | os.PathLike, what: str) -> object:
+    """Parse a JSON file; a missing, non-UTF-8, malformed or truncated file raises one clear error."""
+    require_file(path, what)
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataError(f"not valid UTF-8 ({err.reason})", path=path, location=f"line {line}", expected=what) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        problem = "truncated JSON" if err.pos >= len(text.rstrip()) else f"malformed JSON ({err.msg})"
+        raise DataError(problem, path=path, location=f"line {err.lineno} column {err.colno}", expected=what) from None
+
+
+def require_key(record: object, key: str, kind: type | tuple[type, ...], *, path: str | os.PathLike,
+                location: str) -> object:
+    """``record[key]`` checked to be of ``kind``; otherwise a :class:`DataError` naming ``location.key``."""
+    if not isinstance(record, dict):
+        raise DataError(f"is a {type(record).__name__}", path=path, location=location, expected="a JSON object")
+    if key not in record:
+        raise DataError(f"missing key {key!r}", path=path, location=location, expected=f"a {key!r} entry")
+    value = record[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise DataError(f"{key!r} is a {type(value).__name__}", path=path, location=f"{location}.{key}",
+                        expected=names)
+    return value

@@ -1,0 +1,154 @@
+"""CUB-200-2011 with Reed et al.'s ``text_c10`` captions and the 150/50 class split (PCME "CUB Captions").
+
+Layout (``root``)::
+
+    root/CUB_200_2011/images.txt              # "<image id> <class dir>/<file>.jpg"
+    root/CUB_200_2011/image_class_labels.txt  # "<image id> <class id>"
+    root/CUB_200_2011/classes.txt             # "<class id> <class dir>"
+    root/CUB_200_2011/images/<class dir>/<file>.jpg
+    root/text_c10/<class dir>/<file>.txt      # 10 captions, one per line (Reed et al. 2016)
+    root/trainvalclasses.txt, root/testclasses.txt   # class dirs, one per line (Xian et al. split)
+    root/trainclasses.txt, root/valclasses.txt       # optional, for "train_minus_val" / "val"
+
+Splits: ``train`` = the 150 ``trainvalclasses`` (PCME trains and validates on
+these), ``test`` = the 50 unseen ``testclasses``, ``val`` / ``train_minus_val`` =
+``valclasses`` / ``trainclasses`` when those files exist. Relevance is
+class-level: a caption is relevant to every image of its class. Image labels:
+one-hot over the 200 classes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pcmr.data.errors import (
+    DataError,
+    MissingDataError,
+    SkippedItem,
+    check_on_error,
+    read_text_lines,
+    require_dir,
+    warn_skipped,
+)
+from pcmr.data.images import FileImages
+from pcmr.data.relevance import Relevance
+from pcmr.data.split import RetrievalSplit
+from pcmr.data.text import tokenize
+
+__all__ = ["load_cub", "CUB_SPLIT_FILES"]
+
+CUB_SPLIT_FILES = {"train": "trainvalclasses.txt", "test": "testclasses.txt", "val": "valclasses.txt",
+                   "train_minus_val": "trainclasses.txt"}
+
+
+def _pairs(path: Path, what: str) -> list[tuple[str, str]]:
+    out = []
+    for number, line in enumerate(read_text_lines(path, what), start=1):
+        if not line.strip():
+            continue
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2:
+            raise DataError(f"line reads {line!r}", path=path, location=f"line {number}", expected=what)
+        out.append((parts[0], parts[1].strip()))
+    return out
+
+
+def _first_existing(*candidates: Path) -> Path | None:
+    return next((c for c in candidates if c.exists()), None)
+
+
+def load_cub(
+    root: str | os.PathLike,
+    split: str = "train",
+    *,
+    image_size: int = 224,
+    class_split_dir: str | os.PathLike | None = None,
+    check_images: bool = True,
+    on_error: str = "raise",
+) -> RetrievalSplit:
+    """One class split of CUB Captions (see module docstring for the layout)."""
+    check_on_error(on_error)
+    root = Path(root)
+    require_dir(root, "a folder holding CUB_200_2011/ and text_c10/")
+    cub = root / "CUB_200_2011" if (root / "CUB_200_2011").is_dir() else root
+    text_dir = _first_existing(root / "text_c10", cub / "text_c10")
+    if text_dir is None:
+        raise MissingDataError("folder not found", path=root / "text_c10",
+                               expected="Reed et al.'s text_c10/<class dir>/<image>.txt captions")
+    if split not in CUB_SPLIT_FILES:
+        raise DataError(f"unknown split {split!r}", location="split", expected=f"one of {list(CUB_SPLIT_FILES)}")
+    split_dirs = [Path(class_split_dir)] if class_split_dir is not None else [root, cub]
+    split_file = _first_existing(*(d / CUB_SPLIT_FILES[split] for d in split_dirs))
+    if split_file is None:
+        raise MissingDataError("class split file not found", path=split_dirs[0] / CUB_SPLIT_FILES[split],
+                               expected=f"{CUB_SPLIT_FILES[split]} listing class folders, one per line")
+    classes = dict(_pairs(cub / "classes.txt", "'<class id> <class dir>' per line"))
+    class_ids = {directory: int(cid) for cid, directory in classes.items()}
+    wanted = [line.strip() for line in read_text_lines(split_file, "class folders, one per line") if line.strip()]
+    for number, directory in enumerate(wanted, start=1):
+        if directory not in class_ids:
+            raise DataError(f"class {directory!r} is not in classes.txt", path=split_file, location=f"line {number}",
+                            expected="class folder names of CUB_200_2011/classes.txt")
+    wanted_set = set(wanted)
+    labels = dict(_pairs(cub / "image_class_labels.txt", "'<image id> <class id>' per line"))
+    skipped: list[SkippedItem] = []
+    paths, keys, image_ids, image_class = [], [], [], []
+    texts, caption_image, caption_ids = [], [], []
+    images_file = cub / "images.txt"
+    for image_id, relative in _pairs(images_file, "'<image id> <class dir>/<file>.jpg' per line"):
+        directory = relative.split("/", 1)[0]
+        if directory not in wanted_set:
+            continue
+        if image_id not in labels:
+            raise DataError(f"image id {image_id} has no class", path=cub / "image_class_labels.txt",
+                            location=f"image id {image_id}", expected="a line for every image of images.txt")
+        image_path = cub / "images" / relative
+        text_path = text_dir / (os.path.splitext(relative)[0] + ".txt")
+        problem = ("image file not found" if check_images and not image_path.is_file() else
+                   "caption file not found" if not text_path.is_file() else None)
+        lines: list[str] = []
+        if problem is None:
+            lines = read_text_lines(text_path, "one UTF-8 caption per line")
+            if not any(tokenize(line) for line in lines):
+                problem = "caption file has no caption"
+        if problem:
+            if on_error == "raise":
+                raise DataError(problem, path=image_path if "image" in problem else text_path,
+                                location=f"images.txt id {image_id}", expected="an image and its text_c10 captions")
+            skipped.append(SkippedItem(str(images_file), f"image id {image_id}", problem))
+            continue
+        index = len(paths)
+        for number, line in enumerate(lines, start=1):
+            if not tokenize(line):
+                if number == len(lines) and not line.strip():
+                    continue  # a trailing blank line is not a caption
+                if on_error == "raise":
+                    raise DataError("empty caption", path=text_path, location=f"line {number}",
+                                    expected="a caption with words on every line")
+                skipped.append(SkippedItem(str(text_path), f"line {number}", "empty caption"))
+                continue
+            texts.append(line.strip())
+            caption_image.append(index)
+            caption_ids.append(int(image_id) * 100 + number - 1)
+        paths.append(str(image_path))
+        keys.append(f"images.txt id {image_id}")
+        image_ids.append(int(image_id))
+        image_class.append(int(labels[image_id]))
+    image_class_arr = np.asarray(image_class, dtype=np.int64)
+    caption_image_arr = np.asarray(caption_image, dtype=np.int64)
+    one_hot = torch.zeros(len(paths), len(classes), dtype=torch.bool)
+    one_hot[torch.arange(len(paths)), torch.from_numpy(image_class_arr - 1)] = True
+    warn_skipped(f"cub {split}", skipped)
+    return RetrievalSplit(
+        name="cub", split=split, images=FileImages(paths, image_size, keys=keys), caption_texts=texts,
+        caption_image=caption_image_arr,
+        relevance=Relevance.from_classes(image_class_arr, image_class_arr[caption_image_arr]),
+        image_ids=image_ids, caption_ids=caption_ids, image_labels=one_hot,
+        label_names=[classes[str(c)] if str(c) in classes else str(c) for c in range(1, len(classes) + 1)],
+        skipped=skipped,
+        info={"classes": wanted, "image_class": image_class_arr, "caption_id_kind": "image_id*100+line"},
+    )
