@@ -24,7 +24,7 @@ IMAGE_STD = (0.229, 0.224, 0.225)
 
 def normalize_pixels(pixels: np.ndarray) -> torch.Tensor:
     """uint8 ``[..., H, W, 3]`` -> float32 ``[..., 3, H, W]`` normalised with the ImageNet mean/std."""
-    tensor = torch.from_numpy(np.ascontiguousarray(pixels)).to(torch.float32).div_(255.0)
+    tensor = torch.from_numpy(np.array(pixels, dtype=np.float32)).div_(255.0)
     tensor = tensor.movedim(-1, -3)
     mean = torch.tensor(IMAGE_MEAN).view(3, 1, 1)
     std = torch.tensor(IMAGE_STD).view(3, 1, 1)
