@@ -14,6 +14,7 @@ text->image on ``S.T`` (SPEC §1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +42,22 @@ DEFAULT_RERANKERS = ("nns", "is", "csls", "csls+rgm")
 #: lambda candidates for RGM (item capacity round(lambda * k)); HAL/RGM tunes lambda on validation data
 DEFAULT_LAMBDA_GRID = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 HUBNESS_KS = (1, 5, 10)
+
+
+def _skew(value: float) -> float:
+    """Hubness skewness with constant N_k (every item retrieved equally often: no hubs) taken as 0;
+    the population skewness is undefined (NaN) there."""
+    return 0.0 if math.isnan(value) else value
+
+
+def _ordered(row: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
+    """Canonical column order: ids, R@K both ways, rsum, R-P, MAP@R, PMRP, extras, hs-sum, lambdas."""
+    first = ["similarity", "rerank"] + [f"{d}_R@{k}" for d in ("i2t", "t2i") for k in ks] + ["rsum"]
+    first += [f"{d}_{m}" for d in ("i2t", "t2i") for m in ("r_precision", "map_at_r")]
+    first += [f"{d}_pmrp_{z}" for d in ("i2t", "t2i") for z in ("0", "1", "2", "mean")]
+    last = ["hs_sum", "i2t_lambda", "t2i_lambda"]
+    keys = [k for k in first if k in row] + [k for k in row if k not in first and k not in last]
+    return {k: row[k] for k in keys + [k for k in last if k in row]}
 
 
 def _accepted_rerankers() -> list[str]:
@@ -79,7 +96,7 @@ def _score_direction(row: dict[str, Any], direction: str, weighted: Tensor, rele
         for zeta in (0, 1, 2):
             row[f"{direction}_pmrp_{zeta}"] = values[f"pmrp@{zeta}"]
         row[f"{direction}_pmrp_mean"] = values["pmrp"]
-    return [hubness_skewness(weighted, k) for k in HUBNESS_KS if k <= weighted.shape[1]]
+    return [_skew(hubness_skewness(weighted, k)) for k in HUBNESS_KS if k <= weighted.shape[1]]
 
 
 def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, matching: str,
@@ -97,7 +114,7 @@ def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relev
             row[f"{direction}_R@{k}"] = recall_at_k_from_topk(lists, relevant, k=k)
         if k in HUBNESS_KS:
             counts = torch.bincount(lists.reshape(-1), minlength=weighted.shape[1])  # [G]
-            skews.append(skewness(counts))
+            skews.append(_skew(skewness(counts)))
     row[f"{direction}_r_precision"] = None
     row[f"{direction}_map_at_r"] = None
     return skews
@@ -185,8 +202,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                 row[f"{direction}_lambda"] = lam
             row["rsum"] = sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in ks)
             row["hs_sum"] = sum(skews) if skews else None
-            result.rows.append(row)
-            if matching is None and (name == result.rows[0]["similarity"] or rerank == "nns"):
+            result.rows.append(_ordered(row, ks))
+            if matching is None and name == result.rows[0]["similarity"]:
                 hub_data[f"{name}/{rerank}"] = {
                     d: k_occurrence_histogram(reweight(weighting, s, **weight_params), 10)
                     for d, s in (("i2t", scores), ("t2i", scores.T))}
@@ -200,6 +217,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
     if not result.rows:
         notes.append("no (similarity, re-ranker) pair could be evaluated; see Skipped")
+    notes.append("hs-sum: sum of the skewness of N_k for k = 1, 5, 10 over both directions; a constant N_k "
+                 "(no hubs at all) counts as skewness 0")
     if any(parse_reranker(r)[1] for r in rerankers):
         notes.append("matching re-rankers (gm/rgm) return top-k lists: R@K from the run with k = K; "
                      "R-Precision, MAP@R and PMRP need a full ranking and are left empty")

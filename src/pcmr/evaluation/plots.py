@@ -78,6 +78,8 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
     where ``frequency[j]`` gallery items have ``N_k = values[j]``. Items with ``N_k = 0`` cannot be
     drawn on a log axis; their number is given in the legend.
     """
+    from matplotlib.ticker import NullFormatter
+
     figure = _new_figure(9.0, 3.6)
     axes = figure.subplots(1, 2)
     galleries = {"i2t": "gallery: captions", "t2i": "gallery: images"}
@@ -90,9 +92,11 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
             zeros = sum(f for v, f in zip(hist["values"], hist["frequency"]) if v == 0)
             if pairs:
                 xs, ys = zip(*pairs)
-                ax.plot(xs, ys, marker=".", linestyle="-", label=f"{label} ({zeros} never retrieved)")
+                ax.plot(xs, ys, marker="o", markersize=4, linestyle=":", linewidth=0.8, alpha=0.85, label=f"{label} ({zeros} never retrieved)")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # minor labels of a short log range overlap
+            axis.set_minor_formatter(NullFormatter())
         ax.set_title(f"{title}\n{galleries[direction]}", fontsize=9)
         ax.set_xlabel(f"N_{data['k']} (times retrieved in a top-{data['k']} list)")
         ax.set_ylabel("number of gallery items")

@@ -48,8 +48,12 @@ COLUMN_TITLES: dict[str, str] = {
     "t2i_pmrp_2": "t2i PMRP2",
     "t2i_pmrp_mean": "t2i PMRP",
     "hs_sum": "hs-sum",
-    "lambda": "λ",
+    "i2t_lambda": "i2t λ",
+    "t2i_lambda": "t2i λ",
 }
+
+#: columns of the first Markdown table (recall); every other metric goes to the second table
+RECALL_COLUMNS = ("i2t_R@", "t2i_R@", "rsum", "hs_sum", "i2t_lambda", "t2i_lambda")
 
 
 def _format_value(value: Any, digits: int) -> str:
@@ -161,7 +165,18 @@ class EvaluationResult:
                 lines.append(f"- options of {name}: {shown}")
         for name, lam in (self.meta.get("selected_lambda") or {}).items():
             lines.append(f"- lambda selected on the validation split for {name}: {_format_value(lam, 3)}")
-        lines += ["", format_table(self.rows, columns, digits) if self.rows else "(no rows)", ""]
+        if not self.rows:
+            lines += ["", "(no rows)", ""]
+        elif columns is not None:
+            lines += ["", format_table(self.rows, columns, digits), ""]
+        else:
+            present = _columns(self.rows, drop_empty=True)
+            ids = [c for c in present if c in ID_COLUMNS]
+            recall = [c for c in present if c not in ID_COLUMNS and c.startswith(RECALL_COLUMNS)]
+            other = [c for c in present if c not in ID_COLUMNS and c not in recall]
+            lines += ["", "Recall (percent), rsum, hubness:", "", format_table(self.rows, ids + recall, digits), ""]
+            if other:
+                lines += ["Precision-type metrics (percent):", "", format_table(self.rows, ids + other, digits), ""]
         notes = self.meta.get("notes") or []
         if notes:
             lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
