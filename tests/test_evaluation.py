@@ -174,4 +174,4 @@ def test_evaluate_model_end_to_end(tiny, tmp_path):
     assert result.meta["dataset"] == "shapes" and result.meta["split"] == "test"
     for name in ("uncertainty_r1", "k_occurrence", "uncertainty_vs_corruption", "embeddings_2d"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 0, name
-    assert (tmp_path / "results.md").read_text().count("| cosine |") == 2
+    assert (tmp_path / "results.md").read_text().count("| cosine |") == 4  # recall + precision tables

@@ -143,3 +143,26 @@ def test_load_errors_name_the_file(tmp_path):
     (root / "index.json").unlink()
     with pytest.raises(FileNotFoundError, match="not a pcmr gallery index"):
         GalleryIndex.load(root)
+
+
+@pytest.mark.parametrize("rerank", ["is", "csls", "csls+rgm"])
+def test_rerankers_use_the_stored_items_as_reference_queries(rerank):
+    from pcmr.inference import csls, inverted_softmax, relaxed_greedy_matching
+
+    images, captions = _gaussians(n_img=11, n_cap=17, seed=2)
+    index = _index(images, captions)
+    gen = torch.Generator().manual_seed(5)
+    query = Gaussian(torch.randn(2, 5, generator=gen), 0.3 * torch.randn(2, 5, generator=gen))
+    options = {"lam": 2.0} if rerank == "csls+rgm" else {}
+    results = index.search(query, k=4, similarity="cosine", rerank=rerank, rerank_options=options)
+    reference = _cosine_reference(torch.cat([captions.mean, query.mean]), images.mean).float()  # [17 + 2, 11]
+    if rerank == "is":
+        weighted = inverted_softmax(reference, beta=30.0)
+    else:
+        weighted = csls(reference, k=10)
+    if rerank == "csls+rgm":
+        expected = relaxed_greedy_matching(weighted, 4, 2.0)[-2:]
+    else:
+        expected = torch.sort(weighted, dim=1, descending=True, stable=True).indices[-2:, :4]
+    assert torch.equal(results.indices, expected)
+    torch.testing.assert_close(results.scores, weighted[-2:].gather(1, expected), rtol=1e-4, atol=1e-4)

@@ -10,8 +10,8 @@ use the *other modality of the gallery* as the reference query set: a text query
 together with every stored caption (the queries the image gallery would see in an evaluation), an
 image query together with every stored image. The new queries are appended as extra rows of that
 reference score matrix, the re-ranker runs on the whole matrix, and the rows of the new queries are
-returned. So a search with ``rerank="csls"`` ranks a stored caption exactly as the evaluation of
-the same split does.
+returned, so hubness statistics come from a realistic query population rather than from the few
+queries of one call.
 
 On disk (a folder; no pickle anywhere):
 
