@@ -315,6 +315,16 @@ class Trainer:
         }
         write_json(self.run_dir / RUN_FILE, summary)
 
+    def _print_epoch(self, record: dict[str, Any]) -> None:
+        from tqdm.auto import tqdm
+
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in list(record["train"].items())[:4])
+        line = f"epoch {record['epoch']}/{self.config.train.epochs}: {shown} ({record['seconds']:.0f} s)"
+        if record["val"] is not None:
+            val = record["val"]
+            line += f"; val {self.similarity}: rsum {val['rsum']:.1f}, R-Precision {val['r_precision']:.1f}"
+        tqdm.write(line)
+
     def fit(self) -> dict[str, Any]:
         """Train to the last epoch (continuing a checkpoint when resuming); return the run summary."""
         train = self.config.train
@@ -335,6 +345,8 @@ class Trainer:
                 self.progress["step_in_epoch"] = 0
                 self._save_checkpoint()
                 self.log.write("epoch", **record)
+                if train.progress:
+                    self._print_epoch(record)
                 self._write_summary("running")
             if self.progress["best_epoch"] is None:  # no validation: the last model is the selected one
                 self._save_selected("model")
