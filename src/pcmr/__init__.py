@@ -17,7 +17,7 @@ from typing import Any
 from pcmr.gaussian import Gaussian
 
 __version__ = "0.1.0"
-__all__ = ["Gaussian", "__version__", "create_model", "load_model", "list_models"]
+__all__ = ["Gaussian", "__version__", "create_model", "load_model", "list_models", "save_model"]
 
 _SUBMODULES = {"similarity", "metrics", "inference", "losses", "models", "data", "index"}
 _MODEL_API = {"create_model", "load_model", "list_models", "save_model"}
