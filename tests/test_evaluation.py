@@ -175,3 +175,25 @@ def test_evaluate_model_end_to_end(tiny, tmp_path):
     for name in ("uncertainty_r1", "k_occurrence", "uncertainty_vs_corruption", "embeddings_2d"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 0, name
     assert (tmp_path / "results.md").read_text().count("| cosine |") == 4  # recall + precision tables
+
+
+def test_extra_positive_columns_equal_library_evaluate_retrieval():
+    from pcmr.metrics import ExtraPositives, evaluate_retrieval
+    from pcmr.metrics._relevance import as_sparse
+    from pcmr.similarity import pairwise
+
+    d = _data()
+    extra_rel = d["relevance"] | (torch.rand(d["relevance"].shape, generator=torch.Generator().manual_seed(3)) < 0.1)
+    i2t = as_sparse(extra_rel, *extra_rel.shape)
+    extra = ExtraPositives("CxC", i2t, i2t.transpose(), torch.zeros(extra_rel.shape[0], dtype=torch.long),
+                           torch.zeros(extra_rel.shape[1], dtype=torch.long))
+    result = evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine"],
+                                 rerankers=["nns"], extra_positives=[extra])
+    row = result.row("cosine", "nns")
+    scores = pairwise("cosine", d["images"], d["captions"])
+    report = evaluate_retrieval(scores, d["relevance"], extra_positives=[extra], hubness_ks=())
+    for direction in ("i2t", "t2i"):
+        expected = report[f"CxC {direction}"]
+        for key in ("R@1", "R@5", "R@10", "r_precision", "map_at_r"):
+            assert row[f"{direction}_cxc_{key}"] == pytest.approx(expected[key], abs=1e-9)
+    assert "i2t RPC²" in result.to_markdown()

@@ -99,6 +99,23 @@ def _score_direction(row: dict[str, Any], direction: str, weighted: Tensor, rele
     return [_skew(hubness_skewness(weighted, k)) for k in HUBNESS_KS if k <= weighted.shape[1]]
 
 
+def _extra_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevance: Tensor,
+                     extra_positives: Sequence[Any], ks: Sequence[int]) -> None:
+    """R@K, R-Precision and MAP@R of one direction under extra positive sets (CxC, ECCV Caption)."""
+    from pcmr.metrics import evaluate_retrieval
+
+    matrix = weighted if direction == "i2t" else weighted.T  # evaluate_retrieval takes [N_img, N_cap]
+    report = evaluate_retrieval(matrix, relevance, ks=tuple(ks), extra_positives=list(extra_positives),
+                                hubness_ks=())
+    for extra in extra_positives:
+        values = report[f"{extra.name} {direction}"]
+        key = f"{direction}_{extra.name.lower()}"
+        for k in ks:
+            row[f"{key}_R@{k}"] = values[f"R@{k}"]
+        row[f"{key}_r_precision"] = values["r_precision"]
+        row[f"{key}_map_at_r"] = values["map_at_r"]
+
+
 def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, matching: str,
                     lam: float | None, ks: Sequence[int]) -> list[float]:
     """R@K and hubness of one direction from matching lists (one run per K); returns the skews."""
@@ -128,7 +145,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         val: tuple[Gaussian, Gaussian, Tensor] | None = None,
                         rerank_options: dict[str, dict[str, Any]] | None = None,
                         ks: Sequence[int] = (1, 5, 10), lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
-                        uncertainty_measure: str = "log_det", meta: dict[str, Any] | None = None) -> EvaluationResult:
+                        uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
+                        meta: dict[str, Any] | None = None) -> EvaluationResult:
     """The evaluation table of already encoded embeddings.
 
     Args:
@@ -142,6 +160,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             fixed lambda instead of selecting one).
         ks: cut-offs of R@K; lambda_grid: lambda candidates for RGM.
         uncertainty_measure: ``Gaussian.uncertainty`` measure for the decile analysis.
+        extra_positives: ``pcmr.metrics.ExtraPositives`` sets (CxC, ECCV Caption) evaluated on the full
+            re-scored matrices: columns ``{i2t,t2i}_{set}_R@k``, ``_r_precision`` (RPC² for CxC), ``_map_at_r``.
     """
     from pcmr.similarity import list_similarities
 
@@ -189,6 +209,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                 weighted = reweight(weighting, s_dir, **weight_params)  # [Q, G]
                 if matching is None:
                     skews += _score_direction(row, direction, weighted, rel_dir, q_labels, g_labels, ks)
+                    if extra_positives:
+                        _extra_direction(row, direction, weighted, relevance, extra_positives, ks)
                     continue
                 lam = params.get("lam")
                 if lam is None and matching == "rgm":
@@ -232,13 +254,17 @@ def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence
                    progress: bool = False, ks: Sequence[int] = (1, 5, 10),
                    rerank_options: dict[str, dict[str, Any]] | None = None,
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
+                   extra_positives: Sequence[str] | None = None,
                    meta: dict[str, Any] | None = None) -> EvaluationResult:
     """Encode ``split`` (and ``val_split``) with ``model`` and build the evaluation table.
 
     Similarities the model cannot support are skipped with a reason; RGM's lambda is selected on
     ``val_split``; PMRP is reported where the split has class labels; the uncertainty-vs-corruption
-    figure is drawn when the split offers occlusion / word-erasure series. With ``out_dir`` the
-    result is also saved there (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
+    figure is drawn from occlusion / word-erasure series of the split's items. ``extra_positives``
+    names positive sets of ``pcmr.metrics.load_extra_positives`` (``"cxc"``, ``"eccv"``); None means
+    both for a COCO split whose ids are those of COCO 5K-test when the ``eccv-caption`` package is
+    installed (otherwise a note says why they are absent). With ``out_dir`` the result is also saved
+    there (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
     """
     images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device, progress=progress)
     val = None
@@ -249,11 +275,14 @@ def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence
     info = {"model": getattr(getattr(model, "config", None), "name", type(model).__name__),
             "dataset": getattr(split, "name", None), "split": getattr(split, "split", None),
             "val_split": getattr(val_split, "split", None), "device": str(images.device), **(meta or {})}
+    extras, extra_note = _load_extra_positives(split, extra_positives)
     result = evaluate_embeddings(
-        images, captions, split.relevance_matrix(), similarities=similarities, rerankers=rerankers,
+        images, captions, split.relevance_matrix(), extra_positives=extras, similarities=similarities, rerankers=rerankers,
         similarity_options=similarity_options, image_labels=getattr(split, "image_labels", None),
         caption_labels=getattr(split, "caption_labels", None), val=val, rerank_options=rerank_options, ks=ks,
         lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure, meta=info)
+    if extra_note:
+        result.meta["notes"].append(extra_note)
     if not (images.is_point and captions.is_point):
         from pcmr.evaluation.figures import corruption_series
 
@@ -263,3 +292,26 @@ def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence
     if out_dir is not None:
         result.save(out_dir)
     return result
+
+
+def _load_extra_positives(split: Any, names: Sequence[str] | None) -> tuple[list[Any], str | None]:
+    """CxC / ECCV Caption positives for ``split`` (see :func:`evaluate_model`) and a note, if any."""
+    from pcmr.metrics import load_extra_positives
+
+    requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"
+                                                         else [])
+    extras, problems = [], []
+    for name in requested:
+        try:
+            extra = load_extra_positives(name, split.image_ids, split.caption_ids)
+        except (ImportError, ValueError, TypeError) as err:
+            if names is not None:
+                raise
+            problems.append(f"{name}: {err}")
+            continue
+        if int(extra.i2t.indptr[-1]) == 0 and int(extra.t2i.indptr[-1]) == 0:
+            problems.append(f"{name}: no image or caption id of the split is in COCO 5K-test")
+            continue
+        extras.append(extra)
+    note = f"CxC / ECCV Caption metrics not reported ({'; '.join(problems)})" if problems else None
+    return extras, note
