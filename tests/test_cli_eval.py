@@ -103,3 +103,19 @@ def test_search_build_text_and_image(run_dir, tmp_path, capsys):
     assert "index folder not found" in capsys.readouterr().err
     assert main(["search", str(index)]) == 2
     assert "nothing to do" in capsys.readouterr().err
+
+
+def test_image_file_query_is_preprocessed_like_the_dataset(run_dir, tmp_path):
+    from PIL import Image
+
+    from pcmr.data import load_dataset
+    from pcmr.evaluation import encode_image_files
+    from pcmr.index import GalleryIndex
+
+    assert main(["search", str(tmp_path / "index"), "--build", str(run_dir)]) == 0
+    index = GalleryIndex.load(tmp_path / "index")
+    split = load_dataset("shapes", "test", **SHAPES)
+    Image.fromarray(np.asarray(split.images.pixels[4])).save(tmp_path / "q.png")
+    query = encode_image_files(index.model, [tmp_path / "q.png"], image_size=index.meta["image_size"])
+    torch.testing.assert_close(query.mean, index.images.mean[4:5], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(query.logvar, index.images.logvar[4:5], rtol=1e-5, atol=1e-6)
