@@ -104,6 +104,7 @@ def _is_bad_input(exc: BaseException) -> bool:
             TypeError,
             KeyError,
             FileNotFoundError,
+            FileExistsError,
             NotADirectoryError,
             CheckpointError,
             CommandUnavailableError,

@@ -94,6 +94,7 @@ def evaluate_run(run_dir: Path, out_dir: Path, progress: bool = False) -> Any:
         batch_size=config.eval.batch_size,
         out_dir=out_dir,
         progress=progress,
+        meta={"run": str(run_dir)},
     )
 
 
@@ -116,7 +117,6 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         result = evaluate_run(run_dir, run_dir / "evaluation", progress=args.progress)
-        result.save(run_dir / "evaluation")
         results.append((recipe, result))
     rows = merge_rows(results)
     present = [c for c in DEMO_COLUMNS if any(r.get(c) is not None for r in rows)]

@@ -44,8 +44,9 @@ def _read_options(path: Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-def load_run_or_model(path: str | Path, vocab_path: str | Path | None = None,
-                      device: str | None = None) -> LoadedModel:
+def load_run_or_model(
+    path: str | Path, vocab_path: str | Path | None = None, device: str | None = None
+) -> LoadedModel:
     """Load a run folder (``config.yaml`` + ``model/``, via ``pcmr.train.run.load_run``) or a bare
     model folder (vocabulary: ``vocab_path``, else ``vocab.json`` in the folder or next to it;
     learned options: ``similarity_options.json`` next to it, if any)."""
@@ -55,20 +56,25 @@ def load_run_or_model(path: str | Path, vocab_path: str | Path | None = None,
 
     source = Path(path).expanduser()
     if not source.is_dir():
-        raise FileNotFoundError(f"RUN_OR_MODEL: folder not found: {source} (expected a run folder from "
-                                f"`pcmr train` or a model folder from pcmr.models.save_model)")
+        raise FileNotFoundError(
+            f"RUN_OR_MODEL: folder not found: {source} (expected a run folder from "
+            f"`pcmr train` or a model folder from pcmr.models.save_model)"
+        )
     map_location = device or "cpu"
     if (source / CONFIG_FILE).is_file():
         trained = load_run(source, map_location=map_location)
         vocab = Vocabulary.load(vocab_path) if vocab_path is not None else trained.vocab
         return LoadedModel(trained.model, vocab, dict(trained.similarity_options), trained.config, source)
     model = load_model(source, map_location=map_location)
-    candidates = ([Path(vocab_path)] if vocab_path is not None
-                  else [source / VOCAB_FILE, source.parent / VOCAB_FILE])
+    candidates = (
+        [Path(vocab_path)] if vocab_path is not None else [source / VOCAB_FILE, source.parent / VOCAB_FILE]
+    )
     vocab_file = next((p for p in candidates if p.is_file()), None)
     if vocab_file is None:
-        raise FileNotFoundError(f"vocabulary not found (looked for {', '.join(map(str, candidates))}); "
-                                f"pass --vocab PATH to the vocab.json of the training run")
+        raise FileNotFoundError(
+            f"vocabulary not found (looked for {', '.join(map(str, candidates))}); "
+            f"pass --vocab PATH to the vocab.json of the training run"
+        )
     options_file = source.parent / SIMILARITY_OPTIONS_FILE
     options = _read_options(options_file) if options_file.is_file() else {}
     return LoadedModel(model, Vocabulary.load(vocab_file), options, None, source)

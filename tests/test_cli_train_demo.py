@@ -1,0 +1,51 @@
+"""``pcmr demo`` end to end at a tiny size: both recipes train, are evaluated, the table is printed."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcmr.cli import main
+
+
+def test_demo_tiny(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    tiny = [
+        "data.options={num_train: 12, num_val: 10, num_test: 10, num_test_unseen: 1, num_binary_selection: 1, "
+        f"image_size: 32, cache_dir: {cache}}}",
+        "data.batch_size=10",
+        "train.epochs=1",
+        "train.max_steps_per_epoch=2",
+        "model.embed_dim=8",
+        "model.text_encoder={word_dim: 8, hidden_dim: 8}",
+        "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
+        "eval.similarities=[cosine, match_prob]",
+        "eval.rerankers=[nns, csls]",
+    ]
+    argv = ["demo", "--out", str(tmp_path / "demo")]
+    for item in tiny:
+        argv += ["--set", item]
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    demo = tmp_path / "demo"
+    for recipe in ("pcme", "pcme_mu_only"):
+        assert (demo / recipe / "model" / "model.safetensors").is_file()
+        assert (demo / recipe / "evaluation" / "results.md").is_file()
+        assert f"{recipe}: run {demo / recipe}" in out
+    table = (demo / "comparison.md").read_text()
+    assert "pcme_mu_only" in table and "match_prob" in table and "csls" in table
+    assert "total time:" in out
+    # a second demo replaces the first one; a folder with other files is refused
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("keep me")
+    status = main(["demo", "--out", str(tmp_path / "other")])
+    assert status == 2 and "not from pcmr demo" in capsys.readouterr().err
+    assert (tmp_path / "other" / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("argv", [["demo", "--help"], ["train", "--help"], ["list", "--help"], ["--help"]])
+def test_help_texts(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 0
+    assert "usage: pcmr" in capsys.readouterr().out
