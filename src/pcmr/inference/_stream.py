@@ -1,0 +1,284 @@
+"""Exact (relaxed) greedy matching without sorting every entry: a lazily merged per-row candidate stream.
+
+The literal algorithm (HAL/RGM Algorithm 1) sorts all ``Q x G`` entries and scans them in the global
+order (descending score, then row, then column). Only the scan *order* matters, so the same scan is
+produced by a k-way merge of the rows, each row being its own sorted list: the merge repeatedly takes
+the best head among the rows (a heap keyed by the global order). Each row's list is materialised
+lazily: first its best ``c`` entries, then, only when the merge reaches the end of what was fetched
+while the row still needs items, the next block (twice as many). A row's next block is needed only
+when every one of its higher-scored entries has been processed, and until then it is represented in
+the heap by a placeholder keyed by an upper bound on its unfetched scores, so nothing is ever taken
+out of order. Two exact shortcuts keep the stream small: rows leave the heap once they hold ``k``
+items, and columns already full are left out of later fetches (such entries would be rejected).
+Hence the accepted pairs, in acceptance order, are exactly those of the literal algorithm, while the
+candidates held at any time stay a small multiple of ``Q * k`` in practice (the matrix itself is
+only read in blocks of rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pcmr.inference._backend import stream_runner
+from pcmr.inference._kernel import FINISHED
+from pcmr.inference._ordering import rows_per_block, sort_row_segments
+
+#: Rows refilled together at least (when that many are waiting), to keep round trips few.
+MIN_REFILL_ROWS = 64
+
+
+def initial_fetch_size(k: int, num_cols: int) -> int:
+    """Candidates fetched per row at first: a few times ``k`` (most rows finish within them); >= k."""
+    return min(num_cols, 4 * k + 16)
+
+
+def fetch_candidates(
+    scores: Tensor, rows: Tensor | None, threshold: Tensor, counts: Tensor, col_full: Tensor | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Fetch the next block of candidates of each row in ``rows`` (None: every row, nothing fetched yet).
+
+    Row ``r`` gets its entries with score ``< threshold[r]`` outside the full columns (``col_full``,
+    None when no column is full): the best ``counts[r]`` of them plus any ties of the last one, so
+    that everything left scores strictly less than the new threshold.
+
+    Returns numpy arrays: ``lengths [R]``, ``cols [n]`` and ``vals [n]`` (float64; per row in the
+    global order, rows one after another), the new ``threshold [R]`` (``-inf`` once a row is
+    exhausted) and ``exhausted [R]``.
+    """
+    num_rows = scores.shape[0] if rows is None else rows.numel()
+    num_cols = scores.shape[1]
+    pieces: list[tuple[Tensor, ...]] = []
+    step = rows_per_block(num_cols)
+    for start in range(0, num_rows, step):
+        stop = min(start + step, num_rows)
+        sub = scores[start:stop] if rows is None else scores.index_select(0, rows[start:stop])  # [R, G]
+        if rows is not None or col_full is not None:
+            excluded = sub >= threshold[start:stop].to(sub.dtype).unsqueeze(1)  # [R, G], fetched before
+            if col_full is not None:
+                excluded |= col_full.unsqueeze(0)
+            sub = sub.masked_fill(excluded, float("-inf"))
+        pieces.append(_take_best(sub, counts[start:stop].clamp(max=num_cols)))
+    lengths, cols, vals, new_threshold, exhausted = (torch.cat(parts).cpu() for parts in zip(*pieces))
+    return (
+        lengths.numpy().astype(np.int64),
+        cols.numpy().astype(np.int64),
+        vals.to(torch.float64).numpy(),
+        new_threshold.to(torch.float64).numpy(),
+        exhausted.numpy(),
+    )
+
+
+def _take_best(sub: Tensor, count: Tensor) -> tuple[Tensor, ...]:
+    """Per row of ``sub [R, G]`` (``-inf`` = not available): the best ``count[r]`` entries and their ties."""
+    num_rows, num_cols = sub.shape
+    width = min(int(count.max()) + 1, num_cols)
+    top_vals, top_cols = sub.topk(width, dim=1, sorted=True)  # [R, width]
+    last = top_vals.gather(1, (count - 1).unsqueeze(1)).squeeze(1)  # [R], the count-th best
+    has_next = count < width
+    after = top_vals.gather(1, count.clamp(max=width - 1).unsqueeze(1)).squeeze(1)  # [R]
+    after = after.masked_fill(~has_next, float("-inf"))
+    exhausted = after == float("-inf")  # nothing left beyond the first `count`
+    straddle = ~exhausted & (after == last)  # ties across the cut: the tie closure decides
+    threshold = last.masked_fill(exhausted, float("-inf"))
+    width = int(count.max())
+    slot = torch.arange(width, device=sub.device).unsqueeze(0)  # [1, c]
+    keep = (slot < count.unsqueeze(1)) & (top_vals[:, :width] > float("-inf"))  # [R, c]
+    vals = top_vals[:, :width].masked_fill(~keep, float("-inf"))
+    vals, cols = sort_row_segments(vals, top_cols[:, :width])  # kept entries first, in the global order
+    lengths = keep.sum(dim=1)  # [R]
+    row_id, pos = (slot < lengths.unsqueeze(1)).nonzero(as_tuple=True)
+    cols, vals = cols[row_id, pos], vals[row_id, pos]
+    if bool(straddle.any()):
+        tied_rows = straddle.nonzero().squeeze(1)
+        tied = sub.index_select(0, tied_rows)  # [T, G]
+        take = (tied >= last[tied_rows].unsqueeze(1)) & (tied > float("-inf"))  # [T, G]
+        tied_row, tied_col = take.nonzero(as_tuple=True)  # columns ascending within a row
+        tied_val = tied[tied_row, tied_col]
+        by_value = torch.sort(tied_val, descending=True, stable=True).indices
+        lengths[tied_rows] = take.sum(dim=1)
+        fast = ~straddle[row_id]
+        row_id = torch.cat([row_id[fast], tied_rows[tied_row[by_value]]])
+        cols = torch.cat([cols[fast], tied_col[by_value]])
+        vals = torch.cat([vals[fast], tied_val[by_value]])
+        by_row = torch.sort(row_id, stable=True).indices  # rows in order, each keeping its own order
+        cols, vals = cols[by_row], vals[by_row]
+    return lengths, cols, vals, threshold, exhausted
+
+
+class _CandidateBuffer:
+    """Growable flat storage of the rows' candidate segments (compacted when it runs out of room)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.cols = np.empty(capacity, dtype=np.int64)
+        self.vals = np.empty(capacity, dtype=np.float64)
+        self.used = 0
+
+    def append(
+        self,
+        rows: np.ndarray,
+        lengths: np.ndarray,
+        cols: np.ndarray,
+        vals: np.ndarray,
+        row_pos: np.ndarray,
+        row_end: np.ndarray,
+    ) -> None:
+        """Store new segments for ``rows`` (whose old segments are used up) and point the rows at them."""
+        size = cols.shape[0]
+        if self.used + size > self.cols.shape[0]:
+            self._compact(row_pos, row_end, size)
+        start = self.used
+        self.cols[start : start + size] = cols
+        self.vals[start : start + size] = vals
+        offsets = start + np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        row_pos[rows] = offsets
+        row_end[rows] = offsets + lengths
+        self.used = start + size
+
+    def _compact(self, row_pos: np.ndarray, row_end: np.ndarray, incoming: int) -> None:
+        live = np.flatnonzero(row_end > row_pos)  # rows with unconsumed candidates
+        lengths = row_end[live] - row_pos[live]
+        total = int(lengths.sum())
+        capacity = max(2 * (total + incoming), self.cols.shape[0])
+        new_start = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        source = np.repeat(row_pos[live] - new_start, lengths) + np.arange(total)
+        cols = np.empty(capacity, dtype=np.int64)
+        vals = np.empty(capacity, dtype=np.float64)
+        cols[:total] = self.cols[source]
+        vals[:total] = self.vals[source]
+        self.cols, self.vals, self.used = cols, vals, total
+        row_pos[live] = new_start
+        row_end[live] = new_start + lengths
+
+
+def accept_pairs(
+    scores: Tensor, k: int, capacity: int, max_pairs: int | None, backend: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run the acceptance rule of HAL/RGM Algorithm 1 over the lazily merged stream.
+
+    Args:
+        scores: ``[Q, G]`` finite; ``k``: items per row; ``capacity``: uses per column (>= 1);
+        ``max_pairs``: stop after this many accepted pairs (None: until no pair can be accepted);
+        ``backend``: ``"numba"`` or ``"python"`` (resolved).
+    Returns:
+        ``accepted [Q, k]`` int64 numpy array (acceptance order, ``-1`` where a row stayed short),
+        ``row_count [Q]`` and ``row_top [Q, k]``, each row's own top-k in the global order.
+    """
+    num_rows, num_cols = scores.shape
+    device = scores.device
+    run = stream_runner(backend)
+    row_count = np.zeros(num_rows, dtype=np.int64)
+    col_count = np.zeros(num_cols, dtype=np.int64)
+    accepted = np.full(num_rows * k, -1, dtype=np.int64)
+    row_pos = np.zeros(num_rows, dtype=np.int64)
+    row_end = np.zeros(num_rows, dtype=np.int64)
+    row_threshold = np.full(num_rows, np.inf)
+    row_exhausted = np.zeros(num_rows, dtype=np.bool_)
+    head_val = np.empty(num_rows, dtype=np.float64)
+    head_tie = np.empty(num_rows, dtype=np.int64)
+    fetch_size = np.full(num_rows, max(k, initial_fetch_size(k, num_cols)), dtype=np.int64)
+    buffer = _CandidateBuffer(max(1024, 2 * num_rows * int(fetch_size[0])))
+    heap = np.arange(num_rows, dtype=np.int64)
+    state = np.array([num_rows, 0, 0, -1 if max_pairs is None else max_pairs], dtype=np.int64)
+
+    def refill(rows: np.ndarray, everything: bool = False) -> None:
+        full = col_count >= capacity
+        lengths, cols, vals, threshold, exhausted = fetch_candidates(
+            scores,
+            None if everything else torch.from_numpy(rows).to(device),
+            torch.from_numpy(row_threshold[rows]).to(device),
+            torch.from_numpy(fetch_size[rows]).to(device),
+            torch.from_numpy(full).to(device) if bool(full.any()) else None,
+        )
+        buffer.append(rows, lengths, cols, vals, row_pos, row_end)
+        row_threshold[rows] = threshold
+        row_exhausted[rows] = exhausted
+        fetch_size[rows] = np.minimum(2 * fetch_size[rows], num_cols)
+        has_head = lengths > 0
+        first = np.where(has_head, row_pos[rows], 0)
+        # an exhausted row with nothing left sinks (head -inf) and leaves the heap when it surfaces
+        head_val[rows] = np.where(has_head, buffer.vals[first], -np.inf)
+        head_tie[rows] = rows
+
+    refill(np.arange(num_rows, dtype=np.int64), everything=True)
+    # nothing is full yet and every row got >= k candidates: its first k are its exact top-k
+    row_top = buffer.cols[row_pos[:, None] + np.arange(k)[None, :]]  # [Q, k]
+    dirty = np.arange(num_rows, dtype=np.int64)
+    while True:
+        status = run(
+            heap,
+            dirty,
+            dirty.shape[0],
+            state,
+            head_val,
+            head_tie,
+            buffer.cols,
+            buffer.vals,
+            row_pos,
+            row_end,
+            row_threshold,
+            row_exhausted,
+            row_count,
+            col_count,
+            accepted,
+            k,
+            capacity,
+            num_rows,
+            num_cols,
+        )
+        if status == FINISHED:
+            break
+        in_heap = heap[: state[0]]
+        rows = _rows_to_refill(in_heap, row_pos, row_end, row_exhausted, row_threshold, head_val)
+        refill(rows)
+        marked = np.zeros(num_rows, dtype=np.bool_)
+        marked[rows] = True
+        dirty = np.flatnonzero(marked[in_heap]).astype(np.int64)
+    return accepted.reshape(num_rows, k), row_count, row_top
+
+
+def _rows_to_refill(
+    in_heap: np.ndarray,
+    row_pos: np.ndarray,
+    row_end: np.ndarray,
+    row_exhausted: np.ndarray,
+    row_threshold: np.ndarray,
+    head_val: np.ndarray,
+) -> np.ndarray:
+    """Waiting rows whose unfetched entries may precede the best buffered candidate, plus the next few."""
+    buffered = row_pos[in_heap] < row_end[in_heap]
+    waiting = ~buffered & ~row_exhausted[in_heap]
+    best_buffered = head_val[in_heap][buffered].max() if bool(buffered.any()) else -np.inf
+    bound = row_threshold[in_heap]
+    needed = waiting & (bound > best_buffered)
+    if int(needed.sum()) < MIN_REFILL_ROWS:
+        others = np.flatnonzero(waiting & ~needed)
+        extra = MIN_REFILL_ROWS - int(needed.sum())
+        if others.shape[0] > extra:
+            others = others[np.argpartition(-bound[others], extra - 1)[:extra]]
+        needed[others] = True
+    return in_heap[needed]
+
+
+def complete_rows(accepted: np.ndarray, row_count: np.ndarray, row_top: np.ndarray) -> np.ndarray:
+    """Fill the rows left short with their best remaining items in the global order (capacities ignored).
+
+    A row holding ``n < k`` accepted items takes the first ``k - n`` of its own top-k (``row_top``)
+    that it does not hold yet. Returns the completed ``[Q, k]`` array.
+    """
+    k = accepted.shape[1]
+    out = accepted.copy()
+    short = np.flatnonzero(row_count < k)
+    if short.shape[0] == 0:
+        return out
+    best = row_top[short]  # [R, k]
+    taken = accepted[short]  # [R, k], -1 in the empty slots
+    listed = (best[:, :, None] == taken[:, None, :]).any(axis=2)  # [R, k]
+    fresh_first = np.argsort(listed, axis=1, kind="stable")  # items not held yet, in their order
+    filler = np.take_along_axis(best, fresh_first, axis=1)  # [R, k]
+    have = row_count[short][:, None]  # [R, 1]
+    slot = np.arange(k)[None, :]  # [1, k]
+    source = np.take_along_axis(filler, np.maximum(slot - have, 0), axis=1)
+    out[short] = np.where(slot < have, taken, source)
+    return out

@@ -1,0 +1,108 @@
+"""Soft hub-aware re-weighting of a score matrix: inverted softmax and CSLS (HAL/RGM §3.3.1-3.3.2; SPEC §5).
+
+Both take one direction's score matrix ``S [Q, G]`` (queries x gallery, higher = better) and return a
+re-weighted ``[Q, G]`` matrix of the same dtype and device. They read ``S`` in blocks of rows, so
+their temporaries stay bounded (a few blocks of ``BLOCK_ELEMENTS``) next to the output itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from pcmr.inference._ordering import check_positive_int, check_score_matrix, rows_per_block
+
+
+def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
+    """Inverted softmax, HAL/RGM eq. 5 (Smith et al., 2017), in log space.
+
+    ``IS[q, g] = beta * S[q, g] - log sum_{q' != q} exp(beta * S[q', g])``, the log of eq. 5: each
+    gallery item's score is normalised over the *other* queries, so items close to many queries (hubs)
+    are scaled down. The ranking equals that of eq. 5 (log is monotone).
+
+    The normaliser excluding one term is computed stably without a ``[Q, Q, G]`` tensor: per column,
+    ``L = logsumexp_q beta*S`` and, for a query that does not hold the column maximum,
+    ``L + log1p(-exp(beta*S[q,g] - L))`` (that ratio is <= 1/2, so no cancellation); for the query
+    holding the maximum, the log-sum-exp of the other entries, accumulated separately.
+
+    Args:
+        scores: ``[Q, G]`` finite, ``Q >= 2`` (the normaliser excludes the query itself).
+        beta: inverse temperature ``> 0`` (paper: 30).
+    Returns:
+        ``[Q, G]`` log inverted-softmax scores, dtype and device of ``scores``.
+    """
+    check_score_matrix(scores)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
+        raise ValueError(f"beta must be a finite number > 0 (inverse temperature), got {beta!r}")
+    num_rows, num_cols = scores.shape
+    if num_rows < 2:
+        raise ValueError(
+            f"inverted_softmax needs at least 2 queries (rows of scores): the normaliser of query q sums over "
+            f"the other queries; got shape {tuple(scores.shape)}"
+        )
+    step = rows_per_block(num_cols)
+    columns = torch.arange(num_cols, device=scores.device)  # [G]
+    # pass 1, online over blocks of rows, per column g: the maximum of beta * S, the (first) row holding
+    # it, and the sum over all *other* rows of exp(beta * S - maximum), the maximum's own term left out
+    best = torch.full((num_cols,), float("-inf"), dtype=scores.dtype, device=scores.device)  # [G]
+    best_row = torch.zeros(num_cols, dtype=torch.long, device=scores.device)  # [G]
+    others_sum = torch.zeros(num_cols, dtype=scores.dtype, device=scores.device)  # [G]
+    for start in range(0, num_rows, step):
+        block = scores[start : start + step] * beta  # [R, G]
+        block_best, block_row = block.max(dim=0)  # [G]
+        is_new = block_best > best  # [G]
+        new_best = torch.where(is_new, block_best, best)
+        scale = torch.exp(best - new_best)  # [G]; 0 for the first block
+        # rescale the old sum to the new maximum; a replaced maximum becomes one of the "others"
+        others_sum = others_sum * scale + torch.where(is_new, scale, torch.zeros_like(scale))
+        block.sub_(new_best).exp_()  # [R, G], <= 1
+        block[block_row[is_new], columns[is_new]] = 0.0  # the new maximum is not one of the others
+        others_sum += block.sum(dim=0)
+        best = new_best
+        best_row = torch.where(is_new, block_row + start, best_row)
+    rest = best + torch.log(others_sum)  # [G], log-normaliser of the row holding the maximum
+    total = best + torch.log1p(others_sum)  # [G], logsumexp over all rows
+    # pass 3: beta * S - (total + log1p(-exp(beta * S - total))); exp(...) <= 1/2 off the maximum
+    out = torch.empty_like(scores)  # [Q, G]
+    for start in range(0, num_rows, step):
+        block = out[start : start + step]
+        torch.mul(scores[start : start + step], beta, out=block)
+        correction = (block - total).exp_().neg_().log1p_()  # [R, G]
+        block.sub_(total).sub_(correction)
+    out[best_row, columns] = beta * scores[best_row, columns] - rest
+    return out
+
+
+def csls(scores: Tensor, k: int = 10) -> Tensor:
+    """Cross-domain similarity local scaling, HAL/RGM eq. 6 (Lample et al., 2018; MUSE).
+
+    ``CSLS[q, g] = 2 S[q, g] - r_G(q) - r_Q(g)`` with ``r_G(q)`` the mean of the k largest scores of
+    row q (the query's neighbourhood in the gallery) and ``r_Q(g)`` the mean of the k largest scores of
+    column g (the gallery item's neighbourhood among the queries). ``r_Q`` penalises hubs; ``r_G`` does
+    not change a row's ranking but matters when a global order is used afterwards (CSLS+RGM).
+
+    Args:
+        scores: ``[Q, G]`` finite. k: neighbourhood size, ``1 <= k <= min(Q, G)`` (paper: 10).
+    Returns:
+        ``[Q, G]`` CSLS scores, dtype and device of ``scores``.
+    """
+    check_score_matrix(scores)
+    num_rows, num_cols = scores.shape
+    check_positive_int(k, "k", min(num_rows, num_cols), "min(Q, G) (queries, gallery items of scores)")
+    step = rows_per_block(num_cols)
+    row_mean = torch.empty(num_rows, dtype=scores.dtype, device=scores.device)  # [Q], r_G
+    col_top = None  # [k, G], running k largest scores of each column
+    for start in range(0, num_rows, step):
+        block = scores[start : start + step]  # [R, G]
+        row_mean[start : start + step] = block.topk(k, dim=1, sorted=False).values.mean(dim=1)
+        merged = block if col_top is None else torch.cat([col_top, block], dim=0)  # [k + R, G]
+        col_top = merged.topk(min(k, merged.shape[0]), dim=0, sorted=False).values
+    col_mean = col_top.mean(dim=0)  # [G], r_Q
+    out = torch.empty_like(scores)  # [Q, G]
+    for start in range(0, num_rows, step):
+        block = out[start : start + step]
+        torch.mul(scores[start : start + step], 2, out=block)
+        block.sub_(row_mean[start : start + step].unsqueeze(1)).sub_(col_mean.unsqueeze(0))
+    return out
