@@ -7,7 +7,7 @@ import torch
 
 from pcmr import Gaussian
 from pcmr.evaluation import encode_split, evaluate_embeddings, evaluate_model
-from pcmr.evaluation.scoring import parse_reranker, rerank_topk
+from pcmr.evaluation.scoring import rerank_topk
 
 KS = (1, 5, 10)
 
@@ -63,7 +63,7 @@ def test_table_equals_library_metrics_on_the_same_scores():
             assert row["hs_sum"] == pytest.approx(sum(skews), abs=1e-9)
         row = result.row(name, "csls+rgm")
         for direction, (s, rel, vs, vrel) in directions.items():
-            lam = select_lambda(csls(vs, k=10), vrel, ks=KS, grid=(1.0, 1.5, 2.0, 3.0, 5.0, 10.0))
+            lam = select_lambda(vs, vrel, ks=KS, method="csls+rgm").best_lam
             assert row[f"{direction}_lambda"] == pytest.approx(float(lam))
             for k in KS:
                 lists, _ = rerank_topk("csls+rgm", s, k, lam=float(lam))
@@ -115,8 +115,9 @@ def test_unknown_names_list_the_accepted_ones():
     with pytest.raises(ValueError, match="needs a validation split"):
         evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine"],
                             rerankers=["rgm"])
-    with pytest.raises(ValueError, match="unknown re-ranker"):
-        parse_reranker("csls+is")
+    with pytest.raises(ValueError, match="takes the parameters"):
+        evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine"],
+                            rerankers=["is"], rerank_options={"is": {"lam": 2.0}})
 
 
 def test_all_expands_and_figures_are_filled():

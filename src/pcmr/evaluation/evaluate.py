@@ -24,14 +24,7 @@ from torch import Tensor
 from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.figures import decile_series, embeddings_2d_series, k_occurrence_histogram
 from pcmr.evaluation.report import EvaluationResult
-from pcmr.evaluation.scoring import (
-    check_names,
-    matched_topk,
-    parse_reranker,
-    reweight,
-    score_matrix,
-    unsupported_reason,
-)
+from pcmr.evaluation.scoring import check_names, get_method, matching_topk, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
 
 __all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
@@ -39,8 +32,8 @@ __all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEF
 
 DEFAULT_SIMILARITIES = ("cosine", "wasserstein", "match_prob", "elk", "kl")
 DEFAULT_RERANKERS = ("nns", "is", "csls", "csls+rgm")
-#: lambda candidates for RGM (item capacity round(lambda * k)); HAL/RGM tunes lambda on validation data
-DEFAULT_LAMBDA_GRID = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+#: lambda candidates for RGM (item capacity round(lambda * k), inf = no constraint); tuned on validation data
+DEFAULT_LAMBDA_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0, math.inf)
 HUBNESS_KS = (1, 5, 10)
 
 
@@ -73,11 +66,18 @@ def _directions(scores: Tensor, relevance: Tensor, image_labels: Tensor | None,
             ("t2i", scores.T, relevance.T, caption_labels, image_labels)]
 
 
-def _select_lambda(weighted_val: Tensor, relevant_val: Tensor, ks: Sequence[int],
-                   grid: Sequence[float]) -> float:
+def _select_lambda(name: str, params: dict[str, Any], val_scores: Tensor, val_relevant: Tensor,
+                   ks: Sequence[int], grid: Sequence[float]) -> float:
+    """``pcmr.inference.select_lambda`` (sum of R@K on the validation direction) for re-ranker ``name``."""
     from pcmr.inference import select_lambda
 
-    return float(select_lambda(weighted_val, relevant_val, ks=tuple(ks), grid=tuple(grid)))
+    method = get_method(name, params, size=tuple(val_scores.shape))
+    extra = {"csls_k": method.csls_k} if method.reweighting == "csls" else {}
+    if method.reweighting == "is":
+        extra["beta"] = method.beta
+    usable_ks = tuple(k for k in ks if k <= val_scores.shape[1])
+    return float(select_lambda(val_scores, val_relevant, ks=usable_ks, grid=tuple(grid), method=name,
+                               backend=method.backend, **extra).best_lam)
 
 
 def _score_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor,
@@ -116,7 +116,7 @@ def _extra_direction(row: dict[str, Any], direction: str, weighted: Tensor, rele
         row[f"{key}_map_at_r"] = values["map_at_r"]
 
 
-def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, matching: str,
+def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, method: Any,
                     lam: float | None, ks: Sequence[int]) -> list[float]:
     """R@K and hubness of one direction from matching lists (one run per K); returns the skews."""
     from pcmr.metrics import recall_at_k_from_topk
@@ -126,7 +126,7 @@ def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relev
     for k in sorted(set(ks) | set(HUBNESS_KS)):
         if k > weighted.shape[1]:
             continue
-        lists = matched_topk(matching, weighted, k, lam=lam)  # [Q, k]
+        lists = matching_topk(method, weighted, k, lam=lam)  # [Q, k], the run with this k
         if k in ks:
             row[f"{direction}_R@{k}"] = recall_at_k_from_topk(lists, relevant, k=k)
         if k in HUBNESS_KS:
@@ -199,36 +199,36 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         result.meta["similarity_options"][name] = {k: v for k, v in options.items() if isinstance(v, (int, float))}
         val_dirs = _directions(val_scores, val[2].to(device), None, None) if val_scores is not None else None
         for rerank in rerankers:
-            weighting, matching = parse_reranker(rerank)
-            params = rerank_options.get(rerank, {})
-            weight_params = {k: params[k] for k in ("beta", "csls_k") if k in params}
+            params = dict(rerank_options.get(rerank, {}))
+            lam_fixed = params.get("lam")
+            select_params = {k: v for k, v in params.items() if k != "lam"}
             row: dict[str, Any] = {"similarity": name, "rerank": rerank}
             skews: list[float] = []
+            rescored_dirs = {}
             for i, (direction, s_dir, rel_dir, q_labels, g_labels) in enumerate(
                     _directions(scores, relevance, image_labels, caption_labels)):
-                weighted = reweight(weighting, s_dir, **weight_params)  # [Q, G]
-                if matching is None:
+                method = get_method(rerank, params, size=tuple(s_dir.shape))
+                weighted = method.rescore(s_dir)  # [Q, G]
+                rescored_dirs[direction] = weighted
+                if method.matching == "none":
                     skews += _score_direction(row, direction, weighted, rel_dir, q_labels, g_labels, ks)
                     if extra_positives:
                         _extra_direction(row, direction, weighted, relevance, extra_positives, ks)
                     continue
-                lam = params.get("lam")
-                if lam is None and matching == "rgm":
+                lam = lam_fixed
+                if lam is None and method.matching == "rgm":
                     if val_dirs is None:
                         raise ValueError(f"re-ranker {rerank!r} needs a validation split to select lambda "
                                          f"(val_split) or a fixed rerank_options['{rerank}']['lam']")
-                    v_weighted = reweight(weighting, val_dirs[i][1], **weight_params)
-                    lam = _select_lambda(v_weighted, val_dirs[i][2], ks, lambda_grid)
+                    lam = _select_lambda(rerank, select_params, val_dirs[i][1], val_dirs[i][2], ks, lambda_grid)
                     result.meta["selected_lambda"][f"{name}/{rerank}/{direction}"] = lam
-                skews += _list_direction(row, direction, weighted, rel_dir, matching, lam, ks)
+                skews += _list_direction(row, direction, weighted, rel_dir, method, lam, ks)
                 row[f"{direction}_lambda"] = lam
             row["rsum"] = sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in ks)
             row["hs_sum"] = sum(skews) if skews else None
             result.rows.append(_ordered(row, ks))
-            if matching is None and name == result.rows[0]["similarity"]:
-                hub_data[f"{name}/{rerank}"] = {
-                    d: k_occurrence_histogram(reweight(weighting, s, **weight_params), 10)
-                    for d, s in (("i2t", scores), ("t2i", scores.T))}
+            if method.matching == "none" and name == result.rows[0]["similarity"]:
+                hub_data[f"{name}/{rerank}"] = {d: k_occurrence_histogram(w, 10) for d, w in rescored_dirs.items()}
         if not (images.is_point or captions.is_point):
             decile_data[name] = decile_series(scores, relevance, images, captions, uncertainty_measure)
     if decile_data:
@@ -241,7 +241,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         notes.append("no (similarity, re-ranker) pair could be evaluated; see Skipped")
     notes.append("hs-sum: sum of the skewness of N_k for k = 1, 5, 10 over both directions; a constant N_k "
                  "(no hubs at all) counts as skewness 0")
-    if any(parse_reranker(r)[1] for r in rerankers):
+    if any(get_method(r).matching != "none" for r in rerankers):
         notes.append("matching re-rankers (gm/rgm) return top-k lists: R@K from the run with k = K; "
                      "R-Precision, MAP@R and PMRP need a full ranking and are left empty")
     return result

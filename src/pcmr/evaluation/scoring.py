@@ -4,13 +4,13 @@
   (so an evaluation is reproducible) and no autograd.
 - :func:`unsupported_reason`: why a model's embeddings cannot be scored with a similarity (point
   embeddings for a score that needs variances; match_prob without learned ``a, b``), or None.
-- :func:`rerank_topk`: the top-k list of every query under a named re-ranker (SPEC §5). A name is
-  a weighting (``nns``, ``is``, ``csls``) optionally followed by ``+`` and a matching (``gm``,
-  ``rgm``); ``gm`` and ``rgm`` alone mean NNS weighting.
+- :func:`rerank_topk`: the top-k list of every query under a named re-ranker of
+  ``pcmr.inference`` (SPEC §5: a re-weighting ``nns``/``is``/``csls``, then top-k, ``gm`` or ``rgm``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -18,12 +18,10 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 
-__all__ = ["score_matrix", "unsupported_reason", "check_similarity_supported", "rerank_topk",
-           "reweight", "parse_reranker", "check_names", "WEIGHTINGS", "MATCHINGS", "DEFAULT_SEED"]
+__all__ = ["score_matrix", "unsupported_reason", "check_similarity_supported", "rerank_topk", "get_method",
+           "matching_topk", "check_names", "DEFAULT_SEED"]
 
 DEFAULT_SEED = 0
-WEIGHTINGS = ("nns", "is", "csls")
-MATCHINGS = ("gm", "rgm")
 #: options that need a learned value to be meaningful, per similarity
 LEARNED_OPTIONS = {"match_prob": ("a", "b")}
 
@@ -83,75 +81,40 @@ def score_matrix(name: str, images: Gaussian, captions: Gaussian, options: dict[
         return pairwise(name, images.detach(), captions.detach(), block_size=block_size, **opts)
 
 
-def parse_reranker(name: str) -> tuple[str, str | None]:
-    """``"csls+rgm"`` -> ``("csls", "rgm")``; ``"rgm"`` -> ``("nns", "rgm")``; ``"is"`` -> ``("is", None)``."""
-    parts = name.split("+") if isinstance(name, str) else []
-    accepted = list(WEIGHTINGS) + list(MATCHINGS) + [f"{w}+{m}" for w in WEIGHTINGS[1:] for m in MATCHINGS]
-    if len(parts) == 1 and parts[0] in WEIGHTINGS:
-        return parts[0], None
-    if len(parts) == 1 and parts[0] in MATCHINGS:
-        return "nns", parts[0]
-    if len(parts) == 2 and parts[0] in WEIGHTINGS and parts[1] in MATCHINGS:
-        return parts[0], parts[1]
-    raise ValueError(f"unknown re-ranker {name!r}; accepted: {', '.join(accepted)}")
+def get_method(name: str, params: dict[str, Any] | None = None, *, size: tuple[int, int] | None = None) -> Any:
+    """``pcmr.inference.get_reranker(name, **params)``; with ``size = (Q, G)`` CSLS's neighbourhood is
+    clamped to ``min(Q, G)`` so tiny galleries still work. ValueError for an unknown name/parameter."""
+    from pcmr.inference import get_reranker
+
+    method = get_reranker(name, **(params or {}))
+    if size is not None and method.reweighting == "csls" and method.csls_k > min(size):
+        method = dataclasses.replace(method, csls_k=min(size))
+    return method
 
 
-def reweight(weighting: str, scores: Tensor, *, beta: float = 30.0, csls_k: int = 10) -> Tensor:
-    """Apply a score re-weighting to ``scores [Q, G]`` (queries in rows): ``nns`` (identity), ``is``
-    (inverted softmax, HAL/RGM eq.5) or ``csls`` (HAL/RGM eq.6). Returns ``[Q, G]``."""
-    if weighting == "nns":
-        return scores
-    if weighting == "is":
-        from pcmr.inference import inverted_softmax
+def matching_topk(method: Any, rescored: Tensor, k: int, lam: float | None = None) -> Tensor:
+    """Top-k lists ``[Q, k]`` of already re-weighted ``rescored [Q, G]`` under ``method``'s matching
+    (``Reranker.matching``: none, gm or rgm with ``lam``, default the method's own)."""
+    from pcmr.inference import get_reranker
 
-        return inverted_softmax(scores, beta=beta)
-    if weighting == "csls":
-        from pcmr.inference import csls
-
-        return csls(scores, k=min(csls_k, scores.shape[0], scores.shape[1]))
-    raise ValueError(f"unknown weighting {weighting!r}; accepted: {', '.join(WEIGHTINGS)}")
+    if method.matching == "none":
+        return get_reranker("nns").topk(rescored, k)
+    params = {"backend": method.backend}
+    if method.matching == "rgm":
+        params["lam"] = method.lam if lam is None else float(lam)
+    return get_reranker(method.matching, **params).topk(rescored, k)
 
 
-def _stable_topk(scores: Tensor, k: int) -> Tensor:
-    """Indices of the k best items per row, ties to the lower index (the metrics' tie rule)."""
-    return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
-
-
-def matched_topk(matching: str | None, scores: Tensor, k: int, *, lam: float | None = None) -> Tensor:
-    """Top-k lists ``[Q, k]`` of already re-weighted ``scores [Q, G]`` under a matching.
-
-    ``None``: plain top-k. ``rgm``: relaxed greedy matching with item capacity ``round(lam * k)``
-    (``lam=None`` means infinity, i.e. plain top-k). ``gm``: the one-to-one greedy match first, then
-    the row's other items in score order (rows left unmatched: score order).
-    """
-    if matching is None or (matching == "rgm" and lam is None):
-        return _stable_topk(scores, k)
-    if matching == "rgm":
-        from pcmr.inference import relaxed_greedy_matching
-
-        return relaxed_greedy_matching(scores, k, lam)
-    if matching == "gm":
-        from pcmr.inference import greedy_matching
-
-        match = greedy_matching(scores)  # [Q], -1 = unmatched
-        order = _stable_topk(scores, scores.shape[1])  # [Q, G]
-        matched = match >= 0
-        first = torch.where(matched, match, order[:, 0])  # [Q]
-        rest = order[order != first.unsqueeze(1)].view(scores.shape[0], -1)  # [Q, G-1]
-        return torch.cat([first.unsqueeze(1), rest], dim=1)[:, :k]
-    raise ValueError(f"unknown matching {matching!r}; accepted: {', '.join(MATCHINGS)}")
-
-
-def rerank_topk(name: str, scores: Tensor, k: int, *, beta: float = 30.0, csls_k: int = 10,
-                lam: float | None = None) -> tuple[Tensor, Tensor]:
-    """Top-k lists of every query under re-ranker ``name`` (queries in rows of ``scores [Q, G]``).
+def rerank_topk(name: str, scores: Tensor, k: int, **params: Any) -> tuple[Tensor, Tensor]:
+    """Top-k lists of every query under re-ranker ``name`` (queries in rows of ``scores [Q, G]``);
+    ``params`` as ``pcmr.inference.get_reranker`` takes them (``beta``, ``csls_k``, ``lam``, ``backend``).
 
     Returns ``(indices [Q, k], values [Q, k])`` where ``values`` are the re-weighted scores of the
-    listed items (for ``+rgm``/``+gm`` lists, not necessarily sorted).
+    listed items (for gm/rgm lists, in acceptance order, not necessarily sorted).
     """
-    weighting, matching = parse_reranker(name)
     if not 1 <= k <= scores.shape[1]:
         raise ValueError(f"k must be in [1, {scores.shape[1]}] (the gallery size), got {k}")
-    weighted = reweight(weighting, scores, beta=beta, csls_k=csls_k)  # [Q, G]
-    indices = matched_topk(matching, weighted, k, lam=lam)  # [Q, k]
-    return indices, weighted.gather(1, indices)
+    method = get_method(name, params, size=tuple(scores.shape))
+    rescored = method.rescore(scores)  # [Q, G]
+    indices = matching_topk(method, rescored, k)  # [Q, k]
+    return indices, rescored.gather(1, indices)
