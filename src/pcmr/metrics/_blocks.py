@@ -47,7 +47,7 @@ def ordered_topk(block: Tensor, k: int) -> tuple[Tensor, Tensor]:
     values, indices = block.topk(k, dim=1, largest=True, sorted=True)  # [b, k]
     if k < num_gallery:
         # Items scoring at least the k-th value; more than k means a tie across the cut.
-        crossing = (block >= values[:, -1:]).sum(dim=1) > k  # [b]
+        crossing = (block >= values[:, -1:]).sum(dim=1, dtype=torch.int32) > k  # [b]
     else:
         crossing = torch.zeros(block.shape[0], dtype=torch.bool, device=block.device)
     # Reorder within the top k: by index, then a stable sort by value (descending).
@@ -79,8 +79,8 @@ def first_positive_ranks_block(block: Tensor, row: Tensor, col: Tensor) -> Tenso
     best_index = torch.full((num_rows,), num_gallery, dtype=torch.long, device=device)
     best_index.scatter_reduce_(0, row[is_best], col[is_best], reduce="amin", include_self=True)
     threshold = best[:, None]
-    higher = (block > threshold).sum(dim=1)  # [b]
-    at_least = (block >= threshold).sum(dim=1)  # [b]
+    higher = (block > threshold).sum(dim=1, dtype=torch.int32).long()  # [b]
+    at_least = (block >= threshold).sum(dim=1, dtype=torch.int32).long()  # [b]
     ranks = higher + 1
     tied = (at_least - higher) > 1  # another item shares the best positive's score
     if bool(tied.any()):

@@ -24,7 +24,8 @@ def check_scores(scores: Tensor, name: str = "scores") -> Tensor:
         raise ValueError(f"{name} must be a 2-D tensor [Q, G], got shape {tuple(scores.shape)}")
     if not scores.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {scores.dtype}")
-    if torch.isnan(scores).any():
+    # A NaN makes the sum NaN (so does inf - inf); only then look element-wise.
+    if bool(torch.isnan(scores.sum())) and bool(torch.isnan(scores).any()):
         count = int(torch.isnan(scores).sum())
         raise ValueError(f"{name} contains {count} NaN value(s); every score must be a number")
     return scores
@@ -60,8 +61,35 @@ class SparseRelevance:
         row = torch.repeat_interleave(torch.arange(stop - start, device=self.indptr.device), counts)
         return row, self.indices[lo:hi]
 
+    def contains(self, query_ids: Tensor, gallery_ids: Tensor) -> Tensor:
+        """Whether ``gallery_ids [b, k]`` are positives of ``query_ids [b]``, bool ``[b, k]``."""
+        if self.indices.numel() == 0:
+            return torch.zeros(gallery_ids.shape, dtype=torch.bool, device=gallery_ids.device)
+        # Positives of a query are sorted, so (query, gallery) keys are sorted over the whole relation.
+        keys = self.__dict__.get("_keys")
+        if keys is None:
+            keys = self.__dict__["_keys"] = self.row_ids() * self.num_gallery + self.indices  # [nnz]
+        wanted = query_ids[:, None] * self.num_gallery + gallery_ids  # [b, k]
+        where = torch.searchsorted(keys, wanted.reshape(-1)).clamp(max=keys.numel() - 1)
+        return (keys[where] == wanted.reshape(-1)).reshape(gallery_ids.shape)
+
+    def row_ids(self) -> Tensor:
+        """Query id of every stored positive, ``[nnz]`` (cached)."""
+        cached = self.__dict__.get("_row_ids")
+        if cached is None:
+            cached = torch.repeat_interleave(torch.arange(self.num_queries, device=self.indptr.device),
+                                             self.counts(), output_size=self.indices.numel())
+            self.__dict__["_row_ids"] = cached
+        return cached
+
     def select(self, query_ids: Tensor) -> tuple[Tensor, Tensor]:
         """Positives of the queries ``query_ids [b]`` as (position in query_ids [n], gallery ids [n])."""
+        start, stop = int(query_ids[0]) if query_ids.numel() else 0, 0
+        if query_ids.numel() and bool((query_ids == torch.arange(start, start + query_ids.numel(),
+                                                                  device=query_ids.device)).all()):
+            stop = start + query_ids.numel()
+            lo, hi = int(self.indptr[start]), int(self.indptr[stop])
+            return self.row_ids()[lo:hi] - start, self.indices[lo:hi]
         starts = self.indptr[query_ids]
         counts = self.indptr[query_ids + 1] - starts
         total = int(counts.sum())

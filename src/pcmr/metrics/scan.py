@@ -118,14 +118,12 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
         width = int(widths[query_ids].max())
         top = ordered_topk(block, width)[1] if width > 0 else None  # [b, width]
         for i, target in enumerate(targets):
-            row, col = target.relevant.select(query_ids)
             count = positives[i][query_ids]  # [b]
             top_relevant = None
             if top is not None and (target.precision or not target.exact_ranks):
-                dense = torch.zeros(block.shape, dtype=torch.bool, device=device)
-                dense[row, col] = True
-                top_relevant = dense.gather(1, top)  # [b, width]
+                top_relevant = target.relevant.contains(query_ids, top)  # [b, width]
             if target.exact_ranks:
+                row, col = target.relevant.select(query_ids)
                 ranks[i][query_ids] = first_positive_ranks_block(block, row, col)
             elif top_relevant is not None:
                 found = top_relevant.any(dim=1)

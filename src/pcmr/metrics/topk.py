@@ -54,4 +54,4 @@ def recall_at_k_from_topk(topk: Tensor, relevant: Relevance | SparseRelevance, k
         stop = min(start + block, num_queries)
         dense = rel.dense_rows(start, stop)  # [b, G]
         hit[start:stop] = dense.gather(1, listed[start:stop]).any(dim=1)
-    return 100.0 * float(hit[has_positive].float().mean())
+    return 100.0 * float(hit[has_positive].to(torch.float64).mean())
