@@ -122,8 +122,11 @@ def soft_contrastive_loss(
     image_samples = draw_samples(image, num_samples, generator, image_samples, "image_samples")  # [B_img, J, D]
     caption_samples = draw_samples(caption, num_samples, generator, caption_samples, "caption_samples")  # [B_cap, K, D]
     distances = sampled_pair_distances(image_samples, caption_samples)  # [B_img, B_cap, J, K]
-    log_p, log_not_p = match_log_probabilities(distances, a, b)  # [B_img, B_cap]
-    nll = -torch.where(positives, log_p, log_not_p)  # [B_img, B_cap]
+    num = distances.shape[2] * distances.shape[3]
+    logits = (-a * distances + b).flatten(2)  # [B_img, B_cap, J*K]
+    # log p for relevant pairs, log(1 - p) otherwise: logsigmoid(+-logit), one pass
+    signed = torch.where(positives.unsqueeze(2), logits, -logits)  # [B_img, B_cap, J*K]
+    nll = math.log(num) - torch.logsumexp(F.logsigmoid(signed), dim=2)  # [B_img, B_cap]
     return nll.sum() if reduction == "sum" else nll.mean()
 
 
