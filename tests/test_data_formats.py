@@ -97,6 +97,9 @@ def test_karpathy_error_paths(coco_root):
     json_path.write_text(json.dumps(data)[:-40])
     with pytest.raises(DataError, match=r"dataset_coco.json, line 1 column \d+: truncated JSON"):
         load_dataset("coco", "test", root=str(coco_root))
+    json_path.write_bytes(b'{"images": [{"split": "test", "filename": "caf\xe9.jpg"}]}')
+    with pytest.raises(DataError, match="dataset_coco.json, line 1: not valid UTF-8"):
+        load_dataset("coco", "test", root=str(coco_root))
     json_path.write_text('{"images": [}')
     with pytest.raises(DataError, match="malformed JSON"):
         load_dataset("coco", "test", root=str(coco_root))
