@@ -44,26 +44,37 @@ def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
         )
     step = rows_per_block(num_cols)
     columns = torch.arange(num_cols, device=scores.device)  # [G]
-    # pass 1, online over blocks of rows, per column g: the maximum of beta * S, the (first) row holding
-    # it, and the sum over all *other* rows of exp(beta * S - maximum), the maximum's own term left out
+    # pass 1, online over blocks of rows, per column g: the maximum of beta * S and the (first) row
+    # holding it; the largest of the *other* entries, and the sum over the other entries of
+    # exp(entry - reference), reference = that largest other (0 while there is none), so no term
+    # underflows however far the maximum stands above the rest
+    neg_inf = torch.tensor(float("-inf"), dtype=scores.dtype, device=scores.device)
     best = torch.full((num_cols,), float("-inf"), dtype=scores.dtype, device=scores.device)  # [G]
     best_row = torch.zeros(num_cols, dtype=torch.long, device=scores.device)  # [G]
-    others_sum = torch.zeros(num_cols, dtype=scores.dtype, device=scores.device)  # [G]
+    second = best.clone()  # [G], largest entry off the maximum's row
+    reference = torch.zeros_like(best)  # [G]
+    others_sum = torch.zeros_like(best)  # [G], sum over the others of exp(entry - reference)
     for start in range(0, num_rows, step):
         block = scores[start : start + step] * beta  # [R, G]
         block_best, block_row = block.max(dim=0)  # [G]
+        block[block_row, columns] = neg_inf
+        block_second = block.amax(dim=0)  # [G], -inf for a block of one row
         is_new = block_best > best  # [G]
-        new_best = torch.where(is_new, block_best, best)
-        scale = torch.exp(best - new_best)  # [G]; 0 for the first block
-        # rescale the old sum to the new maximum; a replaced maximum becomes one of the "others"
-        others_sum = others_sum * scale + torch.where(is_new, scale, torch.zeros_like(scale))
-        block.sub_(new_best).exp_()  # [R, G], <= 1
-        block[block_row[is_new], columns[is_new]] = 0.0  # the new maximum is not one of the others
-        others_sum += block.sum(dim=0)
-        best = new_best
+        displaced = torch.where(is_new, best, block_best)  # the maximum that is not the overall one
+        second = torch.maximum(
+            torch.maximum(second, displaced), torch.where(is_new, block_second, block_best)
+        )
+        new_reference = torch.where(torch.isinf(second), torch.zeros_like(second), second)
+        scale = torch.where(
+            others_sum > 0, torch.exp(reference - new_reference), torch.zeros_like(others_sum)
+        )
+        others_sum = others_sum * scale + torch.exp(displaced - new_reference)
+        others_sum += block.sub_(new_reference).exp_().sum(dim=0)  # every remaining entry is an other, <= 1
+        reference = new_reference
+        best = torch.where(is_new, block_best, best)
         best_row = torch.where(is_new, block_row + start, best_row)
-    rest = best + torch.log(others_sum)  # [G], log-normaliser of the row holding the maximum
-    total = best + torch.log1p(others_sum)  # [G], logsumexp over all rows
+    rest = reference + torch.log(others_sum)  # [G], log-normaliser of the row holding the maximum
+    total = torch.logaddexp(best, rest)  # [G], logsumexp over all rows
     # pass 3: beta * S - (total + log1p(-exp(beta * S - total))); exp(...) <= 1/2 off the maximum
     out = torch.empty_like(scores)  # [Q, G]
     for start in range(0, num_rows, step):
