@@ -175,7 +175,7 @@ def test_evaluate_model_end_to_end(tiny, tmp_path):
     assert result.meta["dataset"] == "shapes" and result.meta["split"] == "test"
     for name in ("uncertainty_r1", "k_occurrence", "uncertainty_vs_corruption", "embeddings_2d"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 0, name
-    assert (tmp_path / "results.md").read_text().count("| cosine |") == 4  # recall + precision tables
+    assert (tmp_path / "results.md").read_text().count("| cosine |") == 3  # recall table: 2 rows; precision: nns only
 
 
 def test_extra_positive_columns_equal_library_evaluate_retrieval():

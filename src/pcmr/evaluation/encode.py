@@ -162,15 +162,21 @@ def encode_image_files(model: Any, paths: Sequence[str | os.PathLike[str]], *, i
 
 
 def split_image_metadata(split: Any) -> list[dict[str, Any]] | None:
-    """JSON-storable per-image metadata of a split, if it offers any (``image_metadata`` attribute: a
-    list of dicts, or ``image_paths``: a list of file paths); else None."""
-    metadata = getattr(split, "image_metadata", None)
-    if metadata is not None:
-        return [dict(m) for m in metadata]
-    paths = getattr(split, "image_paths", None)
+    """JSON-storable per-image metadata of a split: ``path`` (image files), ``labels`` (names of the
+    image's class labels, e.g. shapes' "red circle" or COCO categories); None when it has neither."""
+    paths = getattr(getattr(split, "images", None), "paths", None)
+    labels = getattr(split, "image_labels", None)
+    names = getattr(split, "label_names", None)
+    if paths is None and (labels is None or names is None):
+        return None
+    out: list[dict[str, Any]] = [{} for _ in range(split.num_images)]
     if paths is not None:
-        return [{"path": os.fspath(p)} for p in paths]
-    return None
+        for entry, path in zip(out, paths):
+            entry["path"] = os.fspath(path)
+    if labels is not None and names is not None:
+        for entry, row in zip(out, labels.tolist()):
+            entry["labels"] = [name for name, on in zip(names, row) if on]
+    return out
 
 
 def image_input_size(split: Any) -> int | None:

@@ -117,9 +117,12 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
 
 
 def _json_safe(value: Any) -> Any:
-    """Replace NaN/inf (not valid JSON) by None, recursively; tuples become lists."""
-    if isinstance(value, float) and not math.isfinite(value):
+    """Replace NaN (not valid JSON) by None and +-inf by the strings "inf" / "-inf" (e.g. an RGM lambda
+    of infinity), recursively; tuples become lists."""
+    if isinstance(value, float) and math.isnan(value):
         return None
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -183,8 +186,9 @@ class EvaluationResult:
             recall = [c for c in present if c not in ID_COLUMNS and c.startswith(RECALL_COLUMNS)]
             other = [c for c in present if c not in ID_COLUMNS and c not in recall]
             lines += ["", "Recall (percent), rsum, hubness:", "", format_table(self.rows, ids + recall, digits), ""]
-            if other:
-                lines += ["Precision-type metrics (percent):", "", format_table(self.rows, ids + other, digits), ""]
+            rows = [r for r in self.rows if any(r.get(c) is not None for c in other)]  # not top-k-only rows
+            if other and rows:
+                lines += ["Precision-type metrics (percent):", "", format_table(rows, ids + other, digits), ""]
         notes = self.meta.get("notes") or []
         if notes:
             lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
