@@ -93,3 +93,13 @@ def test_save_figures_rejects_unknown_names(tmp_path):
         save_figures({"pie_chart": {}}, tmp_path)
     paths = save_figures({"uncertainty_vs_corruption": _figures()["uncertainty_vs_corruption"]}, tmp_path)
     assert paths["uncertainty_vs_corruption"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_library_never_imports_the_application():
+    import subprocess
+    import sys
+
+    code = ("import sys, pcmr.evaluation, pcmr.index, pcmr.evaluation.plots; "
+            "print(sorted(m for m in sys.modules if m.startswith(('pcmr.train', 'pcmr.cli'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
