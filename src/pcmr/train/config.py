@@ -131,6 +131,12 @@ class RunConfig:
             raise ConfigError(f"train.keep_checkpoints must be >= 1, got {config.train.keep_checkpoints}")
         if config.train.epochs < 1:
             raise ConfigError(f"train.epochs must be >= 1, got {config.train.epochs}")
+        reserved = sorted({"seed", "num_workers", "batch_size", "vocab"} & set(config.data.loader_options))
+        if reserved:
+            raise ConfigError(
+                f"data.loader_options may not set {', '.join(reserved)}; use train.seed, data.num_workers, "
+                f"data.batch_size"
+            )
         if config.data.batch_size < 1:
             raise ConfigError(f"data.batch_size must be >= 1, got {config.data.batch_size}")
         return config
