@@ -159,14 +159,18 @@ def test_binary_selection_accuracy():
         binary_selection_accuracy(positive, torch.tensor([0.0, float("nan"), 0.0, 0.0]))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_matches_cpu():
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_device_follows_inputs(device):
     generator = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 4, (37, 101), generator=generator).float()
     relevant = torch.rand(37, 101, generator=generator) < 0.05
     labels = torch.rand(37, 5, generator=generator) < 0.4
     caption_labels = torch.rand(101, 5, generator=generator) < 0.4
-    cpu = evaluate_retrieval(scores, relevant, num_folds=None)
-    gpu = evaluate_retrieval(scores.cuda(), relevant.cuda())
-    assert cpu == gpu
-    assert pmrp(scores, labels, caption_labels) == pmrp(scores.cuda(), labels.cuda(), caption_labels.cuda())
+    cpu = evaluate_retrieval(scores, relevant)
+    moved = evaluate_retrieval(scores.to(device), relevant.to(device))
+    assert cpu == moved
+    assert pmrp(scores, labels, caption_labels) == pmrp(scores.to(device), labels.to(device),
+                                                        caption_labels.to(device))

@@ -36,19 +36,21 @@ def ordered_topk(block: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Top-k of each row under the tie rule: values and gallery indices ``[b, k]``, best first.
 
     ``torch.topk`` selects and orders ties arbitrarily; this fixes both: within the selected
-    items ties are reordered by index, and rows whose k-th value is tied with an item left out
-    (a tie across the cut) are re-ranked with a stable full sort (rare with real scores).
+    items ties are reordered by index, and rows whose (k+1)-th value equals the k-th (a tie
+    across the cut) are re-ranked with a stable full sort (rare with real scores).
     """
     num_gallery = block.shape[1]
     k = min(int(k), num_gallery)
     if k <= 0:
         empty = block.new_empty(block.shape[0], 0)
         return empty, torch.empty(block.shape[0], 0, dtype=torch.long, device=block.device)
-    values, indices = block.topk(k, dim=1, largest=True, sorted=True)  # [b, k]
     if k < num_gallery:
-        # Items scoring at least the k-th value; more than k means a tie across the cut.
-        crossing = (block >= values[:, -1:]).sum(dim=1, dtype=torch.int32) > k  # [b]
+        # One extra item: if the (k+1)-th ties the k-th, the cut splits a tie (re-sort that row).
+        values, indices = block.topk(k + 1, dim=1, largest=True, sorted=True)  # [b, k + 1]
+        crossing = values[:, k] == values[:, k - 1]  # [b]
+        values, indices = values[:, :k], indices[:, :k]
     else:
+        values, indices = block.topk(k, dim=1, largest=True, sorted=True)  # [b, k]
         crossing = torch.zeros(block.shape[0], dtype=torch.bool, device=block.device)
     # Reorder within the top k: by index, then a stable sort by value (descending).
     indices, by_index = indices.sort(dim=1)
