@@ -42,8 +42,8 @@ TILE_ELEMENTS = 2**18
 
 @dataclass(frozen=True)
 class _SampledState:
-    image_samples: Tensor  # [N_img, J, D] centred
-    caption_samples: Tensor  # [N_cap, K, D] centred
+    image_samples: Tensor  # [N_img, J, D] centred (shape only on the no-grad path)
+    caption_samples: Tensor  # [N_cap, K, D] centred (shape only on the no-grad path)
     a: float | Tensor
     b: float | Tensor
     # no-grad path only:
@@ -125,7 +125,8 @@ class _Sampled(Similarity):
         z1 = _samples(images, options["image_samples"], options) - centre  # [N_img, J, D]
         z2 = _samples(captions, options["caption_samples"], options) - centre  # [N_cap, K, D]
         a, b = self.scale(options)
-        grad = torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (z1, z2, a, b))
+        inputs = (z1, z2, a, b, images.mean, images.logvar, captions.mean, captions.logvar)
+        grad = torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
         if grad:
             return _SampledState(z1, z2, a, b)
         a2 = float(a) ** 2
@@ -139,7 +140,9 @@ class _Sampled(Similarity):
             aug = torch.cat([y * (-2.0 * a2), y.new_full((y.shape[0], 1), a2), y.square().sum(1, keepdim=True) * a2], 1)
             tiles.append((c0, c1, aug))  # [K*(c1-c0), D+2]
         tile_rows = max(1, TILE_ELEMENTS // (j * k * TILE_CAPTIONS))
-        return _SampledState(z1, z2, float(a), float(b), image_aug, tuple(tiles), tile_rows)
+        # keep only the augmented copies (shape-only views of the samples), not the samples
+        shape_1, shape_2 = z1.new_zeros(()).expand(n, j, dim), z2.new_zeros(()).expand(m, k, dim)
+        return _SampledState(shape_1, shape_2, float(a), float(b), image_aug, tuple(tiles), tile_rows)
 
     def block(self, state: _SampledState, rows: slice, out: Tensor | None) -> Tensor:
         (_, j, dim), (m, k, _) = state.image_samples.shape, state.caption_samples.shape
