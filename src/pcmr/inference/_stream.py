@@ -48,63 +48,87 @@ def fetch_candidates(
     exhausted) and ``exhausted [R]``.
     """
     num_rows = scores.shape[0] if rows is None else rows.numel()
-    num_cols = scores.shape[1]
-    pieces: list[tuple[Tensor, ...]] = []
-    step = rows_per_block(num_cols)
-    for start in range(0, num_rows, step):
+    count = counts.clamp(max=scores.shape[1])  # [R]
+    width = min(int(count.max()) + 1, scores.shape[1])  # one more than needed: detects ties across the cut
+    top_vals, top_cols = [], []
+    step = rows_per_block(scores.shape[1])
+    for start in range(0, num_rows, step):  # the only passes over the matrix: mask and topk, per block
         stop = min(start + step, num_rows)
-        sub = scores[start:stop] if rows is None else scores.index_select(0, rows[start:stop])  # [R, G]
-        if rows is not None or col_full is not None:
-            excluded = sub >= threshold[start:stop].to(sub.dtype).unsqueeze(1)  # [R, G], fetched before
-            if col_full is not None:
-                excluded |= col_full.unsqueeze(0)
-            sub = sub.masked_fill(excluded, float("-inf"))
-        pieces.append(_take_best(sub, counts[start:stop].clamp(max=num_cols)))
-    lengths, cols, vals, new_threshold, exhausted = (torch.cat(parts).cpu() for parts in zip(*pieces))
+        sub = _available(scores, None if rows is None else rows[start:stop], start, stop, threshold, col_full)
+        values, cols = sub.topk(width, dim=1, sorted=True)  # [R_block, width]
+        top_vals.append(values)
+        top_cols.append(cols)
+    top_val, top_col = torch.cat(top_vals), torch.cat(top_cols)  # [R, width]
+    last = top_val.gather(1, (count - 1).unsqueeze(1)).squeeze(1)  # [R], the count-th best
+    after = top_val.gather(1, count.clamp(max=width - 1).unsqueeze(1)).squeeze(1)  # [R], the next one
+    after = after.masked_fill(count >= width, float("-inf"))
+    exhausted = after == float("-inf")  # nothing is left beyond the first `count`
+    straddle = ~exhausted & (after == last)  # ties across the cut: take the whole tie (rare)
+    new_threshold = last.masked_fill(exhausted, float("-inf"))
+    slot = torch.arange(int(count.max()), device=scores.device).unsqueeze(0)  # [1, c]
+    keep = (slot < count.unsqueeze(1)) & (top_val[:, : slot.shape[1]] > float("-inf"))  # [R, c]
+    vals = top_val[:, : slot.shape[1]].masked_fill(~keep, float("-inf"))
+    vals, cols = sort_row_segments(vals, top_col[:, : slot.shape[1]])  # kept entries first, in order
+    lengths = keep.sum(dim=1)  # [R]
+    taken = slot < lengths.unsqueeze(1)  # [R, c]
+    row_id = taken.nonzero(as_tuple=True)[0]
+    cols, vals = cols[taken], vals[taken]  # row-major: rows in order, each in the global order
+    if bool(straddle.any()):
+        tied_rows = straddle.nonzero().squeeze(1)  # [T]
+        tied_row, tied_col, tied_val = _tie_closure(scores, rows, tied_rows, threshold, col_full, last)
+        lengths[tied_rows] = torch.bincount(tied_row, minlength=num_rows)[tied_rows]
+        fast = ~straddle[row_id]
+        row_id = torch.cat([row_id[fast], tied_row])
+        by_row = torch.sort(row_id, stable=True).indices  # rows in order, each keeping its own order
+        cols = torch.cat([cols[fast], tied_col])[by_row]
+        vals = torch.cat([vals[fast], tied_val])[by_row]
     return (
-        lengths.numpy().astype(np.int64),
-        cols.numpy().astype(np.int64),
-        vals.to(torch.float64).numpy(),
-        new_threshold.to(torch.float64).numpy(),
-        exhausted.numpy(),
+        lengths.cpu().numpy().astype(np.int64),
+        cols.cpu().numpy().astype(np.int64),
+        vals.to(torch.float64).cpu().numpy(),
+        new_threshold.to(torch.float64).cpu().numpy(),
+        exhausted.cpu().numpy(),
     )
 
 
-def _take_best(sub: Tensor, count: Tensor) -> tuple[Tensor, ...]:
-    """Per row of ``sub [R, G]`` (``-inf`` = not available): the best ``count[r]`` entries and their ties."""
-    num_rows, num_cols = sub.shape
-    width = min(int(count.max()) + 1, num_cols)
-    top_vals, top_cols = sub.topk(width, dim=1, sorted=True)  # [R, width]
-    last = top_vals.gather(1, (count - 1).unsqueeze(1)).squeeze(1)  # [R], the count-th best
-    has_next = count < width
-    after = top_vals.gather(1, count.clamp(max=width - 1).unsqueeze(1)).squeeze(1)  # [R]
-    after = after.masked_fill(~has_next, float("-inf"))
-    exhausted = after == float("-inf")  # nothing left beyond the first `count`
-    straddle = ~exhausted & (after == last)  # ties across the cut: the tie closure decides
-    threshold = last.masked_fill(exhausted, float("-inf"))
-    width = int(count.max())
-    slot = torch.arange(width, device=sub.device).unsqueeze(0)  # [1, c]
-    keep = (slot < count.unsqueeze(1)) & (top_vals[:, :width] > float("-inf"))  # [R, c]
-    vals = top_vals[:, :width].masked_fill(~keep, float("-inf"))
-    vals, cols = sort_row_segments(vals, top_cols[:, :width])  # kept entries first, in the global order
-    lengths = keep.sum(dim=1)  # [R]
-    row_id, pos = (slot < lengths.unsqueeze(1)).nonzero(as_tuple=True)
-    cols, vals = cols[row_id, pos], vals[row_id, pos]
-    if bool(straddle.any()):
-        tied_rows = straddle.nonzero().squeeze(1)
-        tied = sub.index_select(0, tied_rows)  # [T, G]
-        take = (tied >= last[tied_rows].unsqueeze(1)) & (tied > float("-inf"))  # [T, G]
-        tied_row, tied_col = take.nonzero(as_tuple=True)  # columns ascending within a row
-        tied_val = tied[tied_row, tied_col]
-        by_value = torch.sort(tied_val, descending=True, stable=True).indices
-        lengths[tied_rows] = take.sum(dim=1)
-        fast = ~straddle[row_id]
-        row_id = torch.cat([row_id[fast], tied_rows[tied_row[by_value]]])
-        cols = torch.cat([cols[fast], tied_col[by_value]])
-        vals = torch.cat([vals[fast], tied_val[by_value]])
-        by_row = torch.sort(row_id, stable=True).indices  # rows in order, each keeping its own order
-        cols, vals = cols[by_row], vals[by_row]
-    return lengths, cols, vals, threshold, exhausted
+def _available(
+    scores: Tensor, rows: Tensor | None, start: int, stop: int, threshold: Tensor, col_full: Tensor | None
+) -> Tensor:
+    """Rows ``start:stop`` of the request (``rows[...]`` or the matrix's own) with ``-inf`` where an
+    entry was fetched before (score ``>= threshold``) or its column is full."""
+    sub = scores[start:stop] if rows is None else scores.index_select(0, rows)  # [R_block, G]
+    if rows is None and col_full is None:  # first fetch: everything is available
+        return sub
+    excluded = sub >= threshold[start:stop].to(sub.dtype).unsqueeze(1)  # [R_block, G]
+    if col_full is not None:
+        excluded |= col_full.unsqueeze(0)
+    return sub.masked_fill(excluded, float("-inf"))
+
+
+def _tie_closure(
+    scores: Tensor,
+    rows: Tensor | None,
+    which: Tensor,
+    threshold: Tensor,
+    col_full: Tensor | None,
+    last: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """All available entries ``>= last`` of the requested rows ``which``, per row in the global order.
+
+    Returns (request row index, column, value), rows ascending.
+    """
+    matrix_rows = which if rows is None else rows[which]
+    sub = scores.index_select(0, matrix_rows)  # [T, G]
+    bound = threshold[which].to(sub.dtype).unsqueeze(1)
+    take = (sub < bound) & (sub >= last[which].to(sub.dtype).unsqueeze(1))  # [T, G]
+    if col_full is not None:
+        take &= ~col_full.unsqueeze(0)
+    local_row, col = take.nonzero(as_tuple=True)  # columns ascending within a row
+    val = sub[local_row, col]
+    by_value = torch.sort(val, descending=True, stable=True).indices
+    by_row = torch.sort(local_row[by_value], stable=True).indices
+    order = by_value[by_row]  # row ascending, then value descending, then column ascending
+    return which[local_row[order]], col[order], val[order]
 
 
 class _CandidateBuffer:
