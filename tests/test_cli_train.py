@@ -83,6 +83,8 @@ def test_pcme_learns_match_prob_options(tmp_path, cache_dir, capsys):
             ["data.name=coco", "data.root=/nonexistent/coco"],
             "dataset folder /nonexistent/coco does not exist",
         ),
+        (["data.name=/nonexistent/flickr"], "data.name: dataset path /nonexistent/flickr does not exist"),
+        (["data.name=flickr"], "config key 'data.name': unknown name 'flickr'; accepted:"),
         (["loss.similarity=cosinus"], "cosinus"),
         (["train.select_similarity=cosinus"], "config key 'train.select_similarity': unknown name 'cosinus'"),
         (["eval.similarities=[cosine, cosinus]"], "config key 'eval.similarities': unknown name 'cosinus'"),

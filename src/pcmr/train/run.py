@@ -151,7 +151,15 @@ def check_config(config: RunConfig) -> None:
 
     _check_names("model.name", [config.model["name"]], list(list_models()))
     _check_names("loss.name", [config.loss["name"]], list(list_losses()))
-    _check_names("data.name", [config.data.name], list(list_datasets()))
+    name = config.data.name
+    if os.sep in name or Path(name).exists():  # a dataset folder or file, format detected by pcmr.data
+        if not Path(name).expanduser().exists():
+            raise ConfigError(
+                f"data.name: dataset path {name} does not exist; give a folder or one of "
+                f"{', '.join(list_datasets())}"
+            )
+    else:
+        _check_names("data.name", [name], list(list_datasets()))
     similarities = list(list_similarities())
     if config.train.select_similarity is not None:
         _check_names("train.select_similarity", [config.train.select_similarity], similarities)
