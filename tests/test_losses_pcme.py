@@ -240,3 +240,17 @@ def test_pcme_without_uniformity_skips_the_term_and_bad_samples_raise():
     assert "uniformity" not in terms and torch.isfinite(terms["loss"])
     with pytest.raises(ValueError, match=r"image_samples must have shape \[5, J, 4\]"):
         soft_contrastive_loss(image, caption, positives, 1.0, 0.0, image_samples=torch.zeros(5, 2, 3, dtype=DT))
+
+
+def test_log_sigmoid_matches_torch_values_and_gradients():
+    from torch.nn import functional as F
+
+    from pcmr.losses.soft_contrastive import log_sigmoid
+
+    x = torch.cat([torch.linspace(-120, 120, 2001, dtype=DT), torch.zeros(1, dtype=DT)]).requires_grad_()
+    ours, theirs = log_sigmoid(x), F.logsigmoid(x)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=5e-17)
+    (grad_ours,) = torch.autograd.grad(ours.sum(), x)
+    (grad_theirs,) = torch.autograd.grad(theirs.sum(), x)
+    torch.testing.assert_close(grad_ours, grad_theirs, rtol=1e-12, atol=5e-17)
+    assert grad_ours[-1].item() == 0.5
