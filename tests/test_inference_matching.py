@@ -240,3 +240,20 @@ def test_bad_input_raises():
         relaxed_greedy_matching(good, 2, 1.0, max_pairs=0)
     with pytest.raises(ValueError, match="at least one query"):
         greedy_matching(torch.rand(0, 3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_anti_hub_columns_and_many_short_rows(backend, fetch_policy):
+    """Columns nobody ranks high force deep scans with most columns full (rows skip dead candidates)."""
+    rng = np.random.default_rng(23)
+    for num_rows, num_cols, k, lam in [(60, 12, 3, 1.0), (12, 60, 2, 0.5), (45, 15, 4, 1.5)]:
+        scores = random_scores(rng, num_rows, num_cols, ties=False)
+        scores[:, 0] = -5.0  # wanted by nobody
+        scores[:, 1] = -4.0 + 0.01 * torch.arange(num_rows, dtype=torch.float32)
+        expected = literal_rgm(scores, k, round(lam * k))
+        np.testing.assert_array_equal(
+            relaxed_greedy_matching(scores, k, lam, backend=backend).numpy(), expected
+        )
+        np.testing.assert_array_equal(
+            greedy_matching(scores, backend=backend).numpy(), literal_greedy(scores)
+        )

@@ -27,6 +27,9 @@ from pcmr.inference._ordering import rows_per_block, sort_row_segments
 
 #: Rows refilled together at least (when that many are waiting), to keep round trips few.
 MIN_REFILL_ROWS = 64
+#: Look for rows whose buffered candidates are all in full columns each time G / this many more
+#: columns have filled up.
+DEAD_SCAN_FRACTION = 20
 
 
 def initial_fetch_size(k: int, num_cols: int) -> int:
@@ -229,6 +232,7 @@ def accept_pairs(
     # nothing is full yet and every row got >= k candidates: its first k are its exact top-k
     row_top = buffer.cols[row_pos[:, None] + np.arange(k)[None, :]]  # [Q, k]
     dirty = np.arange(num_rows, dtype=np.int64)
+    full_at_last_scan = 0
     while True:
         status = run(
             heap,
@@ -255,9 +259,21 @@ def accept_pairs(
             break
         in_heap = heap[: state[0]]
         rows = _rows_to_refill(in_heap, row_pos, row_end, row_exhausted, row_threshold, head_val)
+        drained = np.empty(0, dtype=np.int64)
+        if state[1] - full_at_last_scan >= max(1, num_cols // DEAD_SCAN_FRACTION):
+            # many columns filled up since the last look: rows whose buffered candidates all sit in full
+            # columns (certain rejections) are refilled now, together, instead of one round trip each
+            full_at_last_scan = int(state[1])
+            dead = _dead_rows(in_heap, row_pos, row_end, buffer.cols, col_count >= capacity)
+            drained = dead[row_exhausted[dead]]  # nothing left to fetch: empty them, they leave the heap
+            row_pos[drained] = row_end[drained]
+            head_val[drained] = -np.inf
+            head_tie[drained] = drained
+            rows = np.union1d(rows, dead[~row_exhausted[dead]])
         refill(rows)
         marked = np.zeros(num_rows, dtype=np.bool_)
         marked[rows] = True
+        marked[drained] = True
         dirty = np.flatnonzero(marked[in_heap]).astype(np.int64)
     return accepted.reshape(num_rows, k), row_count, row_top
 
@@ -283,6 +299,20 @@ def _rows_to_refill(
             others = others[np.argpartition(-bound[others], extra - 1)[:extra]]
         needed[others] = True
     return in_heap[needed]
+
+
+def _dead_rows(
+    in_heap: np.ndarray, row_pos: np.ndarray, row_end: np.ndarray, cols: np.ndarray, col_full: np.ndarray
+) -> np.ndarray:
+    """Heap rows holding buffered candidates that all lie in full columns (they can only be rejected)."""
+    rows = in_heap[row_pos[in_heap] < row_end[in_heap]]
+    lengths = row_end[rows] - row_pos[rows]
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    flat = np.repeat(row_pos[rows] - starts, lengths) + np.arange(int(lengths.sum()))
+    if flat.shape[0] == 0:
+        return rows
+    alive = np.add.reduceat((~col_full[cols[flat]]).astype(np.int64), starts)  # [R]
+    return rows[alive == 0]
 
 
 def complete_rows(accepted: np.ndarray, row_count: np.ndarray, row_top: np.ndarray) -> np.ndarray:

@@ -75,13 +75,13 @@ def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
         best_row = torch.where(is_new, block_row + start, best_row)
     rest = reference + torch.log(others_sum)  # [G], log-normaliser of the row holding the maximum
     total = torch.logaddexp(best, rest)  # [G], logsumexp over all rows
-    # pass 3: beta * S - (total + log1p(-exp(beta * S - total))); exp(...) <= 1/2 off the maximum
+    # pass 2: t = beta * S - total <= -log 2 off the maximum; IS = t - log1p(-exp(t)), no cancellation
     out = torch.empty_like(scores)  # [Q, G]
+    neg_total = -total.unsqueeze(0)  # [1, G]
     for start in range(0, num_rows, step):
         block = out[start : start + step]
-        torch.mul(scores[start : start + step], beta, out=block)
-        correction = (block - total).exp_().neg_().log1p_()  # [R, G]
-        block.sub_(total).sub_(correction)
+        torch.add(neg_total, scores[start : start + step], alpha=beta, out=block)  # t
+        block.sub_(torch.exp(block).neg_().log1p_())
     out[best_row, columns] = beta * scores[best_row, columns] - rest
     return out
 
