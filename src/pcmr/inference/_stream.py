@@ -8,11 +8,12 @@ lazily: first its best ``c`` entries, then, only when the merge reaches the end 
 while the row still needs items, the next block (twice as many). A row's next block is needed only
 when every one of its higher-scored entries has been processed, and until then it is represented in
 the heap by a placeholder keyed by an upper bound on its unfetched scores, so nothing is ever taken
-out of order. Two exact shortcuts keep the stream small: rows leave the heap once they hold ``k``
-items, and columns already full are left out of later fetches (such entries would be rejected).
-Hence the accepted pairs, in acceptance order, are exactly those of the literal algorithm, while the
-candidates held at any time stay a small multiple of ``Q * k`` in practice (the matrix itself is
-only read in blocks of rows).
+out of order. Exact shortcuts keep the stream small: rows leave the heap once they hold ``k``
+items; columns already full are left out of later fetches (such entries could only be rejected);
+and when many columns have filled up, rows whose buffered candidates all lie in full columns drop
+them and are refilled together (instead of one round trip per row). Hence the accepted pairs, in
+acceptance order, are exactly those of the literal algorithm, while the candidates held are
+typically a small multiple of ``Q * k`` (the matrix itself is only read in blocks of rows).
 """
 
 from __future__ import annotations
