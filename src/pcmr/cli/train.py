@@ -102,13 +102,21 @@ def start_run(
     except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
+    print(f"training {path.stem} into {run_dir}", file=sys.stderr, flush=True)
     return trainer.fit(), run_dir
 
 
 def run(args: argparse.Namespace) -> int:
-    summary, run_dir = start_run(
-        args.config, _extra_overrides(args), resume=args.resume, out=args.out, name=args.name
-    )
+    try:
+        summary, run_dir = start_run(
+            args.config, _extra_overrides(args), resume=args.resume, out=args.out, name=args.name
+        )
+    except KeyboardInterrupt:
+        if args.resume:
+            print(f"continue it with: pcmr train --resume {args.resume}", file=sys.stderr)
+        else:
+            print("continue it with: pcmr train --resume RUN (the run folder named above)", file=sys.stderr)
+        raise
     best = summary.get("best_metric")
     shown = f"{best:.2f}" if isinstance(best, float) else "n/a"
     print(f"run folder: {run_dir}", file=sys.stdout)

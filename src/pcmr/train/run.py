@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from pcmr.train.checkpoint import atomic_write_text
@@ -160,6 +161,16 @@ def check_config(config: RunConfig) -> None:
             )
     else:
         _check_names("data.name", [name], list(list_datasets()))
+    try:
+        device = torch.device(config.train.device)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"train.device: {config.train.device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"
+        ) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"train.device={config.train.device} but CUDA is not available here; use train.device=cpu"
+        )
     similarities = list(list_similarities())
     if config.train.select_similarity is not None:
         _check_names("train.select_similarity", [config.train.select_similarity], similarities)
