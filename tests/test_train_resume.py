@@ -148,3 +148,15 @@ def test_resume_of_finished_run_changes_nothing(tmp_path, reference):
     after, _ = final_weights(reference)
     for key in before:
         assert torch.equal(before[key], after[key])
+
+
+def test_resume_with_edited_config_is_a_clear_error(tmp_path, reference):
+    import shutil
+
+    from pcmr.train import CheckpointError
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    config = load_config(run_dir / "config.yaml", ["model.embed_dim=12"])
+    with pytest.raises(CheckpointError, match="does not match the model, loss or optimizer"):
+        Trainer(config, run_dir, resume=True).fit()

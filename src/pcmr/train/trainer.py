@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from pcmr.train.checkpoint import (
+    CheckpointError,
     capture_rng_state,
     load_latest_checkpoint,
     restore_rng_state,
@@ -160,9 +161,16 @@ class Trainer:
             return False
         model_state = {k[6:]: v for k, v in checkpoint.weights.items() if k.startswith("model.")}
         loss_state = {k[5:]: v for k, v in checkpoint.weights.items() if k.startswith("loss.")}
-        self.model.load_state_dict(model_state)
-        self.loss_fn.load_state_dict(loss_state)
-        self.optimizer.load_state_dict(checkpoint.optimizer)
+        try:
+            self.model.load_state_dict(model_state)
+            self.loss_fn.load_state_dict(loss_state)
+            self.optimizer.load_state_dict(checkpoint.optimizer)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(
+                f"checkpoint {checkpoint.path} does not match the model, loss or optimizer of "
+                f"{self.run_dir / 'config.yaml'} (was the config edited?): {first}"
+            ) from exc
         restore_rng_state(checkpoint.state["rng"])
         self.progress = checkpoint.state["progress"]
         self.log.write("resume", checkpoint=str(checkpoint.path), **self._position())
