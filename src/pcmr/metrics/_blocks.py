@@ -65,6 +65,22 @@ def ordered_topk(block: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values, indices
 
 
+def best_positives(positive_scores: Tensor, row: Tensor, col: Tensor, num_rows: int,
+                   num_gallery: int) -> tuple[Tensor, Tensor]:
+    """Score and gallery index of each query's best-ranked positive, ``[b]`` each.
+
+    ``positive_scores [n]`` are the scores of the positives ``(row [n], col [n])``. Among equal
+    best scores the lower index wins (tie rule). Queries without positive: ``-inf`` and ``num_gallery``.
+    """
+    device = positive_scores.device
+    best = torch.full((num_rows,), float("-inf"), dtype=positive_scores.dtype, device=device)
+    best.scatter_reduce_(0, row, positive_scores, reduce="amax", include_self=True)
+    is_best = positive_scores == best[row]
+    best_index = torch.full((num_rows,), num_gallery, dtype=torch.long, device=device)
+    best_index.scatter_reduce_(0, row[is_best], col[is_best], reduce="amin", include_self=True)
+    return best, best_index
+
+
 def first_positive_ranks_block(block: Tensor, row: Tensor, col: Tensor) -> Tensor:
     """1-based rank of each query's best-ranked positive under the tie rule, ``[b]`` (0: no positive).
 
@@ -74,12 +90,7 @@ def first_positive_ranks_block(block: Tensor, row: Tensor, col: Tensor) -> Tenso
     """
     num_rows, num_gallery = block.shape
     device = block.device
-    positive_scores = block[row, col]  # [n]
-    best = torch.full((num_rows,), float("-inf"), dtype=block.dtype, device=device)
-    best.scatter_reduce_(0, row, positive_scores, reduce="amax", include_self=True)
-    is_best = positive_scores == best[row]
-    best_index = torch.full((num_rows,), num_gallery, dtype=torch.long, device=device)
-    best_index.scatter_reduce_(0, row[is_best], col[is_best], reduce="amin", include_self=True)
+    best, best_index = best_positives(block[row, col], row, col, num_rows, num_gallery)
     threshold = best[:, None]
     higher = (block > threshold).sum(dim=1, dtype=torch.int32).long()  # [b]
     at_least = (block >= threshold).sum(dim=1, dtype=torch.int32).long()  # [b]

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from pcmr.metrics import _kernel as kernel
+
 Relevance = Tensor | Sequence[Sequence[int]]
 
 
@@ -65,6 +67,8 @@ class SparseRelevance:
         """Whether ``gallery_ids [b, k]`` are positives of ``query_ids [b]``, bool ``[b, k]``."""
         if self.indices.numel() == 0:
             return torch.zeros(gallery_ids.shape, dtype=torch.bool, device=gallery_ids.device)
+        if kernel.usable_for(gallery_ids):
+            return kernel.contains(self.indptr, self.indices, query_ids, gallery_ids)
         # Positives of a query are sorted, so (query, gallery) keys are sorted over the whole relation.
         keys = self.__dict__.get("_keys")
         if keys is None:

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pcmr.metrics import _kernel
 from pcmr.metrics._blocks import (
+    best_positives,
     block_rows,
     first_positive_ranks_block,
     ordered_topk,
@@ -87,11 +89,30 @@ def _needed_width(target: Target, num_positives: Tensor, num_gallery: int) -> Te
     return width.clamp(max=num_gallery)
 
 
+def _fused_block(scores: Tensor, query_ids: Tensor, width: int, targets: list[Target]) -> tuple[Tensor, Tensor]:
+    """Compiled pass over the queries ``query_ids [b]``: top list ``[b, width]``, ranks ``[b, T]``."""
+    num_gallery = scores.shape[1]
+    thresholds, indices = [], []
+    for target in targets:
+        row, col = target.relevant.select(query_ids)
+        best, best_index = best_positives(scores[query_ids[row], col], row, col, query_ids.numel(), num_gallery)
+        has = best_index < num_gallery
+        thresholds.append(torch.where(has, best, torch.full_like(best, float("inf"))))
+        indices.append(torch.where(has, best_index, torch.full_like(best_index, -1)))
+    num = query_ids.numel()
+    thr = torch.stack(thresholds, 1) if targets else scores.new_zeros(num, 0)
+    idx = torch.stack(indices, 1) if targets else torch.zeros(num, 0, dtype=torch.long)
+    top, counts = _kernel.fused_scan(scores, query_ids, width, thr, idx)
+    return top, torch.where(idx >= 0, counts + 1, torch.zeros_like(counts))
+
+
 def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int] = (),
-         block_size: int | None = None) -> ScanResult:
+         block_size: int | None = None, use_kernel: bool = True) -> ScanResult:
     """Evaluate every target (and N_k for each k in ``hubness_ks``) in one pass over ``scores [Q, G]``.
 
-    ``scores`` is assumed checked (finite-or-inf floats, 2-D); it may be a transposed view.
+    ``scores`` is assumed checked (finite-or-inf floats, 2-D); it may be a transposed view. On CPU
+    with numba installed (and ``use_kernel``) the top list and exact ranks come from one compiled
+    pass (``_kernel``); otherwise from torch ``topk`` and counting passes. Both give the same values.
     """
     num_queries, num_gallery = scores.shape
     device = scores.device
@@ -108,23 +129,28 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
     r_precision = [torch.full((num_queries,), float("nan"), dtype=torch.float64, device=device) for _ in targets]
     map_at_r = [torch.full_like(r, float("nan")) for r in r_precision]
     k_occurrence = {int(k): torch.zeros(num_gallery, dtype=torch.long, device=device) for k in hubness_ks}
+    fused = use_kernel and _kernel.usable(scores)
+    exact = [i for i, t in enumerate(targets) if t.exact_ranks]
     for start, stop in query_blocks(num_queries, block_rows(num_gallery, block_size)):
-        if order is None:
-            query_ids = torch.arange(start, stop, device=device)
-            block = scores[start:stop].contiguous()  # [b, G]
-        else:
-            query_ids = order[start:stop]
-            block = scores.index_select(0, query_ids)  # [b, G]
+        query_ids = torch.arange(start, stop, device=device) if order is None else order[start:stop]
         width = int(widths[query_ids].max())
-        top = ordered_topk(block, width)[1] if width > 0 else None  # [b, width]
+        if fused:  # one read of the block's scores for the top list and every exact rank
+            top, counts = _fused_block(scores, query_ids, width, [targets[i] for i in exact])
+            for column, i in enumerate(exact):
+                ranks[i][query_ids] = counts[:, column]
+            top = top if width > 0 else None
+        else:
+            block = scores[start:stop].contiguous() if order is None else scores.index_select(0, query_ids)
+            top = ordered_topk(block, width)[1] if width > 0 else None  # [b, width]
         for i, target in enumerate(targets):
             count = positives[i][query_ids]  # [b]
             top_relevant = None
             if top is not None and (target.precision or not target.exact_ranks):
                 top_relevant = target.relevant.contains(query_ids, top)  # [b, width]
             if target.exact_ranks:
-                row, col = target.relevant.select(query_ids)
-                ranks[i][query_ids] = first_positive_ranks_block(block, row, col)
+                if not fused:
+                    row, col = target.relevant.select(query_ids)
+                    ranks[i][query_ids] = first_positive_ranks_block(block, row, col)
             elif top_relevant is not None:
                 found = top_relevant.any(dim=1)
                 first = top_relevant.to(torch.uint8).argmax(dim=1) + 1
@@ -135,8 +161,8 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
                 keep = count > 0
                 r_precision[i][query_ids[keep]] = rp[keep]
                 map_at_r[i][query_ids[keep]] = mp[keep]
-        for k, counts in k_occurrence.items():
-            counts += torch.bincount(top[:, :k].reshape(-1), minlength=num_gallery)
+        for k, occurrences in k_occurrence.items():
+            occurrences += torch.bincount(top[:, :k].reshape(-1), minlength=num_gallery)
     per_query = [
         PerQueryMetrics(ranks[i], positives[i], r_precision[i], map_at_r[i],
                         None if t.exact_ranks else t.rank_limit)

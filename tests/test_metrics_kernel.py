@@ -1,0 +1,72 @@
+"""The compiled fused pass (numba, CPU) against the torch path and a slow sorted reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pcmr.metrics import _kernel
+from pcmr.metrics._relevance import as_sparse
+from pcmr.metrics.scan import Target, scan
+
+
+def reference(scores: torch.Tensor, relevant: torch.Tensor, width: int) -> tuple[list[list[int]], list[int]]:
+    """Top-width lists and best-positive ranks (0: none) from a sorted list per query (ties: lower index)."""
+    tops, ranks = [], []
+    for row, positives in zip(scores.double().tolist(), relevant.tolist()):
+        order = sorted(range(len(row)), key=lambda g: (-row[g], g))
+        tops.append(order[:width])
+        hits = [r for r, g in enumerate(order, start=1) if positives[g]]
+        ranks.append(hits[0] if hits else 0)
+    return tops, ranks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("block_size", [1, 5, None])
+def test_fused_scan_matches_torch_path_and_reference(dtype, transposed, block_size):
+    generator = torch.Generator().manual_seed(11)
+    base = torch.randint(0, 4, (29, 13), generator=generator).to(dtype)  # many ties
+    base[3, 5] = float("inf")
+    base[7, 2] = float("-inf")
+    relevant = torch.rand(29, 13, generator=generator) < 0.2
+    relevant[0] = False
+    scores = base.T.contiguous().T if transposed else base  # a column-major view walks columns
+    rel = as_sparse(relevant, 29, 13)
+    targets = [Target(rel), Target(rel, exact_ranks=False, rank_limit=4), Target(rel, precision=False)]
+    fused = scan(scores, targets, hubness_ks=(1, 3), block_size=block_size)
+    plain = scan(scores, targets, hubness_ks=(1, 3), block_size=block_size, use_kernel=False)
+    _, ranks = reference(base, relevant, 1)
+    assert fused.per_query[0].ranks.tolist() == ranks
+    for ours, theirs in zip(fused.per_query, plain.per_query):
+        assert torch.equal(ours.ranks, theirs.ranks)
+        assert torch.allclose(ours.r_precision, theirs.r_precision, equal_nan=True, rtol=0, atol=1e-12)
+        assert torch.allclose(ours.map_at_r, theirs.map_at_r, equal_nan=True, rtol=0, atol=1e-12)
+    for k in (1, 3):
+        assert torch.equal(fused.k_occurrence[k], plain.k_occurrence[k])
+
+
+@pytest.mark.parametrize("width", [0, 1, 6, 17])
+def test_kernel_top_lists_and_counts_follow_tie_rule(width):
+    generator = torch.Generator().manual_seed(2)
+    scores = torch.randint(0, 3, (7, 17), generator=generator).float()
+    relevant = torch.rand(7, 17, generator=generator) < 0.3
+    relevant[2] = False
+    rel = as_sparse(relevant, 7, 17)
+    tops, ranks = reference(scores, relevant, width)
+    for matrix, query_ids in ((scores, torch.arange(7)), (scores.T.contiguous().T, torch.tensor([4, 0, 6]))):
+        best = torch.full((query_ids.numel(), 1), float("inf"))
+        index = torch.full((query_ids.numel(), 1), -1, dtype=torch.long)
+        for j, q in enumerate(query_ids.tolist()):
+            positives = rel.indices[rel.indptr[q]:rel.indptr[q + 1]]
+            if positives.numel():
+                values = scores[q, positives]
+                best[j, 0] = values.max()
+                index[j, 0] = positives[values == values.max()].min()
+        top, counts = _kernel.fused_scan(matrix, query_ids, width, best, index)
+        assert top.tolist() == [tops[q] for q in query_ids.tolist()]
+        assert [c + 1 if i >= 0 else 0 for c, i in zip(counts[:, 0].tolist(), index[:, 0].tolist())] == \
+            [ranks[q] for q in query_ids.tolist()]
+    wanted = torch.randint(0, 17, (7, 5), generator=generator)
+    expected = relevant.gather(1, wanted)
+    assert torch.equal(_kernel.contains(rel.indptr, rel.indices, torch.arange(7), wanted), expected)
