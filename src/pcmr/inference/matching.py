@@ -18,12 +18,18 @@ from pcmr.inference._ordering import check_positive_int, check_score_matrix, ord
 from pcmr.inference._stream import accept_pairs, complete_rows
 
 
-def rgm_capacity(k: int, lam: float) -> int | float:
-    """Uses allowed per gallery item: ``round(lam * k)`` (Python's round, half to even); ``inf`` for lam = inf."""
+def check_lam(lam: float) -> float:
+    """Check RGM's relaxation factor: a real number > 0 (``float("inf")`` allowed)."""
     if isinstance(lam, bool) or not isinstance(lam, (int, float)) or math.isnan(lam):
         raise TypeError(f"lam must be a positive real number (float('inf') allowed), got {lam!r}")
     if lam <= 0:
         raise ValueError(f"lam must be > 0 (the relaxation factor of RGM), got {lam}")
+    return lam
+
+
+def rgm_capacity(k: int, lam: float) -> int | float:
+    """Uses allowed per gallery item: ``round(lam * k)`` (Python's round, half to even); ``inf`` for lam = inf."""
+    check_lam(lam)
     if math.isinf(lam):
         return math.inf
     capacity = round(lam * k)

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from pcmr.inference._backend import BACKENDS
 from pcmr.inference._ordering import check_positive_int, check_score_matrix, ordered_topk
-from pcmr.inference.matching import relaxed_greedy_matching, rgm_capacity
+from pcmr.inference.matching import check_lam, relaxed_greedy_matching
 from pcmr.inference.rescoring import csls, inverted_softmax
 
 # name -> (re-weighting, matching); an explicit table, no parsing of names
@@ -140,7 +140,7 @@ def get_reranker(name: str, **params: object) -> Reranker:
     if "csls_k" in given:
         check_positive_int(given["csls_k"], "csls_k")
     if "lam" in given:
-        rgm_capacity(1_000_000, given["lam"])  # type and sign; the rounding is checked per k at run time
+        check_lam(given["lam"])  # type and sign; round(lam * k) >= 1 is checked per k at run time
     if "backend" in given and given["backend"] not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {given['backend']!r}")
     return Reranker(name=name, reweighting=reweighting, matching=matching, **given)  # type: ignore[arg-type]
