@@ -33,7 +33,7 @@ from pcmr.similarity._primitives import dim_sum, squared_distances
 from pcmr.similarity._registry import Similarity, register
 
 TILE_ROWS = 16
-TILE_ELEMENTS = 2**19  # floats per [rows, captions, D] buffer (2 MiB in float32)
+TILE_ELEMENTS = 2**21  # floats per [rows, captions, D] buffer (8 MiB in float32)
 
 
 @dataclass(frozen=True)
