@@ -12,8 +12,9 @@ Both are built from two sums over dimensions, with ``s = v1 + v2``:
 
 For ellipsoidal covariances ``1 / (v1 + v2)`` does not factor into per-item vectors, so
 the ``[n, m, D]`` terms are computed elementwise, fused and blocked: tiles of
-``TILE_ROWS`` images x ``m`` captions small enough (``TILE_ELEMENTS``) to stay in cache,
-two preallocated buffers and in-place passes. When both sides are spherical, ``s`` is
+``TILE_ROWS`` images x ``m`` captions of ``TILE_ELEMENTS`` floats (a few MiB: near the
+cache, yet few enough operations that thread hand-offs stay cheap on a busy CPU), two
+preallocated buffers and in-place passes. When both sides are spherical, ``s`` is
 one number per pair and everything is a matrix product (``A = |m1 - m2|^2 / s``,
 ``B = D log s``).
 """

@@ -17,7 +17,7 @@ Pairwise blocks: the squared distances of all ``J x K`` sample pairs of a tile o
 images x captions come from ONE matrix product of augmented samples
 ``[z, |z|^2, 1] . [-2 a^2 z', a^2, a^2 |z'|^2]`` (the norms and ``a^2`` ride inside the
 product), followed by in-place square root, ``b - .``, sigmoid and a sum over the
-``J x K`` pairs, on tiles small enough to stay in cache.
+``J x K`` pairs, on tiles of a few MiB reused across the block.
 """
 
 from __future__ import annotations
