@@ -10,7 +10,7 @@ the output; with autograd the blocks are concatenated.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -191,8 +191,3 @@ def paired(name: str, images: Gaussian, captions: Gaussian, **options: Any) -> T
     spec, opts = _resolve(name, images, captions, options, paired_rows=True)
     return spec.paired(images, captions, opts)
 
-
-def map_rows(fn: Callable[[slice], Tensor], n: int, block: int) -> Tensor:
-    """Concatenate ``fn(rows)`` over row blocks of ``n`` (a helper for ``paired`` forms
-    whose temporaries grow with ``N``)."""
-    return torch.cat([fn(slice(i, min(i + block, n))) for i in range(0, n, block)], 0)
