@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+import warnings
 
 import numpy as np
 import pytest
@@ -161,3 +163,63 @@ def test_bad_config_and_split(tmp_path):
         load_dataset("shapes", "train", unseen_combinations=["pink circle"], cache=False)
     with pytest.raises(DataError, match="image_size"):
         load_dataset("shapes", "train", image_size=0, cache=False)
+
+
+# --- cache format versioning ------------------------------------------------------------------------
+def _entry_paths(tmp_path, split):
+    from pcmr.data.shapes.dataset import _cache_paths
+
+    return _cache_paths(ShapesConfig(**small(tmp_path)), split)
+
+
+def test_cache_key_carries_the_format_version(tmp_path):
+    from pcmr.data.cache import CACHE_FORMAT_VERSION, config_key
+
+    config = ShapesConfig(**small(tmp_path)).generation_dict()
+    assert config_key(config) == config_key(config, CACHE_FORMAT_VERSION)
+    assert config_key(config, CACHE_FORMAT_VERSION + 1) != config_key(config)
+    load_dataset("shapes", "val", **small(tmp_path))
+    npz_path, json_path = _entry_paths(tmp_path, "val")
+    assert npz_path.parent.name == config_key(config) and npz_path.is_file()
+    assert json.loads(json_path.read_text())["cache_format"] == CACHE_FORMAT_VERSION
+
+
+def _write_stale_entry(npz_path, json_path, fresh_split, meta_extra):
+    """An entry in the layout of older code: relevance bits packed along the other axis, no format."""
+    from pcmr.data.cache import atomic_write_json, atomic_write_npz
+
+    arrays = dict(fresh_split)
+    texts = arrays.pop("caption_texts")
+    arrays["relevance_bits"] = np.zeros((arrays["pixels"].shape[0], (len(texts) + 7) // 8), dtype=np.uint8)
+    atomic_write_npz(npz_path, **arrays)
+    atomic_write_json(json_path, {"split": "test", "caption_texts": texts, **meta_extra})
+
+
+@pytest.mark.parametrize("meta_extra", [{}, {"cache_format": 1}, {"cache_format": "current"}])
+def test_stale_cache_entry_is_regenerated(tmp_path, meta_extra):
+    from pcmr.data.cache import CACHE_FORMAT_VERSION
+
+    if meta_extra.get("cache_format") == "current":  # right version, wrong layout: caught by the check
+        meta_extra = {"cache_format": CACHE_FORMAT_VERSION}
+    expected = load_dataset("shapes", "test", **dict(SMALL, cache=False))
+    npz_path, json_path = _entry_paths(tmp_path, "test")
+    _write_stale_entry(npz_path, json_path, generate_shapes_split(ShapesConfig(**SMALL, cache=False), "test"),
+                       meta_extra)
+    with pytest.warns(UserWarning, match="regenerating it"):
+        first = load_dataset("shapes", "test", **small(tmp_path))
+    assert torch.equal(first.relevance_matrix(), expected.relevance_matrix())
+    np.testing.assert_array_equal(first.images.pixels, expected.images.pixels)
+    assert json.loads(json_path.read_text())["cache_format"] == CACHE_FORMAT_VERSION
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the rewritten entry is read back without a warning
+        second = load_dataset("shapes", "test", **small(tmp_path))
+    assert torch.equal(second.relevance_matrix(), expected.relevance_matrix())
+
+
+def test_binary_selection_cache_entry_round_trip(tmp_path):
+    fresh = load_dataset("shapes", "binary_selection", **small(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cached = load_dataset("shapes", "binary_selection", **small(tmp_path))
+    np.testing.assert_array_equal(fresh.images.pixels, cached.images.pixels)
+    assert cached.info["roles"].keys() == fresh.info["roles"].keys()

@@ -4,6 +4,12 @@ Cache root: ``$PCMR_CACHE`` if set, else ``$XDG_CACHE_HOME/pcmr``, else
 ``~/.cache/pcmr``. Files are written to a temporary name in the target folder
 and moved into place with ``os.replace``, so a reader never sees half a file and
 two processes generating the same data do not corrupt each other.
+
+Cache format: :data:`CACHE_FORMAT_VERSION` names the layout of cached entries (which arrays, their
+shapes and dtypes, the metadata fields). It is part of every :func:`config_key`, so entries
+written by code with another format live under other folder names and are never read; readers
+also check the version stored in each entry's metadata and regenerate on a mismatch. Bump it
+whenever the cached layout changes.
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["cache_root", "config_key", "atomic_write_json", "atomic_write_npz", "load_npz"]
+#: layout version of cached entries: 1 was the unversioned layout, 2 added the version itself
+#: (in the key and in each entry's metadata) and the consistency check of entries on reading
+CACHE_FORMAT_VERSION = 2
+
+__all__ = ["CACHE_FORMAT_VERSION", "cache_root", "config_key", "atomic_write_json", "atomic_write_npz", "load_npz"]
 
 
 def cache_root() -> Path:
@@ -30,9 +40,10 @@ def cache_root() -> Path:
     return base / "pcmr"
 
 
-def config_key(config: dict[str, Any]) -> str:
-    """A short stable hash of a JSON-serialisable configuration (names a cache folder)."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+def config_key(config: dict[str, Any], format_version: int = CACHE_FORMAT_VERSION) -> str:
+    """A short stable hash of a JSON-serialisable configuration and the cache format version
+    (names a cache folder; another format version gives another name)."""
+    text = json.dumps({"cache_format": format_version, "config": config}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from pcmr.data.cache import atomic_write_json, atomic_write_npz, cache_root, config_key, load_npz
+from pcmr.data.cache import (
+    CACHE_FORMAT_VERSION,
+    atomic_write_json,
+    atomic_write_npz,
+    cache_root,
+    config_key,
+    load_npz,
+)
 from pcmr.data.errors import DataError
 from pcmr.data.images import ArrayImages
 from pcmr.data.relevance import Relevance
@@ -139,16 +146,55 @@ def _cache_paths(config: ShapesConfig, split: str) -> tuple[Path, Path]:
     return folder / f"{split}.npz", folder / f"{split}.json"
 
 
-def _read_cache(npz_path: Path, json_path: Path) -> dict[str, Any] | None:
+_SPLIT_ARRAYS = ("pixels", "objects", "jitter", "background", "caption_preds", "caption_count", "caption_image",
+                 "relevance_bits")
+
+
+def _check_cached(data: dict[str, Any], config: ShapesConfig, split: str) -> None:
+    """Raise ``ValueError`` when a cached split does not have the layout this code writes."""
+    missing = [name for name in _SPLIT_ARRAYS if name not in data]
+    if split == "binary_selection":
+        missing += [f"role_{r}" for r in ("crop_a", "crop_b", "union", "caption_a", "caption_ab")
+                    if f"role_{r}" not in data]
+    if missing:
+        raise ValueError(f"missing arrays {missing}")
+    count = _split_size(config, split) * (3 if split == "binary_selection" else 1)
+    size = config.image_size
+    num_captions = len(data["caption_texts"])
+    expected = {
+        "pixels": (count, size, size, 3),
+        "relevance_bits": (num_captions, (count + 7) // 8),
+        "caption_image": (num_captions,),
+        "caption_count": (num_captions,),
+    }
+    for name, shape in expected.items():
+        if tuple(data[name].shape) != shape:
+            raise ValueError(f"array {name!r} has shape {tuple(data[name].shape)}, expected {shape}")
+    for name in ("objects", "jitter", "background"):
+        if len(data[name]) != count:
+            raise ValueError(f"array {name!r} has {len(data[name])} rows, expected {count} (one per image)")
+    if len(data["caption_preds"]) != num_captions:
+        raise ValueError(f"array 'caption_preds' has {len(data['caption_preds'])} rows, expected {num_captions}")
+
+
+def _read_cache(npz_path: Path, json_path: Path, config: ShapesConfig, split: str) -> dict[str, Any] | None:
+    """The cached split, or None (with a warning for an entry that is unreadable, of another cache
+    format version or of an inconsistent layout: it is then regenerated and overwritten)."""
     if not (npz_path.is_file() and json_path.is_file()):
         return None
     try:
-        arrays = load_npz(npz_path)
         with open(json_path, encoding="utf-8") as handle:
             meta = json.load(handle)
+        found = meta.get("cache_format", 1) if isinstance(meta, dict) else None
+        if found != CACHE_FORMAT_VERSION:
+            warnings.warn(f"{npz_path}: cache entry of format version {found} (this pcmr writes version "
+                          f"{CACHE_FORMAT_VERSION}); regenerating it", UserWarning, stacklevel=3)
+            return None
+        arrays = load_npz(npz_path)
         arrays["caption_texts"] = list(meta["caption_texts"])
+        _check_cached(arrays, config, split)
         return arrays
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as err:
         warnings.warn(f"{npz_path}: unreadable cache entry ({err}); regenerating it", UserWarning, stacklevel=3)
         return None
 
@@ -166,12 +212,13 @@ def load_shapes(split: str, **config: Any) -> RetrievalSplit:
     data = None
     if cfg.cache:
         npz_path, json_path = _cache_paths(cfg, split)
-        data = _read_cache(npz_path, json_path)
+        data = _read_cache(npz_path, json_path, cfg, split)
     if data is None:
         data = generate_shapes_split(cfg, split)
         if cfg.cache:
             atomic_write_npz(npz_path, **{k: v for k, v in data.items() if k != "caption_texts"})
-            atomic_write_json(json_path, {"config": cfg.generation_dict(), "split": split,
+            atomic_write_json(json_path, {"cache_format": CACHE_FORMAT_VERSION, "config": cfg.generation_dict(),
+                                          "split": split,
                                           "caption_texts": data["caption_texts"]})
     num_images, num_captions = data["pixels"].shape[0], len(data["caption_texts"])
     scenes = Scenes(objects=data["objects"], jitter=data["jitter"], background=data["background"])
