@@ -247,3 +247,73 @@ def test_deterministic_towers_have_no_variance_parameters():
         model = create_model(name, vocab_size=23)
         for tower in (model.image_tower, model.caption_tower):
             assert tower.variance_head is None and tower.variance_encoder is None
+
+
+# --- initial log-variance (logvar_init) -------------------------------------------------------------
+@pytest.mark.parametrize("covariance", ["ellipsoidal", "spherical_avgpool", "spherical_one_value"])
+def test_pcme_variance_head_starts_at_logvar_init(covariance):
+    torch.manual_seed(5)
+    config = HeadConfig(kind="pcme", covariance=covariance, logvar_init=-6.5)
+    head = PCMEVarianceHead(F, D, config).double()
+    width = 1 if covariance == "spherical_one_value" else D
+    assert torch.equal(head.fc.bias, torch.full((width,), -6.5, dtype=torch.float64))
+    assert torch.equal(head.fc_attn.bias, torch.zeros(width, dtype=torch.float64))
+    features = _features(seed=5)
+    got = head(features)
+    # the weights keep their default init: the output is the float64 reference with these biases
+    for b in range(B):
+        raw = _pcme_reference(head, features, b, mean_head=False)  # width values
+        expected = [sum(raw) / len(raw)] if covariance == "spherical_avgpool" else raw
+        torch.testing.assert_close(got[b], torch.tensor(expected, dtype=torch.float64), rtol=1e-10, atol=1e-12)
+    with torch.no_grad():  # without the input-dependent part, exactly logvar_init
+        head.fc.weight.zero_()
+        head.fc_attn.weight.zero_()
+    expected_shape = (B, D if covariance == "ellipsoidal" else 1)
+    torch.testing.assert_close(head(features), torch.full(expected_shape, -6.5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("covariance", ["ellipsoidal", "spherical_avgpool", "spherical_one_value"])
+def test_linear_variance_head_logvar_init_inside_bounds(covariance):
+    torch.manual_seed(6)
+    target = math.log(0.25)  # off the bounds' centre: the bias is the inverse of the smooth bound
+    config = HeadConfig(kind="linear", covariance=covariance, variance_bounds=[0.1, 10.0], logvar_init=target)
+    head = LinearVarianceHead(F, D, config).double()
+    c, h = 0.5 * (math.log(0.1) + math.log(10.0)), 0.5 * (math.log(10.0) - math.log(0.1))
+    raw = c + h * math.atanh((target - c) / h)
+    # the bias is set in float32 (the head is built in float32, then .double())
+    assert torch.allclose(head.fc.bias, torch.full_like(head.fc.bias, raw), rtol=0, atol=1e-6)
+    with torch.no_grad():
+        head.fc.weight.zero_()
+    got = head(_features(seed=6))
+    torch.testing.assert_close(got, torch.full((B, D if covariance == "ellipsoidal" else 1), target,
+                                               dtype=torch.float64), rtol=0, atol=1e-6)
+
+
+def test_logvar_init_unset_keeps_default_init():
+    torch.manual_seed(7)
+    first = PCMEVarianceHead(F, D, HeadConfig(kind="pcme"))
+    torch.manual_seed(7)
+    plain = nn.Linear(F, D)
+    assert torch.equal(first.fc.bias, plain.bias)
+
+
+def test_pcme_family_starts_with_small_variances():
+    model = create_model("pcme", vocab_size=23)
+    init = model.config.image_head.logvar_init
+    assert init is not None and init == model.config.caption_head.logvar_init and init < -4.0
+    with torch.no_grad():
+        out = model(make_batch(model.config))
+    for side in ("image", "caption"):
+        logvar = out[side].logvar
+        assert abs(float(logvar.mean()) - init) < 1.0, side
+    overridden = create_model("pcme", vocab_size=23, **{"image_head.logvar_init": -2.0})
+    assert torch.equal(overridden.image_tower.variance_head.fc.bias, torch.full((128,), -2.0))
+
+
+def test_bad_logvar_init_names_the_field():
+    with pytest.raises(ValueError, match=r"'caption_head.logvar_init' must be a finite number"):
+        create_model("pcme", **{"caption_head.logvar_init": "small"})
+    with pytest.raises(ValueError, match=r"'image_head.logvar_init' must be a finite number"):
+        create_model("pcme", **{"image_head.logvar_init": float("nan")})
+    with pytest.raises(ValueError, match=r"'image_head.logvar_init' must lie strictly inside the log of"):
+        create_model("gie", **{"image_head.logvar_init": -5.0})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,11 @@ class HeadConfig:
     normalize_mean: bool = True
     # pcme: hidden width of the self-attention pooling MLP (0: half the feature size, as PVSE)
     attention_hidden: int = 0
+    # initial log-variance: the variance head's output bias is set so that logvar starts at this
+    # value (plus the small input-dependent part of the freshly initialised weights); inside
+    # variance_bounds when those are set. null: PyTorch's default init (logvar about 0, sigma^2
+    # about 1 per dimension: sample noise of norm about sqrt(D) around unit-norm means)
+    logvar_init: float | None = None
 
 
 @dataclass
@@ -278,6 +284,26 @@ def validate_config(config: ModelConfig) -> None:
                     f"model config field '{side}.variance_bounds' must be [lo, hi] with 0 < lo < hi, "
                     f"got {head.variance_bounds}"
                 )
+        _check_logvar_init(head, side)
+
+
+def _check_logvar_init(head: HeadConfig, side: str) -> None:
+    value = head.logvar_init
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(
+            f"model config field '{side}.logvar_init' must be a finite number (initial log-variance) or "
+            f"null, got {value!r}"
+        )
+    head.logvar_init = float(value)
+    if head.variance_bounds is not None:
+        log_lo, log_hi = math.log(head.variance_bounds[0]), math.log(head.variance_bounds[1])
+        if not (log_lo < value < log_hi):
+            raise ValueError(
+                f"model config field '{side}.logvar_init' must lie strictly inside the log of "
+                f"'{side}.variance_bounds' ({log_lo:.4g}, {log_hi:.4g}), got {value!r}"
+            )
 
 
 # --------------------------------------------------------------------------- files and overrides

@@ -7,6 +7,11 @@
   ``attn_pool`` is the PVSE self-attention pooling ``softmax_R(w2 tanh(w1 x))``.
 - Covariance (ProbVSE §4.1, GCIE §2): ellipsoidal (D values), spherical_avgpool (mean of D
   predicted values), spherical_one_value (one predicted value).
+- Optional initial log-variance ``logvar_init``: the output bias of the variance head is set so
+  that ``logvar`` starts at that value (PCME head: the bias of the pooled branch; the attention
+  branch's bias is zeroed), the weights keep their default init (an input-dependent part of a few
+  tenths). With unit-norm means in ``D`` dimensions, PyTorch's default (``logvar ~ 0``) gives
+  samples whose noise has norm ``~sqrt(D)``, far larger than the means.
 - Optional smooth variance bounds ``sigma^2 in [lo, hi]`` (ProbVSE/GCIE: [0.1, 10]):
   ``logvar = c + h * tanh((raw - c) / h)`` with ``c, h`` the centre and half-width of
   ``[log lo, log hi]``; identity near the centre (slope 1), saturating smoothly at the bounds.
@@ -31,6 +36,7 @@ __all__ = [
     "PCMEVarianceHead",
     "bound_logvar",
     "build_mean_head",
+    "initial_raw_logvar",
     "build_variance_head",
 ]
 
@@ -69,6 +75,28 @@ class AttentionPool(nn.Module):
         return torch.einsum("br,brf->bf", weights, local)  # [B, F]
 
 
+def initial_raw_logvar(config: HeadConfig) -> float | None:
+    """The raw (pre-bounds) output bias giving ``logvar = config.logvar_init``; ``None`` when unset.
+
+    Without bounds it is ``logvar_init``; with ``variance_bounds`` the inverse of
+    :func:`bound_logvar`, ``c + h * atanh((logvar_init - c) / h)``.
+    """
+    if config.logvar_init is None:
+        return None
+    value = float(config.logvar_init)
+    if config.variance_bounds is None:
+        return value
+    log_lo, log_hi = math.log(config.variance_bounds[0]), math.log(config.variance_bounds[1])
+    centre, half = 0.5 * (log_lo + log_hi), 0.5 * (log_hi - log_lo)
+    ratio = (value - centre) / half
+    if not -1.0 < ratio < 1.0:
+        raise ValueError(
+            f"logvar_init {value!r} must lie strictly inside the log of variance_bounds "
+            f"({log_lo:.4g}, {log_hi:.4g})"
+        )
+    return centre + half * math.atanh(ratio)
+
+
 def _logvar_width(config: HeadConfig, embed_dim: int) -> int:
     return 1 if config.covariance == "spherical_one_value" else embed_dim
 
@@ -102,6 +130,9 @@ class LinearVarianceHead(nn.Module):
         super().__init__()
         self.config = config
         self.fc = nn.Linear(in_dim, _logvar_width(config, embed_dim))
+        raw = initial_raw_logvar(config)
+        if raw is not None:
+            nn.init.constant_(self.fc.bias, raw)
 
     def forward(self, features: EncodedFeatures) -> Tensor:
         return _finish_logvar(self.fc(features.pooled), self.config)
@@ -149,6 +180,10 @@ class PCMEVarianceHead(_PCMEBranches):
     def __init__(self, in_dim: int, embed_dim: int, config: HeadConfig) -> None:
         super().__init__(in_dim, _logvar_width(config, embed_dim), config.attention_hidden)
         self.config = config
+        raw = initial_raw_logvar(config)
+        if raw is not None:
+            nn.init.constant_(self.fc.bias, raw)
+            nn.init.zeros_(self.fc_attn.bias)
 
     def forward(self, features: EncodedFeatures) -> Tensor:
         pooled_branch, attention_branch = self.branches(features)
