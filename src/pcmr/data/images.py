@@ -8,6 +8,7 @@ features as float ``[F]`` or ``[R, F]`` unchanged.
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,17 +32,18 @@ def normalize_pixels(pixels: np.ndarray) -> torch.Tensor:
     return (tensor - mean) / std
 
 
-class ImageSource:
+class ImageSource(ABC):
     """Base of the image sources: ``len()``, ``kind`` ("pixels" | "features"), ``load(i) -> Tensor``."""
 
     kind: str = "pixels"
 
+    @abstractmethod
     def __len__(self) -> int:
-        raise NotImplementedError
+        """Number of images."""
 
+    @abstractmethod
     def load(self, index: int) -> torch.Tensor:
         """The model-ready tensor of item ``index``."""
-        raise NotImplementedError
 
 
 class ArrayImages(ImageSource):

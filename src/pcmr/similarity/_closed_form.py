@@ -9,6 +9,7 @@ cheap in-place finaliser (negation, square root, minimum).
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,12 +42,13 @@ def centred_means(images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor]
 class ClosedForm(Similarity):
     """A score computed from one or more :class:`Expansion` per block."""
 
+    @abstractmethod
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
-        raise NotImplementedError
+        """Implemented by each concrete score."""
 
+    @abstractmethod
     def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
         """Map the ``base`` blocks to scores; in place into ``parts[0]`` when ``inplace``."""
-        raise NotImplementedError
 
     def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> list[Expansion]:
         return self.expansions(images, captions)

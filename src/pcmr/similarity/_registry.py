@@ -10,6 +10,7 @@ the output; with autograd the blocks are concatenated.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ _SPEC_ORDER = (
 )
 
 
-class Similarity:
+class Similarity(ABC):
     """Base of every score. Subclasses set the class attributes and implement
     ``prepare``, ``block`` and ``paired``.
 
@@ -50,18 +51,18 @@ class Similarity:
     options: Mapping[str, Any] = {}
     reference: str = ""
 
+    @abstractmethod
     def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Any:
         """Per-item features computed once (image side and caption side)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def block(self, state: Any, rows: slice, out: Tensor | None) -> Tensor:
         """Scores of image rows ``rows`` against all captions, ``[n, N_cap]``. With ``out``
         (no autograd) the result is written into it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         """Scores of aligned rows, ``[N]``."""
-        raise NotImplementedError
 
     def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
         """Bytes of temporaries per image row of a block (for the default block size)."""
@@ -72,7 +73,9 @@ class Similarity:
         return [v for v in options.values() if isinstance(v, Tensor)]
 
     def check_options(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> None:
-        """Validate option values (shapes, ranges); raise ValueError."""
+        """Validate option values (shapes, ranges); raise ValueError. Scores without
+        value constraints accept every option value."""
+        return None
 
     def __repr__(self) -> str:
         return (

@@ -22,6 +22,7 @@ one number per pair and everything is a matrix product (``A = |m1 - m2|^2 / s``,
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +56,9 @@ class _VarianceKernel(Similarity):
     alpha = 1.0
     beta = 1.0
 
+    @abstractmethod
     def constants(self, images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor]:
-        raise NotImplementedError
+        """Implemented by each concrete score."""
 
     def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
         return 4 * captions.num * images.dim * images.mean.element_size()

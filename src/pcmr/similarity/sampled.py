@@ -23,6 +23,7 @@ product), followed by in-place square root, ``b - .``, sigmoid and a sum over th
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,13 +107,13 @@ class _Sampled(Similarity):
         """``(a, b)`` of the per-pair score ``f(a d, b)``; ``avg_l2`` uses ``a = 1``."""
         return 1.0, 0.0
 
+    @abstractmethod
     def transform_(self, scaled_distances: Tensor, b: Tensor) -> None:
         """In place: ``a d`` -> per-pair score before averaging (no autograd)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def transform(self, distances: Tensor, a: float | Tensor, b: float | Tensor) -> Tensor:
         """Differentiable per-pair score of distances ``d``."""
-        raise NotImplementedError
 
     sign = 1.0  # multiplies the mean of the per-pair values (avg_l2: -1)
 
