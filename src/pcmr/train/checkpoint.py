@@ -21,6 +21,7 @@ never touched by a failed write.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -70,9 +71,8 @@ def _fsync_dir(path: Path) -> None:
     except OSError:  # platforms without directory fds
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):  # some filesystems refuse fsync on a directory: best effort
+            os.fsync(fd)
     finally:
         os.close(fd)
 
