@@ -17,6 +17,15 @@ from pcmr.models.features import EncodedFeatures
 __all__ = ["GlobalFeatureBackbone", "LocalFeatureBackbone", "SmallCNNBackbone", "get_images"]
 
 
+def _check_feature_size(images: Tensor, feature_dim: int) -> None:
+    """Precomputed features must have ``feature_dim`` entries in their last axis."""
+    if images.shape[-1] != feature_dim:
+        raise ValueError(
+            f"batch['images'] has feature size {images.shape[-1]}; the model expects "
+            f"image_encoder.feature_dim = {feature_dim}"
+        )
+
+
 def get_images(batch: Mapping[str, Any], rank: int, form: str) -> Tensor:
     """``batch["images"]`` checked to be a floating tensor of rank ``rank`` (``form`` names it)."""
     if "images" not in batch:
@@ -40,11 +49,7 @@ class GlobalFeatureBackbone(nn.Module):
 
     def forward(self, batch: Mapping[str, Any]) -> EncodedFeatures:
         images = get_images(batch, 2, f"[B, F] with F = {self.out_dim} (precomputed global features)")
-        if images.shape[1] != self.out_dim:
-            raise ValueError(
-                f"batch['images'] has feature size {images.shape[1]}; the model expects "
-                f"image_encoder.feature_dim = {self.out_dim}"
-            )
+        _check_feature_size(images, self.out_dim)
         return EncodedFeatures(local=images.unsqueeze(1), pooled=images)  # [B, 1, F], [B, F]
 
 
@@ -60,11 +65,7 @@ class LocalFeatureBackbone(nn.Module):
 
     def forward(self, batch: Mapping[str, Any]) -> EncodedFeatures:
         images = get_images(batch, 3, f"[B, R, F] with F = {self.out_dim} (precomputed local features)")
-        if images.shape[2] != self.out_dim:
-            raise ValueError(
-                f"batch['images'] has feature size {images.shape[2]}; the model expects "
-                f"image_encoder.feature_dim = {self.out_dim}"
-            )
+        _check_feature_size(images, self.out_dim)
         return EncodedFeatures(local=images, pooled=images.mean(dim=1))
 
 

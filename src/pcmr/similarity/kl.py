@@ -53,6 +53,10 @@ class _KLBase(ClosedForm):
     needs_image_variance = True
     needs_caption_variance = True
 
+    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
+        """One KL expansion (``2 KL``) -> ``-KL``; min_kl and js override this."""
+        return parts[0].mul_(-0.5) if inplace else -0.5 * parts[0]
+
 
 @register
 class KL(_KLBase):
@@ -64,9 +68,6 @@ class KL(_KLBase):
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
         m1, lv1, m2, lv2 = _sides(images, captions)
         return [_kl_expansion(m1, lv1, m2, lv2, images.dim)]
-
-    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
-        return parts[0].mul_(-0.5) if inplace else -0.5 * parts[0]
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         return -kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]
@@ -82,9 +83,6 @@ class KLReverse(_KLBase):
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
         m1, lv1, m2, lv2 = _sides(images, captions)
         return [_transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim))]
-
-    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
-        return parts[0].mul_(-0.5) if inplace else -0.5 * parts[0]
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         return -kl_paired(captions.mean, captions.logvar, images.mean, images.logvar)  # type: ignore[arg-type]
