@@ -50,6 +50,16 @@ def test_sample_reparametrised_and_differentiable():
     assert torch.equal(z.detach(), z2.detach())
 
 
+
+def test_noise_is_the_draw_behind_sample():
+    g = Gaussian(torch.randn(3, 5, dtype=torch.float64), torch.randn(3, 1, dtype=torch.float64))
+    eps = g.noise(4, generator=torch.Generator().manual_seed(2))
+    assert eps.shape == (3, 4, 5) and eps.dtype == torch.float64
+    z = g.sample(4, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(z, g.mean.unsqueeze(1) + g.std.unsqueeze(1) * eps, rtol=1e-15, atol=1e-15)
+    with pytest.raises(ValueError, match="num_samples"):
+        g.noise(0)
+
 def test_sample_moments():
     g = Gaussian(torch.tensor([[1.0, -2.0]]), torch.tensor([[math.log(4.0), math.log(0.25)]]))
     z = g.sample(200_000, generator=torch.Generator().manual_seed(0))[0]

@@ -12,6 +12,7 @@ from pcmr import Gaussian
 from pcmr.similarity import get_similarity, list_similarities, paired, pairwise
 
 ALL = list_similarities()
+SAMPLED = [name for name in ALL if get_similarity(name).sampled]
 EXPECTED = ["cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
             "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob"]
 A, B = 1.7, 0.6  # match_prob parameters used against the reference
@@ -316,6 +317,26 @@ def test_generator_gives_reproducible_sampled_scores():
     zi, zc = images.sample(4, generator=gen), captions.sample(4, generator=gen)
     torch.testing.assert_close(first, pairwise("match_prob", images, captions, image_samples=zi,
                                                caption_samples=zc), rtol=0, atol=1e-14)
+
+
+
+@pytest.mark.parametrize("name", SAMPLED)
+@pytest.mark.parametrize("widths", [(4, 4), (1, 4), (4, None), (None, 1)])
+def test_generator_path_across_tiles_matches_presampled_reference(name, widths, monkeypatch):
+    """The no-grad path writes ``mean + std * eps - centre`` straight into the tile operands;
+    with several caption tiles and a partial last one it must equal the brute-force loop on
+    the samples ``Gaussian.sample`` draws from the same generator state (images first)."""
+    from pcmr.similarity import sampled
+
+    monkeypatch.setattr(sampled, "TILE_CAPTIONS", 3)
+    monkeypatch.setattr(sampled, "TILE_ELEMENTS", 2 * 3 * 2 * 3)
+    images, captions = gaussian(5, 4, widths[0], 21), gaussian(7, 4, widths[1], 22)
+    extra = {"a": A, "b": B} if name == "match_prob" else {}
+    got = pairwise(name, images, captions, num_samples=3, generator=torch.Generator().manual_seed(4), **extra)
+    gen = torch.Generator().manual_seed(4)
+    zi, zc = images.sample(3, generator=gen), captions.sample(3, generator=gen)
+    ref = reference_matrix(name, images, captions, zi, zc)
+    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
 
 
 # ----------------------------------------------------------------------------- edge cases

@@ -176,10 +176,15 @@ class Gaussian:
         mean = self.mean.unsqueeze(1)  # [N, 1, D]
         if self.logvar is None:
             return mean.expand(-1, num_samples, -1)
-        eps = torch.randn(
-            (self.num, num_samples, self.dim), generator=generator, dtype=self.dtype, device=self.device
-        )
-        return mean + self.std.unsqueeze(1) * eps  # [N, J, D]
+        eps = self.noise(num_samples, generator)
+        return torch.addcmul(mean, self.std.unsqueeze(1), eps)  # [N, J, D] = mean + std * eps
+
+    def noise(self, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
+        """The standard-normal draws ``eps [N, J, D]`` behind :meth:`sample`: the same
+        generator state gives the same ``eps`` here as inside ``sample``."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        return torch.randn((self.num, num_samples, self.dim), generator=generator, dtype=self.dtype, device=self.device)
 
     # ----------------------------------------------------------------- uncertainty
     def log_det(self) -> Tensor:

@@ -34,14 +34,12 @@ from pcmr.gaussian import Gaussian
 from pcmr.similarity._primitives import DEFAULT_SQRT_EPS, safe_sqrt
 from pcmr.similarity._registry import Similarity, register
 
-# Tile of the no-grad path: captions per tile and the target floats of one
-# [n*J, m*K] tile of distances (32 MiB in float32): large enough that few thread-pool hand-offs
-# happen between the matrix product and the in-place passes (robust on a busy machine), and
-# with enough image rows per tile (~170 at J = 7) for the matrix product to run near its
-# full-size speed (measured on a quiet 2-core CPU at 1000 x 5000 x 512: 1.2 s vs 1.4 s with
-# 2048-caption, 16 MiB tiles; see docs/benchmarks.md).
-TILE_CAPTIONS = 1024
-TILE_ELEMENTS = 2**23
+# Tile of the no-grad path: captions per tile and the target floats of one [n*J, m*K] tile
+# of distances (16 MiB in float32, ~330 image rows at J = K = 7). Chosen by interleaved timings
+# against the [N*J, D] x [D, M*K] product on a quiet 2-core CPU at 1000 x 5000 x 512
+# (median ratio 1.33x vs 1.43x for 1024-caption, 32 MiB tiles; see docs/benchmarks.md).
+TILE_CAPTIONS = 512
+TILE_ELEMENTS = 2**22
 
 
 @dataclass(frozen=True)
@@ -74,6 +72,36 @@ def _samples(g: Gaussian, given: Tensor | None, options: dict[str, Any]) -> Tens
     if given is not None:
         return given
     return g.sample(options["num_samples"], generator=options["generator"])
+
+
+def _needs_grad(images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> bool:
+    """Whether the result must carry autograd (then the differentiable path is taken)."""
+    inputs = (images.mean, images.logvar, captions.mean, captions.logvar, *options.values())
+    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+
+
+def _noise(g: Gaussian, given: Tensor | None, num: int, options: dict[str, Any]) -> Tensor | None:
+    """``eps [N, J, D]`` as :meth:`Gaussian.sample` would draw it; None when samples are given or
+    ``g`` is a point embedding (which draws nothing)."""
+    if given is not None or g.logvar is None:
+        return None
+    return g.noise(num, options["generator"])
+
+
+def _write_centred(out: Tensor, mean: Tensor, std: Tensor | None, given: Tensor | None, eps: Tensor | None,
+                   centre: Tensor, sample_axis: int) -> None:
+    """``out <- z - centre`` with ``z`` the given samples or ``mean + std * eps`` (bitwise as
+    :meth:`Gaussian.sample`; ``mean`` alone for a point embedding). ``mean``/``std`` are
+    ``[n, D]`` (``std`` may be ``[n, 1]``), ``given``/``eps`` ``[n, J, D]``, and ``out`` is
+    ``[n, J, D]`` (``sample_axis=1``) or ``[J, n, D]`` (``sample_axis=0``)."""
+    mean = mean.unsqueeze(sample_axis)  # broadcast over the samples
+    if given is not None:
+        torch.sub(given if sample_axis == 1 else given.transpose(0, 1), centre, out=out)
+    elif eps is None or std is None:
+        out.copy_(mean.expand_as(out)).sub_(centre)
+    else:
+        eps = eps if sample_axis == 1 else eps.transpose(0, 1)
+        torch.addcmul(mean, std.unsqueeze(sample_axis), eps, out=out).sub_(centre)
 
 
 def _num_samples(options: dict[str, Any], key: str) -> int:
@@ -121,31 +149,47 @@ class _Sampled(Similarity):
     sign = 1.0  # multiplies the mean of the per-pair values (avg_l2: -1)
 
     def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
+        if not _needs_grad(images, captions, options):
+            # the no-grad path works in fixed-size tiles: a block row costs its output row only
+            return captions.num * images.mean.element_size()
         j, k = _num_samples(options, "image_samples"), _num_samples(options, "caption_samples")
         return 3 * j * k * captions.num * images.mean.element_size()
 
     def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> _SampledState:
         centre = ((images.mean.sum(0) + captions.mean.sum(0)) / (images.num + captions.num)).detach()  # [D]
-        z1 = _samples(images, options["image_samples"], options) - centre  # [N_img, J, D]
-        z2 = _samples(captions, options["caption_samples"], options) - centre  # [N_cap, K, D]
         a, b = self.scale(options)
-        inputs = (z1, z2, a, b, images.mean, images.logvar, captions.mean, captions.logvar)
-        grad = torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
-        if grad:
+        given_1, given_2 = options["image_samples"], options["caption_samples"]
+        if _needs_grad(images, captions, options):
+            z1 = _samples(images, given_1, options) - centre  # [N_img, J, D]
+            z2 = _samples(captions, given_2, options) - centre  # [N_cap, K, D]
             return _SampledState(z1, z2, a, b)
-        a2 = float(a) ** 2
-        (n, j, dim), (m, k, _) = z1.shape, z2.shape
-        x = z1.reshape(n * j, dim)
-        image_aug = torch.cat([x, x.square().sum(1, keepdim=True), x.new_ones(n * j, 1)], 1)  # [N_img*J, D+2]
+        # No autograd: write the centred samples straight into the augmented operands of the
+        # tile products (one pass each instead of sample -> centre -> copy -> scale).
+        j, k = _num_samples(options, "image_samples"), _num_samples(options, "caption_samples")
+        eps_1 = _noise(images, given_1, j, options)  # images first, then captions (as Gaussian.sample)
+        eps_2 = _noise(captions, given_2, k, options)
+        a2, (n, m, dim) = float(a) ** 2, (images.num, captions.num, images.dim)
+        image_aug = images.mean.new_empty(n * j, dim + 2)  # rows (i, j): [-2 a^2 z1, a^2 |z1|^2, a^2]
+        z1 = image_aug[:, :dim]
+        std_1, std_2 = (None if g.logvar is None else g.std for g in (images, captions))
+        _write_centred(z1.view(n, j, dim), images.mean, std_1, given_1, eps_1, centre, sample_axis=1)
+        torch.linalg.vecdot(z1, z1, out=image_aug[:, dim]).mul_(a2)
+        image_aug[:, dim + 1] = a2
+        z1.mul_(-2.0 * a2)
         tiles = []
         for c0 in range(0, m, TILE_CAPTIONS):
             c1 = min(c0 + TILE_CAPTIONS, m)
-            y = z2[c0:c1].transpose(0, 1).reshape(k * (c1 - c0), dim)  # rows (k, c)
-            aug = torch.cat([y * (-2.0 * a2), y.new_full((y.shape[0], 1), a2), y.square().sum(1, keepdim=True) * a2], 1)
-            tiles.append((c0, c1, aug))  # [K*(c1-c0), D+2]
+            aug = captions.mean.new_empty(k * (c1 - c0), dim + 2)  # rows (k, c): [z2, 1, |z2|^2]
+            z2 = aug[:, :dim]
+            _write_centred(z2.view(k, c1 - c0, dim), captions.mean[c0:c1], None if std_2 is None else std_2[c0:c1],
+                           None if given_2 is None else given_2[c0:c1], None if eps_2 is None else eps_2[c0:c1],
+                           centre, sample_axis=0)
+            aug[:, dim] = 1.0
+            torch.linalg.vecdot(z2, z2, out=aug[:, dim + 1])
+            tiles.append((c0, c1, aug))
         tile_rows = max(1, TILE_ELEMENTS // (j * k * TILE_CAPTIONS))
-        # keep only the augmented copies (shape-only views of the samples), not the samples
-        shape_1, shape_2 = z1.new_zeros(()).expand(n, j, dim), z2.new_zeros(()).expand(m, k, dim)
+        # keep only the augmented copies (shape-only views stand in for the samples)
+        shape_1, shape_2 = centre.new_zeros(()).expand(n, j, dim), centre.new_zeros(()).expand(m, k, dim)
         return _SampledState(shape_1, shape_2, float(a), float(b), image_aug, tuple(tiles), tile_rows)
 
     def block(self, state: _SampledState, rows: slice, out: Tensor | None) -> Tensor:
