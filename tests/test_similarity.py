@@ -405,3 +405,20 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="num_samples"):
         pairwise("avg_l2", images, captions, num_samples=0)
     assert pairwise("kl", images[:0], captions).shape == (0, 2)
+
+
+@pytest.mark.parametrize("chunk_bytes", [8, 8 * 7 * 3, 2**21])
+def test_rowwise_dot_matches_loop_on_strided_views(chunk_bytes):
+    from pcmr.similarity._primitives import rowwise_dot
+
+    gen = torch.Generator().manual_seed(3)
+    feats = torch.randn(13, 3 * 7, generator=gen, dtype=torch.float64)
+    a, b = feats[:, :7], feats[:, 14:]  # strided column blocks of one buffer
+    ref = torch.tensor([sum(float(a[i, d]) * float(b[i, d]) for d in range(7)) for i in range(13)],
+                       dtype=torch.float64)
+    torch.testing.assert_close(rowwise_dot(a, b, chunk_bytes=chunk_bytes), ref, rtol=1e-14, atol=1e-14)
+    out = torch.zeros(13, 2, dtype=torch.float64)
+    rowwise_dot(a, b, out=out[:, 1], chunk_bytes=chunk_bytes)  # strided destination
+    torch.testing.assert_close(out[:, 1], ref, rtol=1e-14, atol=1e-14)
+    assert torch.equal(out[:, 0], torch.zeros(13, dtype=torch.float64))
+    assert rowwise_dot(a[:0], b[:0]).shape == (0,)

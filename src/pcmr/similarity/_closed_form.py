@@ -53,8 +53,12 @@ class ClosedForm(Similarity):
     def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> list[Expansion]:
         return self.expansions(images, captions)
 
-    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
-        return 4 * captions.num * images.mean.element_size()
+    num_expansions = 1  # expansions per block (each beyond the first needs a temporary block)
+
+    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any], grad: bool) -> int:
+        if grad:  # addmm, row add and finaliser results per expansion
+            return 3 * self.num_expansions * captions.num * images.mean.element_size()
+        return (self.num_expansions - 1) * captions.num * images.mean.element_size()
 
     def block(self, state: list[Expansion], rows: slice, out: Tensor | None) -> Tensor:
         parts = []

@@ -64,8 +64,9 @@ class Similarity(ABC):
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         """Scores of aligned rows, ``[N]``."""
 
-    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
-        """Bytes of temporaries per image row of a block (for the default block size)."""
+    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any], grad: bool) -> int:
+        """Bytes of temporaries per image row of a block (for the default block size), beyond
+        the output row itself; ``grad`` tells whether the differentiable path will run."""
         return 4 * captions.num * images.mean.element_size()
 
     def option_tensors(self, options: dict[str, Any]) -> list[Tensor]:
@@ -159,7 +160,9 @@ def pairwise(
         name: one of :func:`list_similarities`.
         images: ``Gaussian`` with ``N_img`` rows; captions: ``Gaussian`` with ``N_cap`` rows.
         block_size: image rows per block. ``None`` picks the largest block whose
-            temporaries fit in ``DEFAULT_BLOCK_BYTES`` (256 MiB). Results do not depend on it.
+            temporaries fit in ``DEFAULT_BLOCK_BYTES`` (256 MiB); a score whose blocks need no
+            temporaries beyond the output (one-expansion closed forms, sampled scores without
+            autograd) then runs as one block. Results do not depend on it.
         **options: score options (e.g. ``num_samples``, ``generator``, ``image_samples``,
             ``caption_samples``, ``a``, ``b``); unknown options raise ``ValueError``.
 
@@ -169,11 +172,11 @@ def pairwise(
     """
     spec, opts = _resolve(name, images, captions, options, paired_rows=False)
     n, m = images.num, captions.num
+    grad = _needs_grad([images.mean, images.logvar, captions.mean, captions.logvar, *spec.option_tensors(opts)])
     if block_size is None:
-        block_size = max(1, DEFAULT_BLOCK_BYTES // max(1, spec.row_bytes(images, captions, opts)))
+        block_size = max(1, DEFAULT_BLOCK_BYTES // max(1, spec.row_bytes(images, captions, opts, grad)))
     elif isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"{name}: block_size must be a positive int (image rows per block), got {block_size!r}")
-    grad = _needs_grad([images.mean, images.logvar, captions.mean, captions.logvar, *spec.option_tensors(opts)])
     if n == 0 or m == 0:
         return images.mean.new_zeros(n, m)
     state = spec.prepare(images, captions, opts)

@@ -60,7 +60,7 @@ class _VarianceKernel(Similarity):
     def constants(self, images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor]:
         """Implemented by each concrete score."""
 
-    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
+    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any], grad: bool) -> int:
         return 4 * captions.num * images.dim * images.mean.element_size()
 
     def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> _KernelState:

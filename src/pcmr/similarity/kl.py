@@ -21,7 +21,7 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 from pcmr.similarity._closed_form import ClosedForm, Expansion, centred_means
-from pcmr.similarity._primitives import dim_sum, expansion_features
+from pcmr.similarity._primitives import dim_sum, expansion_features, rowwise_dot
 from pcmr.similarity._registry import register
 
 
@@ -47,6 +47,35 @@ def kl_paired(m1: Tensor, lv1: Tensor, m2: Tensor, lv2: Tensor) -> Tensor:
 def _sides(images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     m1, m2 = centred_means(images, captions)
     return m1, images.logvar, m2, captions.logvar  # type: ignore[return-value]
+
+
+def _centre(images: Gaussian, captions: Gaussian) -> Tensor:
+    """The common centroid of the means (detached), ``[D]``; see ``centred_means``."""
+    return ((images.mean.sum(0) + captions.mean.sum(0)) / max(1, images.num + captions.num)).detach()
+
+
+def _symmetrised_kl_side(mean: Tensor, logvar: Tensor, centre: Tensor, order: str,
+                         scales: tuple[float, float]) -> tuple[Tensor, Tensor]:
+    """One side's features of the symmetrised KL, written into one ``[n, 4D]`` buffer.
+
+    With ``m = mean - centre``, ``v = e^logvar``, ``w = 1/v`` the four ``D``-wide blocks are
+    ``a = v + m^2``, ``b = w``, ``c = m w``, ``e = m``, laid out in ``order`` (images
+    ``"abec"``, captions ``"bace"``: the image's ``a`` meets the caption's ``b`` and so on).
+    ``scales`` multiply the first and last two blocks. Also returns ``sum_d m^2 w``, ``[n]``.
+    """
+    n, dim = mean.shape
+    feats = mean.new_empty(n, 4 * dim)
+    block = {key: feats[:, i * dim:(i + 1) * dim] for i, key in enumerate(order)}
+    m, w = block["e"], block["b"]
+    torch.sub(mean, centre, out=m)
+    torch.neg(logvar, out=w).exp_()
+    torch.mul(m, w, out=block["c"])
+    torch.exp(logvar, out=block["a"]).addcmul_(m, m)
+    quad = rowwise_dot(m, block["c"])  # [n]
+    for half, scale in enumerate(scales):
+        if scale != 1.0:
+            feats[:, 2 * half * dim:2 * (half + 1) * dim].mul_(scale)
+    return feats, quad
 
 
 class _KLBase(ClosedForm):
@@ -93,6 +122,7 @@ class MinKL(_KLBase):
     """``-min(KL(image || caption), KL(caption || image))``."""
 
     name = "min_kl"
+    num_expansions = 2
     reference = "ProbVSE eq.6, GCIE eq.16"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
@@ -119,18 +149,29 @@ class SymmetrisedKL(_KLBase):
     reference = "PCME eq.B.2, CalibPE (symmetrised KL, called 'JS' in the papers)"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
-        m1, lv1, m2, lv2 = _sides(images, captions)
+        # The image side carries the factor -1/4 (and the -2 of the cross terms), so the
+        # product is the score itself and the finaliser does nothing.
         dim = images.dim
+        sides = (images.mean, images.logvar, captions.mean, captions.logvar)
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in sides)  # type: ignore[union-attr]
+        if not grad and images.logvar.shape[1] == dim and captions.logvar.shape[1] == dim:  # type: ignore[union-attr]
+            # ellipsoidal, no autograd: features written in place into one buffer per side
+            centre = _centre(images, captions)
+            x, row = _symmetrised_kl_side(images.mean, images.logvar, centre, "abec", (-0.25, 0.5))  # type: ignore[arg-type]
+            y, col = _symmetrised_kl_side(captions.mean, captions.logvar, centre, "bace", (1.0, 1.0))  # type: ignore[arg-type]
+            return [Expansion(x, y, row.sub_(dim).mul_(-0.25), col.sub_(dim).mul_(-0.25))]
+        m1, lv1, m2, lv2 = _sides(images, captions)  # autograd, or a spherical side (width-1 terms collapse)
         v1, w1, v2, w2 = lv1.exp(), (-lv1).exp(), lv2.exp(), (-lv2).exp()
         x, y = expansion_features(
-            [(v1 + m1.square(), w2), (w1, v2 + m2.square()), (m1, -2.0 * m2 * w2), (-2.0 * m1 * w1, m2)], dim
+            [(-0.25 * (v1 + m1.square()), w2), (-0.25 * w1, v2 + m2.square()), (0.5 * m1, m2 * w2), (0.5 * m1 * w1, m2)],
+            dim,
         )
-        row = (m1.square() * w1).sum(1) - dim
-        col = (m2.square() * w2).sum(1) - dim
+        row = -0.25 * ((m1.square() * w1).sum(1) - dim)
+        col = -0.25 * ((m2.square() * w2).sum(1) - dim)
         return [Expansion(x, y, row, col)]
 
     def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
-        return parts[0].mul_(-0.25) if inplace else -0.25 * parts[0]
+        return parts[0]
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         forward = kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
-from pcmr.similarity._primitives import DEFAULT_SQRT_EPS, safe_sqrt
+from pcmr.similarity._primitives import DEFAULT_SQRT_EPS, rowwise_dot, safe_sqrt
 from pcmr.similarity._registry import Similarity, register
 
 # Tile of the no-grad path: captions per tile and the target floats of one [n*J, m*K] tile
@@ -148,10 +148,9 @@ class _Sampled(Similarity):
 
     sign = 1.0  # multiplies the mean of the per-pair values (avg_l2: -1)
 
-    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> int:
-        if not _needs_grad(images, captions, options):
-            # the no-grad path works in fixed-size tiles: a block row costs its output row only
-            return captions.num * images.mean.element_size()
+    def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any], grad: bool) -> int:
+        if not grad:  # the no-grad path works in fixed-size tiles, whatever the block size
+            return 0
         j, k = _num_samples(options, "image_samples"), _num_samples(options, "caption_samples")
         return 3 * j * k * captions.num * images.mean.element_size()
 
@@ -173,7 +172,7 @@ class _Sampled(Similarity):
         z1 = image_aug[:, :dim]
         std_1, std_2 = (None if g.logvar is None else g.std for g in (images, captions))
         _write_centred(z1.view(n, j, dim), images.mean, std_1, given_1, eps_1, centre, sample_axis=1)
-        torch.linalg.vecdot(z1, z1, out=image_aug[:, dim]).mul_(a2)
+        rowwise_dot(z1, z1, out=image_aug[:, dim]).mul_(a2)
         image_aug[:, dim + 1] = a2
         z1.mul_(-2.0 * a2)
         tiles = []
@@ -185,7 +184,7 @@ class _Sampled(Similarity):
                            None if given_2 is None else given_2[c0:c1], None if eps_2 is None else eps_2[c0:c1],
                            centre, sample_axis=0)
             aug[:, dim] = 1.0
-            torch.linalg.vecdot(z2, z2, out=aug[:, dim + 1])
+            rowwise_dot(z2, z2, out=aug[:, dim + 1])
             tiles.append((c0, c1, aug))
         tile_rows = max(1, TILE_ELEMENTS // (j * k * TILE_CAPTIONS))
         # keep only the augmented copies (shape-only views stand in for the samples)
