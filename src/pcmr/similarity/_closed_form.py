@@ -10,7 +10,7 @@ cheap in-place finaliser (negation, square root, minimum).
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,12 +22,13 @@ from pcmr.similarity._registry import Similarity
 
 @dataclass(frozen=True)
 class Expansion:
-    """``base[i, c] = row[i] + col[c] + X[i] . Y[c]``."""
+    """``base[i, c] = row[i] + col[c] + X[i] . Y[c]``; ``row``/``col`` may be None when
+    they are zero or already folded into ``X``/``Y`` as extra columns."""
 
     x: Tensor  # [N_img, K]
     y: Tensor  # [N_cap, K]
-    row: Tensor  # [N_img]
-    col: Tensor  # [N_cap]
+    row: Tensor | None  # [N_img]
+    col: Tensor | None  # [N_cap]
 
 
 def centred_means(images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor]:
@@ -50,8 +51,8 @@ class ClosedForm(Similarity):
     def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
         """Map the ``base`` blocks to scores; in place into ``parts[0]`` when ``inplace``."""
 
-    def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> list[Expansion]:
-        return self.expansions(images, captions)
+    def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> _ClosedFormState:
+        return _ClosedFormState(self.expansions(images, captions))
 
     num_expansions = 1  # expansions per block (each beyond the first needs a temporary block)
 
@@ -60,14 +61,36 @@ class ClosedForm(Similarity):
             return 3 * self.num_expansions * captions.num * images.mean.element_size()
         return (self.num_expansions - 1) * captions.num * images.mean.element_size()
 
-    def block(self, state: list[Expansion], rows: slice, out: Tensor | None) -> Tensor:
+    def block(self, state: _ClosedFormState, rows: slice, out: Tensor | None) -> Tensor:
         parts = []
-        for k, e in enumerate(state):
+        for k, e in enumerate(state.expansions):
             if out is None:
-                part = torch.addmm(e.col.unsqueeze(0), e.x[rows], e.y.T).add(e.row[rows].unsqueeze(1))
+                part = e.x[rows] @ e.y.T if e.col is None else torch.addmm(e.col.unsqueeze(0), e.x[rows], e.y.T)
+                if e.row is not None:
+                    part = part + e.row[rows].unsqueeze(1)
             else:
-                part = out if k == 0 else torch.empty_like(out)
-                torch.addmm(e.col.unsqueeze(0), e.x[rows], e.y.T, out=part)
-                part.add_(e.row[rows].unsqueeze(1))
+                part = out if k == 0 else state.scratch_block(k, out)
+                if e.col is None:
+                    torch.mm(e.x[rows], e.y.T, out=part)
+                else:
+                    torch.addmm(e.col.unsqueeze(0), e.x[rows], e.y.T, out=part)
+                if e.row is not None:
+                    part.add_(e.row[rows].unsqueeze(1))
             parts.append(part)  # [n, N_cap]
         return self.finalize(parts, inplace=out is not None)
+
+
+@dataclass
+class _ClosedFormState:
+    """Expansions plus the temporary blocks of expansions after the first, kept across
+    blocks (the first block is the largest), so their pages are touched once."""
+
+    expansions: list[Expansion]
+    scratch: dict[int, Tensor] = field(default_factory=dict)
+
+    def scratch_block(self, k: int, like: Tensor) -> Tensor:
+        n = like.shape[0]
+        buf = self.scratch.get(k)
+        if buf is None or buf.shape[0] < n:
+            buf = self.scratch[k] = torch.empty_like(like)
+        return buf[:n]

@@ -49,33 +49,58 @@ def _sides(images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor, Tensor
     return m1, images.logvar, m2, captions.logvar  # type: ignore[return-value]
 
 
-def _centre(images: Gaussian, captions: Gaussian) -> Tensor:
-    """The common centroid of the means (detached), ``[D]``; see ``centred_means``."""
-    return ((images.mean.sum(0) + captions.mean.sum(0)) / max(1, images.num + captions.num)).detach()
+def _in_place(images: Gaussian, captions: Gaussian) -> bool:
+    """Whether the in-place feature path applies: both sides ellipsoidal and no autograd."""
+    sides = (images.mean, images.logvar, captions.mean, captions.logvar)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in sides)  # type: ignore[union-attr]
+    dim = images.dim
+    return not grad and images.logvar.shape[1] == dim and captions.logvar.shape[1] == dim  # type: ignore[union-attr]
 
 
-def _symmetrised_kl_side(mean: Tensor, logvar: Tensor, centre: Tensor, order: str,
-                         scales: tuple[float, float]) -> tuple[Tensor, Tensor]:
-    """One side's features of the symmetrised KL, written into one ``[n, 4D]`` buffer.
+def _kl_side(mean: Tensor, logvar: Tensor, centre: Tensor, layout: tuple[tuple[str, float], ...],
+             extra_columns: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """One side's KL features written into one ``[n, len(layout) * D]`` buffer (no autograd).
 
-    With ``m = mean - centre``, ``v = e^logvar``, ``w = 1/v`` the four ``D``-wide blocks are
-    ``a = v + m^2``, ``b = w``, ``c = m w``, ``e = m``, laid out in ``order`` (images
-    ``"abec"``, captions ``"bace"``: the image's ``a`` meets the caption's ``b`` and so on).
-    ``scales`` multiply the first and last two blocks. Also returns ``sum_d m^2 w``, ``[n]``.
+    With ``m = mean - centre``, ``v = e^logvar`` and ``w = 1/v`` the ``D``-wide blocks are
+    ``a = v + m^2``, ``b = w``, ``c = m w`` and ``e = m``, laid out and scaled as ``layout``
+    says. ``2 KL(p || q) = a_p . b_q - 2 e_p . c_q + sum(m_q^2 w_q) + sum lv_q - sum lv_p - D``,
+    so an image block meets its partner caption block (``a``-``b``, ``e``-``c`` and the
+    reverse) at the same position. ``extra_columns`` trailing columns are left for the caller
+    to fill. Also returns ``sum_d m^2 w`` and ``sum_d logvar``, ``[n]``.
     """
     n, dim = mean.shape
-    feats = mean.new_empty(n, 4 * dim)
-    block = {key: feats[:, i * dim:(i + 1) * dim] for i, key in enumerate(order)}
-    m, w = block["e"], block["b"]
+    feats = mean.new_empty(n, len(layout) * dim + extra_columns)
+    blocks = {key: feats[:, i * dim:(i + 1) * dim] for i, (key, _) in enumerate(layout)}
+
+    def block(key: str) -> Tensor:
+        return blocks[key] if key in blocks else mean.new_empty(n, dim)
+
+    m, w, c = block("e"), block("b"), block("c")
     torch.sub(mean, centre, out=m)
     torch.neg(logvar, out=w).exp_()
-    torch.mul(m, w, out=block["c"])
-    torch.exp(logvar, out=block["a"]).addcmul_(m, m)
-    quad = rowwise_dot(m, block["c"])  # [n]
-    for half, scale in enumerate(scales):
+    torch.mul(m, w, out=c)
+    if "a" in blocks:
+        torch.exp(logvar, out=blocks["a"]).addcmul_(m, m)
+    quad, logdet = rowwise_dot(m, c), logvar.sum(1)
+    for key, scale in layout:
         if scale != 1.0:
-            feats[:, 2 * half * dim:2 * (half + 1) * dim].mul_(scale)
-    return feats, quad
+            blocks[key].mul_(scale)
+    return feats, quad, logdet
+
+
+# Image and caption layouts of the in-place path: forward KL(image || caption) pairs the
+# image's (a, e) with the caption's (b, c); the reverse pairs (b, c) with (a, e).
+_FORWARD = ((("a", 1.0), ("e", -2.0)), (("b", 1.0), ("c", 1.0)))
+_REVERSE = ((("b", 1.0), ("c", -2.0)), (("a", 1.0), ("e", 1.0)))
+
+
+def _in_place_expansions(images: Gaussian, captions: Gaussian, image_layout: tuple[tuple[str, float], ...],
+                         caption_layout: tuple[tuple[str, float], ...], extra_columns: int = 0) -> tuple[Tensor, ...]:
+    """``(x, quad_1, logdet_1, y, quad_2, logdet_2)`` of the in-place path."""
+    centre = ((images.mean.sum(0) + captions.mean.sum(0)) / max(1, images.num + captions.num)).detach()
+    x, quad_1, logdet_1 = _kl_side(images.mean, images.logvar, centre, image_layout, extra_columns)  # type: ignore[arg-type]
+    y, quad_2, logdet_2 = _kl_side(captions.mean, captions.logvar, centre, caption_layout, extra_columns)  # type: ignore[arg-type]
+    return x, quad_1, logdet_1, y, quad_2, logdet_2
 
 
 class _KLBase(ClosedForm):
@@ -95,6 +120,9 @@ class KL(_KLBase):
     reference = "ProbVSE eq.4-5, GCIE eq.15"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        if _in_place(images, captions):
+            x, _, ld_1, y, quad_2, ld_2 = _in_place_expansions(images, captions, *_FORWARD)
+            return [Expansion(x, y, ld_1.neg_(), quad_2.add_(ld_2).sub_(images.dim))]
         m1, lv1, m2, lv2 = _sides(images, captions)
         return [_kl_expansion(m1, lv1, m2, lv2, images.dim)]
 
@@ -110,6 +138,9 @@ class KLReverse(_KLBase):
     reference = "ProbVSE §6.2"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        if _in_place(images, captions):
+            x, quad_1, ld_1, y, _, ld_2 = _in_place_expansions(images, captions, *_REVERSE)
+            return [Expansion(x, y, quad_1.add_(ld_1).sub_(images.dim), ld_2.neg_())]
         m1, lv1, m2, lv2 = _sides(images, captions)
         return [_transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim))]
 
@@ -126,6 +157,12 @@ class MinKL(_KLBase):
     reference = "ProbVSE eq.6, GCIE eq.16"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        if _in_place(images, captions):  # one buffer per side; each direction is a column half
+            x, quad_1, ld_1, y, quad_2, ld_2 = _in_place_expansions(
+                images, captions, _FORWARD[0] + _REVERSE[0], _FORWARD[1] + _REVERSE[1])
+            half, dim = 2 * images.dim, images.dim
+            return [Expansion(x[:, :half], y[:, :half], -ld_1, quad_2 + ld_2 - dim),
+                    Expansion(x[:, half:], y[:, half:], quad_1 + ld_1 - dim, -ld_2)]
         m1, lv1, m2, lv2 = _sides(images, captions)
         return [_kl_expansion(m1, lv1, m2, lv2, images.dim), _transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim))]
 
@@ -152,14 +189,15 @@ class SymmetrisedKL(_KLBase):
         # The image side carries the factor -1/4 (and the -2 of the cross terms), so the
         # product is the score itself and the finaliser does nothing.
         dim = images.dim
-        sides = (images.mean, images.logvar, captions.mean, captions.logvar)
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in sides)  # type: ignore[union-attr]
-        if not grad and images.logvar.shape[1] == dim and captions.logvar.shape[1] == dim:  # type: ignore[union-attr]
-            # ellipsoidal, no autograd: features written in place into one buffer per side
-            centre = _centre(images, captions)
-            x, row = _symmetrised_kl_side(images.mean, images.logvar, centre, "abec", (-0.25, 0.5))  # type: ignore[arg-type]
-            y, col = _symmetrised_kl_side(captions.mean, captions.logvar, centre, "bace", (1.0, 1.0))  # type: ignore[arg-type]
-            return [Expansion(x, y, row.sub_(dim).mul_(-0.25), col.sub_(dim).mul_(-0.25))]
+        if _in_place(images, captions):  # both directions of min_kl's layout in ONE product
+            image_layout = tuple((key, -0.25 * scale) for key, scale in _FORWARD[0] + _REVERSE[0])
+            x, quad_1, _, y, quad_2, _ = _in_place_expansions(
+                images, captions, image_layout, _FORWARD[1] + _REVERSE[1], extra_columns=2)
+            # the row and column constants ride inside the product: [x, row, 1] . [y, 1, col]
+            torch.sub(quad_1, dim, out=x[:, -2]).mul_(-0.25)
+            torch.sub(quad_2, dim, out=y[:, -1]).mul_(-0.25)
+            x[:, -1], y[:, -2] = 1.0, 1.0
+            return [Expansion(x, y, None, None)]
         m1, lv1, m2, lv2 = _sides(images, captions)  # autograd, or a spherical side (width-1 terms collapse)
         v1, w1, v2, w2 = lv1.exp(), (-lv1).exp(), lv2.exp(), (-lv2).exp()
         x, y = expansion_features(
