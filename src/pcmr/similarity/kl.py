@@ -9,7 +9,9 @@
 - ``js``: ``-0.5 (KL(p||q) + KL(q||p))`` (PCME eq.B.2, CalibPE). The seeds call this
   "JS"; it is the *symmetrised KL* (Jeffreys divergence / 2), not Jensen-Shannon.
 
-Pairwise forms are matrix products: ``sum_d (v1 + m1^2) / v2 - 2 m1 . (m2 / v2) + ...``.
+Pairwise forms are matrix products: ``sum_d (v1 + m1^2) / v2 - 2 m1 . (m2 / v2) + ...``;
+the image side carries each score's constant factor (``-1/2`` or ``-1/4``), so the product
+is the score itself (``min_kl``: the larger of two such products).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def _transpose(e: Expansion) -> Expansion:
     return Expansion(e.y, e.x, e.col, e.row)
 
 
+def _scaled(e: Expansion, scale: float) -> Expansion:
+    """``scale * base``, the factor carried by the image side."""
+    assert e.row is not None and e.col is not None
+    return Expansion(scale * e.x, e.y, scale * e.row, scale * e.col)
+
+
 def kl_paired(m1: Tensor, lv1: Tensor, m2: Tensor, lv2: Tensor) -> Tensor:
     """``KL(N(m1, e^lv1) || N(m2, e^lv2))`` of aligned rows, ``[N]`` (direct form)."""
     terms = lv2 - lv1 + (lv1 - lv2).exp() + (m1 - m2).square() * (-lv2).exp() - 1.0  # [N, D]
@@ -49,6 +57,10 @@ def _sides(images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor, Tensor
     return m1, images.logvar, m2, captions.logvar  # type: ignore[return-value]
 
 
+# ----------------------------------------------------------------------------- in-place path
+Layout = tuple[tuple[str, float], ...]
+
+
 def _in_place(images: Gaussian, captions: Gaussian) -> bool:
     """Whether the in-place feature path applies: both sides ellipsoidal and no autograd."""
     sides = (images.mean, images.logvar, captions.mean, captions.logvar)
@@ -57,59 +69,88 @@ def _in_place(images: Gaussian, captions: Gaussian) -> bool:
     return not grad and images.logvar.shape[1] == dim and captions.logvar.shape[1] == dim  # type: ignore[union-attr]
 
 
-def _kl_side(mean: Tensor, logvar: Tensor, centre: Tensor, layout: tuple[tuple[str, float], ...],
-             extra_columns: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """One side's KL features written into one ``[n, len(layout) * D]`` buffer (no autograd).
+def _kl_side(mean: Tensor, logvar: Tensor, centre: Tensor, layout: Layout) -> tuple[Tensor, dict[str, Tensor]]:
+    """One side's KL features written into one buffer (no autograd).
 
     With ``m = mean - centre``, ``v = e^logvar`` and ``w = 1/v`` the ``D``-wide blocks are
     ``a = v + m^2``, ``b = w``, ``c = m w`` and ``e = m``, laid out and scaled as ``layout``
-    says. ``2 KL(p || q) = a_p . b_q - 2 e_p . c_q + sum(m_q^2 w_q) + sum lv_q - sum lv_p - D``,
-    so an image block meets its partner caption block (``a``-``b``, ``e``-``c`` and the
-    reverse) at the same position. ``extra_columns`` trailing columns are left for the caller
-    to fill. Also returns ``sum_d m^2 w`` and ``sum_d logvar``, ``[n]``.
+    says; a key starting with ``#`` is one column left for the caller. Since
+    ``2 KL(p || q) = a_p . b_q - 2 e_p . c_q + sum(m_q^2 w_q) + sum lv_q - sum lv_p - D``,
+    an image block meets its partner caption block (``a``-``b``, ``e``-``c`` and the
+    reverse) at the same position.
+
+    Returns:
+        ``feats [n, K]`` and the one-column views, plus ``"quad" = sum_d m^2 w`` and
+        ``"logdet" = sum_d logvar`` (both ``[n]``).
     """
     n, dim = mean.shape
-    feats = mean.new_empty(n, len(layout) * dim + extra_columns)
-    blocks = {key: feats[:, i * dim:(i + 1) * dim] for i, (key, _) in enumerate(layout)}
+    widths = [1 if key.startswith("#") else dim for key, _ in layout]
+    feats = mean.new_empty(n, sum(widths))
+    views, start = {}, 0
+    for (key, _), width in zip(layout, widths):
+        views[key] = feats[:, start] if width == 1 else feats[:, start:start + width]
+        start += width
 
     def block(key: str) -> Tensor:
-        return blocks[key] if key in blocks else mean.new_empty(n, dim)
+        return views[key] if key in views else mean.new_empty(n, dim)
 
     m, w, c = block("e"), block("b"), block("c")
     torch.sub(mean, centre, out=m)
     torch.neg(logvar, out=w).exp_()
     torch.mul(m, w, out=c)
-    if "a" in blocks:
-        torch.exp(logvar, out=blocks["a"]).addcmul_(m, m)
-    quad, logdet = rowwise_dot(m, c), logvar.sum(1)
+    if "a" in views:
+        torch.exp(logvar, out=views["a"]).addcmul_(m, m)
+    views["quad"], views["logdet"] = rowwise_dot(m, c), logvar.sum(1)
     for key, scale in layout:
-        if scale != 1.0:
-            blocks[key].mul_(scale)
-    return feats, quad, logdet
+        if not key.startswith("#") and scale != 1.0:
+            views[key].mul_(scale)
+    return feats, views
 
 
-# Image and caption layouts of the in-place path: forward KL(image || caption) pairs the
-# image's (a, e) with the caption's (b, c); the reverse pairs (b, c) with (a, e).
-_FORWARD = ((("a", 1.0), ("e", -2.0)), (("b", 1.0), ("c", 1.0)))
-_REVERSE = ((("b", 1.0), ("c", -2.0)), (("a", 1.0), ("e", 1.0)))
-
-
-def _in_place_expansions(images: Gaussian, captions: Gaussian, image_layout: tuple[tuple[str, float], ...],
-                         caption_layout: tuple[tuple[str, float], ...], extra_columns: int = 0) -> tuple[Tensor, ...]:
-    """``(x, quad_1, logdet_1, y, quad_2, logdet_2)`` of the in-place path."""
+def _in_place_sides(images: Gaussian, captions: Gaussian, image_layout: Layout,
+                    caption_layout: Layout) -> tuple[Tensor, dict[str, Tensor], Tensor, dict[str, Tensor]]:
     centre = ((images.mean.sum(0) + captions.mean.sum(0)) / max(1, images.num + captions.num)).detach()
-    x, quad_1, logdet_1 = _kl_side(images.mean, images.logvar, centre, image_layout, extra_columns)  # type: ignore[arg-type]
-    y, quad_2, logdet_2 = _kl_side(captions.mean, captions.logvar, centre, caption_layout, extra_columns)  # type: ignore[arg-type]
-    return x, quad_1, logdet_1, y, quad_2, logdet_2
+    x, xv = _kl_side(images.mean, images.logvar, centre, image_layout)  # type: ignore[arg-type]
+    y, yv = _kl_side(captions.mean, captions.logvar, centre, caption_layout)  # type: ignore[arg-type]
+    return x, xv, y, yv
 
 
+def _forward_layouts(scale: float, tag: str = "") -> tuple[Layout, Layout]:
+    """``scale * 2 KL(image || caption)`` as ``[x, row, 1] . [y, 1, col]``."""
+    return ((("a", scale), ("e", -2.0 * scale), ("#row" + tag, 0.0), ("#one" + tag, 0.0)),
+            (("b", 1.0), ("c", 1.0), ("#one" + tag, 0.0), ("#col" + tag, 0.0)))
+
+
+def _reverse_layouts(scale: float, tag: str = "") -> tuple[Layout, Layout]:
+    """``scale * 2 KL(caption || image)`` as ``[x, row, 1] . [y, 1, col]``."""
+    return ((("b", scale), ("c", -2.0 * scale), ("#row" + tag, 0.0), ("#one" + tag, 0.0)),
+            (("a", 1.0), ("e", 1.0), ("#one" + tag, 0.0), ("#col" + tag, 0.0)))
+
+
+def _fill_forward(xv: dict[str, Tensor], yv: dict[str, Tensor], scale: float, dim: int, tag: str = "") -> None:
+    """Constants of ``2 KL(p||q)``: ``row = -sum lv_p``, ``col = quad_q + sum lv_q - D``."""
+    torch.mul(xv["logdet"], -scale, out=xv["#row" + tag])
+    torch.add(yv["quad"], yv["logdet"], out=yv["#col" + tag]).sub_(dim).mul_(scale)
+    xv["#one" + tag].fill_(1.0)
+    yv["#one" + tag].fill_(1.0)
+
+
+def _fill_reverse(xv: dict[str, Tensor], yv: dict[str, Tensor], scale: float, dim: int, tag: str = "") -> None:
+    """Constants of ``2 KL(q||p)``: ``row = quad_p + sum lv_p - D``, ``col = -sum lv_q``."""
+    torch.add(xv["quad"], xv["logdet"], out=xv["#row" + tag]).sub_(dim).mul_(scale)
+    torch.mul(yv["logdet"], -scale, out=yv["#col" + tag])
+    xv["#one" + tag].fill_(1.0)
+    yv["#one" + tag].fill_(1.0)
+
+
+# ----------------------------------------------------------------------------- scores
 class _KLBase(ClosedForm):
     needs_image_variance = True
     needs_caption_variance = True
 
     def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
-        """One KL expansion (``2 KL``) -> ``-KL``; min_kl and js override this."""
-        return parts[0].mul_(-0.5) if inplace else -0.5 * parts[0]
+        """The product is already the score (min_kl overrides this)."""
+        return parts[0]
 
 
 @register
@@ -121,10 +162,11 @@ class KL(_KLBase):
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
         if _in_place(images, captions):
-            x, _, ld_1, y, quad_2, ld_2 = _in_place_expansions(images, captions, *_FORWARD)
-            return [Expansion(x, y, ld_1.neg_(), quad_2.add_(ld_2).sub_(images.dim))]
+            x, xv, y, yv = _in_place_sides(images, captions, *_forward_layouts(-0.5))
+            _fill_forward(xv, yv, -0.5, images.dim)
+            return [Expansion(x, y, None, None)]
         m1, lv1, m2, lv2 = _sides(images, captions)
-        return [_kl_expansion(m1, lv1, m2, lv2, images.dim)]
+        return [_scaled(_kl_expansion(m1, lv1, m2, lv2, images.dim), -0.5)]
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         return -kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]
@@ -139,10 +181,11 @@ class KLReverse(_KLBase):
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
         if _in_place(images, captions):
-            x, quad_1, ld_1, y, _, ld_2 = _in_place_expansions(images, captions, *_REVERSE)
-            return [Expansion(x, y, quad_1.add_(ld_1).sub_(images.dim), ld_2.neg_())]
+            x, xv, y, yv = _in_place_sides(images, captions, *_reverse_layouts(-0.5))
+            _fill_reverse(xv, yv, -0.5, images.dim)
+            return [Expansion(x, y, None, None)]
         m1, lv1, m2, lv2 = _sides(images, captions)
-        return [_transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim))]
+        return [_scaled(_transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim)), -0.5)]
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         return -kl_paired(captions.mean, captions.logvar, images.mean, images.logvar)  # type: ignore[arg-type]
@@ -150,7 +193,7 @@ class KLReverse(_KLBase):
 
 @register
 class MinKL(_KLBase):
-    """``-min(KL(image || caption), KL(caption || image))``."""
+    """``-min(KL(image || caption), KL(caption || image)) = max(-KL(p||q), -KL(q||p))``."""
 
     name = "min_kl"
     num_expansions = 2
@@ -158,18 +201,21 @@ class MinKL(_KLBase):
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
         if _in_place(images, captions):  # one buffer per side; each direction is a column half
-            x, quad_1, ld_1, y, quad_2, ld_2 = _in_place_expansions(
-                images, captions, _FORWARD[0] + _REVERSE[0], _FORWARD[1] + _REVERSE[1])
-            half, dim = 2 * images.dim, images.dim
-            return [Expansion(x[:, :half], y[:, :half], -ld_1, quad_2 + ld_2 - dim),
-                    Expansion(x[:, half:], y[:, half:], quad_1 + ld_1 - dim, -ld_2)]
+            fx, fy = _forward_layouts(-0.5, "f")
+            rx, ry = _reverse_layouts(-0.5, "r")
+            x, xv, y, yv = _in_place_sides(images, captions, fx + rx, fy + ry)
+            _fill_forward(xv, yv, -0.5, images.dim, "f")
+            _fill_reverse(xv, yv, -0.5, images.dim, "r")
+            half = 2 * images.dim + 2
+            return [Expansion(x[:, :half], y[:, :half], None, None), Expansion(x[:, half:], y[:, half:], None, None)]
         m1, lv1, m2, lv2 = _sides(images, captions)
-        return [_kl_expansion(m1, lv1, m2, lv2, images.dim), _transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim))]
+        return [_scaled(_kl_expansion(m1, lv1, m2, lv2, images.dim), -0.5),
+                _scaled(_transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim)), -0.5)]
 
     def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
         if inplace:
-            return torch.minimum(parts[0], parts[1], out=parts[0]).mul_(-0.5)
-        return -0.5 * torch.minimum(parts[0], parts[1])
+            return torch.maximum(parts[0], parts[1], out=parts[0])
+        return torch.maximum(parts[0], parts[1])
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         forward = kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]
@@ -186,17 +232,15 @@ class SymmetrisedKL(_KLBase):
     reference = "PCME eq.B.2, CalibPE (symmetrised KL, called 'JS' in the papers)"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
-        # The image side carries the factor -1/4 (and the -2 of the cross terms), so the
-        # product is the score itself and the finaliser does nothing.
         dim = images.dim
-        if _in_place(images, captions):  # both directions of min_kl's layout in ONE product
-            image_layout = tuple((key, -0.25 * scale) for key, scale in _FORWARD[0] + _REVERSE[0])
-            x, quad_1, _, y, quad_2, _ = _in_place_expansions(
-                images, captions, image_layout, _FORWARD[1] + _REVERSE[1], extra_columns=2)
-            # the row and column constants ride inside the product: [x, row, 1] . [y, 1, col]
-            torch.sub(quad_1, dim, out=x[:, -2]).mul_(-0.25)
-            torch.sub(quad_2, dim, out=y[:, -1]).mul_(-0.25)
-            x[:, -1], y[:, -2] = 1.0, 1.0
+        if _in_place(images, captions):  # both KL directions and the constants in ONE product
+            x_layout = (("a", -0.25), ("e", 0.5), ("b", -0.25), ("c", 0.5), ("#row", 0.0), ("#one", 0.0))
+            y_layout = (("b", 1.0), ("c", 1.0), ("a", 1.0), ("e", 1.0), ("#one", 0.0), ("#col", 0.0))
+            x, xv, y, yv = _in_place_sides(images, captions, x_layout, y_layout)
+            torch.sub(xv["quad"], dim, out=xv["#row"]).mul_(-0.25)  # the log-variances cancel
+            torch.sub(yv["quad"], dim, out=yv["#col"]).mul_(-0.25)
+            xv["#one"].fill_(1.0)
+            yv["#one"].fill_(1.0)
             return [Expansion(x, y, None, None)]
         m1, lv1, m2, lv2 = _sides(images, captions)  # autograd, or a spherical side (width-1 terms collapse)
         v1, w1, v2, w2 = lv1.exp(), (-lv1).exp(), lv2.exp(), (-lv2).exp()
@@ -207,9 +251,6 @@ class SymmetrisedKL(_KLBase):
         row = -0.25 * ((m1.square() * w1).sum(1) - dim)
         col = -0.25 * ((m2.square() * w2).sum(1) - dim)
         return [Expansion(x, y, row, col)]
-
-    def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
-        return parts[0]
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         forward = kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]
