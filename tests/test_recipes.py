@@ -1,4 +1,4 @@
-"""Every recipe in configs/ trains one tiny epoch on a tiny built-in split, end to end via the CLI."""
+"""Every shipped recipe (src/pcmr/recipes/) trains one tiny epoch on a tiny built-in split, end to end via the CLI."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 from pcmr.cli import main
 from pcmr.train.config import RunConfig
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "src" / "pcmr" / "recipes").glob("*.yaml"))
 EXPECTED = (
     [
         "pcme",
@@ -79,3 +79,33 @@ def test_recipe_trains_one_tiny_epoch(path, tmp_path, cache_dir, capsys):
     assert (run_dir / "model" / "model.safetensors").is_file()
     options = json.loads((run_dir / "similarity_options.json").read_text())
     assert list(options) == [summary["trained_similarity"]]
+
+
+def test_recipes_are_package_data_and_user_folders_shadow_them(tmp_path, monkeypatch):
+    """Shipped recipes resolve from the package (no checkout or cwd needed); ./configs and
+    $PCMR_CONFIGS come first, in that order of precedence."""
+    from pcmr.train.config import ConfigError
+    from pcmr.train.recipes import find_recipe, list_recipes, shipped_recipe_dir
+
+    root = Path(__file__).resolve().parents[1]
+    package_data = [line for line in (root / "pyproject.toml").read_text().splitlines() if line.startswith("pcmr = [")]
+    assert len(package_data) == 1 and '"recipes/*.yaml"' in package_data[0]
+    assert shipped_recipe_dir() == root / "src" / "pcmr" / "recipes"
+
+    monkeypatch.chdir(tmp_path)  # no ./configs here
+    monkeypatch.delenv("PCMR_CONFIGS", raising=False)
+    assert sorted(list_recipes()) == sorted(EXPECTED)
+    assert find_recipe("pcme") == shipped_recipe_dir() / "pcme.yaml"
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "pcme.yaml").write_text("model: {}\n")
+    assert find_recipe("pcme") == tmp_path / "configs" / "pcme.yaml"
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    (env_dir / "pcme.yaml").write_text("model: {}\n")
+    (env_dir / "mine.yaml").write_text("model: {}\n")
+    monkeypatch.setenv("PCMR_CONFIGS", str(env_dir))
+    assert find_recipe("pcme") == env_dir / "pcme.yaml"
+    assert "mine" in list_recipes() and "vsepp_max" in list_recipes()
+    with pytest.raises(ConfigError, match="unknown recipe 'nope'"):
+        find_recipe("nope")

@@ -18,9 +18,9 @@ RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "data
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
-        help="train a model from a recipe (configs/*.yaml) or resume a run",
+        help="train a model from a recipe (a shipped recipe name or a YAML path) or resume a run",
         description=(
-            "Train a model from a recipe: a YAML path or the name of a file in configs/ (see `pcmr list recipes`). "
+            "Train a model from a recipe: a YAML path or the name of a recipe (see `pcmr list recipes`). "
             "The run folder receives the resolved config, a JSONL log, checkpoints and the selected model."
         ),
     )

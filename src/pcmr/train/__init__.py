@@ -1,6 +1,6 @@
 """Training application for pcmr (the library never imports it).
 
-``load_config`` resolves a recipe (``configs/*.yaml``) plus ``--set`` overrides into a typed
+``load_config`` resolves a recipe (``pcmr/recipes/*.yaml`` or a path) plus ``--set`` overrides into a typed
 :class:`RunConfig`; :class:`Trainer` runs it into a run folder with crash-safe checkpoints
 (see ``docs/training.md`` for the folder layout and ``docs/configuration.md`` for every key).
 """

@@ -1,6 +1,6 @@
 """Run configuration: typed sections loaded from YAML, with ``--set key=value`` overrides.
 
-A recipe (``configs/*.yaml``) has five sections::
+A recipe (``pcmr/recipes/*.yaml``, or any YAML file) has five sections::
 
     model: {name: pcme, ...options of pcmr.models.create_model}
     loss:  {name: pcme, ...options of pcmr.losses.create_loss}

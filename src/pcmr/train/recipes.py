@@ -1,8 +1,9 @@
-"""Finding the recipes of ``configs/`` (one YAML per method of the papers).
+"""Finding recipes (one YAML per method of the papers).
 
-A recipe is named by its file stem (``pcme`` -> ``configs/pcme.yaml``). The
-folder is searched in order: ``$PCMR_CONFIGS``, ``./configs`` and the
-``configs/`` folder of the source checkout pcmr was installed from.
+A recipe is named by its file stem (``pcme`` -> ``pcme.yaml``). Folders are searched in
+order: ``$PCMR_CONFIGS``, ``./configs`` (your own recipes, which shadow the shipped ones of
+the same name) and the recipes shipped inside the package (``pcmr/recipes/``, package data,
+so they are there after a plain ``pip install``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ from pathlib import Path
 
 from pcmr.train.config import ConfigError
 
-__all__ = ["find_recipe", "list_recipes", "recipe_dirs"]
+__all__ = ["find_recipe", "list_recipes", "recipe_dirs", "shipped_recipe_dir"]
+
+
+def shipped_recipe_dir() -> Path:
+    """The folder of the recipes shipped with pcmr (``pcmr/recipes``)."""
+    return Path(__file__).resolve().parents[1] / "recipes"
 
 
 def recipe_dirs() -> list[Path]:
@@ -21,7 +27,7 @@ def recipe_dirs() -> list[Path]:
     if os.environ.get("PCMR_CONFIGS"):
         dirs.append(Path(os.environ["PCMR_CONFIGS"]))
     dirs.append(Path.cwd() / "configs")
-    dirs.append(Path(__file__).resolve().parents[3] / "configs")  # src/pcmr/train -> checkout root
+    dirs.append(shipped_recipe_dir())
     unique: list[Path] = []
     for folder in dirs:
         if folder.is_dir() and folder.resolve() not in [d.resolve() for d in unique]:
@@ -48,5 +54,5 @@ def find_recipe(name_or_path: str) -> Path:
     recipes = list_recipes()
     if name_or_path in recipes:
         return recipes[name_or_path]
-    accepted = ", ".join(recipes) or "(no configs/ folder found; set PCMR_CONFIGS)"
+    accepted = ", ".join(recipes) or "(no recipes found; set PCMR_CONFIGS)"
     raise ConfigError(f"unknown recipe {name_or_path!r}: give a YAML path or one of {accepted}")
