@@ -66,6 +66,7 @@ def test_evaluate_model_folder_needs_data(run_dir, tmp_path, capsys):
     (["--rerank", "nns,hubless"], "unknown re-ranker name(s) ['hubless']; accepted: nns"),
     (["--option", "oops"], "expected NAME.OPTION=VALUE"),
     (["--data", "/no/such/folder"], "neither a dataset name"),
+    (["--folds", "5"], "num_folds must be a positive integer dividing the 13 images"),
 ])
 def test_evaluate_bad_input_is_one_line(run_dir, tmp_path, capsys, flags, message):
     assert main(["evaluate", str(run_dir), "--out", str(tmp_path), *flags]) == 2

@@ -198,3 +198,53 @@ def test_extra_positive_columns_equal_library_evaluate_retrieval():
         for key in ("R@1", "R@5", "R@10", "r_precision", "map_at_r"):
             assert row[f"{direction}_cxc_{key}"] == pytest.approx(expected[key], abs=1e-9)
     assert "i2t RPC²" in result.to_markdown()
+
+
+def test_fold_columns_equal_library_folds_and_a_per_fold_loop():
+    """``num_folds``: for ``nns`` the fold means equal ``evaluate_retrieval(num_folds=...)``; for
+    ``is``/``csls`` each fold's submatrix is re-scored on its own (checked by a loop here); matching
+    re-rankers get None; the Markdown report has the fold table."""
+    from pcmr.inference import csls, inverted_softmax
+    from pcmr.metrics import evaluate_retrieval, retrieval_metrics
+    from pcmr.similarity import pairwise
+
+    gen = torch.Generator().manual_seed(5)
+    n_img, per, folds = 12, 5, 3  # COCO-like: 5 captions per image, consecutive
+    images = Gaussian(torch.randn(n_img, 6, generator=gen), 0.3 * torch.randn(n_img, 6, generator=gen))
+    captions = Gaussian(images.mean.repeat_interleave(per, 0) + 0.8 * torch.randn(n_img * per, 6, generator=gen),
+                        0.3 * torch.randn(n_img * per, 6, generator=gen))
+    relevance = torch.zeros(n_img, n_img * per, dtype=torch.bool)
+    relevance[torch.arange(n_img * per) // per, torch.arange(n_img * per)] = True
+    result = evaluate_embeddings(images, captions, relevance, similarities=["cosine"],
+                                 rerankers=["nns", "is", "csls", "csls+rgm"], num_folds=folds,
+                                 rerank_options={"csls+rgm": {"lam": 2.0}})
+    scores = pairwise("cosine", images, captions)
+    library = evaluate_retrieval(scores, relevance, num_folds=folds, hubness_ks=())
+    row = result.row("cosine", "nns")
+    for direction in ("i2t", "t2i"):
+        for k in KS:
+            assert row[f"folds_{direction}_R@{k}"] == pytest.approx(library[f"folds {direction}"][f"R@{k}"], abs=1e-9)
+    assert row["folds_rsum"] == pytest.approx(library["folds total"]["rsum"], abs=1e-9)
+    size = n_img // folds
+    weightings = {"is": lambda s: inverted_softmax(s, beta=30.0),
+                  "csls": lambda s: csls(s, k=min(10, *s.shape))}  # the table clamps k to the fold
+    for rerank, weigh in weightings.items():
+        expected = {f"folds_{d}_R@{k}": 0.0 for d in ("i2t", "t2i") for k in KS}
+        for f in range(folds):
+            img = torch.arange(f * size, (f + 1) * size)
+            cap = torch.arange(f * size * per, (f + 1) * size * per)
+            sub, rel = scores[img][:, cap], relevance[img][:, cap]
+            for direction, s, r in (("i2t", sub, rel), ("t2i", sub.T, rel.T)):
+                metrics = retrieval_metrics(weigh(s), r, ks=KS)
+                for k in KS:
+                    expected[f"folds_{direction}_R@{k}"] += metrics[f"R@{k}"] / folds
+        row = result.row("cosine", rerank)
+        for key, value in expected.items():
+            assert row[key] == pytest.approx(value, abs=1e-9)
+        assert row["folds_rsum"] == pytest.approx(sum(expected.values()), abs=1e-9)
+    assert result.row("cosine", "csls+rgm")["folds_rsum"] is None
+    assert result.meta["num_folds"] == folds
+    markdown = result.to_markdown()
+    assert f"averaged over {folds} folds of {size} images" in markdown
+    with pytest.raises(ValueError, match="num_folds must be a positive integer dividing the 12 images"):
+        evaluate_embeddings(images, captions, relevance, similarities=["cosine"], rerankers=["nns"], num_folds=5)

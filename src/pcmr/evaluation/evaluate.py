@@ -116,6 +116,33 @@ def _extra_direction(row: dict[str, Any], direction: str, weighted: Tensor, rele
         row[f"{key}_map_at_r"] = values["map_at_r"]
 
 
+def _fold_recall(row: dict[str, Any], rerank: str, params: dict[str, Any], scores: Tensor, relevance: Tensor,
+                 num_folds: int, ks: Sequence[int]) -> None:
+    """Mean R@K over ``num_folds`` consecutive image folds (the COCO 1K protocol on 5K-test).
+
+    Each fold is the ``[N_img / F, its captions]`` submatrix (a caption belongs to the fold of
+    the images it is relevant to), re-scored by the re-ranker on its own (IS and CSLS normalise
+    over the fold's gallery) and evaluated both ways. Columns ``folds_{i2t,t2i}_R@k`` and
+    ``folds_rsum``.
+    """
+    from pcmr.metrics import fold_indices, retrieval_metrics
+    from pcmr.metrics._relevance import as_sparse
+
+    folds = fold_indices(as_sparse(relevance, *relevance.shape), num_folds)
+    totals = {f"folds_{d}_R@{k}": 0.0 for d in ("i2t", "t2i") for k in ks}
+    for images, captions in folds:
+        sub = scores[images][:, captions]  # [N_img / F, captions of the fold]
+        rel = relevance[images][:, captions]
+        for direction, s_dir, r_dir in (("i2t", sub, rel), ("t2i", sub.T, rel.T)):
+            method = get_method(rerank, params, size=tuple(s_dir.shape))
+            metrics = retrieval_metrics(method.rescore(s_dir), r_dir, ks=tuple(ks))
+            for k in ks:
+                totals[f"folds_{direction}_R@{k}"] += metrics[f"R@{k}"]
+    for key, total in totals.items():
+        row[key] = total / num_folds
+    row["folds_rsum"] = sum(totals.values()) / num_folds
+
+
 def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, method: Any,
                     lam: float | None, ks: Sequence[int]) -> list[float]:
     """R@K and hubness of one direction from matching lists (one run per K); returns the skews."""
@@ -146,7 +173,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         rerank_options: dict[str, dict[str, Any]] | None = None,
                         ks: Sequence[int] = (1, 5, 10), lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
                         uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
-                        meta: dict[str, Any] | None = None) -> EvaluationResult:
+                        num_folds: int | None = None, meta: dict[str, Any] | None = None) -> EvaluationResult:
     """The evaluation table of already encoded embeddings.
 
     Args:
@@ -162,6 +189,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         uncertainty_measure: ``Gaussian.uncertainty`` measure for the decile analysis.
         extra_positives: ``pcmr.metrics.ExtraPositives`` sets (CxC, ECCV Caption) evaluated on the full
             re-scored matrices: columns ``{i2t,t2i}_{set}_R@k``, ``_r_precision`` (RPC² for CxC), ``_map_at_r``.
+        num_folds: also report R@K and rsum averaged over this many consecutive image folds
+            (``folds_*`` columns; 5 on COCO 5K-test is the COCO 1K protocol), for the re-rankers
+            that re-score a full matrix (matching re-rankers get ``None``).
     """
     from pcmr.similarity import list_similarities
 
@@ -170,6 +200,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
     if relevance.dtype != torch.bool or tuple(relevance.shape) != (images.num, captions.num):
         raise ValueError(f"relevance must be a BoolTensor [{images.num}, {captions.num}], got "
                          f"{relevance.dtype} {tuple(relevance.shape)}")
+    if num_folds is not None and (isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 1
+                                  or images.num % num_folds):
+        raise ValueError(f"num_folds must be a positive integer dividing the {images.num} images, got {num_folds!r}")
     similarity_options = {k: dict(v) for k, v in (similarity_options or {}).items()}
     rerank_options = {k: dict(v) for k, v in (rerank_options or {}).items()}
     device = images.device
@@ -225,6 +258,11 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                 skews += _list_direction(row, direction, weighted, rel_dir, method, lam, ks)
                 row[f"{direction}_lambda"] = lam
             row["rsum"] = sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in ks)
+            if num_folds is not None:
+                if method.matching == "none":
+                    _fold_recall(row, rerank, params, scores, relevance, num_folds, ks)
+                else:  # top-k lists of the full matrix; the fold protocol is not defined for them
+                    row.update({f"folds_{d}_R@{k}": None for d in ("i2t", "t2i") for k in ks}, folds_rsum=None)
             row["hs_sum"] = sum(skews) if skews else None
             result.rows.append(_ordered(row, ks))
             if method.matching == "none" and name == result.rows[0]["similarity"]:
@@ -241,6 +279,10 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         notes.append("no (similarity, re-ranker) pair could be evaluated; see Skipped")
     notes.append("hs-sum: sum of the skewness of N_k for k = 1, 5, 10 over both directions; a constant N_k "
                  "(no hubs at all) counts as skewness 0")
+    if num_folds is not None:
+        result.meta["num_folds"] = num_folds
+        notes.append(f"folds: R@K and rsum averaged over {num_folds} consecutive folds of {images.num // num_folds} "
+                     "images and their captions, each re-scored on its own (COCO 1K protocol when 5 folds of 5K-test)")
     if any(get_method(r).matching != "none" for r in rerankers):
         notes.append("matching re-rankers (gm/rgm) return top-k lists: R@K from the run with k = K; "
                      "R-Precision, MAP@R and PMRP need a full ranking and are left empty")
@@ -254,7 +296,7 @@ def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence
                    progress: bool = False, ks: Sequence[int] = (1, 5, 10),
                    rerank_options: dict[str, dict[str, Any]] | None = None,
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
-                   extra_positives: Sequence[str] | None = None,
+                   extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
                    meta: dict[str, Any] | None = None) -> EvaluationResult:
     """Encode ``split`` (and ``val_split``) with ``model`` and build the evaluation table.
 
@@ -263,8 +305,10 @@ def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence
     figure is drawn from occlusion / word-erasure series of the split's items. ``extra_positives``
     names positive sets of ``pcmr.metrics.load_extra_positives`` (``"cxc"``, ``"eccv"``); None means
     both for a COCO split whose ids are those of COCO 5K-test when the ``eccv-caption`` package is
-    installed (otherwise a note says why they are absent). With ``out_dir`` the result is also saved
-    there (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
+    installed (otherwise a note says why they are absent). ``num_folds`` adds fold-averaged R@K
+    (see :func:`evaluate_embeddings`); None means 5 folds for a COCO split of 5000 images (the
+    COCO 1K protocol) and none otherwise. With ``out_dir`` the result is also saved there
+    (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
     """
     images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device, progress=progress)
     val = None
@@ -276,11 +320,13 @@ def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence
             "dataset": getattr(split, "name", None), "split": getattr(split, "split", None),
             "val_split": getattr(val_split, "split", None), "device": str(images.device), **(meta or {})}
     extras, extra_note = _load_extra_positives(split, extra_positives)
+    if num_folds is None and getattr(split, "name", "") == "coco" and images.num == 5000:
+        num_folds = 5
     result = evaluate_embeddings(
         images, captions, split.relevance_matrix(), extra_positives=extras, similarities=similarities, rerankers=rerankers,
         similarity_options=similarity_options, image_labels=getattr(split, "image_labels", None),
         caption_labels=getattr(split, "caption_labels", None), val=val, rerank_options=rerank_options, ks=ks,
-        lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure, meta=info)
+        lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure, num_folds=num_folds, meta=info)
     if extra_note:
         result.meta["notes"].append(extra_note)
     if not (images.is_point and captions.is_point):

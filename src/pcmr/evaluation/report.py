@@ -60,8 +60,13 @@ COLUMN_TITLES: dict[str, str] = {
     "t2i_lambda": "t2i λ",
 }
 
-#: columns of the first Markdown table (recall); every other metric goes to the second table
+COLUMN_TITLES.update({f"folds_{d}_R@{k}": f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)})
+COLUMN_TITLES["folds_rsum"] = "rsum"
+
+#: columns of the first Markdown table (recall); fold-averaged recall (``folds_*``) gets its own
+#: table; every other metric goes to the precision table
 RECALL_COLUMNS = ("i2t_R@", "t2i_R@", "rsum", "hs_sum", "i2t_lambda", "t2i_lambda")
+FOLD_COLUMNS = ("folds_",)
 
 
 def _format_value(value: Any, digits: int) -> str:
@@ -184,8 +189,14 @@ class EvaluationResult:
             present = _columns(self.rows, drop_empty=True)
             ids = [c for c in present if c in ID_COLUMNS]
             recall = [c for c in present if c not in ID_COLUMNS and c.startswith(RECALL_COLUMNS)]
-            other = [c for c in present if c not in ID_COLUMNS and c not in recall]
+            folds = [c for c in present if c.startswith(FOLD_COLUMNS)]
+            other = [c for c in present if c not in ID_COLUMNS and c not in recall and c not in folds]
             lines += ["", "Recall (percent), rsum, hubness:", "", format_table(self.rows, ids + recall, digits), ""]
+            fold_rows = [r for r in self.rows if any(r.get(c) is not None for c in folds)]
+            if folds and fold_rows:
+                size = self.meta.get("num_images", 0) // max(1, self.meta.get("num_folds") or 1)
+                lines += [f"Recall (percent) averaged over {self.meta.get('num_folds')} folds of {size} images:", "",
+                          format_table(fold_rows, ids + folds, digits), ""]
             rows = [r for r in self.rows if any(r.get(c) is not None for c in other)]  # not top-k-only rows
             if other and rows:
                 lines += ["Precision-type metrics (percent):", "", format_table(rows, ids + other, digits), ""]
