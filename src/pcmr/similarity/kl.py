@@ -115,32 +115,33 @@ def _in_place_sides(images: Gaussian, captions: Gaussian, image_layout: Layout,
     return x, xv, y, yv
 
 
-def _forward_layouts(scale: float, tag: str = "") -> tuple[Layout, Layout]:
-    """``scale * 2 KL(image || caption)`` as ``[x, row, 1] . [y, 1, col]``."""
-    return ((("a", scale), ("e", -2.0 * scale), ("#row" + tag, 0.0), ("#one" + tag, 0.0)),
-            (("b", 1.0), ("c", 1.0), ("#one" + tag, 0.0), ("#col" + tag, 0.0)))
+def _layouts(forward: bool, scale: float, tag: str = "") -> tuple[Layout, Layout]:
+    """``scale * 2 KL`` of one direction as ``[x, row, 1] . [y, 1, col]``: the forward
+    ``KL(image || caption)`` pairs the image's ``(a, e)`` with the caption's ``(b, c)``, the
+    reverse pairs ``(b, c)`` with ``(a, e)``."""
+    own, other = (("a", "e"), ("b", "c")) if forward else (("b", "c"), ("a", "e"))
+    return (((own[0], scale), (own[1], -2.0 * scale), ("#row" + tag, 0.0), ("#one" + tag, 0.0)),
+            ((other[0], 1.0), (other[1], 1.0), ("#one" + tag, 0.0), ("#col" + tag, 0.0)))
 
 
-def _reverse_layouts(scale: float, tag: str = "") -> tuple[Layout, Layout]:
-    """``scale * 2 KL(caption || image)`` as ``[x, row, 1] . [y, 1, col]``."""
-    return ((("b", scale), ("c", -2.0 * scale), ("#row" + tag, 0.0), ("#one" + tag, 0.0)),
-            (("a", 1.0), ("e", 1.0), ("#one" + tag, 0.0), ("#col" + tag, 0.0)))
-
-
-def _fill_forward(xv: dict[str, Tensor], yv: dict[str, Tensor], scale: float, dim: int, tag: str = "") -> None:
-    """Constants of ``2 KL(p||q)``: ``row = -sum lv_p``, ``col = quad_q + sum lv_q - D``."""
-    torch.mul(xv["logdet"], -scale, out=xv["#row" + tag])
-    torch.add(yv["quad"], yv["logdet"], out=yv["#col" + tag]).sub_(dim).mul_(scale)
+def _fill_constants(xv: dict[str, Tensor], yv: dict[str, Tensor], forward: bool, scale: float, dim: int,
+                    tag: str = "") -> None:
+    """The constant columns of ``scale * 2 KL(p || q)``: ``-sum lv_p`` on p's side and
+    ``quad_q + sum lv_q - D`` on q's side (p is the image side when ``forward``)."""
+    p, q = (xv, yv) if forward else (yv, xv)
+    p_key, q_key = ("#row", "#col") if forward else ("#col", "#row")
+    torch.mul(p["logdet"], -scale, out=p[p_key + tag])
+    torch.add(q["quad"], q["logdet"], out=q[q_key + tag]).sub_(dim).mul_(scale)
     xv["#one" + tag].fill_(1.0)
     yv["#one" + tag].fill_(1.0)
 
 
-def _fill_reverse(xv: dict[str, Tensor], yv: dict[str, Tensor], scale: float, dim: int, tag: str = "") -> None:
-    """Constants of ``2 KL(q||p)``: ``row = quad_p + sum lv_p - D``, ``col = -sum lv_q``."""
-    torch.add(xv["quad"], xv["logdet"], out=xv["#row" + tag]).sub_(dim).mul_(scale)
-    torch.mul(yv["logdet"], -scale, out=yv["#col" + tag])
-    xv["#one" + tag].fill_(1.0)
-    yv["#one" + tag].fill_(1.0)
+def _generic(images: Gaussian, captions: Gaussian, forward: bool) -> Expansion:
+    """``-KL`` of one direction from ``expansion_features`` (autograd, or a spherical side)."""
+    m1, lv1, m2, lv2 = _sides(images, captions)
+    dim = images.dim
+    base = _kl_expansion(m1, lv1, m2, lv2, dim) if forward else _transpose(_kl_expansion(m2, lv2, m1, lv1, dim))
+    return _scaled(base, -0.5)
 
 
 # ----------------------------------------------------------------------------- scores
@@ -153,42 +154,38 @@ class _KLBase(ClosedForm):
         return parts[0]
 
 
+class _OneWayKL(_KLBase):
+    """``-KL`` of one direction: image -> caption when ``forward``, else caption -> image."""
+
+    forward = True
+
+    def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
+        if _in_place(images, captions):
+            x, xv, y, yv = _in_place_sides(images, captions, *_layouts(self.forward, -0.5))
+            _fill_constants(xv, yv, self.forward, -0.5, images.dim)
+            return [Expansion(x, y, None, None)]
+        return [_generic(images, captions, self.forward)]
+
+    def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
+        p, q = (images, captions) if self.forward else (captions, images)
+        return -kl_paired(p.mean, p.logvar, q.mean, q.logvar)  # type: ignore[arg-type]
+
+
 @register
-class KL(_KLBase):
+class KL(_OneWayKL):
     """``-KL(image || caption)``."""
 
     name = "kl"
     reference = "ProbVSE eq.4-5, GCIE eq.15"
 
-    def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
-        if _in_place(images, captions):
-            x, xv, y, yv = _in_place_sides(images, captions, *_forward_layouts(-0.5))
-            _fill_forward(xv, yv, -0.5, images.dim)
-            return [Expansion(x, y, None, None)]
-        m1, lv1, m2, lv2 = _sides(images, captions)
-        return [_scaled(_kl_expansion(m1, lv1, m2, lv2, images.dim), -0.5)]
-
-    def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
-        return -kl_paired(images.mean, images.logvar, captions.mean, captions.logvar)  # type: ignore[arg-type]
-
 
 @register
-class KLReverse(_KLBase):
+class KLReverse(_OneWayKL):
     """``-KL(caption || image)``."""
 
     name = "kl_reverse"
     reference = "ProbVSE §6.2"
-
-    def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
-        if _in_place(images, captions):
-            x, xv, y, yv = _in_place_sides(images, captions, *_reverse_layouts(-0.5))
-            _fill_reverse(xv, yv, -0.5, images.dim)
-            return [Expansion(x, y, None, None)]
-        m1, lv1, m2, lv2 = _sides(images, captions)
-        return [_scaled(_transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim)), -0.5)]
-
-    def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
-        return -kl_paired(captions.mean, captions.logvar, images.mean, images.logvar)  # type: ignore[arg-type]
+    forward = False
 
 
 @register
@@ -201,16 +198,13 @@ class MinKL(_KLBase):
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
         if _in_place(images, captions):  # one buffer per side; each direction is a column half
-            fx, fy = _forward_layouts(-0.5, "f")
-            rx, ry = _reverse_layouts(-0.5, "r")
+            (fx, fy), (rx, ry) = _layouts(True, -0.5, "f"), _layouts(False, -0.5, "r")
             x, xv, y, yv = _in_place_sides(images, captions, fx + rx, fy + ry)
-            _fill_forward(xv, yv, -0.5, images.dim, "f")
-            _fill_reverse(xv, yv, -0.5, images.dim, "r")
+            _fill_constants(xv, yv, True, -0.5, images.dim, "f")
+            _fill_constants(xv, yv, False, -0.5, images.dim, "r")
             half = 2 * images.dim + 2
             return [Expansion(x[:, :half], y[:, :half], None, None), Expansion(x[:, half:], y[:, half:], None, None)]
-        m1, lv1, m2, lv2 = _sides(images, captions)
-        return [_scaled(_kl_expansion(m1, lv1, m2, lv2, images.dim), -0.5),
-                _scaled(_transpose(_kl_expansion(m2, lv2, m1, lv1, images.dim)), -0.5)]
+        return [_generic(images, captions, True), _generic(images, captions, False)]
 
     def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
         if inplace:
