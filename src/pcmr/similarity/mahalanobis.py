@@ -43,7 +43,7 @@ class MahalanobisCaption(_Mahalanobis):
         x, m = centred_means(images, captions)
         w = (-captions.logvar).exp()  # type: ignore[operator]  # [N_cap, D] | [N_cap, 1]
         fx, fy = expansion_features([(x.square(), w), (x, -2.0 * m * w)], dim)
-        return [Expansion(fx, fy, x.new_zeros(x.shape[0]), (m.square() * w).sum(1))]
+        return [Expansion(fx, fy, None, (m.square() * w).sum(1))]
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         return -safe_sqrt(_mahalanobis_sq_paired(images.mean, captions.mean, captions.logvar))  # type: ignore[arg-type]
@@ -62,7 +62,7 @@ class MahalanobisImage(_Mahalanobis):
         m, x = centred_means(images, captions)
         w = (-images.logvar).exp()  # type: ignore[operator]  # [N_img, D] | [N_img, 1]
         fx, fy = expansion_features([(w, x.square()), (-2.0 * m * w, x)], dim)
-        return [Expansion(fx, fy, (m.square() * w).sum(1), x.new_zeros(x.shape[0]))]
+        return [Expansion(fx, fy, (m.square() * w).sum(1), None)]
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         return -safe_sqrt(_mahalanobis_sq_paired(captions.mean, images.mean, images.logvar))  # type: ignore[arg-type]

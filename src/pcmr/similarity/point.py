@@ -28,7 +28,7 @@ class Cosine(ClosedForm):
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
         x = F.normalize(images.mean, dim=1, eps=_NORM_EPS)  # [N_img, D]
         y = F.normalize(captions.mean, dim=1, eps=_NORM_EPS)  # [N_cap, D]
-        return [Expansion(x, y, x.new_zeros(x.shape[0]), y.new_zeros(y.shape[0]))]
+        return [Expansion(x, y, None, None)]
 
     def finalize(self, parts: list[Tensor], inplace: bool) -> Tensor:
         return parts[0]
