@@ -1,4 +1,4 @@
-"""Speed and peak memory of every pcmr.similarity score (issue 2, item 5).
+"""Speed and peak memory of every pcmr.similarity score against broadcast and loop baselines.
 
 Each (score, shape) runs in its own subprocess, which reports:
 - ``pcmr``: median wall time of ``pcmr.similarity.pairwise`` (float32, ellipsoidal Gaussians);
@@ -68,7 +68,7 @@ def make_inputs(n: int, m: int, d: int, seed: int = 0):
 
 # ----------------------------------------------------------------------------- baselines
 def _broadcast_formula(name: str, m1, lv1, m2, lv2):
-    """SPEC §3 written directly on broadcast tensors ``[b, 1, D]`` x ``[1, M, D]`` -> ``[b, M]``."""
+    """The formulas of docs/similarity.md written directly on broadcast tensors ``[b, 1, D]`` x ``[1, M, D]`` -> ``[b, M]``."""
     v1, v2 = lv1.exp(), lv2.exp()
     diff2 = (m1 - m2) ** 2
     kl = lambda ma, la, va, mb, lb, vb: 0.5 * (lb - la + va / vb + (ma - mb) ** 2 / vb - 1).sum(-1)  # noqa: E731

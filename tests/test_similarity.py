@@ -1,4 +1,4 @@
-"""pcmr.similarity against slow float64 references written from SPEC §3 (loops over
+"""pcmr.similarity against slow float64 references written from the formulas in docs/similarity.md (loops over
 pairs and dimensions), POT, Monte Carlo and brute-force sample loops."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _kl(m1, v1, m2, v2):
 
 
 def reference_score(name, m1, lv1, m2, lv2, z1=None, z2=None):
-    """One pair from the SPEC §3 table; ``lv`` are per-dimension lists (or None for points)."""
+    """One pair from the docs/similarity.md table; ``lv`` are per-dimension lists (or None for points)."""
     dim = len(m1)
     v1 = [math.exp(x) for x in lv1] if lv1 is not None else [0.0] * dim
     v2 = [math.exp(x) for x in lv2] if lv2 is not None else [0.0] * dim

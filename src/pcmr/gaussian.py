@@ -1,6 +1,6 @@
 """The Gaussian embedding type shared by every part of pcmr.
 
-An embedding is ``N(mean, diag(exp(logvar)))`` in ``R^D`` (SPEC §2; PCME §3,
+An embedding is ``N(mean, diag(exp(logvar)))`` in ``R^D`` (PCME §3,
 ProbVSE §3, GCIE §3). ``mean`` has shape ``[N, D]``; ``logvar`` is ``[N, D]``
 (ellipsoidal), ``[N, 1]`` (spherical, broadcast over ``D``) or ``None`` (a
 point embedding, the limit ``sigma -> 0``).

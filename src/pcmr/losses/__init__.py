@@ -1,4 +1,4 @@
-"""Training objectives of the probabilistic cross-modal retrieval papers (SPEC §4).
+"""Training objectives of the probabilistic cross-modal retrieval papers (formulas: ``docs/losses.md``).
 
 Pure functions on tensors (``triplet_loss``, ``hal_weights``, ``soft_contrastive_loss``,
 ...) and small ``nn.Module`` losses built by name::

@@ -1,6 +1,6 @@
 """What every pcmr loss module shares: its configuration, the score it trains, and the call.
 
-Call convention (CONTRACTS, open_clip style: the model's output names are the
+Call convention (open_clip style: the model's output names are the
 loss's argument names)::
 
     terms = loss_fn(image=Gaussian[B_img], caption=Gaussian[B_cap],

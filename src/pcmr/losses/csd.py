@@ -1,7 +1,7 @@
 """PCME++'s closed-form sampled distance (CSD) loss: binary cross-entropy without sampling.
 
 PCME++ (Chun, ICLR 2024; successor of PCME, not a seed). The expected squared
-distance between a sample of each Gaussian has a closed form (SPEC §3, ``csd``)::
+distance between a sample of each Gaussian has a closed form (``csd`` in ``docs/similarity.md``)::
 
     csd(i, c) = |m_i - m_c|^2 + sum_d (v_i,d + v_c,d)
 

@@ -1,20 +1,20 @@
 """Hubness-aware losses: HAL and MAX+HAL (HAL/RGM eq.4) and the authors' released form.
 
-SPEC §4 and §8. HAL re-weights every score by local hub statistics inside the
+HAL/RGM eq.4 (``docs/losses.md``). HAL re-weights every score by local hub statistics inside the
 mini-batch before a SUM (``hal``) or MAX (``max_hal``) triplet loss::
 
     S'[i, c] = S[i, c] * exp( mean_{c~ in K1} S[i, c~] + mean_{i~ in K2} S[i~, c] )
     K1 = kNN_k(i, captions \\ {c}),   K2 = kNN_k(c, images \\ {i})
 
 Neighbours are the ``k`` highest-scored items (for L2-normalised embeddings this
-is the paper's L2 nearest-neighbour set). Following the SPEC text literally, a
+is the paper's L2 nearest-neighbour set). Following eq.4 literally, a
 pair's neighbourhoods exclude only the pair's own partner (``c`` from row ``i``,
 ``i`` from column ``c``): other captions relevant to ``i`` may be neighbours.
 ``exclude_positives=True`` additionally leaves every positive of the row / column
 out. When fewer than ``k`` candidates remain, all of them are used; an empty
 neighbourhood contributes 0 to the exponent. Gradients flow through the weights.
 
-The released variant (``hal_released``, SPEC §8) is a log-sum-exp loss::
+The released variant (``hal_released``; the authors' code differs from eq.4) is a log-sum-exp loss::
 
     L = mean_i log(1 + sum_{c neg} exp(alpha (S[i,c] - eps))) / alpha
       + mean_c log(1 + sum_{i neg} exp(alpha (S[i,c] - eps))) / alpha
@@ -91,7 +91,7 @@ def _neighbourhood_mean(scores: Tensor, excluded: Tensor, k: int) -> Tensor:
 
 
 def hal_weights(scores: Tensor, positives: Tensor, k: int = 3, exclude_positives: bool = False) -> Tensor:
-    """HAL re-weighting factors (HAL/RGM eq.4, SPEC §4).
+    """HAL re-weighting factors (HAL/RGM eq.4).
 
     ``W[i, c] = exp( mean_{c~ in kNN_k(i, captions \\ {c})} S[i, c~]
     + mean_{i~ in kNN_k(c, images \\ {i})} S[i~, c] )``, so that ``S' = S * W``.
@@ -134,7 +134,7 @@ def hal_loss(
 
 
 def hal_released_loss(scores: Tensor, positives: Tensor, alpha: float = 30.0, eps: float = 0.3) -> Tensor:
-    """The HAL authors' released log-sum-exp loss (SPEC §8), finite at any ``alpha``.
+    """The HAL authors' released log-sum-exp loss, finite at any ``alpha``.
 
     Args:
         scores: ``[B_img, B_cap]``; positives: ``[B_img, B_cap]`` bool.
@@ -168,7 +168,7 @@ class HalConfig(ScoreConfig):
         negatives: ``sum`` (hal) | ``max`` (max_hal) | ``semihard``; fixed by the registry name.
         reduction: ``sum`` | ``mean`` (see :func:`pcmr.losses.triplet_loss`).
         exclude_positives: also leave the pair's other positives out of its neighbourhoods
-            (False follows SPEC §4 literally).
+            (False follows eq.4 literally).
     """
 
     margin: float = 0.2
@@ -203,7 +203,7 @@ class HalLoss(ScoredLoss):
 
 @dataclass
 class HalReleasedConfig(ScoreConfig):
-    """Configuration of ``hal_released`` (SPEC §8).
+    """Configuration of ``hal_released`` (the authors' released code).
 
     Attributes:
         alpha: temperature of the log-sum-exp (30; the authors use 60 on Flickr30k).

@@ -1,6 +1,6 @@
 """PCME's soft cross-modal contrastive loss with its KL and uniformity regularisers.
 
-PCME eq.1-3 and §A.1 (SPEC §4). For every image/caption pair of the batch the
+PCME eq.1-3 and §A.1 (``docs/losses.md``). For every image/caption pair of the batch the
 match probability is estimated from ``J x K`` samples::
 
     p(m | i, c) = 1/(J K) sum_{j, k} sigmoid(-a |v_j - t_k| + b)        (eq.2-3)

@@ -1,6 +1,6 @@
 """Bidirectional hinge triplet losses with SUM, MAX (hardest) and semi-hard negatives.
 
-SPEC §4; HAL/RGM eq.2 (SUM) and eq.3 (MAX, VSE++); ProbVSE eq.3 and GCIE eq.1
+HAL/RGM eq.2 (SUM) and eq.3 (MAX, VSE++); ProbVSE eq.3 and GCIE eq.1
 (semi-hard mining after FaceNet); CalibPE eq.2.
 
 Every positive pair ``(i, c)`` of the relation is an anchor pair (several captions
@@ -107,10 +107,10 @@ def triplet_loss(
     negatives: str = "sum",
     reduction: str = "sum",
 ) -> Tensor:
-    """Bidirectional hinge triplet loss on a score matrix (SPEC §4; HAL/RGM eq.2-3).
+    """Bidirectional hinge triplet loss on a score matrix (HAL/RGM eq.2-3).
 
     Args:
-        scores: ``[B_img, B_cap]``, higher = more similar (any score of SPEC §3).
+        scores: ``[B_img, B_cap]``, higher = more similar (any registered score).
         positives: ``[B_img, B_cap]`` bool, the in-batch relation (several per row allowed).
         margin: ``alpha`` (0.2 VSE++, 0.1 VSRN host).
         negatives: ``"sum"`` (eq.2), ``"max"`` (eq.3, hardest negative) or

@@ -1,4 +1,4 @@
-"""Pairwise scores between image and caption Gaussian embeddings (SPEC §3).
+"""Pairwise scores between image and caption Gaussian embeddings (formulas and papers: ``docs/similarity.md``).
 
 Every score is registered by name; higher is always more similar::
 

@@ -1,4 +1,4 @@
-"""Closed-form scores that expand into matrix products (SPEC §3, last paragraph).
+"""Closed-form scores that expand into matrix products (see "Exactness and speed" in ``docs/similarity.md``).
 
 A score of this kind is ``f(row_i + col_c + X_i . Y_c)`` for per-item feature
 vectors: e.g. ``sum_d (m1-m2)^2 / v2 = m1^2 . (1/v2) - 2 m1 . (m2/v2) + sum_d m2^2/v2``.

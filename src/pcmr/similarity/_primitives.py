@@ -1,4 +1,4 @@
-"""Numerical building blocks shared by the pairwise scores (SPEC §3, §8).
+"""Numerical building blocks shared by the pairwise scores (``docs/similarity.md``).
 
 ``safe_sqrt`` gives finite values *and* gradients for identical inputs (the
 PCME++ release takes ``sqrt`` of a squared distance without a floor and returns

@@ -1,6 +1,6 @@
 """The registry of pairwise scores and the blocked driver behind ``pairwise``/``paired``.
 
-Every score (SPEC §3) is a :class:`Similarity` object registered under its name.
+Every score (formulas in ``docs/similarity.md``) is a :class:`Similarity` object registered under its name.
 The driver validates inputs once, asks the score to ``prepare`` per-item features
 (caption-side and image-side vectors, drawn samples), then fills the ``[N_img, N_cap]``
 matrix in blocks of ``block_size`` image rows, so memory stays bounded and results do
@@ -95,7 +95,7 @@ def register(cls: type[Similarity]) -> type[Similarity]:
 
 
 def list_similarities() -> list[str]:
-    """Names of every registered score, in SPEC §3 order (later additions at the end)."""
+    """Names of every registered score, in the order of the table in ``docs/similarity.md`` (later additions at the end)."""
     rank = {name: k for k, name in enumerate(_SPEC_ORDER)}
     return sorted(_REGISTRY, key=lambda name: (rank.get(name, len(rank)), name))
 
@@ -153,7 +153,7 @@ def _needs_grad(tensors: list[Tensor | None]) -> bool:
 def pairwise(
     name: str, images: Gaussian, captions: Gaussian, *, block_size: int | None = None, **options: Any
 ) -> Tensor:
-    """Score matrix ``S[i, c]`` (SPEC §3) between every image and every caption; higher is
+    """Score matrix ``S[i, c]`` between every image and every caption; higher is
     more similar.
 
     Args:
@@ -192,7 +192,7 @@ def pairwise(
 
 
 def paired(name: str, images: Gaussian, captions: Gaussian, **options: Any) -> Tensor:
-    """Scores of aligned rows ``S[k] = score(images[k], captions[k])`` (SPEC §3), ``[N]``,
+    """Scores of aligned rows ``S[k] = score(images[k], captions[k])``, ``[N]``,
     differentiable; used by the losses. Options as in :func:`pairwise`."""
     spec, opts = _resolve(name, images, captions, options, paired_rows=True)
     return spec.paired(images, captions, opts)

@@ -1,4 +1,4 @@
-"""Kullback-Leibler scores between diagonal Gaussians (SPEC §3).
+"""Kullback-Leibler scores between diagonal Gaussians (ProbVSE eq.4-6, GCIE eq.15-16, PCME eq.B.2).
 
 ``KL(p || q) = 0.5 * sum_d [ log(v2/v1) + v1/v2 + (m1-m2)^2/v2 - 1 ]`` with the image
 ``p = N(m1, v1)`` and the caption ``q = N(m2, v2)`` (ProbVSE eq.4-5, GCIE eq.15).

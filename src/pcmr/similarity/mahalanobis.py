@@ -1,4 +1,4 @@
-"""Mahalanobis scores between a point and a Gaussian (GCIE §3, SPEC §3).
+"""Mahalanobis scores between a point and a Gaussian (GCIE §3, eq.6 and eq.10).
 
 - ``mahalanobis_caption`` (GCE, GCIE eq.6): the image is a point ``x_i`` (its mean; an
   image variance, if any, is ignored) and the caption a Gaussian:

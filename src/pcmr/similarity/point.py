@@ -1,4 +1,4 @@
-"""Scores of the means only: ``cosine`` and ``l2`` (SPEC §3; PCME Table 1 "mean only").
+"""Scores of the means only: ``cosine`` and ``l2`` (PCME Table 1 "mean only").
 
 Both accept point embeddings and ignore any variance.
 """

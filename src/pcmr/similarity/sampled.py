@@ -1,4 +1,4 @@
-"""Monte-Carlo scores over ``J`` samples per item (PCME eq.1-3, Table 1; SPEC §3).
+"""Monte-Carlo scores over ``J`` samples per item (PCME eq.1-3, Table 1).
 
 - ``avg_l2``: ``-(1/(J K)) sum_{j,k} |z1_j - z2_k|``;
 - ``match_prob``: ``(1/(J K)) sum_{j,k} sigmoid(-a |z1_j - z2_k| + b)`` with ``a > 0``.

@@ -1,4 +1,4 @@
-"""Scores that are (squared) Euclidean distances between per-item vectors (SPEC §3).
+"""Scores that are (squared) Euclidean distances between per-item vectors (ProbVSE eq.7-8, GCIE eq.17, PCME++ CSD).
 
 - ``wasserstein``: ``-W2`` with ``W2^2 = |m1 - m2|^2 + |s1 - s2|^2`` over *standard
   deviations* ``s = exp(logvar / 2)`` — the exact 2-Wasserstein distance between diagonal
