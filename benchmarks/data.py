@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from pcmr.data import Vocabulary, load_dataset
+from pcmr.data import Vocabulary, load_dataset, train_loader
 from pcmr.data.shapes.dataset import ShapesConfig, split_seed
 from pcmr.data.shapes.grammar import caption_text, sample_captions
 from pcmr.data.shapes.matching import shapes_relevance
@@ -59,7 +59,7 @@ def main() -> None:
         t_cached, split = best_of(args.repeats, lambda: load_dataset("shapes", "train", **options))
         rows += [("load_dataset, first call (generate + write cache)", t_first), ("load_dataset, cached", t_cached)]
         vocab = Vocabulary.from_split(split)
-        loader = split.train_loader(vocab, batch_size=128, num_views=0)
+        loader = train_loader(split, vocab, batch_size=128, num_views=0)
         batches = iter(loader)
         t_batches, _ = best_of(1, lambda: [next(batches) for _ in range(20)])
         rows.append(("20 training batches of 128 (augmented)", t_batches))

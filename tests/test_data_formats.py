@@ -9,7 +9,15 @@ import pytest
 import torch
 from PIL import Image
 
-from pcmr.data import DataError, MissingDataError, Vocabulary, list_datasets, load_dataset
+from pcmr.data import (
+    DataError,
+    MissingDataError,
+    Vocabulary,
+    image_loader,
+    list_datasets,
+    load_dataset,
+    train_loader,
+)
 from pcmr.data.coco_labels import coco_labels_from_instances
 
 
@@ -45,7 +53,7 @@ def test_karpathy_splits_ids_and_images(coco_root):
     assert train.image_ids == [1000, 1001] and train.caption_ids == [0, 1, 10]
     assert train.caption_image.tolist() == [0, 0, 1]
     assert train.image_to_captions == [[0, 1], [2]]
-    batch = next(iter(train.image_loader(batch_size=4)))
+    batch = next(iter(image_loader(train, batch_size=4)))
     assert batch["images"].shape == (2, 3, 16, 16)
     test = load_dataset(coco_root, "test")  # detected from the folder
     assert test.name == "coco" and test.num_images == 2 and test.num_captions == 3
@@ -129,7 +137,7 @@ def test_karpathy_empty_caption_and_bad_image(coco_root):
     assert split.caption_texts == ["A zebra grazes", "A red bus"] and split.skipped[0].reason == "empty caption"
     (coco_root / "images" / "val2014" / "COCO_2.jpg").write_bytes(b"not an image at all")
     with pytest.raises(DataError, match=r"COCO_2.jpg, dataset_coco.json images\[2\] \(image id 1002\): image failed"):
-        next(iter(split.image_loader(batch_size=2)))
+        next(iter(image_loader(split, batch_size=2)))
 
 
 def write_precomputed(root, prefix, features, captions):
@@ -150,10 +158,10 @@ def test_precomputed_five_per_image_regions_and_dev(tmp_path):
     train = load_dataset(root, "train")
     assert train.caption_image.tolist() == [i // 5 for i in range(15)] and train.image_ids == [100, 101, 102]
     assert train.images.kind == "features"
-    batch = next(iter(train.train_loader(Vocabulary.from_split(train), batch_size=4, augment=False)))
+    batch = next(iter(train_loader(train, Vocabulary.from_split(train), batch_size=4, augment=False)))
     assert batch["images"].shape[1:] == (2, 4) and batch["images"].dtype == torch.float32
     val = load_dataset("precomputed", "val", root=str(root))
-    assert val.caption_image.tolist() == [0, 1] and val.image_loader(2).dataset[0][1].shape == (5,)
+    assert val.caption_image.tolist() == [0, 1] and image_loader(val, 2).dataset[0][1].shape == (5,)
 
 
 def test_precomputed_error_paths(tmp_path):
@@ -215,7 +223,7 @@ def test_cub_class_level_relevance(cub_root):
     assert test.num_images == 2 and test.relevance.num_pairs == 2 * 20
     assert "blackbird" not in Vocabulary.from_split(train)
     vocab = Vocabulary.from_split(train)
-    batch = next(iter(train.train_loader(vocab, batch_size=8, seed=3)))
+    batch = next(iter(train_loader(train, vocab, batch_size=8, seed=3)))
     expected = rel[batch["image_index"]][:, batch["caption_index"]]
     assert torch.equal(batch["relevance"], expected)
 

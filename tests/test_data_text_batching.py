@@ -11,11 +11,14 @@ import torch
 from pcmr.data import (
     DataError,
     Vocabulary,
+    caption_loader,
     drop_words,
     erase_image,
+    image_loader,
     load_dataset,
     occlusion_series,
     tokenize,
+    train_loader,
     word_erasure_series,
 )
 from pcmr.data.images import ArrayImages
@@ -74,7 +77,7 @@ def test_vocabulary_from_training_split_only():
 
 def test_train_batch_follows_contract_with_true_relevance(shapes_train):
     vocab = Vocabulary.from_split(shapes_train)
-    loader = shapes_train.train_loader(vocab, batch_size=23, num_views=3, seed=1)
+    loader = train_loader(shapes_train, vocab, batch_size=23, num_views=3, seed=1)
     batches = list(loader)
     assert len(batches) == len(loader) == (37 * 5) // 23
     off_diagonal = 0
@@ -99,7 +102,7 @@ def test_train_batch_follows_contract_with_true_relevance(shapes_train):
 
 def test_one_caption_per_image_sampler_and_determinism(shapes_train):
     vocab = Vocabulary.from_split(shapes_train)
-    loader = shapes_train.train_loader(vocab, batch_size=10, sampler="one_per_image", seed=7, drop_last=False)
+    loader = train_loader(shapes_train, vocab, batch_size=10, sampler="one_per_image", seed=7, drop_last=False)
     seen = []
     for batch in loader:
         assert batch["images"].shape[0] == batch["captions"].shape[0]
@@ -108,20 +111,20 @@ def test_one_caption_per_image_sampler_and_determinism(shapes_train):
     assert sorted(seen) == list(range(37))
     next_epoch = torch.cat([batch["image_index"] for batch in loader])
     assert sorted(next_epoch.tolist()) == list(range(37)) and next_epoch.tolist() != seen  # a new permutation
-    fresh = shapes_train.train_loader(vocab, batch_size=10, sampler="one_per_image", seed=7, drop_last=False)
-    a, b = next(iter(fresh)), next(iter(shapes_train.train_loader(vocab, batch_size=10, sampler="one_per_image",
+    fresh = train_loader(shapes_train, vocab, batch_size=10, sampler="one_per_image", seed=7, drop_last=False)
+    a, b = next(iter(fresh)), next(iter(train_loader(shapes_train, vocab, batch_size=10, sampler="one_per_image",
                                                                    seed=7, drop_last=False)))
     assert torch.equal(a["images"], b["images"]) and torch.equal(a["captions"], b["captions"])
     with pytest.raises(ValueError, match="sampler='pairs'"):
-        shapes_train.train_loader(vocab, sampler="pairs")
+        train_loader(shapes_train, vocab, sampler="pairs")
 
 
 def test_evaluation_loaders_cover_split_in_order(shapes_train):
     vocab = Vocabulary.from_split(shapes_train)
-    images = list(shapes_train.image_loader(batch_size=16))
+    images = list(image_loader(shapes_train, batch_size=16))
     assert torch.cat([b["images"] for b in images]).shape == (37, 3, 24, 24)
     assert torch.equal(torch.cat([b["image_index"] for b in images]), torch.arange(37))
-    captions = list(shapes_train.caption_loader(vocab, batch_size=16))
+    captions = list(caption_loader(shapes_train, vocab, batch_size=16))
     assert torch.equal(torch.cat([b["caption_index"] for b in captions]), torch.arange(185))
     assert sum((b["caption_texts"] for b in captions), []) == shapes_train.caption_texts
     assert set(captions[0]) == {"captions", "caption_lengths", "caption_texts", "caption_index"}

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pcmr import Gaussian
+from pcmr.data import image_loader
 from pcmr.evaluation import encode_split, evaluate_embeddings, evaluate_model
 from pcmr.evaluation.scoring import rerank_topk
 
@@ -158,7 +159,7 @@ def test_encode_split_keeps_split_order(tiny):
     assert model.training  # mode restored
     model.eval()
     with torch.no_grad():
-        batch = next(iter(test.image_loader(test.num_images)))
+        batch = next(iter(image_loader(test, test.num_images)))
         direct = model.encode_images(batch)
     model.train()
     order = torch.argsort(batch["image_index"])

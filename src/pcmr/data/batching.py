@@ -1,4 +1,4 @@
-"""Datasets, samplers and collate functions producing the CONTRACTS batch dict.
+"""Datasets, samplers and collate functions producing the batch dicts of ``docs/datasets.md``.
 
 Training items are (source image, caption) pairs addressed by caption index. The
 batch sampler yields ``(caption_index, item_seed)`` tuples, so augmentation is
@@ -11,21 +11,19 @@ class-level CUB relevance), not only to its source image.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from pcmr.data.augment import drop_words, erase_image
 from pcmr.data.relevance import Relevance
+from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import PAD_ID, Vocabulary
 
-if TYPE_CHECKING:
-    from pcmr.data.split import RetrievalSplit
-
 __all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "ImageDataset", "CaptionDataset",
-           "collate_images", "collate_captions", "SAMPLERS"]
+           "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader"]
 
 SAMPLERS = ("captions", "one_per_image")
 
@@ -121,7 +119,7 @@ class PairBatchSampler(Sampler):
 
 
 class TrainCollate:
-    """Stack training items into the CONTRACTS batch; ``"relevance"`` from the split's true relation."""
+    """Stack training items into the training batch; ``"relevance"`` from the split's true relation."""
 
     def __init__(self, relevance: Relevance) -> None:
         self.relevance = relevance
@@ -193,3 +191,46 @@ def collate_captions(items: list[tuple[int, list[int], str]]) -> dict[str, Any]:
     captions, lengths = pad_captions([ids for _, ids, _ in items])
     return {"captions": captions, "caption_lengths": lengths, "caption_texts": [text for _, _, text in items],
             "caption_index": torch.tensor([index for index, _, _ in items], dtype=torch.long)}
+
+
+def train_loader(
+    split: RetrievalSplit,
+    vocab: Vocabulary,
+    batch_size: int = 128,
+    *,
+    sampler: str = "captions",
+    augment: bool = True,
+    erase_ratio: float = 0.2,
+    word_dropout: float = 0.1,
+    num_views: int = 0,
+    drop_last: bool = True,
+    seed: int = 0,
+    num_workers: int = 0,
+) -> DataLoader:
+    """Shuffled training batches (the training batch dict of ``docs/datasets.md``, with the true in-batch ``"relevance"``).
+
+    ``sampler="captions"``: every caption once per epoch with its source image
+    (repeated images are merged, so ``B_img <= B_cap``); ``"one_per_image"``: every
+    image once per epoch with one random caption of its own (``B_img == B_cap``).
+    ``augment`` applies cutout (``erase_ratio``) and word dropout (``word_dropout``);
+    ``num_views = K > 0`` adds ``image_views [B_img, K, ...]``, ``caption_views
+    [B_cap, K, L]`` and ``caption_view_lengths [B_cap, K]`` (independently augmented).
+    """
+    dataset = PairDataset(split, vocab, augment=augment, erase_ratio=erase_ratio,
+                          word_dropout=word_dropout, num_views=num_views)
+    batches = PairBatchSampler(split, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed)
+    return DataLoader(dataset, batch_sampler=batches, collate_fn=TrainCollate(split.relevance),
+                      num_workers=num_workers)
+
+
+def image_loader(split: RetrievalSplit, batch_size: int = 256, *, num_workers: int = 0) -> DataLoader:
+    """Images in split order: batches ``{"images", "image_index"}``."""
+    return DataLoader(ImageDataset(split), batch_size=batch_size, shuffle=False,
+                      collate_fn=collate_images, num_workers=num_workers)
+
+
+def caption_loader(split: RetrievalSplit, vocab: Vocabulary, batch_size: int = 256, *,
+                   num_workers: int = 0) -> DataLoader:
+    """Captions in split order: batches ``{"captions", "caption_lengths", "caption_texts", "caption_index"}``."""
+    return DataLoader(CaptionDataset(split, vocab), batch_size=batch_size, shuffle=False,
+                      collate_fn=collate_captions, num_workers=num_workers)

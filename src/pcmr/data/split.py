@@ -1,4 +1,8 @@
-"""``RetrievalSplit``: one split of an image-caption dataset with its exact relevance relation."""
+"""``RetrievalSplit``: one split of an image-caption dataset with its exact relevance relation.
+
+A plain container: the dataset loaders build it, and the text, augmentation and batching
+modules read it (:func:`pcmr.data.batching.train_loader` and friends); it imports none of them.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from pcmr.data.errors import SkippedItem
 from pcmr.data.images import ImageSource
 from pcmr.data.relevance import Relevance
-from pcmr.data.text import Vocabulary
 
 __all__ = ["RetrievalSplit", "TRAINING_SPLITS"]
 
@@ -123,49 +125,3 @@ class RetrievalSplit:
     def __repr__(self) -> str:
         return (f"RetrievalSplit(name={self.name!r}, split={self.split!r}, images={self.num_images} "
                 f"({self.images.kind}), captions={self.num_captions}, relevant_pairs={self.relevance.num_pairs})")
-
-    # loaders --------------------------------------------------------------------------------
-    def train_loader(
-        self,
-        vocab: Vocabulary,
-        batch_size: int = 128,
-        *,
-        sampler: str = "captions",
-        augment: bool = True,
-        erase_ratio: float = 0.2,
-        word_dropout: float = 0.1,
-        num_views: int = 0,
-        drop_last: bool = True,
-        seed: int = 0,
-        num_workers: int = 0,
-    ) -> DataLoader:
-        """Shuffled training batches (the CONTRACTS batch dict, with the true in-batch ``"relevance"``).
-
-        ``sampler="captions"``: every caption once per epoch with its source image
-        (repeated images are merged, so ``B_img <= B_cap``); ``"one_per_image"``: every
-        image once per epoch with one random caption of its own (``B_img == B_cap``).
-        ``augment`` applies cutout (``erase_ratio``) and word dropout (``word_dropout``);
-        ``num_views = K > 0`` adds ``image_views [B_img, K, ...]``, ``caption_views
-        [B_cap, K, L]`` and ``caption_view_lengths [B_cap, K]`` (independently augmented).
-        """
-        from pcmr.data.batching import PairBatchSampler, PairDataset, TrainCollate
-
-        dataset = PairDataset(self, vocab, augment=augment, erase_ratio=erase_ratio,
-                              word_dropout=word_dropout, num_views=num_views)
-        batches = PairBatchSampler(self, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed)
-        return DataLoader(dataset, batch_sampler=batches, collate_fn=TrainCollate(self.relevance),
-                          num_workers=num_workers)
-
-    def image_loader(self, batch_size: int = 256, *, num_workers: int = 0) -> DataLoader:
-        """Images in split order: batches ``{"images", "image_index"}``."""
-        from pcmr.data.batching import ImageDataset, collate_images
-
-        return DataLoader(ImageDataset(self), batch_size=batch_size, shuffle=False,
-                          collate_fn=collate_images, num_workers=num_workers)
-
-    def caption_loader(self, vocab: Vocabulary, batch_size: int = 256, *, num_workers: int = 0) -> DataLoader:
-        """Captions in split order: batches ``{"captions", "caption_lengths", "caption_texts", "caption_index"}``."""
-        from pcmr.data.batching import CaptionDataset, collate_captions
-
-        return DataLoader(CaptionDataset(self, vocab), batch_size=batch_size, shuffle=False,
-                          collate_fn=collate_captions, num_workers=num_workers)

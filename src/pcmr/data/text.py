@@ -18,13 +18,10 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from pcmr.data.cache import atomic_write_json
 from pcmr.data.errors import DataError, require_file
-
-if TYPE_CHECKING:
-    from pcmr.data.split import RetrievalSplit
+from pcmr.data.split import RetrievalSplit
 
 __all__ = ["tokenize", "Vocabulary", "PAD_ID", "UNK_ID", "START_ID", "END_ID", "SPECIAL_TOKENS"]
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.data.batching import caption_loader, image_loader
 from pcmr.gaussian import Gaussian
 
 __all__ = ["encode_split", "encode_images", "encode_captions", "encode_texts", "encode_image_files",
@@ -81,7 +82,7 @@ def encode_images(model: Any, split: Any, *, batch_size: int = 256, device: torc
                   progress: bool = False) -> Gaussian:
     """All images of ``split`` as ``Gaussian [N_img, D]`` on ``device``."""
     dev = model_device(model, device)
-    return _encode(model, split.image_loader(batch_size), "encode_images", "image_index", split.num_images,
+    return _encode(model, image_loader(split, batch_size), "encode_images", "image_index", split.num_images,
                    dev, progress, "images")
 
 
@@ -89,7 +90,7 @@ def encode_captions(model: Any, split: Any, vocab: Any, *, batch_size: int = 256
                     device: torch.device | str | None = None, progress: bool = False) -> Gaussian:
     """All captions of ``split`` as ``Gaussian [N_cap, D]`` on ``device``."""
     dev = model_device(model, device)
-    return _encode(model, split.caption_loader(vocab, batch_size), "encode_captions", "caption_index",
+    return _encode(model, caption_loader(split, vocab, batch_size), "encode_captions", "caption_index",
                    split.num_captions, dev, progress, "captions")
 
 
@@ -181,7 +182,7 @@ def split_image_metadata(split: Any) -> list[dict[str, Any]] | None:
 
 def image_input_size(split: Any) -> int | None:
     """Side of the split's pixel images (None when the split holds precomputed features)."""
-    batch = next(iter(split.image_loader(1)))
+    batch = next(iter(image_loader(split, 1)))
     images = batch["images"]
     if images.dim() == 4:
         return int(images.shape[-1])

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.data.batching import image_loader
 from pcmr.gaussian import Gaussian
 
 __all__ = ["decile_series", "k_occurrence_histogram", "embeddings_2d_series", "corruption_series"]
@@ -78,7 +79,7 @@ def corruption_series(model: Any, split: Any, vocab: Any, measure: str, *, max_i
 
     dev = model_device(model, device)
     out: dict[str, Any] = {"measure": measure}
-    batch = next(iter(split.image_loader(max_items)))
+    batch = next(iter(image_loader(split, max_items)))
     pixels = batch["images"]
     with eval_mode(model):
         if pixels.dim() == 4:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from pcmr.data.batching import train_loader
 from pcmr.train.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -115,7 +116,8 @@ class Trainer:
         self.loss_fn = self.parts.loss.to(self.device)
         self.optimizer = build_optimizer(train, [*self.model.parameters(), *self.loss_fn.parameters()])
         self.backbone = trainable_backbone_parameters(self.model)
-        self.loader = self.parts.train_split.train_loader(
+        self.loader = train_loader(
+            self.parts.train_split,
             self.parts.vocab,
             config.data.batch_size,
             seed=train.seed,

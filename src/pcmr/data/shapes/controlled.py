@@ -21,18 +21,16 @@ split: :func:`pcmr.data.augment.occlusion_series`, :func:`pcmr.data.augment.word
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from pcmr.data.shapes.config import ShapesConfig, split_seed
 from pcmr.data.shapes.grammar import caption_text, encode_predicate
 from pcmr.data.shapes.matching import shapes_relevance
 from pcmr.data.shapes.render import render_scenes
 from pcmr.data.shapes.scene import COLOUR, COLUMN, GRID, MAX_OBJECTS, ROW, SHAPE, Scenes, parse_combinations
-
-if TYPE_CHECKING:
-    from pcmr.data.shapes.dataset import ShapesConfig
 
 __all__ = ["generate_binary_selection"]
 
@@ -47,8 +45,6 @@ def _crop_cell(image: np.ndarray, column: int, row: int) -> np.ndarray:
 
 def generate_binary_selection(config: ShapesConfig) -> dict[str, Any]:
     """Arrays of the ``binary_selection`` split (same keys as the other splits, plus ``role_*``)."""
-    from pcmr.data.shapes.dataset import split_seed
-
     count = config.num_binary_selection
     rng = np.random.default_rng(split_seed(config.seed, "binary_selection"))
     seen = np.argwhere(~parse_combinations(config.unseen_combinations))  # [K, 2] (shape, colour)
