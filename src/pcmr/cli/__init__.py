@@ -19,6 +19,9 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from pcmr import __version__
+from pcmr.train.checkpoint import CheckpointError
+
 __all__ = ["COMMANDS", "main"]
 
 # command name -> module of pcmr.cli implementing it
@@ -64,7 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Probabilistic cross-modal retrieval: train, evaluate and search Gaussian embeddings.",
         parents=[debug],
     )
-    from pcmr import __version__
 
     parser.add_argument("--version", action="version", version=f"pcmr {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -95,8 +97,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_bad_input(exc: BaseException) -> bool:
-    from pcmr.train.checkpoint import CheckpointError
-
     return isinstance(
         exc,
         (

@@ -9,6 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pcmr.cli.train import start_run
+from pcmr.evaluation import evaluate_model, format_table, merge_rows
+from pcmr.train.checkpoint import atomic_write_text
+from pcmr.train.run import load_run, load_run_split
+
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
 
 DEMO_RECIPES = ("pcme", "pcme_mu_only")
@@ -81,8 +86,6 @@ def _prepare(out: Path) -> None:
 
 def evaluate_run(run_dir: Path, out_dir: Path, progress: bool = False) -> Any:
     """Evaluate a run's selected model on its test split (``eval`` section of its config)."""
-    from pcmr.evaluation import evaluate_model
-    from pcmr.train.run import load_run, load_run_split
 
     trained = load_run(run_dir)
     config = trained.config
@@ -111,10 +114,6 @@ def _comparison_rows(rows: list[dict[str, Any]], trained: dict[str, str]) -> lis
 
 
 def run(args: argparse.Namespace) -> int:
-    from pcmr.cli.train import start_run
-    from pcmr.evaluation import format_table, merge_rows
-    from pcmr.train.checkpoint import atomic_write_text
-
     out = Path(args.out)
     _prepare(out)
     overrides = DEMO_OVERRIDES + (["train.progress=true"] if args.progress else []) + list(args.overrides)

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pcmr.data import Vocabulary, list_datasets, load_dataset
+from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
+from pcmr.models import load_model
+from pcmr.similarity import list_similarities
+from pcmr.train.run import CONFIG_FILE, SIMILARITY_OPTIONS_FILE, VOCAB_FILE, load_run, load_run_split
+
 __all__ = ["add_parser", "run", "LoadedModel", "load_run_or_model", "load_split", "parse_names"]
 
 
@@ -50,9 +56,6 @@ def load_run_or_model(
     """Load a run folder (``config.yaml`` + ``model/``, via ``pcmr.train.run.load_run``) or a bare
     model folder (vocabulary: ``vocab_path``, else ``vocab.json`` in the folder or next to it;
     learned options: ``similarity_options.json`` next to it, if any)."""
-    from pcmr.data import Vocabulary
-    from pcmr.models import load_model
-    from pcmr.train.run import CONFIG_FILE, SIMILARITY_OPTIONS_FILE, VOCAB_FILE, load_run
 
     source = Path(path).expanduser()
     if not source.is_dir():
@@ -84,7 +87,6 @@ def load_split(data: str | None, split: str, config: Any, data_name: str | None 
     """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
     (format ``data_name``, default: detected from its files); None, or the run's own dataset name,
     uses the run config's data section (same root and options as training)."""
-    from pcmr.data import list_datasets, load_dataset
 
     opts: dict[str, Any] = {}
     if data is None or (config is not None and data == config.data.name and data_name is None):
@@ -93,7 +95,6 @@ def load_split(data: str | None, split: str, config: Any, data_name: str | None 
                 "--data is required when RUN_OR_MODEL is a model folder "
                 f"(a dataset name: {', '.join(list_datasets())}, or a dataset folder)"
             )
-        from pcmr.train.run import load_run_split
 
         return load_run_split(config, split)
     if data in list_datasets():
@@ -209,9 +210,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
-    from pcmr.similarity import list_similarities
-
     loaded = load_run_or_model(args.run_or_model, args.vocab, args.device or "cpu")
     config = loaded.config
 

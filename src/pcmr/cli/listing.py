@@ -5,42 +5,37 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from pcmr.data import list_datasets
+from pcmr.inference import list_rerankers
+from pcmr.losses import list_losses
+from pcmr.models import list_models
+from pcmr.similarity import list_similarities
+from pcmr.train.recipes import list_recipes
+
 __all__ = ["add_parser", "run"]
 
 
 def _models() -> list[str]:
-    from pcmr.models import list_models
-
     return list(list_models())
 
 
 def _similarities() -> list[str]:
-    from pcmr.similarity import list_similarities
-
     return list(list_similarities())
 
 
 def _losses() -> list[str]:
-    from pcmr.losses import list_losses
-
     return list(list_losses())
 
 
 def _rerankers() -> list[str]:
-    from pcmr.inference import list_rerankers
-
     return list(list_rerankers())
 
 
 def _datasets() -> list[str]:
-    from pcmr.data import list_datasets
-
     return list(list_datasets())
 
 
 def _recipes() -> list[str]:
-    from pcmr.train.recipes import list_recipes
-
     return list(list_recipes())
 
 

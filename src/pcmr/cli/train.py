@@ -9,6 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
+from pcmr.train.recipes import find_recipe
+from pcmr.train.run import CONFIG_FILE
+
 __all__ = ["RESUME_OVERRIDABLE", "add_parser", "run", "start_run"]
 
 # keys that may change when resuming (they do not change the computation)
@@ -66,9 +70,6 @@ def start_run(
     name: str | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """Resolve the config, prepare the run folder, train; return ``(summary, run_dir)``."""
-    from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
-    from pcmr.train.recipes import find_recipe
-    from pcmr.train.run import CONFIG_FILE
 
     if resume is not None:
         if recipe is not None:

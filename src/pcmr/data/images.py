@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.errors import DataError, MissingDataError
 
@@ -82,8 +83,6 @@ class FileImages(ImageSource):
         return len(self.paths)
 
     def load(self, index: int) -> torch.Tensor:
-        from PIL import Image, UnidentifiedImageError
-
         path = self.paths[index]
         if not os.path.isfile(path):
             raise MissingDataError("image file not found", path=path, location=self.keys[index],

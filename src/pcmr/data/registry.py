@@ -14,7 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pcmr.data.cub import load_cub
 from pcmr.data.errors import DataError, MissingDataError
+from pcmr.data.karpathy import load_karpathy
+from pcmr.data.precomputed import load_precomputed
+from pcmr.data.shapes import load_shapes
 from pcmr.data.split import RetrievalSplit
 
 __all__ = ["DatasetSpec", "load_dataset", "list_datasets", "detect_format"]
@@ -30,15 +34,11 @@ class DatasetSpec:
 
 
 def _shapes(split: str, **config: Any) -> RetrievalSplit:
-    from pcmr.data.shapes import load_shapes
-
     return load_shapes(split, **config)
 
 
 def _karpathy(dataset: str | None) -> Callable[..., RetrievalSplit]:
     def load(split: str, **config: Any) -> RetrievalSplit:
-        from pcmr.data.karpathy import load_karpathy
-
         if dataset is not None:
             config.setdefault("dataset", dataset)
         return load_karpathy(split=split, **config)
@@ -47,14 +47,10 @@ def _karpathy(dataset: str | None) -> Callable[..., RetrievalSplit]:
 
 
 def _precomputed(split: str, **config: Any) -> RetrievalSplit:
-    from pcmr.data.precomputed import load_precomputed
-
     return load_precomputed(split=split, **config)
 
 
 def _cub(split: str, **config: Any) -> RetrievalSplit:
-    from pcmr.data.cub import load_cub
-
     return load_cub(split=split, **config)
 
 

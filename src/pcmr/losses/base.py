@@ -20,11 +20,11 @@ from typing import Any
 from torch import Tensor, nn
 
 from pcmr.gaussian import Gaussian
+from pcmr.similarity import list_similarities, pairwise
 
 
 def check_similarity_name(name: str) -> None:
     """Raise ``ValueError`` listing the registered scores when ``name`` is not one of them."""
-    from pcmr.similarity import list_similarities
 
     names = list_similarities()
     if name not in names:
@@ -94,6 +94,5 @@ class ScoredLoss(RetrievalLoss):
 
     def pairwise_scores(self, image: Gaussian, caption: Gaussian) -> Tensor:
         """``S = pcmr.similarity.pairwise(similarity, image, caption)``: ``[B_img, B_cap]``."""
-        from pcmr.similarity import pairwise
 
         return pairwise(self.config.similarity, image, caption, **self.config.similarity_kwargs)

@@ -38,6 +38,7 @@ from pcmr.losses._inputs import (
 )
 from pcmr.losses.base import RetrievalLoss
 from pcmr.losses.triplet import triplet_loss
+from pcmr.similarity import pairwise
 
 __all__ = [
     "CalibratedConfig",
@@ -104,7 +105,6 @@ def calibrated_scores(
     Returns:
         ``[B_img, B_cap]``, higher = more similar.
     """
-    from pcmr.similarity import pairwise
 
     check_positive_number("beta", beta, allow_zero=True)
     check_choice("point_term", point_term, POINT_TERMS)

@@ -23,6 +23,7 @@ from pcmr.losses._inputs import check_choice, check_gaussian_pair, check_positiv
 from pcmr.losses.base import RetrievalLoss
 from pcmr.losses.match_scale import MatchScale
 from pcmr.losses.regularisers import kl_prior_loss
+from pcmr.similarity import pairwise
 
 __all__ = ["CsdConfig", "CsdLoss", "csd_loss"]
 
@@ -47,7 +48,6 @@ def csd_loss(
     Returns:
         A 0-dim tensor; finite for logits of any size (``binary_cross_entropy_with_logits``).
     """
-    from pcmr.similarity import pairwise
 
     check_gaussian_pair(image, caption, positives)
     check_choice("reduction", reduction, ("mean", "sum"))

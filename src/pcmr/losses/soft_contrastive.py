@@ -35,6 +35,7 @@ from pcmr.losses._inputs import check_choice, check_gaussian_pair, check_positiv
 from pcmr.losses.base import RetrievalLoss
 from pcmr.losses.match_scale import MatchScale
 from pcmr.losses.regularisers import kl_prior_loss, uniformity_loss
+from pcmr.similarity import sampled_pair_distances
 
 __all__ = ["PcmeConfig", "PcmeLoss", "draw_samples", "match_log_probabilities", "soft_contrastive_loss"]
 
@@ -133,7 +134,6 @@ def soft_contrastive_loss(
     Returns:
         A 0-dim tensor.
     """
-    from pcmr.similarity import sampled_pair_distances
 
     check_gaussian_pair(image, caption, positives)
     check_choice("reduction", reduction, ("mean", "sum"))

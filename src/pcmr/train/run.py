@@ -24,8 +24,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from pcmr.data import Vocabulary, list_datasets, load_dataset
+from pcmr.inference import list_rerankers
+from pcmr.losses import create_loss, list_losses
+from pcmr.models import create_model, list_models, load_model, save_model
+from pcmr.similarity import list_similarities
 from pcmr.train.checkpoint import atomic_write_text
-from pcmr.train.config import ConfigError, RunConfig
+from pcmr.train.config import ConfigError, RunConfig, load_config
 
 __all__ = [
     "CONFIG_FILE",
@@ -72,8 +77,6 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def _load_split(config: RunConfig, split: str) -> Any:
-    from pcmr.data import load_dataset
-
     options = dict(config.data.options)
     if config.data.root is not None:
         root = Path(config.data.root).expanduser()
@@ -86,8 +89,6 @@ def _load_split(config: RunConfig, split: str) -> Any:
 
 
 def _load_vocab(config: RunConfig, train_split: Any, run_dir: Path) -> Any:
-    from pcmr.data import Vocabulary
-
     path = run_dir / VOCAB_FILE
     if path.is_file():  # resuming: the vocabulary of the run, not a rebuilt one
         return Vocabulary.load(path)
@@ -100,8 +101,6 @@ def _load_vocab(config: RunConfig, train_split: Any, run_dir: Path) -> Any:
 
 def build_parts(config: RunConfig, run_dir: Path) -> RunParts:
     """Load the splits, build (or reload) the vocabulary, create the model and the loss."""
-    from pcmr.losses import create_loss
-    from pcmr.models import create_model
 
     train_split = _load_split(config, config.data.train_split)
     val_split = _load_split(config, config.data.val_split) if config.train.validate_every > 0 else None
@@ -119,7 +118,6 @@ def save_model_atomically(
 ) -> Path:
     """``pcmr.models.save_model`` (with ``extra_json`` files) into ``RUN/<name>`` via a temporary
     folder and renames, so ``RUN/<name>`` is always a complete model."""
-    from pcmr.models import save_model
 
     final = run_dir / name
     tmp = run_dir / f".{name}.tmp-{os.getpid()}"
@@ -144,11 +142,6 @@ def _check_names(key: str, names: list[str], accepted: list[str]) -> None:
 def check_config(config: RunConfig) -> None:
     """Check the names a config refers to (model, loss, dataset, similarities, re-rankers) before a
     run folder is made; option values are checked by the factories when the run is built."""
-    from pcmr.data import list_datasets
-    from pcmr.inference import list_rerankers
-    from pcmr.losses import list_losses
-    from pcmr.models import list_models
-    from pcmr.similarity import list_similarities
 
     _check_names("model.name", [config.model["name"]], list(list_models()))
     _check_names("loss.name", [config.loss["name"]], list(list_losses()))
@@ -192,9 +185,6 @@ class TrainedRun:
 def load_run(run_dir: str | Path, *, which: str = MODEL_DIR, map_location: str = "cpu") -> TrainedRun:
     """Load ``RUN/config.yaml``, the model ``RUN/<which>`` (``model`` or ``model_last``), the
     vocabulary and the similarity options; errors name the missing file."""
-    from pcmr.data import Vocabulary
-    from pcmr.models import load_model
-    from pcmr.train.config import load_config
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
