@@ -186,7 +186,7 @@ def test_cache_key_carries_the_format_version(tmp_path):
 
 def _write_stale_entry(npz_path, json_path, fresh_split, meta_extra):
     """An entry in the layout of older code: relevance bits packed along the other axis, no format."""
-    from pcmr.data.cache import atomic_write_json, atomic_write_npz
+    from pcmr.atomic import atomic_write_json, atomic_write_npz
 
     arrays = dict(fresh_split)
     texts = arrays.pop("caption_texts")

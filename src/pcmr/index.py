@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.atomic import atomic_write_json, atomic_write_safetensors
 from pcmr.gaussian import Gaussian
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
@@ -176,8 +177,6 @@ class GalleryIndex:
     def save(self, directory: str | os.PathLike[str], include_model: bool = True) -> Path:
         """Write the index folder (see the module docstring). ``include_model=False`` stores only the
         embeddings (search by Gaussian queries still works)."""
-        from safetensors.torch import save_file
-
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         tensors = {}
@@ -185,9 +184,7 @@ class GalleryIndex:
             tensors[f"{modality}_mean"] = g.mean.detach().cpu().contiguous()
             if g.logvar is not None:
                 tensors[f"{modality}_logvar"] = g.logvar.detach().cpu().contiguous()
-        tmp = out / (EMBEDDINGS_FILE + ".tmp")
-        save_file(tensors, str(tmp))
-        os.replace(tmp, out / EMBEDDINGS_FILE)
+        atomic_write_safetensors(out / EMBEDDINGS_FILE, tensors)
         has_model = include_model and self.model is not None and self.vocab is not None
         if has_model:
             from pcmr.models import save_model
@@ -201,9 +198,7 @@ class GalleryIndex:
             "image_metadata": self.image_metadata, "similarity_options": self.similarity_options,
             "meta": self.meta, "model": MODEL_DIR if has_model else None, "vocab": VOCAB_FILE if has_model else None,
         }
-        tmp_meta = out / (META_FILE + ".tmp")
-        tmp_meta.write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp_meta, out / META_FILE)
+        atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
         return out
 
     @classmethod

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pcmr.atomic import atomic_write_text
 from pcmr.cli.train import start_run
 from pcmr.evaluation import evaluate_model, format_table, merge_rows
-from pcmr.train.checkpoint import atomic_write_text
 from pcmr.train.run import load_run, load_run_split
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pcmr.config import ConfigError, parse_override
 from pcmr.data import Vocabulary, list_datasets, load_dataset
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
 from pcmr.models import load_model
@@ -120,18 +121,16 @@ def parse_names(values: list[str] | None) -> list[str] | None:
 
 
 def _parse_option(item: str) -> tuple[str, str, Any]:
-    """``match_prob.a=12.5`` -> ``("match_prob", "a", 12.5)``."""
-    key, sep, value = item.partition("=")
-    owner, dot, option = key.partition(".")
-    if not sep or not dot or not owner or not option:
+    """``match_prob.a=12.5`` -> ``("match_prob", "a", 12.5)`` (the value read as in ``--set``)."""
+    try:
+        path, value = parse_override(item)
+    except ConfigError:
+        path, value = [], None
+    if len(path) != 2:
         raise ValueError(
             f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. match_prob.a=12.5 or csls.csls_k=10"
         )
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        parsed = value
-    return owner, option, parsed
+    return path[0], path[1], value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -1,9 +1,9 @@
-"""The on-disk cache of generated data, and atomic npz/json writes (never pickle).
+"""The on-disk cache of generated data (npz + json, never pickle).
 
 Cache root: ``$PCMR_CACHE`` if set, else ``$XDG_CACHE_HOME/pcmr``, else
-``~/.cache/pcmr``. Files are written to a temporary name in the target folder
-and moved into place with ``os.replace``, so a reader never sees half a file and
-two processes generating the same data do not corrupt each other.
+``~/.cache/pcmr``. Files are written with :mod:`pcmr.atomic` (a temporary file in the
+target folder moved into place), so a reader never sees half a file and two processes
+generating the same data do not corrupt each other.
 
 Cache format: :data:`CACHE_FORMAT_VERSION` names the layout of cached entries (which arrays, their
 shapes and dtypes, the metadata fields). It is part of every :func:`config_key`, so entries
@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import numpy as np
 #: (in the key and in each entry's metadata) and the consistency check of entries on reading
 CACHE_FORMAT_VERSION = 2
 
-__all__ = ["CACHE_FORMAT_VERSION", "cache_root", "config_key", "atomic_write_json", "atomic_write_npz", "load_npz"]
+__all__ = ["CACHE_FORMAT_VERSION", "cache_root", "config_key", "load_npz"]
 
 
 def cache_root() -> Path:
@@ -45,36 +44,6 @@ def config_key(config: dict[str, Any], format_version: int = CACHE_FORMAT_VERSIO
     (names a cache folder; another format version gives another name)."""
     text = json.dumps({"cache_format": format_version, "config": config}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _atomic_write(path: str | os.PathLike, write, suffix: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as UTF-8 JSON to ``path`` atomically."""
-    data = json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8")
-    _atomic_write(path, lambda handle: handle.write(data), ".json.tmp")
-
-
-def atomic_write_npz(path: str | os.PathLike, **arrays: np.ndarray) -> None:
-    """Write arrays to a compressed ``.npz`` atomically (object arrays are refused)."""
-    for name, array in arrays.items():
-        if np.asarray(array).dtype == object:
-            raise TypeError(f"array {name!r} has dtype object; only numeric arrays are cached (no pickle)")
-    _atomic_write(path, lambda handle: np.savez_compressed(handle, **arrays), ".npz.tmp")
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:

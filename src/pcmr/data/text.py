@@ -19,7 +19,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from pcmr.data.cache import atomic_write_json
+from pcmr.atomic import atomic_write_json
 from pcmr.data.errors import DataError, require_file
 from pcmr.data.split import RetrievalSplit
 
@@ -115,7 +115,7 @@ class Vocabulary:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the vocabulary as JSON (atomically)."""
-        atomic_write_json(path, self.to_dict())
+        atomic_write_json(path, self.to_dict(), indent=1, newline=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocabulary:

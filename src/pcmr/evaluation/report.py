@@ -11,6 +11,7 @@ columns.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -18,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pcmr.atomic import atomic_write_text
 
 __all__ = ["EvaluationResult", "format_table", "merge_rows", "COLUMN_TITLES"]
 
@@ -135,12 +138,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 @dataclass
 class EvaluationResult:
     """The result of :func:`pcmr.evaluation.evaluate_model`.
@@ -216,13 +213,12 @@ class EvaluationResult:
         """Write every column of every row (full precision; empty cell for ``None``)."""
         columns = _columns(self.rows, drop_empty=False)
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            for r in self.rows:
-                writer.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in columns})
-        os.replace(tmp, path)
+        handle = io.StringIO(newline="")
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for r in self.rows:
+            writer.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in columns})
+        atomic_write_text(path, handle.getvalue())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN/inf become null)."""
@@ -235,9 +231,9 @@ class EvaluationResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         written = {"markdown": out / "results.md", "csv": out / "results.csv", "json": out / "results.json"}
-        _atomic_write_text(written["markdown"], self.to_markdown())
+        atomic_write_text(written["markdown"], self.to_markdown())
         self.to_csv(written["csv"])
-        _atomic_write_text(written["json"], json.dumps(self.to_dict(), indent=2))
+        atomic_write_text(written["json"], json.dumps(self.to_dict(), indent=2))
         if plots and self.figures:
             from pcmr.evaluation.plots import save_figures
 

@@ -1,5 +1,7 @@
 """Typed model configuration: dataclasses, plain-dict conversion, YAML/JSON loading, overrides.
 
+Files and overrides go through :mod:`pcmr.config` (the override syntax of the whole package).
+
 A model is described by one :class:`ModelConfig` holding an image encoder, a text
 encoder and one head per modality (SPEC §7). Every field carries a comment saying
 what it controls; the named families live as YAML files under
@@ -13,14 +15,13 @@ keys), so a trainer can save the resolved config next to a run.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pcmr.config import apply_overrides, load_mapping
 
 __all__ = [
     "ImageEncoderConfig",
@@ -310,68 +311,8 @@ def _check_logvar_init(head: HeadConfig, side: str) -> None:
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) model config file into a plain dict."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"model config file {str(path)!r} does not exist")
-    text = path.read_text(encoding="utf-8")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".json":
-            data = json.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        else:
-            raise ValueError(
-                f"model config file {str(path)!r} must end in .json, .yaml or .yml, got {suffix!r}"
-            )
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
+    if path.is_file() and path.suffix.lower() not in (".json", ".yaml", ".yml"):
         raise ValueError(
-            f"model config file {str(path)!r} is not valid {suffix[1:].upper()}: {error}"
-        ) from error
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"model config file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}"
+            f"model config file {str(path)!r} must end in .json, .yaml or .yml, got {path.suffix.lower()!r}"
         )
-    return data
-
-
-def _merge(base: dict[str, Any], key: str, value: Any) -> None:
-    if key in _NESTED and isinstance(value, Mapping):
-        section = dict(base.get(key) or {})
-        for sub_key, sub_value in value.items():
-            if sub_value is not None:
-                section[sub_key] = sub_value
-        base[key] = section
-    else:
-        base[key] = value
-
-
-def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a copy of the plain-dict config ``data`` with ``overrides`` applied.
-
-    ``None`` values are ignored (unset command-line flags never override a config). Keys may be
-    top-level (``embed_dim=64``), dotted (``{"image_encoder.kind": "global_features"}``) or a
-    nested mapping (``image_encoder={"kind": "global_features"}``, merged field by field).
-    Unknown keys raise ``ValueError`` naming the key and the accepted keys.
-    """
-    result: dict[str, Any] = json.loads(json.dumps(dict(data)))
-    top_level = _accepted(ModelConfig)
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if "." in key:
-            section, _, sub_key = key.partition(".")
-            if section not in _NESTED:
-                raise ValueError(
-                    f"unknown model config key {key!r}; dotted keys start with one of: {', '.join(_NESTED)}"
-                )
-            accepted = _accepted(_NESTED[section])
-            if sub_key not in accepted:
-                raise ValueError(
-                    f"unknown model config key {key!r}; accepted keys of {section!r}: {', '.join(accepted)}"
-                )
-            _merge(result, section, {sub_key: value})
-        elif key in top_level:
-            _merge(result, key, value)
-        else:
-            raise ValueError(f"unknown model config key {key!r}; accepted keys: {', '.join(top_level)}")
-    return result
+    return load_mapping(path, "model config file")

@@ -63,7 +63,7 @@ def resolve_config(
     name_or_config: str | Path | ModelConfig | Mapping[str, Any], **overrides: Any
 ) -> ModelConfig:
     """Resolve a family name, a YAML/JSON file path, a :class:`ModelConfig` or a plain dict,
-    then apply ``overrides`` (see :func:`pcmr.models.config.apply_overrides`)."""
+    then apply ``overrides`` (keyword arguments; see :func:`pcmr.config.apply_overrides`)."""
     if isinstance(name_or_config, ModelConfig):
         data = config_to_dict(name_or_config)
     elif isinstance(name_or_config, Mapping):
@@ -84,7 +84,7 @@ def resolve_config(
             f"create_model expects a model name, a config file path, a ModelConfig or a dict, "
             f"got {type(name_or_config).__name__}"
         )
-    return config_from_dict(apply_overrides(data, overrides))
+    return config_from_dict(apply_overrides(data, overrides, schema=ModelConfig, label="model config"))
 
 
 # --------------------------------------------------------------------------- building

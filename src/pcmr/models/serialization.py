@@ -15,17 +15,16 @@ safetensors only, so opening someone else's model can never execute code.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from pcmr.atomic import atomic_write_json, atomic_write_safetensors
 from pcmr.models.config import config_from_dict, config_to_dict
 from pcmr.models.factory import build_model
 from pcmr.models.model import RetrievalModel
@@ -36,31 +35,6 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 _FORMAT = {"format": "pcmr.models", "format_version": "1"}
 _EXTRA_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(temp_path)`` on a temp file next to ``path``, then ``os.replace`` it into place."""
-    handle, temp_path = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        write(temp_path)
-        with open(temp_path, "rb") as file:
-            os.fsync(file.fileno())
-        os.replace(temp_path, path)
-    except BaseException:
-        if os.path.exists(temp_path):
-            os.unlink(temp_path)
-        raise
-
-
-def _write_json(path: Path, data: Any) -> None:
-    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
-
-    def write(temp_path: str) -> None:
-        with open(temp_path, "w", encoding="utf-8") as file:
-            file.write(text)
-
-    _atomic_write(path, write)
 
 
 def save_model(
@@ -94,10 +68,10 @@ def save_model(
             raise ValueError(f"extra_json[{name!r}] is not JSON-serialisable: {error}") from error
         encoded[stem] = value
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    _atomic_write(directory / WEIGHTS_FILE, lambda temp: save_file(state, temp, metadata=dict(_FORMAT)))
-    _write_json(directory / CONFIG_FILE, config_to_dict(model.config))
+    atomic_write_safetensors(directory / WEIGHTS_FILE, state, metadata=_FORMAT)
+    atomic_write_json(directory / CONFIG_FILE, config_to_dict(model.config))
     for stem, value in encoded.items():
-        _write_json(directory / f"{stem}.json", value)
+        atomic_write_json(directory / f"{stem}.json", value)
     return directory
 
 

@@ -21,7 +21,6 @@ never touched by a failed write.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
@@ -36,6 +35,8 @@ import torch
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import save as safetensors_save
 from torch import Tensor
+
+from pcmr.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
 
 __all__ = [
     "Checkpoint",
@@ -65,41 +66,11 @@ class CheckpointError(RuntimeError):
 # --------------------------------------------------------------------------- atomic file writes
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # platforms without directory fds
-        return
-    try:
-        with contextlib.suppress(OSError):  # some filesystems refuse fsync on a directory: best effort
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_synced(path: Path, data: bytes) -> None:
     with open(path, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old or the new content, never a mix."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    _write_synced(tmp, data)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """:func:`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-# --------------------------------------------------------------------------- RNG states
 
 
 def _b64(tensor: Tensor) -> str:
@@ -257,12 +228,12 @@ def save_checkpoint(
     _write_synced(tmp / WEIGHTS, weight_bytes)
     _write_synced(tmp / OPTIMIZER, opt_bytes)
     _write_synced(tmp / STATE, json.dumps(document).encode("utf-8"))
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
 
     if final.exists():  # left by a run killed between the rename and the LATEST update
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(checkpoint_dir)
+    fsync_dir(checkpoint_dir)
     atomic_write_text(checkpoint_dir / LATEST, name + "\n")
 
     complete = [p for p in list_checkpoints(checkpoint_dir) if p.name <= name]

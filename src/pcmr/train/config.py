@@ -13,21 +13,23 @@ field. ``model`` and ``loss`` are a ``name`` plus options that their factories
 check (their config dataclasses own those fields); :func:`pcmr.train.validate`
 does that check before any training starts.
 
-Every user error raises :class:`ConfigError` with one line naming the key, what
+Loading, type checking and the ``key.sub=value`` override syntax are those of
+:mod:`pcmr.config` (one parser for the library, the trainer and the command line);
+every user error raises :class:`ConfigError` with one line naming the key, what
 was given and what is accepted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from pcmr.atomic import atomic_write_text
+from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
 
 __all__ = [
     "ConfigError",
@@ -42,8 +44,6 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
-    """A run configuration (YAML file, ``--set`` override or field value) is invalid."""
 
 
 @dataclass
@@ -142,190 +142,25 @@ class RunConfig:
         return config
 
 
-# --------------------------------------------------------------------------- type checking
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "null"
-    if tp is Any:
-        return "any value"
-    if origin is not None:
-        return str(tp).replace("typing.", "")
-    return getattr(tp, "__name__", str(tp))
-
-
-_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Return ``value`` checked (and losslessly converted) against type ``tp``; raise ConfigError."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError:
-                continue
-        raise ConfigError(f"config key '{key}' expects {_type_name(tp)}, got {value!r}")
-    if origin is Literal:
-        if value in args:
-            return value
-        raise ConfigError(f"config key '{key}' expects {_type_name(tp)}, got {value!r}")
-    if dataclasses.is_dataclass(tp):
-        return build_dataclass(tp, value, where=key)
-    if origin in (list, tuple):
-        if isinstance(value, str):  # "--set eval.similarities=cosine,kl"
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"config key '{key}' expects a list, got {value!r}")
-        inner = args[0] if args else Any
-        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"config key '{key}' expects a mapping, got {value!r}")
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"config key '{key}' expects true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"config key '{key}' expects an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
-            return float(value)
-        raise ConfigError(f"config key '{key}' expects a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"config key '{key}' expects a string, got {value!r}")
-    if isinstance(tp, type) and isinstance(value, tp):
-        return value
-    raise ConfigError(f"config key '{key}' expects {_type_name(tp)}, got {value!r}")
-
-
-def build_dataclass(cls: type, raw: Any, where: str = "") -> Any:
-    """Instantiate dataclass ``cls`` from mapping ``raw``, rejecting unknown keys and wrong types.
-
-    Args:
-        cls: a dataclass type whose annotations give the accepted types.
-        raw: a mapping (``None`` means all defaults).
-        where: dotted prefix used in error messages (e.g. ``"train"``).
-    """
-    label = where or "the config"
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config section '{label}' must be a mapping of keys to values, got {raw!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in raw.items():
-        full = f"{where}.{key}" if where else str(key)
-        if key not in fields:
-            raise ConfigError(
-                f"unknown config key '{full}'; accepted keys in {label}: {', '.join(sorted(fields))}"
-            )
-        kwargs[key] = _coerce(value, hints[key], full)
-    return cls(**kwargs)
-
-
-# --------------------------------------------------------------------------- YAML + overrides
-
-
-def parse_value(text: str) -> Any:
-    """Parse an override value as YAML (``1e-3`` and ``none`` included)."""
-    if _FLOAT_RE.match(text.strip()) and not re.match(r"^[+-]?\d+$", text.strip()):
-        return float(text)
-    if text.strip().lower() in ("none", "null", "~"):
-        return None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """Split ``"train.lr=1e-3"`` into ``(["train", "lr"], 0.001)``."""
-    if "=" not in item:
-        raise ConfigError(f"override {item!r} must have the form key=value, e.g. train.epochs=3")
-    key, text = item.split("=", 1)
-    path = [part for part in key.strip().split(".")]
-    if not key.strip() or any(not part for part in path):
-        raise ConfigError(f"override {item!r} has an empty key; expected a dotted key such as train.lr")
-    return path, parse_value(text)
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of the nested mapping ``raw`` with each ``key=value`` override applied."""
-    import copy
-
-    result = copy.deepcopy(raw)
-    sections = {f.name for f in dataclasses.fields(RunConfig)}
-    for item in overrides:
-        path, value = parse_override(item)
-        if path[0] not in sections:
-            raise ConfigError(
-                f"unknown config key '{'.'.join(path)}'; top-level sections: {', '.join(sorted(sections))}"
-            )
-        node = result
-        for i, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(
-                    f"config key '{'.'.join(path[: i + 1])}' is not a section; cannot set {item!r}"
-                )
-            node = child
-        node[path[-1]] = value
-    return result
-
-
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
     """Load a recipe YAML (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
     raw: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
         try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
-            raise ConfigError(f"config file {path} is not valid YAML: {first}") from exc
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(
-                f"config file {path} must hold a mapping with sections model/loss/data/train/eval"
-            )
-        raw = loaded
-    raw = apply_overrides(raw, overrides or [])
+            raw = load_mapping(path)
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except ConfigError as exc:
+            if "must hold a mapping" in str(exc):
+                raise ConfigError(
+                    f"config file {path} must hold a mapping with sections model/loss/data/train/eval"
+                ) from None
+            raise
+    raw = apply_overrides(raw, overrides or [], schema=RunConfig)
     return RunConfig.from_dict(raw)
 
 
 def save_config(config: RunConfig, path: str | Path) -> None:
     """Write the resolved config as YAML (sections in a fixed order)."""
-    from pcmr.train.checkpoint import atomic_write_text
-
     text = yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False)
     atomic_write_text(Path(path), text)

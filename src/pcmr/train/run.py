@@ -24,12 +24,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from pcmr.atomic import atomic_write_text
 from pcmr.data import Vocabulary, list_datasets, load_dataset
 from pcmr.inference import list_rerankers
 from pcmr.losses import create_loss, list_losses
 from pcmr.models import create_model, list_models, load_model, save_model
 from pcmr.similarity import list_similarities
-from pcmr.train.checkpoint import atomic_write_text
 from pcmr.train.config import ConfigError, RunConfig, load_config
 
 __all__ = [
@@ -93,9 +93,7 @@ def _load_vocab(config: RunConfig, train_split: Any, run_dir: Path) -> Any:
     if path.is_file():  # resuming: the vocabulary of the run, not a rebuilt one
         return Vocabulary.load(path)
     vocab = Vocabulary.from_split(train_split, **config.data.vocab_options)
-    tmp = path.with_name(f".{VOCAB_FILE}.tmp-{os.getpid()}")
-    vocab.save(tmp)
-    os.replace(tmp, path)
+    vocab.save(path)  # atomic
     return vocab
 
 

@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pcmr.atomic import atomic_write_json, atomic_write_npz
 from pcmr.data.cache import (
     CACHE_FORMAT_VERSION,
-    atomic_write_json,
-    atomic_write_npz,
     cache_root,
     config_key,
     load_npz,
@@ -153,7 +152,7 @@ def load_shapes(split: str, **config: Any) -> RetrievalSplit:
             atomic_write_npz(npz_path, **{k: v for k, v in data.items() if k != "caption_texts"})
             atomic_write_json(json_path, {"cache_format": CACHE_FORMAT_VERSION, "config": cfg.generation_dict(),
                                           "split": split,
-                                          "caption_texts": data["caption_texts"]})
+                                          "caption_texts": data["caption_texts"]}, indent=1, newline=False)
     num_images, num_captions = data["pixels"].shape[0], len(data["caption_texts"])
     scenes = Scenes(objects=data["objects"], jitter=data["jitter"], background=data["background"])
     return RetrievalSplit(

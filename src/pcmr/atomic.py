@@ -1,0 +1,102 @@
+"""Atomic file writing: readers see the old content or the new, never half a file.
+
+Every writer here puts the data into a temporary file in the destination's folder
+(``.NAME.<random>.tmp``), flushes and ``fsync``s it, moves it into place with ``os.replace``
+(atomic on POSIX and Windows within one file system) and then ``fsync``s the folder, so the
+rename itself survives a power cut. A failed write removes its temporary file and leaves the
+destination untouched. Folders that must appear whole (checkpoints, saved models) are written
+to a temporary folder and renamed by their owners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+from safetensors.torch import save as safetensors_save
+
+__all__ = [
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_npz",
+    "atomic_write_safetensors",
+    "atomic_write_text",
+    "fsync_dir",
+]
+
+PathLike = str | os.PathLike[str]
+
+
+def fsync_dir(path: PathLike) -> None:
+    """``fsync`` a folder (makes a rename inside it durable); a no-op where the platform refuses."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory fds
+        return
+    try:
+        with contextlib.suppress(OSError):  # some file systems refuse fsync on a directory: best effort
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+    """Call ``write(handle)`` on a binary temp file next to ``path``, then move it into place.
+
+    Creates the parent folder when missing. Returns ``path`` as a :class:`~pathlib.Path`.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    return atomic_write(path, lambda handle: handle.write(data))
+
+
+def atomic_write_text(path: PathLike, text: str) -> Path:
+    """Write ``text`` as UTF-8 to ``path`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: PathLike, obj: Any, *, indent: int | None = 2, ensure_ascii: bool = False,
+                      newline: bool = True) -> Path:
+    """Write ``obj`` as UTF-8 JSON to ``path`` atomically (``newline``: end the file with one)."""
+    text = json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii) + ("\n" if newline else "")
+    return atomic_write_text(path, text)
+
+
+def atomic_write_npz(path: PathLike, **arrays: np.ndarray) -> Path:
+    """Write arrays to a compressed ``.npz`` atomically; object arrays are refused (no pickle)."""
+    for name, array in arrays.items():
+        if np.asarray(array).dtype == object:
+            raise TypeError(f"array {name!r} has dtype object; only numeric arrays are written (no pickle)")
+    return atomic_write(path, lambda handle: np.savez_compressed(handle, **arrays))
+
+
+def atomic_write_safetensors(path: PathLike, tensors: Mapping[str, torch.Tensor],
+                             metadata: Mapping[str, str] | None = None) -> Path:
+    """Write ``tensors`` (contiguous, CPU or not) as a safetensors file atomically."""
+    data = safetensors_save(dict(tensors), metadata=dict(metadata) if metadata is not None else None)
+    return atomic_write_bytes(path, data)
