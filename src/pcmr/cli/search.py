@@ -15,6 +15,8 @@ import argparse
 import json
 from typing import Any
 
+from pcmr.config import ConfigError, parse_override
+
 __all__ = ["add_parser", "run"]
 
 
@@ -92,13 +94,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _rerank_options(items: list[str]) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--option {item!r}: expected NAME=VALUE, e.g. beta=30, csls_k=10 or lam=2")
         try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            raise ValueError(f"--option {item!r}: VALUE must be a number") from None
+            path, value = parse_override(item)
+        except ConfigError:
+            path, value = [], None
+        if len(path) != 1:
+            raise ValueError(f"--option {item!r}: expected NAME=VALUE, e.g. beta=30, csls_k=10 or lam=2")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"--option {item!r}: VALUE must be a number")
+        options[path[0]] = value
     return options
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pcmr.config import parse_override
 from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
 from pcmr.train.recipes import find_recipe
 from pcmr.train.run import CONFIG_FILE
@@ -78,7 +79,7 @@ def start_run(
         if not (run_dir / CONFIG_FILE).is_file():
             raise ConfigError(f"--resume {run_dir}: not a run folder (no {CONFIG_FILE} in it)")
         for item in overrides:
-            if item.split("=", 1)[0].strip() not in RESUME_OVERRIDABLE:
+            if ".".join(parse_override(item)[0]) not in RESUME_OVERRIDABLE:
                 raise ConfigError(
                     f"--set {item} cannot change a run being resumed; allowed keys: {', '.join(RESUME_OVERRIDABLE)}"
                 )
