@@ -12,9 +12,9 @@ from pcmr.data.batching import caption_loader, image_loader, train_loader
 from pcmr.data.errors import DataError, MissingDataError, SkippedItem
 from pcmr.data.images import ArrayImages, FeatureImages, FileImages, ImageSource
 from pcmr.data.registry import list_datasets, load_dataset
-from pcmr.data.relevance import Relevance
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import SPECIAL_TOKENS, Vocabulary, tokenize
+from pcmr.relevance import Relevance
 
 __all__ = ["load_dataset", "list_datasets", "RetrievalSplit", "Relevance", "Vocabulary", "tokenize",
            "SPECIAL_TOKENS", "DataError", "MissingDataError", "SkippedItem", "ImageSource", "ArrayImages",

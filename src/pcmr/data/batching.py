@@ -18,9 +18,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from pcmr.data.augment import drop_words, erase_image
-from pcmr.data.relevance import Relevance
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import PAD_ID, Vocabulary
+from pcmr.relevance import Relevance
 
 __all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "ImageDataset", "CaptionDataset",
            "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader"]

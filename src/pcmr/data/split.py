@@ -14,7 +14,7 @@ import torch
 
 from pcmr.data.errors import SkippedItem
 from pcmr.data.images import ImageSource
-from pcmr.data.relevance import Relevance
+from pcmr.relevance import Relevance
 
 __all__ = ["RetrievalSplit", "TRAINING_SPLITS"]
 

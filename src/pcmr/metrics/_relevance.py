@@ -1,9 +1,10 @@
-"""Input checks and the relevance relation in its two forms (dense / sparse).
+"""Input checks and the relevance relation as the metrics take it.
 
-A relevance relation between Q queries and G gallery items is accepted either as a
-dense boolean tensor ``[Q, G]`` or as a sparse list of Q lists of positive gallery
-indices (the form needed when ``Q x G`` is large, e.g. the ECCV Caption positives).
-Internally the sparse form is a CSR pair ``(indptr [Q+1], indices [nnz])``.
+A relevance relation between Q queries and G gallery items (:data:`RelevanceInput`) is accepted
+as a dense boolean tensor ``[Q, G]``, as a list of Q lists of positive gallery indices (the form
+needed when ``Q x G`` is large, e.g. the ECCV Caption positives) or as a dataset's
+:class:`pcmr.relevance.Relevance` (``[N_img, N_cap]``, read transposed when the scores are
+``[N_cap, N_img]``). Internally the sparse form is a CSR pair ``(indptr [Q+1], indices [nnz])``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics import _kernel as kernel
+from pcmr.relevance import Relevance
 
-Relevance = Tensor | Sequence[Sequence[int]]
+#: What the metrics accept as a relevance relation (besides :class:`SparseRelevance`).
+RelevanceInput = Tensor | Sequence[Sequence[int]] | Relevance
 
 
 def check_scores(scores: Tensor, name: str = "scores") -> Tensor:
@@ -140,7 +143,7 @@ def from_pairs(rows: Tensor, cols: Tensor, num_rows: int, num_cols: int) -> Spar
     return SparseRelevance(indptr, cols, num_cols)
 
 
-def as_sparse(relevant: Relevance | SparseRelevance, num_queries: int, num_gallery: int,
+def as_sparse(relevant: RelevanceInput | SparseRelevance, num_queries: int, num_gallery: int,
               device: torch.device | None = None, name: str = "relevant") -> SparseRelevance:
     """Validate ``relevant`` against a ``[num_queries, num_gallery]`` score matrix and return CSR form."""
     if isinstance(relevant, SparseRelevance):
@@ -150,6 +153,18 @@ def as_sparse(relevant: Relevance | SparseRelevance, num_queries: int, num_galle
                 f"expected [{num_queries}, {num_gallery}] to match the scores"
             )
         return relevant.to(device) if device is not None else relevant
+    if isinstance(relevant, Relevance):
+        images, captions = (torch.from_numpy(a) for a in relevant.pairs())
+        if (relevant.num_images, relevant.num_captions) == (num_queries, num_gallery):
+            out = from_pairs(images, captions, num_queries, num_gallery)
+        elif (relevant.num_captions, relevant.num_images) == (num_queries, num_gallery):
+            out = from_pairs(captions, images, num_queries, num_gallery)
+        else:
+            raise ValueError(
+                f"{name} relates {relevant.num_images} images and {relevant.num_captions} captions; "
+                f"the scores are [{num_queries}, {num_gallery}]"
+            )
+        return out.to(device) if device is not None else out
     if isinstance(relevant, Tensor):
         if relevant.dim() != 2 or tuple(relevant.shape) != (num_queries, num_gallery):
             raise ValueError(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from pcmr.metrics._relevance import Relevance, SparseRelevance, as_sparse, check_scores
+from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse, check_scores
 from pcmr.metrics.extra_positives import ExtraPositives, coco_5k_test_ids, load_extra_positives
 from pcmr.metrics.hubness import skewness_by_k
 from pcmr.metrics.ranking import check_ks, summarize
@@ -68,7 +68,7 @@ def _mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
 
 def evaluate_retrieval(
     scores: Tensor,
-    relevance: Relevance,
+    relevance: RelevanceInput,
     *,
     ks: Sequence[int] = (1, 5, 10),
     num_folds: int | None = None,
@@ -145,7 +145,7 @@ def evaluate_coco(
     image_ids: Sequence[int] | None = None,
     caption_ids: Sequence[int] | None = None,
     *,
-    relevance: Relevance | None = None,
+    relevance: RelevanceInput | None = None,
     ks: Sequence[int] = (1, 5, 10),
     extra: Sequence[str] = ("cxc", "eccv"),
     missing: str = "count",

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from pcmr.metrics._relevance import Relevance, SparseRelevance, as_sparse, check_scores
+from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse, check_scores
 from pcmr.metrics.scan import PerQueryMetrics, Target, scan
 
 
@@ -61,7 +61,7 @@ def summarize(per_query: PerQueryMetrics, ks: Sequence[int] = (1, 5, 10), *,
     return out
 
 
-def per_query_metrics(scores: Tensor, relevant: Relevance | SparseRelevance, *, precision: bool = True,
+def per_query_metrics(scores: Tensor, relevant: RelevanceInput | SparseRelevance, *, precision: bool = True,
                       block_size: int | None = None) -> PerQueryMetrics:
     """Per-query rank of the best positive and R-Precision / MAP@R (in [0, 1]), each ``[Q]``.
 
@@ -75,7 +75,7 @@ def per_query_metrics(scores: Tensor, relevant: Relevance | SparseRelevance, *, 
 
 def retrieval_metrics(
     scores: Tensor,
-    relevant: Relevance | SparseRelevance,
+    relevant: RelevanceInput | SparseRelevance,
     ks: Sequence[int] = (1, 5, 10),
     *,
     block_size: int | None = None,
@@ -100,7 +100,7 @@ def retrieval_metrics(
     return summarize(per_query_metrics(scores, relevant, block_size=block_size), ks)
 
 
-def first_positive_ranks(scores: Tensor, relevant: Relevance | SparseRelevance, *,
+def first_positive_ranks(scores: Tensor, relevant: RelevanceInput | SparseRelevance, *,
                          block_size: int | None = None) -> Tensor:
     """1-based rank of each query's best-ranked positive, LongTensor ``[Q]`` (0: no positive)."""
     return per_query_metrics(scores, relevant, precision=False, block_size=block_size).ranks

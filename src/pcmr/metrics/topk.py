@@ -7,15 +7,17 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from pcmr.metrics._relevance import Relevance, SparseRelevance, as_sparse
+from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse
+from pcmr.relevance import Relevance
 
 
-def recall_at_k_from_topk(topk: Tensor, relevant: Relevance | SparseRelevance, k: int | None = None) -> float:
+def recall_at_k_from_topk(topk: Tensor, relevant: RelevanceInput | SparseRelevance, k: int | None = None) -> float:
     """Recall@K (percent) from ranked lists: a query is a hit if a positive is among its first k items.
 
     SPEC §6 (R@K). Args:
         topk: LongTensor ``[Q, k_list]``, row q = gallery indices ranked best first.
-        relevant: dense BoolTensor ``[Q, G]`` or a list of Q lists of positive gallery indices.
+        relevant: dense BoolTensor ``[Q, G]``, a list of Q lists of positive gallery indices or a
+            :class:`pcmr.relevance.Relevance`.
             With a list, G is taken as ``max(topk.max(), max positive) + 1``.
         k: how many leading items to look at (default: all ``k_list`` columns); must be <= ``k_list``.
 
@@ -36,6 +38,8 @@ def recall_at_k_from_topk(topk: Tensor, relevant: Relevance | SparseRelevance, k
         num_gallery = relevant.shape[-1] if relevant.dim() == 2 else -1
     elif isinstance(relevant, SparseRelevance):
         num_gallery = relevant.num_gallery
+    elif isinstance(relevant, Relevance):  # image -> caption, or caption -> image when Q = N_cap
+        num_gallery = relevant.num_captions if num_queries == relevant.num_images else relevant.num_images
     elif isinstance(relevant, Sequence) and not isinstance(relevant, (str, bytes)):
         largest = max((max(int(i) for i in p) for p in relevant if len(p)), default=-1)
         num_gallery = max(int(topk.max()) if topk.numel() else -1, largest) + 1

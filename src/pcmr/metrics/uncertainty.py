@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pcmr.metrics._relevance import Relevance, SparseRelevance, check_scores
+from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, check_scores
 from pcmr.metrics.ranking import per_query_metrics
 from pcmr.metrics.report import MetricsReport
 
 
 def recall_by_uncertainty(
     scores: Tensor,
-    relevant: Relevance | SparseRelevance,
+    relevant: RelevanceInput | SparseRelevance,
     uncertainty: Tensor,
     *,
     num_bins: int = 10,

@@ -26,7 +26,6 @@ from pcmr.data.cache import (
 )
 from pcmr.data.errors import DataError
 from pcmr.data.images import ArrayImages
-from pcmr.data.relevance import Relevance
 from pcmr.data.shapes.config import SHAPES_SPLITS, ShapesConfig, split_seed
 from pcmr.data.shapes.controlled import generate_binary_selection
 from pcmr.data.shapes.grammar import caption_text, sample_captions
@@ -40,6 +39,7 @@ from pcmr.data.shapes.scene import (
     sample_scenes,
 )
 from pcmr.data.split import RetrievalSplit
+from pcmr.relevance import Relevance
 
 __all__ = ["ShapesConfig", "SHAPES_SPLITS", "load_shapes", "generate_shapes_split", "split_seed"]
 

@@ -14,9 +14,9 @@ from itertools import combinations
 
 import numpy as np
 
-from pcmr.data.relevance import Relevance
 from pcmr.data.shapes.grammar import decode_predicate
 from pcmr.data.shapes.scene import SHAPE
+from pcmr.relevance import Relevance
 
 __all__ = ["predicate_masks", "shapes_relevance"]
 
