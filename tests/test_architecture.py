@@ -1,0 +1,165 @@
+"""Package structure: no import cycle inside pcmr, and no function-local import hiding one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (file, is_package) for every module of src/pcmr."""
+    found = {}
+    for path in sorted((SRC / "pcmr").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        found[".".join(parts)] = (path, is_package)
+    return found
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> list[str]:
+    """The pcmr modules an import statement loads (``from pkg import submodule`` names the submodule)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            origin = ".".join(base + ([node.module] if node.module else []))
+        else:
+            origin = node.module or ""
+        names = [f"{origin}.{a.name}" if f"{origin}.{a.name}" in known else origin for a in node.names]
+    out = []
+    for name in names:
+        while name and name not in known:  # "pcmr.data.split.RetrievalSplit" -> "pcmr.data.split"
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            out.append(name)
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]], list[tuple[str, int, str]]]:
+    """``(top, every, local)``: module-level import edges inside pcmr, the edges with function-local
+    imports added, and the function-local imports themselves as (module, line, statement)."""
+    modules = _modules()
+    known = set(modules)
+    top: dict[str, set[str]] = {m: set() for m in modules}
+    every: dict[str, set[str]] = {m: set() for m in modules}
+    local: list[tuple[str, int, str]] = []
+    for module, (path, is_package) in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        module_level: set[int] = set()
+        pending = list(tree.body)
+        while pending:  # statements run at import time: the body, and try/if blocks in it
+            stmt = pending.pop()
+            module_level.add(id(stmt))
+            if isinstance(stmt, ast.If) and _is_type_checking(stmt):
+                continue  # annotations only: never executed
+            if isinstance(stmt, (ast.If, ast.Try)):
+                pending.extend(stmt.body + stmt.orelse + getattr(stmt, "finalbody", []))
+                for handler in getattr(stmt, "handlers", []):
+                    pending.extend(handler.body)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            targets = _targets(node, module, is_package, known)
+            if id(node) in module_level:
+                top[module].update(targets)
+            else:
+                local.append((module, node.lineno, ast.unparse(node)))
+            every[module].update(targets)
+    return top, every, local
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = 0
+
+    def visit(node: str) -> None:
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def _edges(graph: dict[str, set[str]], cycle: list[str]) -> list[str]:
+    members = set(cycle)
+    return [f"{a} -> {b}" for a in cycle for b in sorted(graph[a] & members)]
+
+
+def test_find_cycles_on_known_graphs():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}}) == [["a", "b"], ["c", "d"]]
+
+
+def test_the_graph_sees_relative_and_submodule_imports():
+    top, _, _ = import_graph()
+    assert "pcmr.data.split" in top["pcmr.data.batching"]  # from pcmr.data.split import RetrievalSplit
+    assert "pcmr.gaussian" in top["pcmr"]
+    assert "pcmr.data.batching" not in top["pcmr.data.split"]
+
+
+def test_no_import_cycle_inside_pcmr():
+    top, _, _ = import_graph()
+    cycles = find_cycles(top)
+    assert not cycles, "import cycles: " + "; ".join(", ".join(_edges(top, c)) for c in cycles)
+
+
+def test_function_local_imports_do_not_hide_a_cycle():
+    """Hoisting every function-local import to module level must not create a cycle: local imports
+    are for optional dependencies or start-up time, never to break a cycle."""
+    _, every, local = import_graph()
+    cycles = find_cycles(every)
+    listing = "\n".join(f"  {m}:{line}: {stmt}" for m, line, stmt in local)
+    assert not cycles, (
+        "cycles through function-local imports: "
+        + "; ".join(", ".join(_edges(every, c)) for c in cycles)
+        + f"\nfunction-local imports ({len(local)}):\n{listing}"
+    )
+
+
+def test_library_never_imports_the_trainer_or_the_cli():
+    top, every, _ = import_graph()
+    for module, targets in every.items():
+        if module.startswith(("pcmr.train", "pcmr.cli")) or module == "pcmr.__main__":
+            continue
+        bad = sorted(t for t in targets if t.startswith(("pcmr.train", "pcmr.cli")))
+        assert not bad, f"{module} imports {bad}"
