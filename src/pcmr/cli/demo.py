@@ -26,7 +26,6 @@ DEMO_OVERRIDES = [
     "data.batch_size=128",
     "train.epochs=6",
     "train.lr=0.001",
-    "train.progress=false",
 ]
 
 # the comparison table's columns (the full table of each model is in its report)
@@ -64,7 +63,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="KEY=VALUE",
         help="extra config override applied to both recipes (repeatable), e.g. --set train.epochs=2",
     )
-    parser.add_argument("--progress", action="store_true", help="show training progress bars")
+    parser.add_argument("--progress", action="store_const", const=True, default=None,
+                        help="progress bars even when output is not a terminal (default: bars only on a "
+                             "terminal, plain per-epoch lines otherwise)")
     return parser
 
 
@@ -84,7 +85,7 @@ def _prepare(out: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def evaluate_run(run_dir: Path, out_dir: Path, progress: bool = False) -> Any:
+def evaluate_run(run_dir: Path, out_dir: Path, progress: bool | None = None) -> Any:
     """Evaluate a run's selected model on its test split (``eval`` section of its config)."""
 
     trained = load_run(run_dir)

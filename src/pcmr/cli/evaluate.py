@@ -204,7 +204,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--batch-size", type=int, default=None, help="items per encoding batch (default 256)")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
-    parser.add_argument("--progress", action="store_true", help="show progress bars while encoding")
+    parser.add_argument("--progress", action="store_const", const=True, default=None,
+                        help="progress bars while encoding even when output is not a terminal "
+                             "(default: bars only on a terminal)")
     return parser
 
 

@@ -49,7 +49,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--name", metavar="NAME", help="run folder name (default: <recipe>-<date>-<time>)")
     parser.add_argument("--device", metavar="DEVICE", help="torch device, e.g. cpu or cuda (train.device)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars (train.progress=false)")
+    bars = parser.add_mutually_exclusive_group()
+    bars.add_argument("--progress", action="store_true",
+                      help="progress bars even when output is not a terminal (train.progress=true)")
+    bars.add_argument("--no-progress", action="store_true",
+                      help="no progress bars and no per-epoch lines (train.progress=false); by default bars "
+                           "are drawn only on a terminal, plain per-epoch lines otherwise")
     return parser
 
 
@@ -59,6 +64,8 @@ def _extra_overrides(args: argparse.Namespace) -> list[str]:
         extra.append(f"train.device={args.device}")
     if args.no_progress:
         extra.append("train.progress=false")
+    if args.progress:
+        extra.append("train.progress=true")
     return extra
 
 

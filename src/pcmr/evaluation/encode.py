@@ -8,15 +8,18 @@ Gaussians in the row order of the split (``image_index`` / ``caption_index`` of 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from pcmr.data.batching import caption_loader, image_loader
 from pcmr.gaussian import Gaussian
+from pcmr.progress import progress_enabled
 
 __all__ = ["encode_split", "encode_images", "encode_captions", "encode_texts", "encode_image_files",
            "model_device", "split_image_metadata", "caption_batch"]
@@ -47,12 +50,11 @@ def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in batch.items()}
 
 
-def _progress(iterable: Iterable[Any], enabled: bool, desc: str) -> Iterable[Any]:
-    if not enabled:
+def _progress(iterable: Iterable[Any], enabled: bool | None, desc: str) -> Iterable[Any]:
+    """``iterable`` wrapped in a bar when ``enabled`` (``None``: only on a terminal, see :mod:`pcmr.progress`)."""
+    if not progress_enabled(enabled):
         return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, desc=desc, leave=False)
+    return tqdm(iterable, desc=desc, leave=False, file=sys.stderr)
 
 
 def _collect(pieces: list[tuple[Tensor, Gaussian]], total: int, what: str) -> Gaussian:

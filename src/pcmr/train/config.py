@@ -88,7 +88,9 @@ class TrainConfig:
     keep_checkpoints: int = 2  # complete checkpoints kept on disk (>= 1)
     max_steps_per_epoch: int | None = None  # truncate epochs (smoke tests); None: full epochs
     device: str = "cpu"  # torch device string, e.g. cpu, cuda, cuda:1
-    progress: bool = True  # tqdm bars with loss terms and throughput
+    # tqdm bars with loss terms and throughput: true (always), false (none, and no per-epoch lines),
+    # null (bars only when stderr is a terminal; plain per-epoch lines otherwise)
+    progress: bool | None = None
     log_every: int = 10  # steps between JSONL log lines
 
 

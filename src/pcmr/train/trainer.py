@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from pcmr.data.batching import train_loader
+from pcmr.progress import progress_bar, progress_enabled, write_line
 from pcmr.train.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -239,11 +240,8 @@ class Trainer:
             self.progress["epoch_totals"] = {}
         totals: dict[str, float] = self.progress.setdefault("epoch_totals", {})  # sums over the epoch's steps
         count = 0
-        bar = None
-        if train.progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=self.steps_per_epoch, initial=skip, desc=f"epoch {epoch + 1}/{train.epochs}")
+        bar = progress_bar(self.steps_per_epoch, f"epoch {epoch + 1}/{train.epochs}", enabled=train.progress,
+                           initial=skip)
         iterator = iter(loader)
         while True:
             seed_everything(train.seed, self.progress["global_step"])
@@ -326,14 +324,12 @@ class Trainer:
         write_json(self.run_dir / RUN_FILE, summary)
 
     def _print_epoch(self, record: dict[str, Any]) -> None:
-        from tqdm.auto import tqdm
-
         shown = ", ".join(f"{k} {v:.4g}" for k, v in list(record["train"].items())[:4])
         line = f"epoch {record['epoch']}/{self.config.train.epochs}: {shown} ({record['seconds']:.0f} s)"
         if record["val"] is not None:
             val = record["val"]
             line += f"; val {self.similarity}: rsum {val['rsum']:.1f}, R-Precision {val['r_precision']:.1f}"
-        tqdm.write(line)
+        write_line(line, bars=progress_enabled(self.config.train.progress))
 
     def fit(self) -> dict[str, Any]:
         """Train to the last epoch (continuing a checkpoint when resuming); return the run summary."""
@@ -355,7 +351,7 @@ class Trainer:
                 self.progress["step_in_epoch"] = 0
                 self._save_checkpoint()
                 self.log.write("epoch", **record)
-                if train.progress:
+                if train.progress is not False:  # bars or not, one plain line per epoch
                     self._print_epoch(record)
                 self._write_summary("running")
             if self.progress["best_epoch"] is None:  # no validation: the last model is the selected one
