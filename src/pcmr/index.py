@@ -35,7 +35,10 @@ import torch
 from torch import Tensor
 
 from pcmr.atomic import atomic_write_json, atomic_write_safetensors
+from pcmr.data.split import RetrievalSplit
+from pcmr.data.text import Vocabulary
 from pcmr.gaussian import Gaussian
+from pcmr.models.model import RetrievalModel
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
 
@@ -126,7 +129,8 @@ class GalleryIndex:
                  caption_ids: Sequence[Any], caption_texts: Sequence[str],
                  image_metadata: Sequence[dict[str, Any]] | None = None,
                  similarity_options: dict[str, dict[str, Any]] | None = None,
-                 meta: dict[str, Any] | None = None, model: Any = None, vocab: Any = None) -> None:
+                 meta: dict[str, Any] | None = None, model: RetrievalModel | None = None,
+                 vocab: Vocabulary | None = None) -> None:
         if images.dim != captions.dim:
             raise ValueError(f"images have D={images.dim} but captions D={captions.dim}; expected the same D")
         for name, values, n in (("image_ids", image_ids, images.num), ("caption_ids", caption_ids, captions.num),
@@ -154,7 +158,7 @@ class GalleryIndex:
 
     # ----------------------------------------------------------------- building
     @classmethod
-    def build(cls, model: Any, split: Any, vocab: Any, *, batch_size: int = 256,
+    def build(cls, model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = 256,
               device: torch.device | str | None = None, similarity_options: dict[str, dict[str, Any]] | None = None,
               meta: dict[str, Any] | None = None, progress: bool = False) -> GalleryIndex:
         """Encode every image and caption of a retrieval split with ``model`` (eval mode, no grad).

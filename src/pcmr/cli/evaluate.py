@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.config import ConfigError, parse_override
-from pcmr.data import Vocabulary, list_datasets, load_dataset
+from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
 from pcmr.models import load_model
 from pcmr.similarity import list_similarities
+from pcmr.train.config import RunConfig
 from pcmr.train.run import CONFIG_FILE, SIMILARITY_OPTIONS_FILE, VOCAB_FILE, load_run, load_run_split
 
 __all__ = ["add_parser", "run", "LoadedModel", "load_run_or_model", "load_split", "parse_names"]
@@ -84,7 +85,8 @@ def load_run_or_model(
     return LoadedModel(model, Vocabulary.load(vocab_file), options, None, source)
 
 
-def load_split(data: str | None, split: str, config: Any, data_name: str | None = None) -> Any:
+def load_split(data: str | None, split: str, config: RunConfig | None,
+               data_name: str | None = None) -> RetrievalSplit:
     """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
     (format ``data_name``, default: detected from its files); None, or the run's own dataset name,
     uses the run config's data section (same root and options as training)."""

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm import tqdm
 
 from pcmr.data.batching import caption_loader, image_loader
+from pcmr.data.split import RetrievalSplit
+from pcmr.data.text import Vocabulary
 from pcmr.gaussian import Gaussian
+from pcmr.models.model import RetrievalModel
 from pcmr.progress import progress_enabled
 
 __all__ = ["encode_split", "encode_images", "encode_captions", "encode_texts", "encode_image_files",
            "model_device", "split_image_metadata", "caption_batch"]
 
 
-def model_device(model: Any, device: torch.device | str | None = None) -> torch.device:
+def model_device(model: nn.Module, device: torch.device | str | None = None) -> torch.device:
     """``device`` if given, else the device of the model's first parameter (CPU for none)."""
     if device is not None:
         return torch.device(device)
@@ -35,7 +38,7 @@ def model_device(model: Any, device: torch.device | str | None = None) -> torch.
 
 
 @contextmanager
-def eval_mode(model: Any):
+def eval_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode and no grad inside the block; the model's previous mode is restored after."""
     was_training = bool(getattr(model, "training", False))
     model.eval()
@@ -80,7 +83,7 @@ def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key
     return _collect(pieces, total, what)
 
 
-def encode_images(model: Any, split: Any, *, batch_size: int = 256, device: torch.device | str | None = None,
+def encode_images(model: RetrievalModel, split: RetrievalSplit, *, batch_size: int = 256, device: torch.device | str | None = None,
                   progress: bool = False) -> Gaussian:
     """All images of ``split`` as ``Gaussian [N_img, D]`` on ``device``."""
     dev = model_device(model, device)
@@ -88,7 +91,7 @@ def encode_images(model: Any, split: Any, *, batch_size: int = 256, device: torc
                    dev, progress, "images")
 
 
-def encode_captions(model: Any, split: Any, vocab: Any, *, batch_size: int = 256,
+def encode_captions(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = 256,
                     device: torch.device | str | None = None, progress: bool = False) -> Gaussian:
     """All captions of ``split`` as ``Gaussian [N_cap, D]`` on ``device``."""
     dev = model_device(model, device)
@@ -96,7 +99,7 @@ def encode_captions(model: Any, split: Any, vocab: Any, *, batch_size: int = 256
                    split.num_captions, dev, progress, "captions")
 
 
-def encode_split(model: Any, split: Any, vocab: Any, *, batch_size: int = 256,
+def encode_split(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = 256,
                  device: torch.device | str | None = None, progress: bool = False) -> tuple[Gaussian, Gaussian]:
     """Encode every image and caption of a retrieval split (model in eval mode, no grad).
 
@@ -110,7 +113,7 @@ def encode_split(model: Any, split: Any, vocab: Any, *, batch_size: int = 256,
     return images, captions
 
 
-def caption_batch(vocab: Any, texts: Sequence[str]) -> dict[str, Any]:
+def caption_batch(vocab: Vocabulary, texts: Sequence[str]) -> dict[str, Any]:
     """An evaluation caption batch (``captions [B, L]`` padded with 0, ``caption_lengths [B]``,
     ``caption_texts``, ``caption_index``) built like the dataset's caption loader: ``<start>`` words
     ``<end>``."""
@@ -127,7 +130,7 @@ def caption_batch(vocab: Any, texts: Sequence[str]) -> dict[str, Any]:
             "caption_texts": list(texts), "caption_index": torch.arange(len(ids))}
 
 
-def encode_texts(model: Any, vocab: Any, texts: Sequence[str], *, device: torch.device | str | None = None,
+def encode_texts(model: RetrievalModel, vocab: Vocabulary, texts: Sequence[str], *, device: torch.device | str | None = None,
                  batch_size: int = 256) -> Gaussian:
     """Encode raw caption texts with ``model`` -> ``Gaussian [len(texts), D]`` on ``device``."""
     dev = model_device(model, device)
@@ -141,7 +144,7 @@ def encode_texts(model: Any, vocab: Any, texts: Sequence[str], *, device: torch.
     return Gaussian.cat(pieces)
 
 
-def encode_image_files(model: Any, paths: Sequence[str | os.PathLike[str]], *, image_size: int | None,
+def encode_image_files(model: RetrievalModel, paths: Sequence[str | os.PathLike[str]], *, image_size: int | None,
                        device: torch.device | str | None = None) -> Gaussian:
     """Decode image files with Pillow, preprocess them like the dataset (RGB, resized to
     ``image_size`` x ``image_size``, ImageNet normalisation; ``pcmr.data.images.FileImages``) and
@@ -164,7 +167,7 @@ def encode_image_files(model: Any, paths: Sequence[str | os.PathLike[str]], *, i
         return model.encode_images(batch).detach()
 
 
-def split_image_metadata(split: Any) -> list[dict[str, Any]] | None:
+def split_image_metadata(split: RetrievalSplit) -> list[dict[str, Any]] | None:
     """JSON-storable per-image metadata of a split: ``path`` (image files), ``labels`` (names of the
     image's class labels, e.g. shapes' "red circle" or COCO categories); None when it has neither."""
     paths = getattr(getattr(split, "images", None), "paths", None)
@@ -182,7 +185,7 @@ def split_image_metadata(split: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-def image_input_size(split: Any) -> int | None:
+def image_input_size(split: RetrievalSplit) -> int | None:
     """Side of the split's pixel images (None when the split holds precomputed features)."""
     batch = next(iter(image_loader(split, 1)))
     images = batch["images"]

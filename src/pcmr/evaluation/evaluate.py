@@ -15,17 +15,21 @@ text->image on ``S.T`` (SPEC §1).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from pcmr.data.split import RetrievalSplit
+from pcmr.data.text import Vocabulary
 from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.figures import decile_series, embeddings_2d_series, k_occurrence_histogram
 from pcmr.evaluation.report import EvaluationResult
 from pcmr.evaluation.scoring import check_names, get_method, matching_topk, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
+from pcmr.models.model import RetrievalModel
 
 __all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
            "DEFAULT_LAMBDA_GRID"]
@@ -289,10 +293,10 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
     return result
 
 
-def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence[str] = DEFAULT_SIMILARITIES,
+def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, similarities: Sequence[str] = DEFAULT_SIMILARITIES,
                    rerankers: Sequence[str] = DEFAULT_RERANKERS,
-                   similarity_options: dict[str, dict[str, Any]] | None = None, val_split: Any = None,
-                   batch_size: int = 256, device: torch.device | str | None = None, out_dir: Any = None,
+                   similarity_options: dict[str, dict[str, Any]] | None = None, val_split: RetrievalSplit | None = None,
+                   batch_size: int = 256, device: torch.device | str | None = None, out_dir: str | os.PathLike[str] | None = None,
                    progress: bool = False, ks: Sequence[int] = (1, 5, 10),
                    rerank_options: dict[str, dict[str, Any]] | None = None,
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",

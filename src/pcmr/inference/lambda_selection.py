@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from pcmr.inference.rerankers import get_reranker
+from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
 
 #: Default candidates: from GM-like (1) to unconstrained (inf = NNS on the re-weighted scores).
 DEFAULT_LAMBDA_GRID: tuple[float, ...] = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0, math.inf)
@@ -34,7 +35,7 @@ class LambdaSelection:
 
 def select_lambda(
     val_scores: Tensor,
-    val_relevant: object,
+    val_relevant: RelevanceInput | SparseRelevance,
     ks: Iterable[int] = (1, 5, 10),
     grid: Iterable[float] = DEFAULT_LAMBDA_GRID,
     *,

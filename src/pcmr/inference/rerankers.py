@@ -23,6 +23,7 @@ from pcmr.inference._backend import BACKENDS
 from pcmr.inference._ordering import check_positive_int, check_score_matrix, ordered_topk
 from pcmr.inference.matching import check_lam, relaxed_greedy_matching
 from pcmr.inference.rescoring import csls, inverted_softmax
+from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
 
 # name -> (re-weighting, matching); an explicit table, no parsing of names
 _RERANKERS: dict[str, tuple[str, str]] = {
@@ -91,7 +92,7 @@ class Reranker:
         """
         return self._topk_rescored(self.rescore(scores), k)
 
-    def recall(self, scores: Tensor, relevant: object, ks: Iterable[int] = (1, 5, 10)) -> dict[str, float]:
+    def recall(self, scores: Tensor, relevant: RelevanceInput | SparseRelevance, ks: Iterable[int] = (1, 5, 10)) -> dict[str, float]:
         """``{"R@K": percent}`` for each K in ``ks`` (SPEC §6), one direction.
 
         ``relevant``: dense BoolTensor ``[Q, G]`` or a list of Q lists of positive gallery indices (as
@@ -101,7 +102,7 @@ class Reranker:
         return self.recall_rescored(self.rescore(scores), relevant, ks)
 
     def recall_rescored(
-        self, rescored: Tensor, relevant: object, ks: Iterable[int] = (1, 5, 10)
+        self, rescored: Tensor, relevant: RelevanceInput | SparseRelevance, ks: Iterable[int] = (1, 5, 10)
     ) -> dict[str, float]:
         """``recall`` for scores already re-weighted by ``self.rescore`` (re-weight once, match many times)."""
         from pcmr.metrics import recall_at_k_from_topk

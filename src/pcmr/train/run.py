@@ -25,10 +25,10 @@ import torch
 from torch import nn
 
 from pcmr.atomic import atomic_write_text
-from pcmr.data import Vocabulary, list_datasets, load_dataset
+from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
 from pcmr.inference import list_rerankers
-from pcmr.losses import create_loss, list_losses
-from pcmr.models import create_model, list_models, load_model, save_model
+from pcmr.losses import RetrievalLoss, create_loss, list_losses
+from pcmr.models import RetrievalModel, create_model, list_models, load_model, save_model
 from pcmr.similarity import list_similarities
 from pcmr.train.config import ConfigError, RunConfig, load_config
 
@@ -64,11 +64,11 @@ CHECKPOINT_DIR = "checkpoints"
 class RunParts:
     """Everything a training run needs, built from a :class:`RunConfig`."""
 
-    train_split: Any  # pcmr.data.RetrievalSplit
-    val_split: Any | None
-    vocab: Any  # pcmr.data.Vocabulary
-    model: nn.Module
-    loss: nn.Module
+    train_split: RetrievalSplit
+    val_split: RetrievalSplit | None
+    vocab: Vocabulary
+    model: RetrievalModel
+    loss: RetrievalLoss
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -76,7 +76,7 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write_text(Path(path), json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def _load_split(config: RunConfig, split: str) -> Any:
+def _load_split(config: RunConfig, split: str) -> RetrievalSplit:
     options = dict(config.data.options)
     if config.data.root is not None:
         root = Path(config.data.root).expanduser()
@@ -88,7 +88,7 @@ def _load_split(config: RunConfig, split: str) -> Any:
     return load_dataset(config.data.name, split, **options)
 
 
-def _load_vocab(config: RunConfig, train_split: Any, run_dir: Path) -> Any:
+def _load_vocab(config: RunConfig, train_split: RetrievalSplit, run_dir: Path) -> Vocabulary:
     path = run_dir / VOCAB_FILE
     if path.is_file():  # resuming: the vocabulary of the run, not a rebuilt one
         return Vocabulary.load(path)
@@ -175,8 +175,8 @@ class TrainedRun:
 
     run_dir: Path
     config: RunConfig
-    model: nn.Module
-    vocab: Any
+    model: RetrievalModel
+    vocab: Vocabulary
     similarity_options: dict[str, dict[str, Any]]
 
 
@@ -204,6 +204,6 @@ def load_run(run_dir: str | Path, *, which: str = MODEL_DIR, map_location: str =
     )
 
 
-def load_run_split(config: RunConfig, split: str) -> Any:
+def load_run_split(config: RunConfig, split: str) -> RetrievalSplit:
     """The split ``split`` of the run's dataset (same name, root and options as training)."""
     return _load_split(config, split)

@@ -11,13 +11,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from pcmr.data.split import RetrievalSplit
+from pcmr.data.text import Vocabulary
+
 __all__ = ["validate"]
 
 
 def validate(
     model: nn.Module,
-    split: Any,
-    vocab: Any,
+    split: RetrievalSplit,
+    vocab: Vocabulary,
     *,
     similarity: str,
     similarity_options: dict[str, Any] | None = None,
