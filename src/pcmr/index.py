@@ -32,12 +32,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from torch import Tensor
 
 from pcmr.atomic import atomic_write_json, atomic_write_safetensors
+from pcmr.data import Vocabulary
 from pcmr.data.split import RetrievalSplit
-from pcmr.data.text import Vocabulary
+from pcmr.evaluation.encode import (
+    encode_image_files,
+    encode_split,
+    encode_texts,
+    image_input_size,
+    split_image_metadata,
+)
+from pcmr.evaluation.scoring import check_similarity_supported, rerank_topk, score_matrix
 from pcmr.gaussian import Gaussian
+from pcmr.models import load_model as load_pcmr_model
+from pcmr.models import save_model
 from pcmr.models.model import RetrievalModel
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
@@ -166,7 +178,6 @@ class GalleryIndex:
         ``split`` is a ``pcmr.data`` retrieval split (``image_ids``, ``caption_ids``, ``caption_texts``,
         loaders); ``vocab`` its vocabulary. The embeddings are kept on CPU.
         """
-        from pcmr.evaluation.encode import encode_split, image_input_size, split_image_metadata
 
         images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
                                         progress=progress)
@@ -191,8 +202,6 @@ class GalleryIndex:
         atomic_write_safetensors(out / EMBEDDINGS_FILE, tensors)
         has_model = include_model and self.model is not None and self.vocab is not None
         if has_model:
-            from pcmr.models import save_model
-
             save_model(self.model, out / MODEL_DIR)
             self.vocab.save(out / VOCAB_FILE)
         meta = {
@@ -210,8 +219,6 @@ class GalleryIndex:
              load_model: bool = True) -> GalleryIndex:
         """Read an index folder written by :meth:`save`; embeddings (and model) go to ``device``
         (default CPU). Raises FileNotFoundError / ValueError naming the file and the problem."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
 
         root = Path(directory)
         meta_path, emb_path = root / META_FILE, root / EMBEDDINGS_FILE
@@ -249,9 +256,6 @@ class GalleryIndex:
                 raise ValueError(f"{emb_path}: {err}") from None
         model = vocab = None
         if load_model and info.get("model"):
-            from pcmr.data import Vocabulary
-            from pcmr.models import load_model as load_pcmr_model
-
             model = load_pcmr_model(root / info["model"]).to(dev).eval()
             vocab = Vocabulary.load(root / info["vocab"])
         return cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
@@ -284,7 +288,6 @@ class GalleryIndex:
                 ``{"lam": 2.0}`` for RGM; default: ``meta["rerank_options"]`` of the index, then the
                 library defaults).
         """
-        from pcmr.evaluation.scoring import check_similarity_supported, rerank_topk, score_matrix
 
         if modality not in MODALITIES:
             raise ValueError(f"modality (of the query) must be one of {list(MODALITIES)}, got {modality!r}")
@@ -319,7 +322,6 @@ class GalleryIndex:
 
     def _reference_scores(self, similarity: str, modality: str, opts: dict[str, Any]) -> Tensor:
         """Scores of the stored items of the query modality against the gallery, ``[R, G]`` (cached)."""
-        from pcmr.evaluation.scoring import score_matrix
 
         try:
             key = (similarity, modality, json.dumps(opts, sort_keys=True))
@@ -358,7 +360,6 @@ class GalleryIndex:
     def search_text(self, texts: str | Sequence[str], k: int = 10, similarity: str = "cosine",
                     rerank: str = "nns", **kwargs: Any) -> SearchResults:
         """Encode caption text(s) with the stored model and search the image gallery."""
-        from pcmr.evaluation.encode import encode_texts
 
         self._require_encoder()
         texts = [texts] if isinstance(texts, str) else list(texts)
@@ -369,7 +370,6 @@ class GalleryIndex:
                      similarity: str = "cosine", rerank: str = "nns", **kwargs: Any) -> SearchResults:
         """Decode image file(s) with Pillow, preprocess them like the dataset, encode with the stored
         model and search the caption gallery."""
-        from pcmr.evaluation.encode import encode_image_files
 
         self._require_encoder()
         paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)

@@ -15,7 +15,9 @@ import argparse
 import json
 from typing import Any
 
+from pcmr.cli.evaluate import load_run_or_model, load_split
 from pcmr.config import ConfigError, parse_override
+from pcmr.index import GalleryIndex
 
 __all__ = ["add_parser", "run"]
 
@@ -107,9 +109,6 @@ def _rerank_options(items: list[str]) -> dict[str, Any]:
 
 
 def _build(args: argparse.Namespace) -> Any:
-    from pcmr.cli.evaluate import load_run_or_model, load_split
-    from pcmr.index import GalleryIndex
-
     loaded = load_run_or_model(args.build, args.vocab, args.device or "cpu")
     split = load_split(args.data, args.split, loaded.config, args.data_name)
     index = GalleryIndex.build(
@@ -155,8 +154,6 @@ def _as_json(results: Any, queries: list[str]) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pcmr.index import GalleryIndex
-
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
     index = _build(args) if args.build else None

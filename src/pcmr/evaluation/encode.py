@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from pcmr.data.batching import caption_loader, image_loader
+from pcmr.data.images import FileImages
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.gaussian import Gaussian
@@ -153,7 +154,6 @@ def encode_image_files(model: RetrievalModel, paths: Sequence[str | os.PathLike[
     ``image_size`` is the side of the images the model was trained on; None means the model reads
     precomputed features, which image files cannot provide (ValueError).
     """
-    from pcmr.data.images import FileImages
 
     if image_size is None:
         raise ValueError("this model reads precomputed image features, not pixels; image-file queries need a "

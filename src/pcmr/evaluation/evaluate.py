@@ -25,11 +25,29 @@ from torch import Tensor
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.encode import encode_split
-from pcmr.evaluation.figures import decile_series, embeddings_2d_series, k_occurrence_histogram
+from pcmr.evaluation.figures import (
+    corruption_series,
+    decile_series,
+    embeddings_2d_series,
+    k_occurrence_histogram,
+)
 from pcmr.evaluation.report import EvaluationResult
 from pcmr.evaluation.scoring import check_names, get_method, matching_topk, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
+from pcmr.inference import list_rerankers, select_lambda
+from pcmr.metrics import (
+    evaluate_retrieval,
+    fold_indices,
+    hubness_skewness,
+    load_extra_positives,
+    pmrp,
+    recall_at_k_from_topk,
+    retrieval_metrics,
+)
+from pcmr.metrics._relevance import as_sparse
+from pcmr.metrics.hubness import skewness
 from pcmr.models.model import RetrievalModel
+from pcmr.similarity import list_similarities
 
 __all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
            "DEFAULT_LAMBDA_GRID"]
@@ -58,8 +76,6 @@ def _ordered(row: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
 
 
 def _accepted_rerankers() -> list[str]:
-    from pcmr.inference import list_rerankers
-
     return list(list_rerankers())
 
 
@@ -73,7 +89,6 @@ def _directions(scores: Tensor, relevance: Tensor, image_labels: Tensor | None,
 def _select_lambda(name: str, params: dict[str, Any], val_scores: Tensor, val_relevant: Tensor,
                    ks: Sequence[int], grid: Sequence[float]) -> float:
     """``pcmr.inference.select_lambda`` (sum of R@K on the validation direction) for re-ranker ``name``."""
-    from pcmr.inference import select_lambda
 
     method = get_method(name, params, size=tuple(val_scores.shape))
     extra = {"csls_k": method.csls_k} if method.reweighting == "csls" else {}
@@ -87,7 +102,6 @@ def _select_lambda(name: str, params: dict[str, Any], val_scores: Tensor, val_re
 def _score_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor,
                      query_labels: Tensor | None, gallery_labels: Tensor | None, ks: Sequence[int]) -> list[float]:
     """Metrics of one direction from a full (re-weighted) score matrix; returns the hubness skews."""
-    from pcmr.metrics import hubness_skewness, pmrp, retrieval_metrics
 
     metrics = retrieval_metrics(weighted, relevant, ks=tuple(ks))
     for k in ks:
@@ -106,7 +120,6 @@ def _score_direction(row: dict[str, Any], direction: str, weighted: Tensor, rele
 def _extra_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevance: Tensor,
                      extra_positives: Sequence[Any], ks: Sequence[int]) -> None:
     """R@K, R-Precision and MAP@R of one direction under extra positive sets (CxC, ECCV Caption)."""
-    from pcmr.metrics import evaluate_retrieval
 
     matrix = weighted if direction == "i2t" else weighted.T  # evaluate_retrieval takes [N_img, N_cap]
     report = evaluate_retrieval(matrix, relevance, ks=tuple(ks), extra_positives=list(extra_positives),
@@ -129,8 +142,6 @@ def _fold_recall(row: dict[str, Any], rerank: str, params: dict[str, Any], score
     over the fold's gallery) and evaluated both ways. Columns ``folds_{i2t,t2i}_R@k`` and
     ``folds_rsum``.
     """
-    from pcmr.metrics import fold_indices, retrieval_metrics
-    from pcmr.metrics._relevance import as_sparse
 
     folds = fold_indices(as_sparse(relevance, *relevance.shape), num_folds)
     totals = {f"folds_{d}_R@{k}": 0.0 for d in ("i2t", "t2i") for k in ks}
@@ -150,8 +161,6 @@ def _fold_recall(row: dict[str, Any], rerank: str, params: dict[str, Any], score
 def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, method: Any,
                     lam: float | None, ks: Sequence[int]) -> list[float]:
     """R@K and hubness of one direction from matching lists (one run per K); returns the skews."""
-    from pcmr.metrics import recall_at_k_from_topk
-    from pcmr.metrics.hubness import skewness
 
     skews = []
     for k in sorted(set(ks) | set(HUBNESS_KS)):
@@ -197,7 +206,6 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             (``folds_*`` columns; 5 on COCO 5K-test is the COCO 1K protocol), for the re-rankers
             that re-score a full matrix (matching re-rankers get ``None``).
     """
-    from pcmr.similarity import list_similarities
 
     similarities = check_names("similarity", similarities, list_similarities())
     rerankers = check_names("re-ranker", rerankers, _accepted_rerankers())
@@ -334,8 +342,6 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
     if extra_note:
         result.meta["notes"].append(extra_note)
     if not (images.is_point and captions.is_point):
-        from pcmr.evaluation.figures import corruption_series
-
         series = corruption_series(model, split, vocab, uncertainty_measure, batch_size=batch_size, device=device)
         if series:
             result.figures["uncertainty_vs_corruption"] = series
@@ -346,7 +352,6 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
 
 def _load_extra_positives(split: Any, names: Sequence[str] | None) -> tuple[list[Any], str | None]:
     """CxC / ECCV Caption positives for ``split`` (see :func:`evaluate_model`) and a note, if any."""
-    from pcmr.metrics import load_extra_positives
 
     requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"
                                                          else [])

@@ -7,10 +7,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.data import occlusion_series, word_erasure_series
 from pcmr.data.batching import image_loader
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
+from pcmr.evaluation.encode import encode_texts, eval_mode, model_device
 from pcmr.gaussian import Gaussian
+from pcmr.metrics.hubness import k_occurrence
+from pcmr.metrics.uncertainty import recall_by_uncertainty
 from pcmr.models.model import RetrievalModel
 
 __all__ = ["decile_series", "k_occurrence_histogram", "embeddings_2d_series", "corruption_series"]
@@ -18,7 +22,6 @@ __all__ = ["decile_series", "k_occurrence_histogram", "embeddings_2d_series", "c
 
 def _r1_by_decile(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> list[float]:
     """R@1 (percent) of the queries (rows of ``scores [Q, G]``) in each of 10 uncertainty bins."""
-    from pcmr.metrics.uncertainty import recall_by_uncertainty
 
     report = recall_by_uncertainty(scores, relevant, uncertainty, num_bins=10, k=1)
     return [float(report[f"bin {b}"]["R@1"]) for b in range(1, 11)]
@@ -35,7 +38,6 @@ def decile_series(scores: Tensor, relevance: Tensor, images: Gaussian, captions:
 def k_occurrence_histogram(scores: Tensor, k: int) -> dict[str, list[int]]:
     """Histogram of the k-occurrence counts N_k of the gallery (columns of ``scores [Q, G]``):
     ``{"values": [distinct N_k], "frequency": [number of gallery items with that N_k]}``."""
-    from pcmr.metrics.hubness import k_occurrence
 
     counts = k_occurrence(scores, min(k, scores.shape[1]))  # [G]
     values, frequency = torch.unique(counts.cpu(), return_counts=True)
@@ -77,8 +79,6 @@ def corruption_series(model: RetrievalModel, split: RetrievalSplit, vocab: Vocab
     split (``pcmr.data.occlusion_series`` / ``word_erasure_series``, fixed seed). A modality is left
     out when the model gives it point embeddings, or (images) when the split holds precomputed
     features. Returns None when neither modality qualifies."""
-    from pcmr.data import occlusion_series, word_erasure_series
-    from pcmr.evaluation.encode import encode_texts, eval_mode, model_device
 
     dev = model_device(model, device)
     out: dict[str, Any] = {"measure": measure}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import atomic_write_text
+from pcmr.evaluation.plots import save_figures
 
 __all__ = ["EvaluationResult", "format_table", "merge_rows", "COLUMN_TITLES"]
 
@@ -235,8 +236,6 @@ class EvaluationResult:
         self.to_csv(written["csv"])
         atomic_write_text(written["json"], json.dumps(self.to_dict(), indent=2))
         if plots and self.figures:
-            from pcmr.evaluation.plots import save_figures
-
             for name, path in save_figures(self.figures, out / "plots").items():
                 written[f"plot:{name}"] = path
         return written

@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
+from pcmr.inference import get_reranker
+from pcmr.similarity import get_similarity, pairwise
 
 __all__ = ["score_matrix", "unsupported_reason", "check_similarity_supported", "rerank_topk", "get_method",
            "matching_topk", "check_names", "DEFAULT_SEED"]
@@ -42,7 +44,6 @@ def check_names(kind: str, names: list[str] | tuple[str, ...], accepted: list[st
 def unsupported_reason(name: str, images: Gaussian, captions: Gaussian,
                        options: dict[str, Any] | None = None) -> str | None:
     """Why ``name`` cannot score these embeddings (a sentence), or None when it can."""
-    from pcmr.similarity import get_similarity
 
     spec = get_similarity(name)
     if spec.needs_image_variance and images.is_point:
@@ -71,7 +72,6 @@ def score_matrix(name: str, images: Gaussian, captions: Gaussian, options: dict[
     Sampled scores draw their samples from a generator seeded with ``seed`` on the inputs' device,
     unless ``options`` carries its own ``generator`` or samples.
     """
-    from pcmr.similarity import get_similarity, pairwise
 
     opts = dict(options or {})
     spec = get_similarity(name)
@@ -84,7 +84,6 @@ def score_matrix(name: str, images: Gaussian, captions: Gaussian, options: dict[
 def get_method(name: str, params: dict[str, Any] | None = None, *, size: tuple[int, int] | None = None) -> Any:
     """``pcmr.inference.get_reranker(name, **params)``; with ``size = (Q, G)`` CSLS's neighbourhood is
     clamped to ``min(Q, G)`` so tiny galleries still work. ValueError for an unknown name/parameter."""
-    from pcmr.inference import get_reranker
 
     method = get_reranker(name, **(params or {}))
     if size is not None and method.reweighting == "csls" and method.csls_k > min(size):
@@ -95,7 +94,6 @@ def get_method(name: str, params: dict[str, Any] | None = None, *, size: tuple[i
 def matching_topk(method: Any, rescored: Tensor, k: int, lam: float | None = None) -> Tensor:
     """Top-k lists ``[Q, k]`` of already re-weighted ``rescored [Q, G]`` under ``method``'s matching
     (``Reranker.matching``: none, gm or rgm with ``lam``, default the method's own)."""
-    from pcmr.inference import get_reranker
 
     if method.matching == "none":
         return get_reranker("nns").topk(rescored, k)

@@ -23,6 +23,7 @@ from pcmr.inference._backend import BACKENDS
 from pcmr.inference._ordering import check_positive_int, check_score_matrix, ordered_topk
 from pcmr.inference.matching import check_lam, relaxed_greedy_matching
 from pcmr.inference.rescoring import csls, inverted_softmax
+from pcmr.metrics import recall_at_k_from_topk
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
 
 # name -> (re-weighting, matching); an explicit table, no parsing of names
@@ -105,7 +106,6 @@ class Reranker:
         self, rescored: Tensor, relevant: RelevanceInput | SparseRelevance, ks: Iterable[int] = (1, 5, 10)
     ) -> dict[str, float]:
         """``recall`` for scores already re-weighted by ``self.rescore`` (re-weight once, match many times)."""
-        from pcmr.metrics import recall_at_k_from_topk
 
         ks = _check_ks(ks, rescored)
         if self.returns_scores:

@@ -13,6 +13,9 @@ from torch import nn
 
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
+from pcmr.evaluation.encode import encode_split
+from pcmr.metrics import retrieval_metrics
+from pcmr.similarity import get_similarity, pairwise
 
 __all__ = ["validate"]
 
@@ -34,9 +37,6 @@ def validate(
     Sampled scores (``match_prob``) draw from a generator seeded with ``seed`` so that the
     same weights always give the same numbers; the global RNG is left untouched.
     """
-    from pcmr.evaluation.encode import encode_split
-    from pcmr.metrics import retrieval_metrics
-    from pcmr.similarity import get_similarity, pairwise
 
     options = dict(similarity_options or {})
     with torch.random.fork_rng(devices=[]):
