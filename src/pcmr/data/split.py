@@ -22,7 +22,7 @@ TRAINING_SPLITS = ("train", "trainval", "train+restval", "train_minus_val")
 
 
 class RetrievalSplit:
-    """Images, captions and the relation ``rel(i, c)`` of one split (SPEC §1).
+    """Images, captions and the relation ``rel(i, c)`` of one split (``docs/datasets.md``).
 
     Attributes:
         name: dataset name (``"shapes"``, ``"coco"``, ...); ``split``: split name.

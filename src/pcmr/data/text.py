@@ -5,9 +5,9 @@ letters/digits (with inner apostrophes, ``"dog's"``) as words; punctuation is
 dropped. The literal ``<unk>`` survives as one token so that word-erasure series
 can mark erased words.
 
-The vocabulary is built from the training split only (SPEC §8: VSE++ built its
-vocabulary from test captions), with the special ids fixed by the team
-contract: ``<pad>`` = 0, ``<unk>`` = 1, ``<start>`` = 2, ``<end>`` = 3.
+The vocabulary is built from the training split only (the VSE++ release built its
+vocabulary from test captions too; pcmr refuses that), with fixed special ids:
+``<pad>`` = 0, ``<unk>`` = 1, ``<start>`` = 2, ``<end>`` = 3 (``docs/datasets.md``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Files and overrides go through :mod:`pcmr.config` (the override syntax of the whole package).
 
 A model is described by one :class:`ModelConfig` holding an image encoder, a text
-encoder and one head per modality (SPEC §7). Every field carries a comment saying
+encoder and one head per modality (``docs/models.md``). Every field carries a comment saying
 what it controls; the named families live as YAML files under
 ``pcmr/models/configs/`` and only list the fields that differ from these defaults.
 
@@ -127,7 +127,7 @@ class HeadConfig:
 
 @dataclass
 class ModelConfig:
-    """A whole two-tower model: encoders, heads and the joint embedding size ``D`` (SPEC §7)."""
+    """A whole two-tower model: encoders, heads and the joint embedding size ``D`` (``docs/models.md``)."""
 
     # family name (pcme, probvse, ...) or a user label; informational
     name: str = "custom"
