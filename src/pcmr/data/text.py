@@ -6,7 +6,7 @@ dropped. The literal ``<unk>`` survives as one token so that word-erasure series
 can mark erased words.
 
 The vocabulary is built from the training split only (the VSE++ release built its
-vocabulary from test captions too; pcmr refuses that), with fixed special ids:
+vocabulary from test captions; pcmr refuses that), with fixed special ids:
 ``<pad>`` = 0, ``<unk>`` = 1, ``<start>`` = 2, ``<end>`` = 3 (``docs/datasets.md``).
 """
 
