@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -163,3 +164,44 @@ def test_library_never_imports_the_trainer_or_the_cli():
             continue
         bad = sorted(t for t in targets if t.startswith(("pcmr.train", "pcmr.cli")))
         assert not bad, f"{module} imports {bad}"
+
+
+# Runtime dependencies of pcmr (pyproject.toml); everything else third-party is optional.
+CORE_PACKAGES = {"torch", "numpy", "yaml", "safetensors", "PIL", "tqdm", "matplotlib"}
+# Core packages still imported inside functions: matplotlib is loaded only when figures are drawn.
+LAZY_CORE_PACKAGES = {"matplotlib"}
+
+
+def _root(statement: str) -> str:
+    node = ast.parse(statement).body[0]
+    name = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+    return (name or "").split(".")[0]
+
+
+def _needs_optional_package(module: str) -> bool:
+    path, _ = _modules()[module]
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0):
+            root = _root(ast.unparse(node))
+            if root not in CORE_PACKAGES and root not in sys.stdlib_module_names and root != "pcmr":
+                return True
+    return False
+
+
+def test_function_local_imports_only_for_optional_dependencies():
+    """A function-local import loads an optional package (or a pcmr module that needs one), or a lazily
+    loaded core package; every other import sits at the top of its module."""
+    _, _, local = import_graph()
+    known = set(_modules())
+    bad = []
+    for module, line, statement in local:
+        root = _root(statement)
+        if root in ("pcmr", ""):
+            node = ast.parse(statement).body[0]
+            targets = _targets(node, module, _modules()[module][1], known)
+            if targets and all(_needs_optional_package(t) for t in targets):
+                continue
+        elif root in LAZY_CORE_PACKAGES or (root not in CORE_PACKAGES and root not in sys.stdlib_module_names):
+            continue
+        bad.append(f"{module}:{line}: {statement}")
+    assert not bad, f"function-local imports that belong at the top ({len(bad)} of {len(local)}):\n" + "\n".join(bad)

@@ -27,6 +27,7 @@ from pcmr.models.config import (
 from pcmr.models.heads import build_mean_head, build_variance_head
 from pcmr.models.image_encoders import GlobalFeatureBackbone, LocalFeatureBackbone, SmallCNNBackbone
 from pcmr.models.model import Encoder, RetrievalModel, Tower
+from pcmr.models.pretrained import EfficientNetLite0Backbone, MiniLMBackbone
 from pcmr.models.text_encoders import GRUTextBackbone
 from pcmr.models.vsrn import VSRNReasoning
 
@@ -95,7 +96,6 @@ def _image_backbone(config: ImageEncoderConfig, load_pretrained: bool) -> nn.Mod
         return LocalFeatureBackbone(config.feature_dim)
     if config.kind == "cnn":
         return SmallCNNBackbone(config.cnn_channels)
-    from pcmr.models.pretrained import EfficientNetLite0Backbone
 
     return EfficientNetLite0Backbone(
         config.pretrained and load_pretrained, config.finetune, config.input_size
@@ -119,7 +119,6 @@ def _text_backbone(config: ModelConfig) -> nn.Module:
         return GRUTextBackbone(
             config.vocab_size, text.word_dim, text.hidden_dim, text.num_layers, text.bidirectional
         )
-    from pcmr.models.pretrained import MiniLMBackbone
 
     return MiniLMBackbone(text.finetune, text.max_length)
 
