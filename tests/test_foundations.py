@@ -16,6 +16,7 @@ from pcmr.atomic import (
     atomic_write_npz,
     atomic_write_safetensors,
     atomic_write_text,
+    write_folder,
 )
 from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
 from pcmr.data import Relevance as DataRelevance
@@ -144,3 +145,26 @@ def test_one_relevance_type_accepted_by_the_metrics():
         assert recall_at_k_from_topk(topk, relevance) == recall_at_k_from_topk(topk, torch.from_numpy(dense.T))
     with pytest.raises(ValueError, match="relates 7 images and 11 captions"):
         as_sparse(Relevance(7, 11, [0], [0]), 5, 5)
+
+
+def test_write_folder_swaps_whole_folders(tmp_path):
+    def fill(text):
+        def write(folder):
+            (folder / "a.txt").write_text(text)
+            (folder / "b.txt").write_text(text)
+        return write
+
+    target = tmp_path / "model"
+    write_folder(target, fill("one"))
+    write_folder(target, fill("two"))
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt", "b.txt"]
+    assert (target / "a.txt").read_text() == "two"
+
+    def crash(folder):
+        (folder / "a.txt").write_text("half")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        write_folder(target, crash)
+    assert (target / "a.txt").read_text() == "two"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]

@@ -4,8 +4,8 @@ Every writer here puts the data into a temporary file in the destination's folde
 (``.NAME.<random>.tmp``), flushes and ``fsync``s it, moves it into place with ``os.replace``
 (atomic on POSIX and Windows within one file system) and then ``fsync``s the folder, so the
 rename itself survives a power cut. A failed write removes its temporary file and leaves the
-destination untouched. Folders that must appear whole (checkpoints, saved models) are written
-to a temporary folder and renamed by their owners.
+destination untouched. :func:`write_folder` does the same for a folder that must appear whole
+(a saved model): written under a temporary name, then swapped in by renames.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "atomic_write_safetensors",
     "atomic_write_text",
     "fsync_dir",
+    "write_folder",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -100,3 +102,30 @@ def atomic_write_safetensors(path: PathLike, tensors: Mapping[str, torch.Tensor]
     """Write ``tensors`` (contiguous, CPU or not) as a safetensors file atomically."""
     data = safetensors_save(dict(tensors), metadata=dict(metadata) if metadata is not None else None)
     return atomic_write_bytes(path, data)
+
+
+def write_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
+    """Call ``write(temp_folder)``, then move the folder to ``path``, replacing an existing one.
+
+    ``path`` always holds a complete folder: the old one until the new one is in place (the old is
+    renamed aside, the new renamed in, then the old removed). A failed ``write`` removes its
+    temporary folder and leaves ``path`` untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        write(tmp)
+        fsync_dir(tmp)
+        old = None
+        if path.exists():
+            old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old")  # unique: named after the temp folder
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(path.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return path

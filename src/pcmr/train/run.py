@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pcmr.atomic import atomic_write_text
+from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
 from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
@@ -117,18 +116,7 @@ def save_model_atomically(
     """``pcmr.models.save_model`` (with ``extra_json`` files) into ``RUN/<name>`` via a temporary
     folder and renames, so ``RUN/<name>`` is always a complete model."""
 
-    final = run_dir / name
-    tmp = run_dir / f".{name}.tmp-{os.getpid()}"
-    old = run_dir / f".{name}.old-{os.getpid()}"
-    for path in (tmp, old):
-        if path.exists():
-            shutil.rmtree(path)
-    save_model(model, tmp, extra_json=extra_json)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
+    return write_folder(run_dir / name, lambda folder: save_model(model, folder, extra_json=extra_json))
 
 
 def _check_names(key: str, names: list[str], accepted: list[str]) -> None:
