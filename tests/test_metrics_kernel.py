@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pcmr.metrics import _kernel
+from pcmr.ranking import fused_scan as _kernel
 from pcmr.metrics._relevance import as_sparse
 from pcmr.metrics.scan import Target, scan
 
