@@ -1,4 +1,4 @@
-"""Greedy matching (GM) and relaxed greedy matching (RGM), HAL/RGM §3.3.3 and Algorithm 1; SPEC §5.
+"""Greedy matching (GM) and relaxed greedy matching (RGM), HAL/RGM §3.3.3 and Algorithm 1; docs/inference.md.
 
 Both scan the entries of ``S [Q, G]`` in the global order -- descending score, then ascending row
 (query) index, then ascending column (gallery) index -- and accept ``(q, g)`` while row ``q`` holds

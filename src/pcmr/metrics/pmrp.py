@@ -1,4 +1,4 @@
-"""Plausible-Match R-Precision (PMRP; PCME §4.1.1 and App. C.1, SPEC §6).
+"""Plausible-Match R-Precision (PMRP; PCME §4.1.1 and App. C.1; docs/metrics.md).
 
 A gallery item is a plausible match of a query when their binary class-label vectors differ in
 at most ``zeta`` positions (Hamming distance). PMRP is the R-Precision under that relation,

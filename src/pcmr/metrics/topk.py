@@ -13,7 +13,7 @@ from pcmr.metrics._relevance import Relevance, SparseRelevance, as_sparse
 def recall_at_k_from_topk(topk: Tensor, relevant: Relevance | SparseRelevance, k: int | None = None) -> float:
     """Recall@K (percent) from ranked lists: a query is a hit if a positive is among its first k items.
 
-    SPEC §6 (R@K). Args:
+    R@K as in docs/metrics.md. Args:
         topk: LongTensor ``[Q, k_list]``, row q = gallery indices ranked best first.
         relevant: dense BoolTensor ``[Q, G]`` or a list of Q lists of positive gallery indices.
             With a list, G is taken as ``max(topk.max(), max positive) + 1``.
