@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import Relevance, SparseRelevance, as_sparse
+from pcmr.ranking.blocks import block_rows, query_blocks
 
 
 def recall_at_k_from_topk(topk: Tensor, relevant: Relevance | SparseRelevance, k: int | None = None) -> float:
@@ -49,9 +50,7 @@ def recall_at_k_from_topk(topk: Tensor, relevant: Relevance | SparseRelevance, k
     if not bool(has_positive.any()):
         return float("nan")
     hit = torch.zeros(num_queries, dtype=torch.bool, device=topk.device)
-    block = max(1, (1 << 24) // max(num_gallery, 1))
-    for start in range(0, num_queries, block):
-        stop = min(start + block, num_queries)
+    for start, stop in query_blocks(num_queries, block_rows(num_gallery)):
         dense = rel.dense_rows(start, stop)  # [b, G]
         hit[start:stop] = dense.gather(1, listed[start:stop]).any(dim=1)
     return 100.0 * float(hit[has_positive].to(torch.float64).mean())
