@@ -26,7 +26,8 @@ import warnings
 import numpy as np
 import torch
 
-from pcmr.metrics import _kernel, coco_5k_test_ids, evaluate_coco, load_extra_positives
+from pcmr.metrics import coco_5k_test_ids, evaluate_coco, load_extra_positives
+from pcmr.ranking import numba_disabled, numba_enabled
 
 
 def eccv_caption_run(scores: torch.Tensor, image_ids: list[int], caption_ids: list[int]) -> tuple[dict, float, float]:
@@ -84,12 +85,8 @@ def best_time(scores: torch.Tensor, image_ids: list[int], caption_ids: list[int]
 
 def torch_path_time(scores: torch.Tensor, image_ids: list[int], caption_ids: list[int]) -> tuple[dict, float]:
     """evaluate_coco with the compiled pass switched off (what runs without numba): (report, seconds)."""
-    usable, usable_for = _kernel.usable, _kernel.usable_for
-    _kernel.usable = _kernel.usable_for = lambda tensor: False
-    try:
+    with numba_disabled():
         return best_time(scores, image_ids, caption_ids, 1)
-    finally:
-        _kernel.usable, _kernel.usable_for = usable, usable_for
 
 
 def main() -> None:
@@ -116,7 +113,7 @@ def main() -> None:
                for name, row_values in report.rows.items() for key, value in row_values.items())
     print(f"torch-only path gives the same values as the compiled path: {same}")
     print(f"machine: {platform.machine()} {platform.processor() or ''}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, compiled pass: {_kernel.numba_available()}")
+          f"{torch.get_num_threads()} threads, compiled pass: {numba_enabled()}")
     print()
     print("| step | seconds |")
     print("|---|---|")

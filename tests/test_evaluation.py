@@ -249,3 +249,38 @@ def test_fold_columns_equal_library_folds_and_a_per_fold_loop():
     assert f"averaged over {folds} folds of {size} images" in markdown
     with pytest.raises(ValueError, match="num_folds must be a positive integer dividing the 12 images"):
         evaluate_embeddings(images, captions, relevance, similarities=["cosine"], rerankers=["nns"], num_folds=5)
+
+
+def _loop_recall(lists, relevant, k):
+    """R@K (percent) by loops over the queries that have a positive."""
+    hits = [any(bool(relevant[q, g]) for g in lists[q][:k]) for q in range(len(lists)) if bool(relevant[q].any())]
+    return 100.0 * sum(hits) / len(hits)
+
+
+def _registered_rerankers():
+    from pcmr.inference import list_rerankers
+
+    return list_rerankers()
+
+
+@pytest.mark.parametrize("rerank", _registered_rerankers())
+def test_every_registered_reranker_row_equals_a_loop_over_its_own_lists(rerank):
+    """Each table row of any registered re-ranker (or composition): R@K equals a loop over the lists
+    of that re-ranker's run with k = K, in both directions; full rankings also give R-Precision."""
+    from pcmr.evaluation.scoring import score_matrix
+    from pcmr.inference import get_reranker
+
+    d = _data()
+    tuned = get_reranker(rerank).tuned_parameter
+    options = {tuned: 1.5} if tuned else {}
+    result = evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine"],
+                                 rerankers=[rerank], rerank_options={rerank: options})
+    row = result.row("cosine", rerank)
+    scores = score_matrix("cosine", d["images"], d["captions"])
+    for direction, matrix, relevant in (("i2t", scores, d["relevance"]), ("t2i", scores.T, d["relevance"].T)):
+        method = get_reranker(rerank, **options).fitted(tuple(matrix.shape))
+        for k in KS:
+            expected = _loop_recall(method.topk(matrix, k).tolist(), relevant, k)
+            assert row[f"{direction}_R@{k}"] == pytest.approx(expected, abs=1e-9), (direction, k)
+        assert (row[f"{direction}_r_precision"] is not None) == method.returns_scores
+    assert row["rsum"] == pytest.approx(sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in KS))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import pcmr.inference._ordering as ordering
 import pcmr.inference._stream as stream
+import pcmr.ranking.blocks as ordering
 from pcmr.inference import exact_assignment, greedy_matching, relaxed_greedy_matching, rgm_capacity
 
 BACKENDS = ["python", "numba"]

@@ -14,7 +14,9 @@ from pcmr.inference import (
     get_reranker,
     greedy_matching,
     inverted_softmax,
+    list_matchings,
     list_rerankers,
+    list_reweightings,
     relaxed_greedy_matching,
     reranker_parameters,
     select_lambda,
@@ -44,7 +46,11 @@ def retrieval_problem(num_queries=23, num_gallery=41, seed=0):
 
 
 def test_list_and_parameters():
-    assert list_rerankers() == ["nns", "is", "csls", "gm", "rgm", "is+rgm", "csls+rgm"]
+    names = list_rerankers()
+    assert {"nns", "is", "csls", "gm", "rgm", "is+rgm", "csls+rgm"} <= set(names)
+    # every part alone, then every composition of a non-identity re-weighting with a matching
+    combined = [f"{w}+{m}" for w in list_reweightings() if w != "nns" for m in list_matchings()]
+    assert names == list_reweightings() + list_matchings() + combined
     assert reranker_parameters("nns") == ()
     assert reranker_parameters("is+rgm") == ("beta", "lam", "backend")
     assert reranker_parameters("csls+rgm") == ("csls_k", "lam", "backend")
@@ -85,7 +91,7 @@ def test_each_reranker_composes_its_parts(orientation):
         "is+rgm": relaxed_greedy_matching(inverted_softmax(scores, beta=10.0), k, 1.5).numpy(),
         "csls+rgm": relaxed_greedy_matching(csls(scores, k=3), k, 1.5).numpy(),
     }
-    for name in list_rerankers():
+    for name in expected:  # the paper's re-rankers; every other composition: the registry tests below
         params = {"beta": 10.0, "csls_k": 3, "lam": 1.5}
         params = {key: value for key, value in params.items() if key in reranker_parameters(name)}
         got = get_reranker(name, **params).topk(scores, k)
@@ -164,3 +170,60 @@ def test_select_lambda_bad_input():
         get_reranker("nns").recall(scores, relevant, ks=())
     with pytest.raises(ValueError, match="gallery items"):
         get_reranker("rgm").recall(scores, relevant, ks=(1, 100))
+
+
+def _parameters_for(name):
+    """Small-problem parameters for the re-rankers that take them (others keep their defaults)."""
+    params = {"beta": 10.0, "csls_k": 3, "lam": 1.5}
+    return {key: value for key, value in params.items() if key in reranker_parameters(name)}
+
+
+@pytest.mark.parametrize("name", list_reweightings())
+def test_every_reweighting_is_permutation_equivariant_and_ranks_like_a_stable_sort(name):
+    """Invariants of any re-weighting: relabelling queries / gallery items relabels the output, and
+    its re-ranker's lists are the stable descending argsort of the re-scored matrix."""
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.rand(17, 13, generator=gen, dtype=torch.float64)
+    reranker = get_reranker(name, **_parameters_for(name))
+    rescored = reranker.rescore(scores)
+    assert rescored.shape == scores.shape and rescored.dtype == scores.dtype
+    assert bool(torch.isfinite(rescored).all())
+    rows, cols = torch.randperm(17, generator=gen), torch.randperm(13, generator=gen)
+    permuted = reranker.rescore(scores[rows][:, cols])
+    torch.testing.assert_close(permuted, rescored[rows][:, cols], rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(reranker.topk(scores, 4).numpy(), stable_topk(rescored, 4))
+
+
+@pytest.mark.parametrize("name", list_matchings())
+@pytest.mark.parametrize("orientation", ["wide", "tall"])
+def test_every_matching_gives_valid_lists_and_is_permutation_equivariant(name, orientation):
+    """Invariants of any matching on tie-free scores: k distinct gallery items per row, and relabelling
+    queries / gallery items relabels the lists (the scan order depends on the scores only)."""
+    scores, _ = retrieval_problem(seed=4)
+    if orientation == "tall":
+        scores = scores.T.contiguous()
+    num_queries, num_gallery = scores.shape
+    reranker = get_reranker(name, **_parameters_for(name))
+    for k in (1, 4):
+        lists = reranker.topk(scores, k)
+        assert lists.shape == (num_queries, k) and lists.dtype == torch.long
+        assert int(lists.min()) >= 0 and int(lists.max()) < num_gallery
+        assert all(len(set(row)) == k for row in lists.tolist())
+        rows = torch.randperm(num_queries, generator=torch.Generator().manual_seed(k))
+        cols = torch.randperm(num_gallery, generator=torch.Generator().manual_seed(k + 7))
+        moved = reranker.topk(scores[rows][:, cols], k)
+        assert torch.equal(cols[moved], lists[rows])
+
+
+@pytest.mark.parametrize("name", [n for n in list_rerankers() if "+" in n])
+def test_every_composition_is_its_matching_on_its_reweighted_scores(name):
+    """``"<w>+<m>"`` is matching m run on the scores re-weighted by w (no special case per name)."""
+    weighting, matching = name.split("+")
+    scores, _ = retrieval_problem()
+    params = _parameters_for(name)
+    rescored = get_reranker(weighting, **{k: v for k, v in params.items() if k in reranker_parameters(weighting)})
+    matcher = get_reranker(matching, **{k: v for k, v in params.items() if k in reranker_parameters(matching)})
+    for k in (1, 5):
+        expected = matcher.topk(rescored.rescore(scores), k)
+        assert torch.equal(get_reranker(name, **params).topk(scores, k), expected)
+    assert reranker_parameters(name) == reranker_parameters(weighting) + reranker_parameters(matching)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-import pcmr.inference._ordering as ordering
+import pcmr.ranking.blocks as ordering
 from pcmr.inference import csls, inverted_softmax
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pcmr.metrics import _kernel
 from pcmr.metrics._relevance import as_sparse
 from pcmr.metrics.scan import Target, scan
+from pcmr.ranking import fused_scan as _kernel
 
 
 def reference(scores: torch.Tensor, relevant: torch.Tensor, width: int) -> tuple[list[list[int]], list[int]]:

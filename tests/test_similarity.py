@@ -216,7 +216,8 @@ def test_sampled_pair_distances_and_safe_sqrt():
 # ----------------------------------------------------------------------------- blocking
 @pytest.mark.parametrize("name", ALL)
 def test_block_size_invariance(name, monkeypatch):
-    from pcmr.similarity import kernel, sampled
+    from pcmr.similarity import product_kernels as kernel
+    from pcmr.similarity import sampled
 
     monkeypatch.setattr(kernel, "TILE_ROWS", 2)
     monkeypatch.setattr(kernel, "TILE_ELEMENTS", 2 * 3 * 5)  # tiles of 2 x 3 captions (D = 5)

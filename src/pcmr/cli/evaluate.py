@@ -212,6 +212,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
+def _selects_on_validation(name: str, options: dict[str, Any]) -> bool:
+    """Whether re-ranker ``name`` (unknown names: no) tunes a parameter not fixed in ``options``."""
+    from pcmr.inference import get_reranker, list_rerankers
+
+    if name not in list_rerankers():
+        return False  # evaluate_model rejects it with the list of accepted names
+    tuned = get_reranker(name).tuned_parameter
+    return tuned is not None and tuned not in options
+
+
 def run(args: argparse.Namespace) -> int:
     loaded = load_run_or_model(args.run_or_model, args.vocab, args.device or "cpu")
     config = loaded.config
@@ -234,9 +244,7 @@ def run(args: argparse.Namespace) -> int:
         owner, option, value = _parse_option(item)
         target = similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
-    needs_val = any("rgm" in r for r in rerankers) and not all(
-        "lam" in rerank_options.get(r, {}) for r in rerankers if "rgm" in r
-    )
+    needs_val = any(_selects_on_validation(r, rerank_options.get(r, {})) for r in rerankers)
     split = split_of(split_name)
     val_split = split_of(val_name) if needs_val else None
     batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else 256)

@@ -1,4 +1,4 @@
-"""Evaluation of a trained model on a retrieval split: the table of SPEC §6 metrics for every
+"""Evaluation of a trained model on a retrieval split: the table of retrieval metrics (docs/metrics.md) for every
 requested similarity x re-ranker, saved as Markdown, CSV, JSON and PNG plots.
 
     from pcmr.evaluation import evaluate_model

@@ -1,20 +1,21 @@
-"""``evaluate_model``: the SPEC §6 table for every requested similarity x re-ranker.
+"""``evaluate_model``: the evaluation table for every requested similarity x re-ranker.
 
 For each similarity the ``[N_img, N_cap]`` score matrix is computed once (sampled scores with a
-fixed seed). Each re-ranker then works on one direction at a time: image->text on ``S``,
-text->image on ``S.T`` (SPEC §1).
+fixed seed). Each (similarity, re-ranker) row is one call of the bidirectional driver
+``pcmr.metrics.evaluate_directions`` (image->text on ``S``, text->image on ``S.T``), which
+re-scores each direction (and each fold) with the re-ranker:
 
-- Score re-weightings (``nns``, ``is``, ``csls``) give a full re-scored matrix, so every metric is
-  computed by ``pcmr.metrics`` on it: R@K, R-Precision, MAP@R, PMRP (where labels exist), hubness.
-- Matchings (``rgm``, ``gm`` and the ``+rgm``/``+gm`` combinations) give top-k lists only: R@K is
-  computed from the run with ``k = K`` (SPEC §5) and N_k from the same lists; R-Precision, MAP@R and
-  PMRP need a ranking of the whole gallery and are left empty. RGM's lambda is chosen per direction
-  on the validation split (``select_lambda``, sum of R@K), or taken from ``rerank_options``.
+- re-rankers that return scores (``nns``, ``is``, ``csls``): every metric on the re-scored matrix --
+  R@K, R-Precision, MAP@R, PMRP (where labels exist), extra positive sets, folds, hubness;
+- matchings (``gm``, ``rgm`` and compositions such as ``csls+rgm``) give top-k lists only: R@K from
+  the run with ``k = K`` and N_k from the same lists; R-Precision, MAP@R, PMRP and folds need a
+  ranking of the whole gallery and are left empty. A matching's tuned parameter (RGM's lambda) is
+  chosen per direction on the validation split (``select_lambda``, sum of R@K) or taken from
+  ``rerank_options``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -29,23 +30,14 @@ from pcmr.evaluation.figures import (
     corruption_series,
     decile_series,
     embeddings_2d_series,
-    k_occurrence_histogram,
+    occurrence_histogram,
 )
 from pcmr.evaluation.report import EvaluationResult
-from pcmr.evaluation.scoring import check_names, get_method, matching_topk, score_matrix, unsupported_reason
+from pcmr.evaluation.scoring import check_names, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
-from pcmr.inference import list_rerankers, select_lambda
-from pcmr.metrics import (
-    evaluate_retrieval,
-    fold_indices,
-    hubness_skewness,
-    load_extra_positives,
-    pmrp,
-    recall_at_k_from_topk,
-    retrieval_metrics,
-)
-from pcmr.metrics._relevance import as_sparse
-from pcmr.metrics.hubness import skewness
+from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
+from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, MetricsReport, evaluate_directions, load_extra_positives
+from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.models.model import RetrievalModel
 from pcmr.similarity import list_similarities
 
@@ -54,127 +46,69 @@ __all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEF
 
 DEFAULT_SIMILARITIES = ("cosine", "wasserstein", "match_prob", "elk", "kl")
 DEFAULT_RERANKERS = ("nns", "is", "csls", "csls+rgm")
-#: lambda candidates for RGM (item capacity round(lambda * k), inf = no constraint); tuned on validation data
-DEFAULT_LAMBDA_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0, math.inf)
-HUBNESS_KS = (1, 5, 10)
-
-
-def _skew(value: float) -> float:
-    """Hubness skewness with constant N_k (every item retrieved equally often: no hubs) taken as 0;
-    the population skewness is undefined (NaN) there."""
-    return 0.0 if math.isnan(value) else value
 
 
 def _ordered(row: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
     """Canonical column order: ids, R@K both ways, rsum, R-P, MAP@R, PMRP, extras, hs-sum, lambdas."""
-    first = ["similarity", "rerank"] + [f"{d}_R@{k}" for d in ("i2t", "t2i") for k in ks] + ["rsum"]
-    first += [f"{d}_{m}" for d in ("i2t", "t2i") for m in ("r_precision", "map_at_r")]
-    first += [f"{d}_pmrp_{z}" for d in ("i2t", "t2i") for z in ("0", "1", "2", "mean")]
+    first = ["similarity", "rerank"] + [f"{d}_R@{k}" for d in DIRECTIONS for k in ks] + ["rsum"]
+    first += [f"{d}_{m}" for d in DIRECTIONS for m in ("r_precision", "map_at_r")]
+    first += [f"{d}_pmrp_{z}" for d in DIRECTIONS for z in ("0", "1", "2", "mean")]
     last = ["hs_sum", "i2t_lambda", "t2i_lambda"]
     keys = [k for k in first if k in row] + [k for k in row if k not in first and k not in last]
-    return {k: row[k] for k in keys + [k for k in last if k in row]}
+    return {k: row[k] for k in keys + [k for k in row if k in last] if k in row}
 
 
-def _accepted_rerankers() -> list[str]:
-    return list(list_rerankers())
+def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str, tuple[Tensor, Tensor]] | None,
+                      ks: Sequence[int], grid: Sequence[float]) -> dict[str, tuple[Reranker, Any]]:
+    """Per direction, the re-ranker with its tuned parameter set (given, or selected on validation)."""
+    tuned = base.tuned_parameter
+    if tuned is None:
+        return {d: (base, None) for d in DIRECTIONS}
+    out = {}
+    for d in DIRECTIONS:
+        value = params.get(tuned)
+        if value is None:
+            if val_dirs is None:
+                raise ValueError(f"re-ranker {base.name!r} needs a validation split to select lambda "
+                                 f"(val_split) or a fixed rerank_options['{base.name}']['{tuned}']")
+            val_scores, val_relevant = val_dirs[d]
+            usable_ks = tuple(k for k in ks if k <= val_scores.shape[1])
+            value = float(select_lambda(val_scores, val_relevant, ks=usable_ks, grid=tuple(grid),
+                                        method=base.fitted(tuple(val_scores.shape))).best_lam)
+        out[d] = (base.with_parameters(**{tuned: float(value)}), value)
+    return out
 
 
-def _directions(scores: Tensor, relevance: Tensor, image_labels: Tensor | None,
-                caption_labels: Tensor | None) -> list[tuple[str, Tensor, Tensor, Tensor | None, Tensor | None]]:
-    """(name, scores [Q, G], relevant [Q, G], query labels, gallery labels) for i2t and t2i."""
-    return [("i2t", scores, relevance, image_labels, caption_labels),
-            ("t2i", scores.T, relevance.T, caption_labels, image_labels)]
-
-
-def _select_lambda(name: str, params: dict[str, Any], val_scores: Tensor, val_relevant: Tensor,
-                   ks: Sequence[int], grid: Sequence[float]) -> float:
-    """``pcmr.inference.select_lambda`` (sum of R@K on the validation direction) for re-ranker ``name``."""
-
-    method = get_method(name, params, size=tuple(val_scores.shape))
-    extra = {"csls_k": method.csls_k} if method.reweighting == "csls" else {}
-    if method.reweighting == "is":
-        extra["beta"] = method.beta
-    usable_ks = tuple(k for k in ks if k <= val_scores.shape[1])
-    return float(select_lambda(val_scores, val_relevant, ks=usable_ks, grid=tuple(grid), method=name,
-                               backend=method.backend, **extra).best_lam)
-
-
-def _score_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor,
-                     query_labels: Tensor | None, gallery_labels: Tensor | None, ks: Sequence[int]) -> list[float]:
-    """Metrics of one direction from a full (re-weighted) score matrix; returns the hubness skews."""
-
-    metrics = retrieval_metrics(weighted, relevant, ks=tuple(ks))
-    for k in ks:
-        row[f"{direction}_R@{k}"] = metrics[f"R@{k}"]
-    row[f"{direction}_r_precision"] = metrics["r_precision"]
-    row[f"{direction}_map_at_r"] = metrics["map_at_r"]
-    if query_labels is not None and gallery_labels is not None:
-        # rows of `weighted` are this direction's queries: pmrp's "i2t" half is this direction
-        values = pmrp(weighted, query_labels, gallery_labels, zetas=(0, 1, 2))["i2t"]
-        for zeta in (0, 1, 2):
-            row[f"{direction}_pmrp_{zeta}"] = values[f"pmrp@{zeta}"]
-        row[f"{direction}_pmrp_mean"] = values["pmrp"]
-    return [_skew(hubness_skewness(weighted, k)) for k in HUBNESS_KS if k <= weighted.shape[1]]
-
-
-def _extra_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevance: Tensor,
-                     extra_positives: Sequence[Any], ks: Sequence[int]) -> None:
-    """R@K, R-Precision and MAP@R of one direction under extra positive sets (CxC, ECCV Caption)."""
-
-    matrix = weighted if direction == "i2t" else weighted.T  # evaluate_retrieval takes [N_img, N_cap]
-    report = evaluate_retrieval(matrix, relevance, ks=tuple(ks), extra_positives=list(extra_positives),
-                                hubness_ks=())
-    for extra in extra_positives:
-        values = report[f"{extra.name} {direction}"]
-        key = f"{direction}_{extra.name.lower()}"
+def _table_row(report: MetricsReport, ks: Sequence[int], extra_positives: Sequence[Any], lists: bool,
+               num_folds: int | None) -> dict[str, Any]:
+    """The flat table columns of one driver report (``None`` where a metric needs a full ranking)."""
+    row: dict[str, Any] = {}
+    for d in DIRECTIONS:
+        values = report[d]
         for k in ks:
-            row[f"{key}_R@{k}"] = values[f"R@{k}"]
-        row[f"{key}_r_precision"] = values["r_precision"]
-        row[f"{key}_map_at_r"] = values["map_at_r"]
-
-
-def _fold_recall(row: dict[str, Any], rerank: str, params: dict[str, Any], scores: Tensor, relevance: Tensor,
-                 num_folds: int, ks: Sequence[int]) -> None:
-    """Mean R@K over ``num_folds`` consecutive image folds (the COCO 1K protocol on 5K-test).
-
-    Each fold is the ``[N_img / F, its captions]`` submatrix (a caption belongs to the fold of
-    the images it is relevant to), re-scored by the re-ranker on its own (IS and CSLS normalise
-    over the fold's gallery) and evaluated both ways. Columns ``folds_{i2t,t2i}_R@k`` and
-    ``folds_rsum``.
-    """
-
-    folds = fold_indices(as_sparse(relevance, *relevance.shape), num_folds)
-    totals = {f"folds_{d}_R@{k}": 0.0 for d in ("i2t", "t2i") for k in ks}
-    for images, captions in folds:
-        sub = scores[images][:, captions]  # [N_img / F, captions of the fold]
-        rel = relevance[images][:, captions]
-        for direction, s_dir, r_dir in (("i2t", sub, rel), ("t2i", sub.T, rel.T)):
-            method = get_method(rerank, params, size=tuple(s_dir.shape))
-            metrics = retrieval_metrics(method.rescore(s_dir), r_dir, ks=tuple(ks))
+            row[f"{d}_R@{k}"] = values[f"R@{k}"]
+        row[f"{d}_r_precision"] = values.get("r_precision")
+        row[f"{d}_map_at_r"] = values.get("map_at_r")
+        if "pmrp" in values:
+            for zeta in PMRP_ZETAS:
+                row[f"{d}_pmrp_{zeta}"] = values[f"pmrp@{zeta}"]
+            row[f"{d}_pmrp_mean"] = values["pmrp"]
+        for extra in extra_positives:
+            if f"{extra.name} {d}" not in report:
+                continue
+            extra_values, key = report[f"{extra.name} {d}"], f"{d}_{extra.name.lower()}"
             for k in ks:
-                totals[f"folds_{direction}_R@{k}"] += metrics[f"R@{k}"]
-    for key, total in totals.items():
-        row[key] = total / num_folds
-    row["folds_rsum"] = sum(totals.values()) / num_folds
-
-
-def _list_direction(row: dict[str, Any], direction: str, weighted: Tensor, relevant: Tensor, method: Any,
-                    lam: float | None, ks: Sequence[int]) -> list[float]:
-    """R@K and hubness of one direction from matching lists (one run per K); returns the skews."""
-
-    skews = []
-    for k in sorted(set(ks) | set(HUBNESS_KS)):
-        if k > weighted.shape[1]:
-            continue
-        lists = matching_topk(method, weighted, k, lam=lam)  # [Q, k], the run with this k
-        if k in ks:
-            row[f"{direction}_R@{k}"] = recall_at_k_from_topk(lists, relevant, k=k)
-        if k in HUBNESS_KS:
-            counts = torch.bincount(lists.reshape(-1), minlength=weighted.shape[1])  # [G]
-            skews.append(_skew(skewness(counts)))
-    row[f"{direction}_r_precision"] = None
-    row[f"{direction}_map_at_r"] = None
-    return skews
+                row[f"{key}_R@{k}"] = extra_values[f"R@{k}"]
+            row[f"{key}_r_precision"] = extra_values["r_precision"]
+            row[f"{key}_map_at_r"] = extra_values["map_at_r"]
+    row["rsum"] = report["total"]["rsum"]
+    if num_folds is not None:
+        for d in DIRECTIONS:  # the fold protocol needs full rankings; lists get None
+            row.update({f"folds_{d}_R@{k}": None if lists else report[f"folds {d}"][f"R@{k}"] for k in ks})
+        row["folds_rsum"] = None if lists else report["folds total"]["rsum"]
+    skews = [hubness_skew_or_zero(v) for d in DIRECTIONS for key, v in report[d].items() if key.startswith("skew@")]
+    row["hs_sum"] = sum(skews) if skews else None
+    return row
 
 
 def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor, *,
@@ -184,7 +118,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         image_labels: Tensor | None = None, caption_labels: Tensor | None = None,
                         val: tuple[Gaussian, Gaussian, Tensor] | None = None,
                         rerank_options: dict[str, dict[str, Any]] | None = None,
-                        ks: Sequence[int] = (1, 5, 10), lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
+                        ks: Sequence[int] = DEFAULT_KS, lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
                         uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
                         num_folds: int | None = None, meta: dict[str, Any] | None = None) -> EvaluationResult:
     """The evaluation table of already encoded embeddings.
@@ -208,7 +142,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
     """
 
     similarities = check_names("similarity", similarities, list_similarities())
-    rerankers = check_names("re-ranker", rerankers, _accepted_rerankers())
+    rerankers = check_names("re-ranker", rerankers, list_rerankers())
     if relevance.dtype != torch.bool or tuple(relevance.shape) != (images.num, captions.num):
         raise ValueError(f"relevance must be a BoolTensor [{images.num}, {captions.num}], got "
                          f"{relevance.dtype} {tuple(relevance.shape)}")
@@ -242,43 +176,30 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             result.skipped.append({"similarity": name, "rerank": "*", "reason": str(err)})
             continue
         result.meta["similarity_options"][name] = {k: v for k, v in options.items() if isinstance(v, (int, float))}
-        val_dirs = _directions(val_scores, val[2].to(device), None, None) if val_scores is not None else None
+        val_dirs = None
+        if val_scores is not None:
+            val_relevance = val[2].to(device)
+            val_dirs = {"i2t": (val_scores, val_relevance), "t2i": (val_scores.T, val_relevance.T)}
         for rerank in rerankers:
             params = dict(rerank_options.get(rerank, {}))
-            lam_fixed = params.get("lam")
-            select_params = {k: v for k, v in params.items() if k != "lam"}
+            base = get_reranker(rerank, **params)
+            per_direction = _tuned_directions(base, params, val_dirs, ks, lambda_grid)
             row: dict[str, Any] = {"similarity": name, "rerank": rerank}
-            skews: list[float] = []
-            rescored_dirs = {}
-            for i, (direction, s_dir, rel_dir, q_labels, g_labels) in enumerate(
-                    _directions(scores, relevance, image_labels, caption_labels)):
-                method = get_method(rerank, params, size=tuple(s_dir.shape))
-                weighted = method.rescore(s_dir)  # [Q, G]
-                rescored_dirs[direction] = weighted
-                if method.matching == "none":
-                    skews += _score_direction(row, direction, weighted, rel_dir, q_labels, g_labels, ks)
-                    if extra_positives:
-                        _extra_direction(row, direction, weighted, relevance, extra_positives, ks)
-                    continue
-                lam = lam_fixed
-                if lam is None and method.matching == "rgm":
-                    if val_dirs is None:
-                        raise ValueError(f"re-ranker {rerank!r} needs a validation split to select lambda "
-                                         f"(val_split) or a fixed rerank_options['{rerank}']['lam']")
-                    lam = _select_lambda(rerank, select_params, val_dirs[i][1], val_dirs[i][2], ks, lambda_grid)
-                    result.meta["selected_lambda"][f"{name}/{rerank}/{direction}"] = lam
-                skews += _list_direction(row, direction, weighted, rel_dir, method, lam, ks)
-                row[f"{direction}_lambda"] = lam
-            row["rsum"] = sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in ks)
-            if num_folds is not None:
-                if method.matching == "none":
-                    _fold_recall(row, rerank, params, scores, relevance, num_folds, ks)
-                else:  # top-k lists of the full matrix; the fold protocol is not defined for them
-                    row.update({f"folds_{d}_R@{k}": None for d in ("i2t", "t2i") for k in ks}, folds_rsum=None)
-            row["hs_sum"] = sum(skews) if skews else None
+            if base.tuned_parameter is not None and params.get(base.tuned_parameter) is None:
+                for d, (_, value) in per_direction.items():
+                    result.meta["selected_lambda"][f"{name}/{rerank}/{d}"] = value
+            evaluation = evaluate_directions(
+                scores, relevance, reranker={d: method for d, (method, _) in per_direction.items()}, ks=ks,
+                num_folds=num_folds, extra_positives=extra_positives, hubness_ks=HUBNESS_KS,
+                image_labels=image_labels, caption_labels=caption_labels)
+            lists = not base.returns_scores
+            row.update(_table_row(evaluation.report, ks, extra_positives if not lists else (), lists, num_folds))
+            if lists:
+                row.update({f"{d}_lambda": value for d, (_, value) in per_direction.items()})
             result.rows.append(_ordered(row, ks))
-            if method.matching == "none" and name == result.rows[0]["similarity"]:
-                hub_data[f"{name}/{rerank}"] = {d: k_occurrence_histogram(w, 10) for d, w in rescored_dirs.items()}
+            if not lists and name == result.rows[0]["similarity"]:
+                hub_data[f"{name}/{rerank}"] = {d: occurrence_histogram(evaluation.k_occurrence[d][10])
+                                                for d in DIRECTIONS}
         if not (images.is_point or captions.is_point):
             decile_data[name] = decile_series(scores, relevance, images, captions, uncertainty_measure)
     if decile_data:
@@ -295,7 +216,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         result.meta["num_folds"] = num_folds
         notes.append(f"folds: R@K and rsum averaged over {num_folds} consecutive folds of {images.num // num_folds} "
                      "images and their captions, each re-scored on its own (COCO 1K protocol when 5 folds of 5K-test)")
-    if any(get_method(r).matching != "none" for r in rerankers):
+    if any(not get_reranker(r).returns_scores for r in rerankers):
         notes.append("matching re-rankers (gm/rgm) return top-k lists: R@K from the run with k = K; "
                      "R-Precision, MAP@R and PMRP need a full ranking and are left empty")
     return result
@@ -304,8 +225,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
 def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, similarities: Sequence[str] = DEFAULT_SIMILARITIES,
                    rerankers: Sequence[str] = DEFAULT_RERANKERS,
                    similarity_options: dict[str, dict[str, Any]] | None = None, val_split: RetrievalSplit | None = None,
-                   batch_size: int = 256, device: torch.device | str | None = None, out_dir: str | os.PathLike[str] | None = None,
-                   progress: bool = False, ks: Sequence[int] = (1, 5, 10),
+                   batch_size: int = 256, device: torch.device | str | None = None,
+                   out_dir: str | os.PathLike[str] | None = None,
+                   progress: bool = False, ks: Sequence[int] = DEFAULT_KS,
                    rerank_options: dict[str, dict[str, Any]] | None = None,
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
                    extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
@@ -342,6 +264,7 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
     if extra_note:
         result.meta["notes"].append(extra_note)
     if not (images.is_point and captions.is_point):
+
         series = corruption_series(model, split, vocab, uncertainty_measure, batch_size=batch_size, device=device)
         if series:
             result.figures["uncertainty_vs_corruption"] = series
@@ -350,7 +273,7 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
     return result
 
 
-def _load_extra_positives(split: Any, names: Sequence[str] | None) -> tuple[list[Any], str | None]:
+def _load_extra_positives(split: RetrievalSplit, names: Sequence[str] | None) -> tuple[list[Any], str | None]:
     """CxC / ECCV Caption positives for ``split`` (see :func:`evaluate_model`) and a note, if any."""
 
     requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"

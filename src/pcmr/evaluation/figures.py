@@ -39,7 +39,11 @@ def k_occurrence_histogram(scores: Tensor, k: int) -> dict[str, list[int]]:
     """Histogram of the k-occurrence counts N_k of the gallery (columns of ``scores [Q, G]``):
     ``{"values": [distinct N_k], "frequency": [number of gallery items with that N_k]}``."""
 
-    counts = k_occurrence(scores, min(k, scores.shape[1]))  # [G]
+    return occurrence_histogram(k_occurrence(scores, min(k, scores.shape[1])))  # N_k [G]
+
+
+def occurrence_histogram(counts: Tensor) -> dict[str, list[int]]:
+    """``{"values": [distinct N_k], "frequency": [number of gallery items with that N_k]}`` of ``counts [G]``."""
     values, frequency = torch.unique(counts.cpu(), return_counts=True)
     return {"values": [int(v) for v in values], "frequency": [int(f) for f in frequency]}
 

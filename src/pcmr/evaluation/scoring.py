@@ -5,12 +5,11 @@
 - :func:`unsupported_reason`: why a model's embeddings cannot be scored with a similarity (point
   embeddings for a score that needs variances; match_prob without learned ``a, b``), or None.
 - :func:`rerank_topk`: the top-k list of every query under a named re-ranker of
-  ``pcmr.inference`` (SPEC §5: a re-weighting ``nns``/``is``/``csls``, then top-k, ``gm`` or ``rgm``).
+  ``pcmr.inference`` (a re-weighting such as ``nns``/``is``/``csls``, then top-k or a matching).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -21,7 +20,7 @@ from pcmr.inference import get_reranker
 from pcmr.similarity import get_similarity, pairwise
 
 __all__ = ["score_matrix", "unsupported_reason", "check_similarity_supported", "rerank_topk", "get_method",
-           "matching_topk", "check_names", "DEFAULT_SEED"]
+           "check_names", "DEFAULT_SEED"]
 
 DEFAULT_SEED = 0
 #: options that need a learned value to be meaningful, per similarity
@@ -82,25 +81,12 @@ def score_matrix(name: str, images: Gaussian, captions: Gaussian, options: dict[
 
 
 def get_method(name: str, params: dict[str, Any] | None = None, *, size: tuple[int, int] | None = None) -> Any:
-    """``pcmr.inference.get_reranker(name, **params)``; with ``size = (Q, G)`` CSLS's neighbourhood is
-    clamped to ``min(Q, G)`` so tiny galleries still work. ValueError for an unknown name/parameter."""
+    """``pcmr.inference.get_reranker(name, **params)``, ``fitted`` to ``size = (Q, G)`` when given (CSLS's
+    neighbourhood clamped to ``min(Q, G)`` so tiny galleries still work). ValueError for an unknown
+    name/parameter."""
 
     method = get_reranker(name, **(params or {}))
-    if size is not None and method.reweighting == "csls" and method.csls_k > min(size):
-        method = dataclasses.replace(method, csls_k=min(size))
-    return method
-
-
-def matching_topk(method: Any, rescored: Tensor, k: int, lam: float | None = None) -> Tensor:
-    """Top-k lists ``[Q, k]`` of already re-weighted ``rescored [Q, G]`` under ``method``'s matching
-    (``Reranker.matching``: none, gm or rgm with ``lam``, default the method's own)."""
-
-    if method.matching == "none":
-        return get_reranker("nns").topk(rescored, k)
-    params = {"backend": method.backend}
-    if method.matching == "rgm":
-        params["lam"] = method.lam if lam is None else float(lam)
-    return get_reranker(method.matching, **params).topk(rescored, k)
+    return method if size is None else method.fitted(size)
 
 
 def rerank_topk(name: str, scores: Tensor, k: int, **params: Any) -> tuple[Tensor, Tensor]:
@@ -108,11 +94,11 @@ def rerank_topk(name: str, scores: Tensor, k: int, **params: Any) -> tuple[Tenso
     ``params`` as ``pcmr.inference.get_reranker`` takes them (``beta``, ``csls_k``, ``lam``, ``backend``).
 
     Returns ``(indices [Q, k], values [Q, k])`` where ``values`` are the re-weighted scores of the
-    listed items (for gm/rgm lists, in acceptance order, not necessarily sorted).
+    listed items (for matchings, in acceptance order, not necessarily sorted).
     """
     if not 1 <= k <= scores.shape[1]:
         raise ValueError(f"k must be in [1, {scores.shape[1]}] (the gallery size), got {k}")
     method = get_method(name, params, size=tuple(scores.shape))
     rescored = method.rescore(scores)  # [Q, G]
-    indices = matching_topk(method, rescored, k)  # [Q, k]
+    indices = method.topk_rescored(rescored, k)  # [Q, k]
     return indices, rescored.gather(1, indices)

@@ -18,13 +18,17 @@ typically a small multiple of ``Q * k`` (the matrix itself is only read in block
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 from torch import Tensor
 
-from pcmr.inference._backend import stream_runner
-from pcmr.inference._kernel import FINISHED
-from pcmr.inference._ordering import rows_per_block, sort_row_segments
+from pcmr.ranking import greedy_loop
+from pcmr.ranking.blocks import block_rows
+from pcmr.ranking.greedy_loop import FINISHED
+from pcmr.ranking.topk import sort_row_segments
 
 #: Rows refilled together at least (when that many are waiting), to keep round trips few.
 MIN_REFILL_ROWS = 64
@@ -55,7 +59,7 @@ def fetch_candidates(
     count = counts.clamp(max=scores.shape[1])  # [R]
     width = min(int(count.max()) + 1, scores.shape[1])  # one more than needed: detects ties across the cut
     top_vals, top_cols = [], []
-    step = rows_per_block(scores.shape[1])
+    step = block_rows(scores.shape[1])
     for start in range(0, num_rows, step):  # the only passes over the matrix: mask and topk, per block
         stop = min(start + step, num_rows)
         sub = _available(scores, None if rows is None else rows[start:stop], start, stop, threshold, col_full)
@@ -72,7 +76,7 @@ def fetch_candidates(
     slot = torch.arange(int(count.max()), device=scores.device).unsqueeze(0)  # [1, c]
     keep = (slot < count.unsqueeze(1)) & (top_val[:, : slot.shape[1]] > float("-inf"))  # [R, c]
     vals = top_val[:, : slot.shape[1]].masked_fill(~keep, float("-inf"))
-    vals, cols = sort_row_segments(vals, top_col[:, : slot.shape[1]])  # kept entries first, in order
+    vals, cols = sort_row_segments(vals, top_col[:, : slot.shape[1]], skip_neg_inf=True)  # kept entries first, in order
     lengths = keep.sum(dim=1)  # [R]
     taken = slot < lengths.unsqueeze(1)  # [R, c]
     row_id = taken.nonzero(as_tuple=True)[0]
@@ -337,3 +341,19 @@ def complete_rows(accepted: np.ndarray, row_count: np.ndarray, row_top: np.ndarr
     source = np.take_along_axis(filler, np.maximum(slot - have, 0), axis=1)
     out[short] = np.where(slot < have, taken, source)
     return out
+
+
+def stream_runner(backend: str) -> Callable[..., int]:
+    """``run(*arrays_and_ints) -> status`` (the arguments of ``greedy_loop.advance_stream``, numpy arrays
+    for the arrays) for a resolved backend name: compiled (``"numba"``) or interpreted (``"python"``)."""
+    if backend == "numba":
+        from pcmr.ranking import _numba_kernels
+
+        return _numba_kernels.advance_stream
+    return _run_interpreted
+
+
+def _run_interpreted(*args: Any) -> int:
+    # memoryviews index a few times faster than numpy arrays from interpreted Python
+    converted = [memoryview(a) if hasattr(a, "__array_interface__") else a for a in args]
+    return greedy_loop.advance_stream(*converted)

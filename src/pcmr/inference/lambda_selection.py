@@ -1,20 +1,22 @@
-"""Choosing RGM's relaxation factor lambda on a validation split (HAL/RGM §4.1: "we use the lambdas that
-maximize R@K scores on validation set")."""
+"""Choosing a re-ranker's tuned parameter (RGM's relaxation factor lambda) on a validation split.
+
+HAL/RGM §4.1: "we use the lambdas that maximize R@K scores on validation set". The score is the sum
+of R@K over the chosen ks, each R@K from the matching's run with ``k = K`` (docs/inference.md).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from torch import Tensor
 
-from pcmr.inference.rerankers import get_reranker
+from pcmr.inference.rerankers import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
+from pcmr.metrics.driver import DEFAULT_KS
 
-#: Default candidates: from GM-like (1) to unconstrained (inf = NNS on the re-weighted scores).
-DEFAULT_LAMBDA_GRID: tuple[float, ...] = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0, math.inf)
+__all__ = ["DEFAULT_LAMBDA_GRID", "LambdaSelection", "select_lambda"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class LambdaSelection:
     Attributes:
         best_lam: the lambda with the largest ``sum`` (ties go to the larger lambda, the weaker constraint).
         table: ``{lam: {"R@1": ..., "R@5": ..., "R@10": ..., "sum": ...}}`` in grid order (percent).
-        method: the reranker evaluated (``rgm``, ``is+rgm`` or ``csls+rgm``); ks: the K values summed.
+        method: the re-ranker evaluated (e.g. ``rgm``, ``csls+rgm``); ks: the K values summed.
     """
 
     best_lam: float
@@ -36,10 +38,10 @@ class LambdaSelection:
 def select_lambda(
     val_scores: Tensor,
     val_relevant: RelevanceInput | SparseRelevance,
-    ks: Iterable[int] = (1, 5, 10),
-    grid: Iterable[float] = DEFAULT_LAMBDA_GRID,
+    ks: Iterable[int] = DEFAULT_KS,
+    grid: Iterable[float] | None = None,
     *,
-    method: str = "rgm",
+    method: str | Reranker = "rgm",
     **params: object,
 ) -> LambdaSelection:
     """Pick lambda maximising the sum of R@K over ``ks`` on validation scores of one direction.
@@ -47,19 +49,27 @@ def select_lambda(
     Args:
         val_scores: ``[Q, G]`` validation scores of one direction (call again with ``S.T`` for the other).
         val_relevant: dense BoolTensor ``[Q, G]`` or a list of Q lists of positive gallery indices.
-        ks: the K of R@K; R@K uses the RGM run with ``k = K`` (SPEC §5).
+        ks: the K of R@K; R@K uses the matching's run with ``k = K``.
         grid: candidate lambdas (> 0, ``inf`` allowed); ``round(lam * K) >= 1`` needed for every K.
-        method: ``"rgm"``, ``"is+rgm"`` or ``"csls+rgm"``; params: ``beta`` / ``csls_k`` / ``backend``.
+            Default: the matching's own ``lambda_grid`` (``DEFAULT_LAMBDA_GRID`` for RGM).
+        method: a re-ranker name whose matching has a tuned parameter (``rgm``, ``is+rgm``, ``csls+rgm``,
+            ...) or such a ``Reranker``; params: the other parameters (``beta`` / ``csls_k`` / ``backend``).
     Returns:
         ``LambdaSelection`` with the best lambda and the per-lambda table.
     """
-    if method not in ("rgm", "is+rgm", "csls+rgm"):
-        raise ValueError(
-            f"method must be 'rgm', 'is+rgm' or 'csls+rgm' (a reranker with lambda), got {method!r}"
-        )
     if "lam" in params:
         raise ValueError("select_lambda chooses lam itself; pass the candidates as grid=...")
-    grid = tuple(grid)
+    if isinstance(method, Reranker):
+        reranker = method.with_parameters(**params) if params else method
+    else:
+        tunable = [name for name in list_rerankers() if get_reranker(name).tuned_parameter is not None]
+        if method not in tunable:
+            raise ValueError(f"method must be a reranker with lambda ({', '.join(tunable)}), got {method!r}")
+        reranker = get_reranker(method, **params)
+    tuned = reranker.tuned_parameter
+    if tuned is None:
+        raise ValueError(f"method {reranker.name!r} has no lambda to select (its matching has no lambda grid)")
+    grid = tuple(reranker.lambda_grid if grid is None else grid)
     ks = tuple(ks)
     if not grid:
         raise ValueError("grid must hold at least one lambda")
@@ -69,14 +79,14 @@ def select_lambda(
         for k in ks:
             if isinstance(k, int) and k >= 1 and not math.isinf(lam) and round(lam * k) < 1:
                 raise ValueError(f"lambda {lam} gives round(lam * k) = 0 uses per gallery item for k = {k}")
-    reranker = get_reranker(method, **params)
     rescored = reranker.rescore(val_scores)  # re-weight once, match once per (lambda, K)
     table: dict[float, dict[str, float]] = {}
     best_lam, best_sum = grid[0], -math.inf
     for lam in grid:
-        row = dataclasses.replace(reranker, lam=float(lam)).recall_rescored(rescored, val_relevant, ks)
+        row = reranker.with_parameters(**{tuned: float(lam)}).recall_rescored(rescored, val_relevant, ks)
         row["sum"] = sum(row.values())
         table[float(lam)] = row
         if row["sum"] > best_sum or (row["sum"] == best_sum and lam > best_lam):
             best_lam, best_sum = float(lam), row["sum"]
-    return LambdaSelection(best_lam=best_lam, table=table, method=method, ks=ks)
+    return LambdaSelection(best_lam=best_lam, table=table, method=reranker.name, ks=ks)
+

@@ -1,4 +1,4 @@
-"""Greedy matching (GM) and relaxed greedy matching (RGM), HAL/RGM §3.3.3 and Algorithm 1; SPEC §5.
+"""Greedy matching (GM) and relaxed greedy matching (RGM), HAL/RGM §3.3.3 and Algorithm 1; docs/inference.md.
 
 Both scan the entries of ``S [Q, G]`` in the global order -- descending score, then ascending row
 (query) index, then ascending column (gallery) index -- and accept ``(q, g)`` while row ``q`` holds
@@ -13,9 +13,10 @@ import math
 import torch
 from torch import Tensor
 
-from pcmr.inference._backend import resolve_backend
-from pcmr.inference._ordering import check_positive_int, check_score_matrix, ordered_topk
 from pcmr.inference._stream import accept_pairs, complete_rows
+from pcmr.ranking.backend import resolve_backend
+from pcmr.ranking.checks import check_positive_int, check_scores
+from pcmr.ranking.topk import ordered_topk
 
 
 def check_lam(lam: float) -> float:
@@ -64,7 +65,7 @@ def relaxed_greedy_matching(
         LongTensor ``[Q, k]`` on ``scores.device``: each row's accepted items in acceptance order,
         then (short rows only) the completion items.
     """
-    check_score_matrix(scores)
+    check_scores(scores, finite=True)
     num_rows, num_cols = scores.shape
     check_positive_int(k, "k", num_cols, "the number of gallery items G")
     capacity = rgm_capacity(k, lam)
@@ -87,7 +88,7 @@ def greedy_matching(scores: Tensor, *, backend: str = "auto") -> Tensor:
         LongTensor ``[Q]``: the gallery item matched to each query, ``-1`` where a query stays unmatched
         (exactly ``Q - G`` queries when ``Q > G``; none otherwise).
     """
-    check_score_matrix(scores)
+    check_scores(scores, finite=True)
     backend = resolve_backend(backend)
     accepted = accept_pairs(scores, 1, 1, None, backend)[0]
     return torch.from_numpy(accepted[:, 0].copy()).to(scores.device)
@@ -100,7 +101,7 @@ def exact_assignment(scores: Tensor) -> Tensor:
     ``[Q]`` with the matched gallery item per query and ``-1`` for the ``Q - G`` unmatched queries
     when ``Q > G``. Needs scipy (``pip install scipy``).
     """
-    check_score_matrix(scores)
+    check_scores(scores, finite=True)
     try:
         from scipy.optimize import linear_sum_assignment
     except ImportError as error:  # pragma: no cover - scipy is installed with the dev extra

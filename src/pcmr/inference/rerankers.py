@@ -1,162 +1,329 @@
-"""Hub-aware inference methods by name: an optional re-weighting followed by an optional matching.
+"""Re-rankers by name: registries of re-weightings and matchings, composed as ``"<re-weighting>+<matching>"``.
 
-SPEC §5 / HAL/RGM §3.3 and Table 3. Every method is the composition of
-- a re-weighting of the score matrix: none (NNS), inverted softmax (``is``) or CSLS (``csls``), and
-- a way to turn scores into ranked lists: per-row top-k, greedy matching (``gm``) or relaxed greedy
-  matching (``rgm``).
+HAL/RGM §3.3 and Table 3. A re-ranker is a *re-weighting* of one direction's score matrix
+(``nns``: none, ``is``: inverted softmax, ``csls``) followed by a way to turn the scores into ranked
+lists: per-row top-k under the tie rule (no matching) or a *matching* (``gm``, ``rgm``). Names:
+
+- a re-weighting alone (``"is"``): re-weighted scores, then per-row top-k;
+- a matching alone (``"rgm"``): the matching on the raw scores;
+- ``"<re-weighting>+<matching>"`` (``"csls+rgm"``): the matching on the re-weighted scores.
+
+Each part is a frozen dataclass whose fields are its parameters (checked in ``__post_init__``); a
+matching with a tunable parameter names it in ``tuned_parameter`` and gives its ``lambda_grid``. A
+new re-ranker is one class + ``@register_reweighting`` / ``@register_matching``; every composition
+with it is then accepted by ``get_reranker`` and listed by ``list_rerankers``.
 
 ``gm`` for a list length K is RGM with ``lam = 1`` (every gallery item used at most K times; the
 paper's generalisation of GM to K-best lists, Table 3); for K = 1 it is greedy matching, with the
-queries left unmatched (``Q > G``) completed by their best item. R@K under a matching method is
-computed from the run with ``k = K`` (SPEC §5), so ``recall`` runs the matching once per K.
+queries left unmatched (``Q > G``) completed by their best item. R@K under a matching is computed
+from the run with ``k = K`` (capacities ``round(lam * k)`` change with k), so ``recall`` runs the
+matching once per K. Formulas: docs/inference.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor
 
-from pcmr.inference._backend import BACKENDS
-from pcmr.inference._ordering import check_positive_int, check_score_matrix, ordered_topk
 from pcmr.inference.matching import check_lam, relaxed_greedy_matching
 from pcmr.inference.rescoring import csls, inverted_softmax
-from pcmr.metrics import recall_at_k_from_topk
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
+from pcmr.metrics.driver import recall_from_lists
+from pcmr.ranking.backend import BACKENDS
+from pcmr.ranking.checks import check_positive_int, check_scores
+from pcmr.ranking.topk import ordered_topk
 
-# name -> (re-weighting, matching); an explicit table, no parsing of names
-_RERANKERS: dict[str, tuple[str, str]] = {
-    "nns": ("none", "none"),
-    "is": ("is", "none"),
-    "csls": ("csls", "none"),
-    "gm": ("none", "gm"),
-    "rgm": ("none", "rgm"),
-    "is+rgm": ("is", "rgm"),
-    "csls+rgm": ("csls", "rgm"),
-}
-_REWEIGHTING_PARAMETERS = {"none": (), "is": ("beta",), "csls": ("csls_k",)}
-_MATCHING_PARAMETERS = {"none": (), "gm": ("backend",), "rgm": ("lam", "backend")}
+#: RGM's lambda candidates: from GM-like (1) to unconstrained (inf = top-k of the re-weighted scores).
+DEFAULT_LAMBDA_GRID: tuple[float, ...] = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0, math.inf)
 
 
-def list_rerankers() -> list[str]:
-    """Names accepted by ``get_reranker``: nns, is, csls, gm, rgm, is+rgm, csls+rgm."""
-    return list(_RERANKERS)
+def _parameters(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def reranker_parameters(name: str) -> tuple[str, ...]:
-    """The keyword parameters ``get_reranker(name, ...)`` accepts (e.g. ``("beta", "lam", "backend")``)."""
-    reweighting, matching = _lookup(name)
-    return _REWEIGHTING_PARAMETERS[reweighting] + _MATCHING_PARAMETERS[matching]
+class Reweighting:
+    """A re-weighting of one direction's scores ``[Q, G] -> [Q, G]``; subclasses are frozen dataclasses."""
+
+    name: ClassVar[str]
+    identity: ClassVar[bool] = False  # True only for "no re-weighting" (not listed in compositions)
+
+    def rescore(self, scores: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def fitted(self, size: tuple[int, int]) -> Reweighting:
+        """This re-weighting for a problem of ``size = (Q, G)`` (e.g. a neighbourhood clamped to it)."""
+        return self
+
+
+class Matching:
+    """Ranked lists ``[Q, k]`` from (re-weighted) scores ``[Q, G]``; subclasses are frozen dataclasses."""
+
+    name: ClassVar[str]
+    tuned_parameter: ClassVar[str | None] = None  # chosen on validation data from lambda_grid
+    lambda_grid: ClassVar[tuple[float, ...]] = ()
+
+    def topk(self, rescored: Tensor, k: int) -> Tensor:
+        raise NotImplementedError
+
+
+_REWEIGHTINGS: dict[str, type[Reweighting]] = {}
+_MATCHINGS: dict[str, type[Matching]] = {}
+_T = TypeVar("_T")
+
+
+def _register(table: dict[str, Any], kind: str) -> Callable[[_T], _T]:
+    def add(cls: _T) -> _T:
+        name = cls.name  # type: ignore[attr-defined]
+        if "+" in name or name in _REWEIGHTINGS or name in _MATCHINGS:
+            raise ValueError(f"{kind} name {name!r} is taken or contains '+'")
+        table[name] = cls
+        return cls
+    return add
+
+
+register_reweighting = _register(_REWEIGHTINGS, "re-weighting")
+register_matching = _register(_MATCHINGS, "matching")
+
+
+@register_reweighting
+@dataclass(frozen=True)
+class NoReweighting(Reweighting):
+    """Nearest-neighbour search (NNS): the scores as they are."""
+
+    name: ClassVar[str] = "nns"
+    identity: ClassVar[bool] = True
+
+    def rescore(self, scores: Tensor) -> Tensor:
+        return check_scores(scores, finite=True)
+
+
+@register_reweighting
+@dataclass(frozen=True)
+class InvertedSoftmax(Reweighting):
+    """Inverted softmax (HAL/RGM eq. 5) with inverse temperature ``beta`` (paper: 30)."""
+
+    name: ClassVar[str] = "is"
+    beta: float = 30.0
+
+    def __post_init__(self) -> None:
+        beta = self.beta
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
+            raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+
+    def rescore(self, scores: Tensor) -> Tensor:
+        return inverted_softmax(scores, beta=self.beta)
+
+
+@register_reweighting
+@dataclass(frozen=True)
+class CSLS(Reweighting):
+    """Cross-domain similarity local scaling (HAL/RGM eq. 6) with neighbourhood ``csls_k`` (paper: 10)."""
+
+    name: ClassVar[str] = "csls"
+    csls_k: int = 10
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.csls_k, "csls_k")
+
+    def rescore(self, scores: Tensor) -> Tensor:
+        return csls(scores, k=self.csls_k)
+
+    def fitted(self, size: tuple[int, int]) -> CSLS:
+        """The neighbourhood clamped to ``min(Q, G)``, so tiny galleries (or folds) still work."""
+        return dataclasses.replace(self, csls_k=min(self.csls_k, *size))
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+
+
+@register_matching
+@dataclass(frozen=True)
+class GreedyMatching(Matching):
+    """Greedy matching (HAL/RGM §3.3.3) generalised to k-best lists: RGM with ``lam = 1``."""
+
+    name: ClassVar[str] = "gm"
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check_backend(self.backend)
+
+    def topk(self, rescored: Tensor, k: int) -> Tensor:
+        return relaxed_greedy_matching(rescored, k, 1.0, backend=self.backend)
+
+
+@register_matching
+@dataclass(frozen=True)
+class RelaxedGreedyMatching(Matching):
+    """Relaxed greedy matching (HAL/RGM Algorithm 1): item capacity ``round(lam * k)``."""
+
+    name: ClassVar[str] = "rgm"
+    tuned_parameter: ClassVar[str | None] = "lam"
+    lambda_grid: ClassVar[tuple[float, ...]] = DEFAULT_LAMBDA_GRID
+    lam: float = 2.0
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_lam(self.lam)  # type and sign; round(lam * k) >= 1 is checked per k at run time
+        _check_backend(self.backend)
+
+    def topk(self, rescored: Tensor, k: int) -> Tensor:
+        return relaxed_greedy_matching(rescored, k, self.lam, backend=self.backend)
 
 
 @dataclass(frozen=True)
 class Reranker:
-    """A named hub-aware inference method (configuration only; the math is in the functions it calls).
+    """A named re-ranker: a re-weighting followed by per-row top-k (``matcher`` None) or a matching.
 
-    Attributes:
-        name: one of ``list_rerankers()``.
-        reweighting: ``"none"`` | ``"is"`` | ``"csls"``; matching: ``"none"`` | ``"gm"`` | ``"rgm"``.
-        beta: inverse temperature of the inverted softmax (HAL/RGM: 30).
-        csls_k: neighbourhood size of CSLS (HAL/RGM: 10).
-        lam: relaxation factor of RGM (choose it with ``select_lambda``; 2.0 is only a starting point).
-        backend: acceptance loop of GM/RGM, ``"auto"`` | ``"numba"`` | ``"python"`` (identical lists).
+    Parameters of the parts are readable as attributes (``get_reranker("csls+rgm").lam``).
     """
 
     name: str
-    reweighting: str
-    matching: str
-    beta: float = 30.0
-    csls_k: int = 10
-    lam: float = 2.0
-    backend: str = "auto"
+    weighting: Reweighting
+    matcher: Matching | None = None
+
+    @property
+    def reweighting(self) -> str:
+        """Name of the re-weighting, ``"none"`` for NNS."""
+        return "none" if self.weighting.identity else self.weighting.name
+
+    @property
+    def matching(self) -> str:
+        """Name of the matching, ``"none"`` for per-row top-k."""
+        return "none" if self.matcher is None else self.matcher.name
 
     @property
     def returns_scores(self) -> bool:
-        """True for nns / is / csls (a re-weighted score matrix); False for the matching methods (lists)."""
-        return self.matching == "none"
+        """True without a matching (a re-weighted score matrix ranks the whole gallery); False for lists."""
+        return self.matcher is None
+
+    @property
+    def tuned_parameter(self) -> str | None:
+        """The parameter chosen on validation data (``"lam"`` for RGM), or None."""
+        return None if self.matcher is None else self.matcher.tuned_parameter
+
+    @property
+    def lambda_grid(self) -> tuple[float, ...]:
+        return () if self.matcher is None else self.matcher.lambda_grid
+
+    def parameters(self) -> dict[str, Any]:
+        """Every parameter of both parts, by name."""
+        parts = [self.weighting] + ([self.matcher] if self.matcher is not None else [])
+        return {k: v for part in parts for k, v in dataclasses.asdict(part).items()}
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__") or key in ("name", "weighting", "matcher"):
+            raise AttributeError(key)
+        parameters = self.parameters()
+        if key in parameters:
+            return parameters[key]
+        raise AttributeError(f"re-ranker {self.name!r} has no parameter {key!r}; it has {list(parameters)}")
+
+    def with_parameters(self, **params: Any) -> Reranker:
+        """A copy with some parameters replaced (each goes to the part that owns it)."""
+        weighting, matcher = self.weighting, self.matcher
+        own = {k: v for k, v in params.items() if k in _parameters(type(weighting))}
+        weighting = dataclasses.replace(weighting, **own) if own else weighting
+        if matcher is not None:
+            theirs = {k: v for k, v in params.items() if k in _parameters(type(matcher))}
+            matcher = dataclasses.replace(matcher, **theirs) if theirs else matcher
+        unknown = set(params) - set(self.parameters())
+        if unknown:
+            raise ValueError(f"reranker {self.name!r} takes the parameters {list(self.parameters())}, "
+                             f"got unexpected {sorted(unknown)}")
+        return Reranker(self.name, weighting, matcher)
+
+    def fitted(self, size: tuple[int, int]) -> Reranker:
+        """This re-ranker for a problem of ``size = (Q, G)`` (CSLS's neighbourhood clamped to it)."""
+        return Reranker(self.name, self.weighting.fitted(size), self.matcher)
 
     def rescore(self, scores: Tensor) -> Tensor:
-        """The re-weighted score matrix ``[Q, G]`` (the input itself for nns, gm and rgm)."""
-        if self.reweighting == "is":
-            return inverted_softmax(scores, beta=self.beta)
-        if self.reweighting == "csls":
-            return csls(scores, k=self.csls_k)
-        return check_score_matrix(scores)
+        """The re-weighted score matrix ``[Q, G]`` (the input itself without a re-weighting)."""
+        return self.weighting.rescore(scores)
 
     def topk(self, scores: Tensor, k: int) -> Tensor:
         """Ranked lists ``LongTensor[Q, k]`` for one direction's scores ``[Q, G]``.
 
-        Score methods: per-row top-k of the re-weighted scores (ties to the lower gallery index).
-        Matching methods: the GM / RGM run with list length ``k`` on the re-weighted scores.
+        Without a matching: per-row top-k of the re-weighted scores (ties to the lower gallery index).
+        With one: the matching's run with list length ``k`` on the re-weighted scores.
         """
-        return self._topk_rescored(self.rescore(scores), k)
+        return self.topk_rescored(self.rescore(scores), k)
+
+    def topk_rescored(self, rescored: Tensor, k: int) -> Tensor:
+        """``topk`` for scores already re-weighted by ``self.rescore``."""
+        check_positive_int(k, "k", rescored.shape[1], "the number of gallery items G")
+        if self.matcher is None:
+            return ordered_topk(rescored, k)
+        return self.matcher.topk(rescored, k)
 
     def recall(self, scores: Tensor, relevant: RelevanceInput | SparseRelevance, ks: Iterable[int] = (1, 5, 10)) -> dict[str, float]:
-        """``{"R@K": percent}`` for each K in ``ks`` (SPEC §6), one direction.
+        """``{"R@K": percent}`` for each K in ``ks``, one direction (``pcmr.metrics.driver.recall_from_lists``).
 
-        ``relevant``: dense BoolTensor ``[Q, G]`` or a list of Q lists of positive gallery indices (as
-        ``pcmr.metrics.recall_at_k_from_topk`` takes it). Score methods rank once with the largest K;
-        matching methods run once per K (R@K under RGM uses the run with ``k = K``, SPEC §5).
+        ``relevant``: dense BoolTensor ``[Q, G]`` or a list of Q lists of positive gallery indices.
+        Without a matching one ranking with the largest K serves every K; a matching runs once per K.
         """
         return self.recall_rescored(self.rescore(scores), relevant, ks)
 
-    def recall_rescored(
-        self, rescored: Tensor, relevant: RelevanceInput | SparseRelevance, ks: Iterable[int] = (1, 5, 10)
-    ) -> dict[str, float]:
+    def recall_rescored(self, rescored: Tensor, relevant: RelevanceInput | SparseRelevance,
+                        ks: Iterable[int] = (1, 5, 10)) -> dict[str, float]:
         """``recall`` for scores already re-weighted by ``self.rescore`` (re-weight once, match many times)."""
+        return recall_from_lists(self, rescored, relevant, ks)
 
-        ks = _check_ks(ks, rescored)
-        if self.returns_scores:
-            lists = self._topk_rescored(rescored, max(ks))
-            return {f"R@{k}": recall_at_k_from_topk(lists, relevant, k=k) for k in ks}
-        return {f"R@{k}": recall_at_k_from_topk(self._topk_rescored(rescored, k), relevant) for k in ks}
 
-    def _topk_rescored(self, rescored: Tensor, k: int) -> Tensor:
-        check_positive_int(k, "k", rescored.shape[1], "the number of gallery items G")
-        if self.matching == "gm":
-            return relaxed_greedy_matching(rescored, k, 1.0, backend=self.backend)
-        if self.matching == "rgm":
-            return relaxed_greedy_matching(rescored, k, self.lam, backend=self.backend)
-        return ordered_topk(rescored, k)
+def list_reweightings() -> list[str]:
+    """Registered re-weightings (``nns`` is the identity)."""
+    return list(_REWEIGHTINGS)
+
+
+def list_matchings() -> list[str]:
+    """Registered matchings."""
+    return list(_MATCHINGS)
+
+
+def list_rerankers() -> list[str]:
+    """Every name ``get_reranker`` accepts: re-weightings, matchings, then each
+    ``"<re-weighting>+<matching>"`` of a non-identity re-weighting and a matching."""
+    combined = [f"{w}+{m}" for w, cls in _REWEIGHTINGS.items() if not cls.identity for m in _MATCHINGS]
+    return list(_REWEIGHTINGS) + list(_MATCHINGS) + combined
+
+
+def _parts(name: str) -> tuple[type[Reweighting], type[Matching] | None]:
+    if not isinstance(name, str) or name not in list_rerankers():
+        raise ValueError(f"unknown reranker {name!r}; choose one of {list_rerankers()}")
+    if name in _REWEIGHTINGS:
+        return _REWEIGHTINGS[name], None
+    if name in _MATCHINGS:
+        return _REWEIGHTINGS["nns"], _MATCHINGS[name]
+    weighting, matching = name.split("+")
+    return _REWEIGHTINGS[weighting], _MATCHINGS[matching]
+
+
+def reranker_parameters(name: str) -> tuple[str, ...]:
+    """The keyword parameters ``get_reranker(name, ...)`` accepts (e.g. ``("beta", "lam", "backend")``)."""
+    weighting, matching = _parts(name)
+    return _parameters(weighting) + (_parameters(matching) if matching is not None else ())
 
 
 def get_reranker(name: str, **params: object) -> Reranker:
     """A ``Reranker`` by name (``list_rerankers()``), e.g. ``get_reranker("csls+rgm", csls_k=10, lam=1.5)``.
 
-    Parameters set to None are ignored (unset command-line flags); a parameter the method does not use
-    (see ``reranker_parameters(name)``) or an unknown one raises ValueError.
+    Parameters set to None are ignored (unset command-line flags); a parameter the re-ranker does not
+    use (see ``reranker_parameters(name)``) or an unknown one raises ValueError.
     """
-    reweighting, matching = _lookup(name)
+    weighting, matching = _parts(name)
     given = {key: value for key, value in params.items() if value is not None}
-    allowed = _REWEIGHTING_PARAMETERS[reweighting] + _MATCHING_PARAMETERS[matching]
+    allowed = reranker_parameters(name)
     unknown = sorted(set(given) - set(allowed))
     if unknown:
         raise ValueError(f"reranker {name!r} takes the parameters {list(allowed)}, got unexpected {unknown}")
-    if "beta" in given and (
-        not isinstance(given["beta"], (int, float)) or not math.isfinite(given["beta"]) or given["beta"] <= 0
-    ):
-        raise ValueError(f"beta must be a finite number > 0, got {given['beta']!r}")
-    if "csls_k" in given:
-        check_positive_int(given["csls_k"], "csls_k")
-    if "lam" in given:
-        check_lam(given["lam"])  # type and sign; round(lam * k) >= 1 is checked per k at run time
-    if "backend" in given and given["backend"] not in BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {given['backend']!r}")
-    return Reranker(name=name, reweighting=reweighting, matching=matching, **given)  # type: ignore[arg-type]
-
-
-def _lookup(name: str) -> tuple[str, str]:
-    if name not in _RERANKERS:
-        raise ValueError(f"unknown reranker {name!r}; choose one of {list_rerankers()}")
-    return _RERANKERS[name]
-
-
-def _check_ks(ks: Iterable[int], scores: Tensor) -> tuple[int, ...]:
-    ks = tuple(ks)
-    if not ks:
-        raise ValueError("ks must name at least one K, e.g. (1, 5, 10)")
-    for k in ks:
-        check_positive_int(k, "each K in ks", scores.shape[1], "the number of gallery items G")
-    return ks
+    own = {k: v for k, v in given.items() if k in _parameters(weighting)}
+    matcher = None
+    if matching is not None:
+        matcher = matching(**{k: v for k, v in given.items() if k in _parameters(matching)})
+    return Reranker(name, weighting(**own), matcher)

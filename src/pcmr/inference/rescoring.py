@@ -1,8 +1,9 @@
-"""Soft hub-aware re-weighting of a score matrix: inverted softmax and CSLS (HAL/RGM §3.3.1-3.3.2; SPEC §5).
+"""Soft hub-aware re-weighting of a score matrix: inverted softmax and CSLS (HAL/RGM §3.3.1-3.3.2, eqs. 5-6).
 
 Both take one direction's score matrix ``S [Q, G]`` (queries x gallery, higher = better) and return a
 re-weighted ``[Q, G]`` matrix of the same dtype and device. They read ``S`` in blocks of rows, so
-their temporaries stay bounded (a few blocks of ``BLOCK_ELEMENTS``) next to the output itself.
+their temporaries stay bounded (a few blocks of ``pcmr.ranking.BLOCK_ELEMENTS``) next to the output
+itself. Formulas and conventions: docs/inference.md.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import math
 import torch
 from torch import Tensor
 
-from pcmr.inference._ordering import check_positive_int, check_score_matrix, rows_per_block
+from pcmr.ranking.blocks import block_rows
+from pcmr.ranking.checks import check_positive_int, check_scores
 
 
 def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
@@ -33,7 +35,7 @@ def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
     Returns:
         ``[Q, G]`` log inverted-softmax scores, dtype and device of ``scores``.
     """
-    check_score_matrix(scores)
+    check_scores(scores, finite=True)
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
         raise ValueError(f"beta must be a finite number > 0 (inverse temperature), got {beta!r}")
     num_rows, num_cols = scores.shape
@@ -42,7 +44,7 @@ def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
             f"inverted_softmax needs at least 2 queries (rows of scores): the normaliser of query q sums over "
             f"the other queries; got shape {tuple(scores.shape)}"
         )
-    step = rows_per_block(num_cols)
+    step = block_rows(num_cols)
     columns = torch.arange(num_cols, device=scores.device)  # [G]
     # pass 1, online over blocks of rows, per column g: the maximum of beta * S and the (first) row
     # holding it; the largest of the *other* entries, and the sum over the other entries of
@@ -86,23 +88,17 @@ def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
     return out
 
 
-def csls(scores: Tensor, k: int = 10) -> Tensor:
-    """Cross-domain similarity local scaling, HAL/RGM eq. 6 (Lample et al., 2018; MUSE).
+def csls_statistics(scores: Tensor, k: int = 10) -> tuple[Tensor, Tensor]:
+    """The two neighbourhood means of CSLS (HAL/RGM eq. 6): ``r_G [Q]`` and ``r_Q [G]``.
 
-    ``CSLS[q, g] = 2 S[q, g] - r_G(q) - r_Q(g)`` with ``r_G(q)`` the mean of the k largest scores of
-    row q (the query's neighbourhood in the gallery) and ``r_Q(g)`` the mean of the k largest scores of
-    column g (the gallery item's neighbourhood among the queries). ``r_Q`` penalises hubs; ``r_G`` does
-    not change a row's ranking but matters when a global order is used afterwards (CSLS+RGM).
-
-    Args:
-        scores: ``[Q, G]`` finite. k: neighbourhood size, ``1 <= k <= min(Q, G)`` (paper: 10).
-    Returns:
-        ``[Q, G]`` CSLS scores, dtype and device of ``scores``.
+    ``r_G(q)``: mean of the k largest scores of row q (the query's k nearest gallery items);
+    ``r_Q(g)``: mean of the k largest scores of column g (the gallery item's k nearest queries).
+    Read in blocks of rows; ``scores [Q, G]`` finite, ``1 <= k <= min(Q, G)``.
     """
-    check_score_matrix(scores)
+    check_scores(scores, finite=True)
     num_rows, num_cols = scores.shape
     check_positive_int(k, "k", min(num_rows, num_cols), "min(Q, G) (queries, gallery items of scores)")
-    step = rows_per_block(num_cols)
+    step = block_rows(num_cols)
     row_mean = torch.empty(num_rows, dtype=scores.dtype, device=scores.device)  # [Q], r_G
     col_top = None  # [k, G], running k largest scores of each column
     for start in range(0, num_rows, step):
@@ -110,7 +106,35 @@ def csls(scores: Tensor, k: int = 10) -> Tensor:
         row_mean[start : start + step] = block.topk(k, dim=1, sorted=False).values.mean(dim=1)
         merged = block if col_top is None else torch.cat([col_top, block], dim=0)  # [k + R, G]
         col_top = merged.topk(min(k, merged.shape[0]), dim=0, sorted=False).values
-    col_mean = col_top.mean(dim=0)  # [G], r_Q
+    return row_mean, col_top.mean(dim=0)
+
+
+def csls_gallery_statistic(scores: Tensor, k: int = 10) -> Tensor:
+    """``r_Q [G]`` of CSLS: the mean similarity of each gallery item to its k nearest queries.
+
+    The hub penalty of HAL/RGM eq. 6. A gallery index can store it once (computed from a reference
+    query set) and re-score any later query's scores as ``2 S - r_G(q) - r_Q``.
+    """
+    return csls_statistics(scores, k)[1]
+
+
+def csls(scores: Tensor, k: int = 10) -> Tensor:
+    """Cross-domain similarity local scaling, HAL/RGM eq. 6 (Lample et al., 2018; MUSE).
+
+    ``CSLS[q, g] = 2 S[q, g] - r_G(q) - r_Q(g)`` with ``r_G(q)`` the mean of the k largest scores of
+    row q (the query's neighbourhood in the gallery) and ``r_Q(g)`` the mean of the k largest scores of
+    column g (the gallery item's neighbourhood among the queries; ``csls_gallery_statistic``). ``r_Q``
+    penalises hubs; ``r_G`` does not change a row's ranking but matters when a global order is used
+    afterwards (CSLS+RGM).
+
+    Args:
+        scores: ``[Q, G]`` finite. k: neighbourhood size, ``1 <= k <= min(Q, G)`` (paper: 10).
+    Returns:
+        ``[Q, G]`` CSLS scores, dtype and device of ``scores``.
+    """
+    row_mean, col_mean = csls_statistics(scores, k)  # [Q], [G]
+    num_rows, num_cols = scores.shape
+    step = block_rows(num_cols)
     out = torch.empty_like(scores)  # [Q, G]
     for start in range(0, num_rows, step):
         block = out[start : start + step]

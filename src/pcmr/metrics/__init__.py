@@ -1,13 +1,22 @@
 """Retrieval evaluation: R@K, ranks, R-Precision, MAP@R, PMRP, CxC/ECCV, COCO 1K/5K, hubness.
 
-Exact, vectorised over blocks of queries, memory-bounded, on the device of the inputs.
-Definitions: SPEC §6. Tie rule: among equal scores the lower gallery index ranks first.
-Protocols and differences from eccv-caption: docs/metrics.md.
+Exact, vectorised over blocks of queries, memory-bounded, on the device of the inputs. One
+bidirectional driver (``evaluate_directions``) serves every protocol. Tie rule: among equal scores
+the lower gallery index ranks first (``pcmr.ranking``). Definitions, protocols and differences from
+eccv-caption: docs/metrics.md.
 """
 
 from __future__ import annotations
 
 from pcmr.metrics._relevance import SparseRelevance
+from pcmr.metrics.driver import (
+    DEFAULT_KS,
+    HUBNESS_KS,
+    DirectionsResult,
+    evaluate_directions,
+    recall_from_lists,
+    rsum,
+)
 from pcmr.metrics.extra_positives import ExtraPositives, coco_5k_test_ids, load_extra_positives
 from pcmr.metrics.hubness import hubness_skewness, hubness_sum, k_occurrence, k_occurrences, skewness
 from pcmr.metrics.pmrp import pmrp
@@ -19,6 +28,9 @@ from pcmr.metrics.topk import recall_at_k_from_topk
 from pcmr.metrics.uncertainty import binary_selection_accuracy, recall_by_uncertainty
 
 __all__ = [
+    "DEFAULT_KS",
+    "HUBNESS_KS",
+    "DirectionsResult",
     "ExtraPositives",
     "MetricsReport",
     "PerQueryMetrics",
@@ -26,6 +38,7 @@ __all__ = [
     "binary_selection_accuracy",
     "coco_5k_test_ids",
     "evaluate_coco",
+    "evaluate_directions",
     "evaluate_retrieval",
     "first_positive_ranks",
     "fold_indices",
@@ -38,6 +51,8 @@ __all__ = [
     "pmrp",
     "recall_at_k_from_topk",
     "recall_by_uncertainty",
+    "recall_from_lists",
     "retrieval_metrics",
+    "rsum",
     "skewness",
 ]

@@ -14,26 +14,15 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from pcmr.metrics import _kernel as kernel
+from pcmr.ranking import fused_scan as kernel
+from pcmr.ranking.checks import check_scores
 from pcmr.relevance import Relevance
 
 #: What the metrics accept as a relevance relation (besides :class:`SparseRelevance`).
 RelevanceInput = Tensor | Sequence[Sequence[int]] | Relevance
 
+__all__ = ["RelevanceInput", "SparseRelevance", "as_sparse", "check_scores", "from_pairs"]
 
-def check_scores(scores: Tensor, name: str = "scores") -> Tensor:
-    """Check that ``scores`` is a finite floating-point matrix ``[Q, G]``."""
-    if not isinstance(scores, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape [Q, G], got {type(scores).__name__}")
-    if scores.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D tensor [Q, G], got shape {tuple(scores.shape)}")
-    if not scores.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got dtype {scores.dtype}")
-    # A NaN makes the sum NaN (so does inf - inf); only then look element-wise.
-    if bool(torch.isnan(scores.sum())) and bool(torch.isnan(scores).any()):
-        count = int(torch.isnan(scores).sum())
-        raise ValueError(f"{name} contains {count} NaN value(s); every score must be a number")
-    return scores
 
 
 class SparseRelevance:

@@ -1,4 +1,4 @@
-"""Hubness: k-occurrence counts N_k and their skewness (HAL/RGM §3.4, SPEC §6).
+"""Hubness: k-occurrence counts N_k and their skewness (HAL/RGM §3.4; docs/metrics.md).
 
 ``N_k(g)`` = number of queries whose top-k list (tie rule: lower index first) contains gallery
 item g; items never retrieved count 0. Skewness is the population skewness

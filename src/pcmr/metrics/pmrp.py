@@ -1,4 +1,4 @@
-"""Plausible-Match R-Precision (PMRP; PCME §4.1.1 and App. C.1, SPEC §6).
+"""Plausible-Match R-Precision (PMRP; PCME §4.1.1 and App. C.1; docs/metrics.md).
 
 A gallery item is a plausible match of a query when their binary class-label vectors differ in
 at most ``zeta`` positions (Hamming distance). PMRP is the R-Precision under that relation,
@@ -15,8 +15,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from pcmr.metrics._blocks import block_rows, ordered_topk, precision_at_r_block, query_blocks
-from pcmr.metrics._relevance import check_scores
+from pcmr.metrics.block_ranks import precision_at_r_block
+from pcmr.ranking.blocks import block_rows, query_blocks
+from pcmr.ranking.checks import check_scores
+from pcmr.ranking.topk import ordered_topk_block
 
 
 def _check_labels(labels: Tensor, num: int, name: str, other: int | None = None) -> Tensor:
@@ -62,7 +64,7 @@ def _pmrp_direction(scores: Tensor, query_labels: Tensor, gallery_labels: Tensor
     for start, stop in query_blocks(order.numel(), rows):
         query_ids = order[start:stop]
         block = scores.index_select(0, query_ids)  # [b, G]
-        _, top = ordered_topk(block, int(widest[query_ids].max()))  # [b, width]
+        _, top = ordered_topk_block(block, int(widest[query_ids].max()))  # [b, width]
         near = hamming(query_ids).gather(1, top)  # [b, width]
         top_labelled = gallery_labelled[top]
         for z, zeta in enumerate(zetas):

@@ -1,4 +1,4 @@
-"""Recall@K, ranks of the first positive, R-Precision and MAP@R of one retrieval direction (SPEC §6).
+"""Recall@K, ranks of the first positive, R-Precision and MAP@R of one retrieval direction (docs/metrics.md).
 
 Computed over blocks of queries in torch on the device of ``scores`` (see ``pcmr.metrics.scan``):
 no full argsort; the rank of the best positive is counted (items scoring strictly higher plus
@@ -82,7 +82,7 @@ def retrieval_metrics(
 ) -> dict[str, float]:
     """R@K, median/mean rank of the first positive, R-Precision and MAP@R of one direction.
 
-    SPEC §6; R-Precision and MAP@R as defined by Musgrave et al. (ECCV 2020, "A metric learning
+    docs/metrics.md; R-Precision and MAP@R as defined by Musgrave et al. (ECCV 2020, "A metric learning
     reality check") and used by PCME §4.1.1.
 
     Args:

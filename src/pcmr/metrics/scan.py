@@ -15,16 +15,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pcmr.metrics import _kernel
-from pcmr.metrics._blocks import (
-    best_positives,
-    block_rows,
-    first_positive_ranks_block,
-    ordered_topk,
-    precision_at_r_block,
-    query_blocks,
-)
 from pcmr.metrics._relevance import SparseRelevance
+from pcmr.metrics.block_ranks import best_positives, first_positive_ranks_block, precision_at_r_block
+from pcmr.ranking import fused_scan
+from pcmr.ranking.blocks import block_rows, query_blocks
+from pcmr.ranking.topk import ordered_topk_block
 
 # Sort queries by the top-list width they need when the widest exceeds this (PMRP-like R).
 _SORT_WIDTH = 64
@@ -102,7 +97,7 @@ def _fused_block(scores: Tensor, query_ids: Tensor, width: int, targets: list[Ta
     num = query_ids.numel()
     thr = torch.stack(thresholds, 1) if targets else scores.new_zeros(num, 0)
     idx = torch.stack(indices, 1) if targets else torch.zeros(num, 0, dtype=torch.long)
-    top, counts = _kernel.fused_scan(scores, query_ids, width, thr, idx)
+    top, counts = fused_scan.fused_scan(scores, query_ids, width, thr, idx)
     return top, torch.where(idx >= 0, counts + 1, torch.zeros_like(counts))
 
 
@@ -112,7 +107,7 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
 
     ``scores`` is assumed checked (finite-or-inf floats, 2-D); it may be a transposed view. On CPU
     with numba installed (and ``use_kernel``) the top list and exact ranks come from one compiled
-    pass (``_kernel``); otherwise from torch ``topk`` and counting passes. Both give the same values.
+    pass (``pcmr.ranking.fused_scan``); otherwise from torch ``topk`` and counting passes. Both give the same values.
     """
     num_queries, num_gallery = scores.shape
     device = scores.device
@@ -129,7 +124,7 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
     r_precision = [torch.full((num_queries,), float("nan"), dtype=torch.float64, device=device) for _ in targets]
     map_at_r = [torch.full_like(r, float("nan")) for r in r_precision]
     k_occurrence = {int(k): torch.zeros(num_gallery, dtype=torch.long, device=device) for k in hubness_ks}
-    fused = use_kernel and _kernel.usable(scores)
+    fused = use_kernel and fused_scan.usable(scores)
     exact = [i for i, t in enumerate(targets) if t.exact_ranks]
     for start, stop in query_blocks(num_queries, block_rows(num_gallery, block_size)):
         query_ids = torch.arange(start, stop, device=device) if order is None else order[start:stop]
@@ -141,7 +136,7 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
             top = top if width > 0 else None
         else:
             block = scores[start:stop].contiguous() if order is None else scores.index_select(0, query_ids)
-            top = ordered_topk(block, width)[1] if width > 0 else None  # [b, width]
+            top = ordered_topk_block(block, width)[1] if width > 0 else None  # [b, width]
         for i, target in enumerate(targets):
             count = positives[i][query_ids]  # [b]
             top_relevant = None

@@ -8,13 +8,14 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse
+from pcmr.ranking.blocks import block_rows, query_blocks
 from pcmr.relevance import Relevance
 
 
 def recall_at_k_from_topk(topk: Tensor, relevant: RelevanceInput | SparseRelevance, k: int | None = None) -> float:
     """Recall@K (percent) from ranked lists: a query is a hit if a positive is among its first k items.
 
-    SPEC §6 (R@K). Args:
+    R@K as in docs/metrics.md. Args:
         topk: LongTensor ``[Q, k_list]``, row q = gallery indices ranked best first.
         relevant: dense BoolTensor ``[Q, G]``, a list of Q lists of positive gallery indices or a
             :class:`pcmr.relevance.Relevance`.
@@ -53,9 +54,7 @@ def recall_at_k_from_topk(topk: Tensor, relevant: RelevanceInput | SparseRelevan
     if not bool(has_positive.any()):
         return float("nan")
     hit = torch.zeros(num_queries, dtype=torch.bool, device=topk.device)
-    block = max(1, (1 << 24) // max(num_gallery, 1))
-    for start in range(0, num_queries, block):
-        stop = min(start + block, num_queries)
+    for start, stop in query_blocks(num_queries, block_rows(num_gallery)):
         dense = rel.dense_rows(start, stop)  # [b, G]
         hit[start:stop] = dense.gather(1, listed[start:stop]).any(dim=1)
     return 100.0 * float(hit[has_positive].to(torch.float64).mean())

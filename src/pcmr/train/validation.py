@@ -1,7 +1,8 @@
 """Validation during training: encode the validation split, score it, compute rsum and R-Precision.
 
-Model selection (issue 8) uses ``rsum`` (sum of R@1/5/10 in both directions,
-SPEC §6) or the mean ``r_precision`` of both directions (PCME §4.1.1).
+Model selection uses ``rsum`` (sum of R@1/5/10 in both directions, docs/metrics.md) or the mean
+``r_precision`` of both directions (PCME §4.1.1). The numbers come from the one bidirectional
+driver, ``pcmr.metrics.evaluate_directions``, without re-ranking or hubness.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from torch import nn
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.encode import encode_split
-from pcmr.metrics import retrieval_metrics
+from pcmr.metrics import DEFAULT_KS, evaluate_directions
 from pcmr.similarity import get_similarity, pairwise
 
 __all__ = ["validate"]
@@ -47,12 +48,11 @@ def validate(
             options["generator"] = generator
         with torch.no_grad():
             scores = pairwise(similarity, images, captions, **options)  # [N_img, N_cap]
-    i2t = retrieval_metrics(scores, split.image_to_captions)
-    t2i = retrieval_metrics(scores.T, split.caption_to_images)
+    report = evaluate_directions(scores, split.image_to_captions, ks=DEFAULT_KS, hubness_ks=()).report
     metrics: dict[str, float] = {}
-    for direction, values in (("i2t", i2t), ("t2i", t2i)):
-        for key in ("R@1", "R@5", "R@10", "r_precision"):
-            metrics[f"{direction}_{key}"] = float(values[key])
-    metrics["rsum"] = sum(metrics[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
+    for direction in ("i2t", "t2i"):
+        for key in (*(f"R@{k}" for k in DEFAULT_KS), "r_precision"):
+            metrics[f"{direction}_{key}"] = float(report[direction][key])
+    metrics["rsum"] = float(report["total"]["rsum"])
     metrics["r_precision"] = 0.5 * (metrics["i2t_r_precision"] + metrics["t2i_r_precision"])
     return metrics

@@ -1,7 +1,7 @@
 """The sequential acceptance loop of (relaxed) greedy matching over a lazily merged candidate stream.
 
 The source is written once, in plain Python on 1-D arrays, so that it runs interpreted (backend
-``"python"``) and compiled by numba (backend ``"numba"``, see ``_backend.py``) with the same logic;
+``"python"``) and compiled by numba (backend ``"numba"``, ``pcmr.ranking._numba_kernels``) with the same logic;
 the two backends therefore give identical lists. It imports nothing.
 
 Data layout (all 1-D; Q rows, G columns):

@@ -1,68 +1,13 @@
-"""Blocking over queries and the deterministic top-k order shared by every metric.
+"""Per-block rank and precision computations of the metrics (tie rule: ``pcmr.ranking.topk``).
 
-Tie rule (used by every metric of ``pcmr.metrics``): gallery items are ordered by score,
-highest first; among equal scores the lower gallery index ranks first. This is the order
-of a stable descending sort, so ``torch.sort(scores, descending=True, stable=True)`` is the
-reference ranking; the functions here reproduce it without sorting whole rows.
+For a block of queries: the best-ranked positive of each query, its 1-based rank counted without
+sorting, and R-Precision / MAP@R from the relevance of the ordered top list (docs/metrics.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 from torch import Tensor
-
-# Elements of a [block, G] score block handled at once (float32: 32 MiB); bounds memory.
-BLOCK_ELEMENTS = 1 << 23
-
-
-def block_rows(num_gallery: int, block_size: int | None) -> int:
-    """Number of query rows per block: ``block_size`` if given, else a memory budget."""
-    if block_size is not None:
-        if int(block_size) < 1:
-            raise ValueError(f"block_size must be a positive number of queries, got {block_size}")
-        return int(block_size)
-    return max(1, BLOCK_ELEMENTS // max(num_gallery, 1))
-
-
-def query_blocks(num_queries: int, rows: int) -> Iterator[tuple[int, int]]:
-    """Yield ``(start, stop)`` of consecutive query blocks; the last one may be short."""
-    for start in range(0, num_queries, rows):
-        yield start, min(start + rows, num_queries)
-
-
-def ordered_topk(block: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Top-k of each row under the tie rule: values and gallery indices ``[b, k]``, best first.
-
-    ``torch.topk`` selects and orders ties arbitrarily; this fixes both: within the selected
-    items ties are reordered by index, and rows whose (k+1)-th value equals the k-th (a tie
-    across the cut) are re-ranked with a stable full sort (rare with real scores).
-    """
-    num_gallery = block.shape[1]
-    k = min(int(k), num_gallery)
-    if k <= 0:
-        empty = block.new_empty(block.shape[0], 0)
-        return empty, torch.empty(block.shape[0], 0, dtype=torch.long, device=block.device)
-    if k < num_gallery:
-        # One extra item: if the (k+1)-th ties the k-th, the cut splits a tie (re-sort that row).
-        values, indices = block.topk(k + 1, dim=1, largest=True, sorted=True)  # [b, k + 1]
-        crossing = values[:, k] == values[:, k - 1]  # [b]
-        values, indices = values[:, :k], indices[:, :k]
-    else:
-        values, indices = block.topk(k, dim=1, largest=True, sorted=True)  # [b, k]
-        crossing = torch.zeros(block.shape[0], dtype=torch.bool, device=block.device)
-    # Reorder within the top k: by index, then a stable sort by value (descending).
-    indices, by_index = indices.sort(dim=1)
-    values = values.gather(1, by_index)
-    values, by_value = values.sort(dim=1, descending=True, stable=True)
-    indices = indices.gather(1, by_value)
-    if bool(crossing.any()):
-        rows = crossing.nonzero(as_tuple=True)[0]
-        full_values, full_indices = block[rows].sort(dim=1, descending=True, stable=True)
-        values[rows] = full_values[:, :k]
-        indices[rows] = full_indices[:, :k]
-    return values, indices
 
 
 def best_positives(positive_scores: Tensor, row: Tensor, col: Tensor, num_rows: int,
@@ -115,7 +60,7 @@ def precision_at_r_block(top_relevant: Tensor, num_positives: Tensor) -> tuple[T
             gallery (eccv-caption convention), then unreachable positives still count in R.
 
     Returns float64 ``[b]`` each: ``R-P = |top-R ∩ P| / R`` and
-    ``MAP@R = (1/R) sum_{r<=R} P@r rel(r)`` (Musgrave et al. 2020, SPEC §6).
+    ``MAP@R = (1/R) sum_{r<=R} P@r rel(r)`` (Musgrave et al. 2020, §3.2; docs/metrics.md).
     """
     k = top_relevant.shape[1]
     positions = torch.arange(1, k + 1, device=top_relevant.device)  # [k]

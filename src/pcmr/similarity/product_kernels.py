@@ -1,5 +1,5 @@
 """Scores with ``v1 + v2`` inside a division and a log: ``elk`` and ``bhattacharyya``
-(PCME eq.B.3-B.5).
+(PCME eq. B.3-B.5; docs/similarity.md).
 
 Both are built from two sums over dimensions, with ``s = v1 + v2``:
 ``A = sum_d (m1 - m2)^2 / s`` and ``B = sum_d log s``:

@@ -1,0 +1,109 @@
+"""Every numba-compiled loop of pcmr, in one module (imported only when numba is enabled).
+
+- ``scan_rows`` / ``scan_cols``: the fused metrics pass. For each query it streams the gallery
+  scores once, in increasing gallery index, and keeps the ordered top ``width`` items under the tie
+  rule (an item enters a full list only if it beats the last entry *strictly*, since an equal score
+  has a higher index, and is inserted after every entry with a score ``>=`` its own) and, for each
+  exact-rank target t, the number of items ranked before the best positive,
+  ``#{s > s*_t} + #{s == s*_t, index < index*_t}`` (rank = count + 1). ``scan_rows`` reads queries
+  as rows of ``S``; ``scan_cols`` as columns of ``S`` (text->image on ``S.T`` without a transposed
+  copy: it walks the rows of ``S`` and updates a chunk of columns at a time).
+- ``contains``: membership of top-list items in sorted CSR positives (binary search).
+- ``advance_stream``: the sequential acceptance loop of (relaxed) greedy matching, compiled from the
+  same source that ``pcmr.ranking.greedy_loop`` runs interpreted.
+
+Callers go through ``pcmr.ranking.fused_scan`` and ``pcmr.inference`` (switch:
+``pcmr.ranking.backend``).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from pcmr.ranking import greedy_loop
+
+advance_stream = numba.njit(cache=True, nogil=True)(greedy_loop.advance_stream)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insert(top_val, top_idx, j, last, value, index):
+    """Insert (value, index) into the descending row j of the top list, whose free slot is ``last``."""
+    p = last
+    while p > 0 and top_val[j, p - 1] < value:
+        top_val[j, p] = top_val[j, p - 1]
+        top_idx[j, p] = top_idx[j, p - 1]
+        p -= 1
+    top_val[j, p] = value
+    top_idx[j, p] = index
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def scan_rows(S, query_ids, thr, best_idx, top_val, top_idx, counts):
+    width = top_idx.shape[1]
+    num_gallery = S.shape[1]
+    for j in prange(query_ids.shape[0]):
+        row = S[query_ids[j]]
+        for t in range(thr.shape[1]):  # before the best positive ties count too (lower index first)
+            threshold = thr[j, t]
+            split = min(max(best_idx[j, t], 0), num_gallery)
+            count = 0
+            for g in range(split):
+                count += row[g] >= threshold
+            for g in range(split, num_gallery):
+                count += row[g] > threshold
+            counts[j, t] = count
+        if width == 0:
+            continue
+        for g in range(width):
+            _insert(top_val, top_idx, j, g, row[g], g)
+        last = top_val[j, width - 1]
+        for g in range(width, num_gallery):
+            if row[g] > last:
+                _insert(top_val, top_idx, j, width - 1, row[g], g)
+                last = top_val[j, width - 1]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def scan_cols(S, thr, best_idx, top_val, top_idx, counts, chunk):
+    width = top_idx.shape[1]
+    num_queries = S.shape[1]
+    num_targets = thr.shape[1]
+    num_chunks = (num_queries + chunk - 1) // chunk
+    for c in prange(num_chunks):
+        lo = c * chunk
+        hi = min(lo + chunk, num_queries)
+        size = hi - lo
+        threshold = np.ascontiguousarray(thr[lo:hi].T)  # [T, size]
+        best = np.ascontiguousarray(best_idx[lo:hi].T)
+        count = np.zeros((num_targets, size), dtype=np.int64)
+        last = np.empty(size, dtype=S.dtype)
+        for g in range(S.shape[0]):
+            row = S[g, lo:hi]
+            for t in range(num_targets):
+                above, at, total = threshold[t], best[t], count[t]
+                for j in range(size):  # vectorised: ties count before the best positive's index
+                    total[j] += (row[j] > above[j]) | ((row[j] == above[j]) & (g < at[j]))
+            if g < width:
+                for j in range(size):
+                    _insert(top_val, top_idx, lo + j, g, row[j], g)
+                    last[j] = top_val[lo + j, width - 1]
+            elif width > 0:
+                for j in range(size):
+                    if row[j] > last[j]:
+                        _insert(top_val, top_idx, lo + j, width - 1, row[j], g)
+                        last[j] = top_val[lo + j, width - 1]
+        counts[lo:hi] = count.T
+
+
+@numba.njit(cache=True, nogil=True)
+def contains(indptr, indices, query_ids, gallery_ids, out):
+    for j in range(query_ids.shape[0]):  # little work per call: serial (no thread start-up)
+        q = query_ids[j]
+        positives = indices[indptr[q]:indptr[q + 1]]  # sorted
+        if positives.shape[0] == 0:
+            continue
+        for k in range(gallery_ids.shape[1]):
+            where = np.searchsorted(positives, gallery_ids[j, k])
+            out[j, k] = where < positives.shape[0] and positives[where] == gallery_ids[j, k]

@@ -1,0 +1,88 @@
+"""The fused CPU metrics pass: ordered top list and best-positive rank counts in one read of the scores.
+
+Wrappers around the compiled loops of ``pcmr.ranking._numba_kernels`` (see there for what they
+compute), used by ``pcmr.metrics.scan`` when ``usable`` says so. Without numba (or on CUDA, or
+switched off with ``pcmr.ranking.backend.numba_disabled``) ``pcmr.metrics.scan`` uses the torch path,
+which gives identical results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pcmr.ranking.backend import numba_enabled
+
+# Columns handled together by one thread in scan_cols: long runs of each row of S (few pages per row).
+_MAX_COLUMN_CHUNK = 4096
+
+
+@contextlib.contextmanager
+def _threads() -> Iterator[int]:
+    """Run numba's parallel loops on as many threads as torch uses (the user's choice), then restore."""
+    import numba
+
+    previous = numba.get_num_threads()
+    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        numba.set_num_threads(previous)
+
+
+def usable(scores: Tensor) -> bool:
+    """Whether the fused pass can serve ``scores`` (CPU, float32/float64, numba enabled)."""
+    return scores.device.type == "cpu" and scores.dtype in (torch.float32, torch.float64) and numba_enabled()
+
+
+def usable_for(gallery_ids: Tensor) -> bool:
+    """Whether ``contains`` can run compiled for index lists ``gallery_ids`` (CPU, numba installed)."""
+    return gallery_ids.device.type == "cpu" and numba_enabled()
+
+
+def contains(indptr: Tensor, indices: Tensor, query_ids: Tensor, gallery_ids: Tensor) -> Tensor:
+    """Whether ``gallery_ids [b, k]`` are among the sorted CSR positives of ``query_ids [b]``, bool ``[b, k]``."""
+    from pcmr.ranking import _numba_kernels as kernels
+
+    out = np.zeros(tuple(gallery_ids.shape), dtype=np.bool_)
+    kernels.contains(indptr.numpy(), indices.numpy(), query_ids.long().contiguous().numpy(),
+           gallery_ids.long().contiguous().numpy(), out)
+    return torch.from_numpy(out)
+
+
+def fused_scan(scores: Tensor, query_ids: Tensor, width: int, thr: Tensor, best_idx: Tensor) -> tuple[Tensor, Tensor]:
+    """Top list and rank counts of the queries ``query_ids [b]`` (rows of ``scores [Q, G]``).
+
+    ``thr [b, T]`` best-positive score per exact-rank target (``+inf`` with ``best_idx = -1`` when
+    the query has none), ``best_idx [b, T]`` its gallery index. Returns the ordered top gallery
+    indices ``[b, width]`` and the counts of items ranked before the best positive ``[b, T]``.
+    """
+    from pcmr.ranking import _numba_kernels as kernels
+
+    scores = scores.detach()
+    num = query_ids.numel()
+    if num == 0:
+        return torch.zeros(0, width, dtype=torch.long), torch.zeros(0, thr.shape[1], dtype=torch.long)
+    ids = query_ids.numpy()
+    thr = thr.to(scores.dtype).numpy()
+    best_idx = best_idx.numpy()
+    top_val = np.empty((num, width), dtype=thr.dtype)
+    top_idx = np.empty((num, width), dtype=np.int64)
+    counts = np.zeros((num, thr.shape[1]), dtype=np.int64)
+    if scores.stride(1) != 1 and scores.stride(0) == 1:  # e.g. S.T: queries are columns of a row-major S
+        matrix = scores.T.numpy()  # [G, Q]
+        contiguous = int(ids[-1]) - int(ids[0]) == num - 1 and bool((np.diff(ids) == 1).all())
+        matrix = matrix[:, int(ids[0]):int(ids[0]) + num] if contiguous else matrix[:, ids]  # [G, b]
+        with _threads() as threads:
+            chunk = min(_MAX_COLUMN_CHUNK, -(-num // threads))
+            kernels.scan_cols(matrix, thr, best_idx, top_val, top_idx, counts, chunk)
+    else:
+        matrix = scores.numpy() if scores.stride(1) == 1 else scores.contiguous().numpy()
+        with _threads():
+            kernels.scan_rows(matrix, ids, thr, best_idx, top_val, top_idx, counts)
+    return torch.from_numpy(top_idx), torch.from_numpy(counts)
