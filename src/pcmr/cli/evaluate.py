@@ -18,6 +18,7 @@ from typing import Any
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
+from pcmr.inference import get_reranker, list_rerankers
 from pcmr.models import load_model
 from pcmr.similarity import list_similarities
 from pcmr.train.config import RunConfig
@@ -214,7 +215,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _selects_on_validation(name: str, options: dict[str, Any]) -> bool:
     """Whether re-ranker ``name`` (unknown names: no) tunes a parameter not fixed in ``options``."""
-    from pcmr.inference import get_reranker, list_rerankers
 
     if name not in list_rerankers():
         return False  # evaluate_model rejects it with the list of accepted names
