@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pcmr.data.errors import DataError, MissingDataError
+from pcmr.data.errors import DataError, MissingDataError, check_settings
 from pcmr.data.split import RetrievalSplit
 
 __all__ = ["DatasetSpec", "load_dataset", "list_datasets", "detect_format"]
@@ -39,6 +39,7 @@ def _karpathy(dataset: str | None) -> Callable[..., RetrievalSplit]:
     def load(split: str, **config: Any) -> RetrievalSplit:
         from pcmr.data.karpathy import load_karpathy
 
+        check_settings(load_karpathy, config, dataset=dataset or "karpathy")
         if dataset is not None:
             config.setdefault("dataset", dataset)
         return load_karpathy(split=split, **config)
@@ -49,12 +50,14 @@ def _karpathy(dataset: str | None) -> Callable[..., RetrievalSplit]:
 def _precomputed(split: str, **config: Any) -> RetrievalSplit:
     from pcmr.data.precomputed import load_precomputed
 
+    check_settings(load_precomputed, config, dataset="precomputed")
     return load_precomputed(split=split, **config)
 
 
 def _cub(split: str, **config: Any) -> RetrievalSplit:
     from pcmr.data.cub import load_cub
 
+    check_settings(load_cub, config, dataset="cub")
     return load_cub(split=split, **config)
 
 
