@@ -68,6 +68,7 @@ def start_run(
     """Resolve the config, prepare the run folder, train; return ``(summary, run_dir)``."""
     from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
     from pcmr.train.recipes import find_recipe
+    from pcmr.train.lock import RunLock
     from pcmr.train.run import CONFIG_FILE
 
     if resume is not None:
@@ -83,7 +84,8 @@ def start_run(
                 )
         config = load_config(run_dir / CONFIG_FILE, overrides)
         check_config(config)
-        return Trainer(config, run_dir, resume=True).fit(), run_dir
+        with RunLock(run_dir):  # one training process per run folder
+            return Trainer(config, run_dir, resume=True).fit(), run_dir
 
     if recipe is None:
         raise ConfigError("give a recipe (e.g. `pcmr train pcme`, see `pcmr list recipes`) or --resume RUN")
@@ -96,14 +98,15 @@ def start_run(
             f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / CONFIG_FILE)
-    try:
-        trainer = Trainer(config, run_dir)
-    except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
-        shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    print(f"training {path.stem} into {run_dir}", file=sys.stderr, flush=True)
-    return trainer.fit(), run_dir
+    with RunLock(run_dir):  # one training process per run folder
+        save_config(config, run_dir / CONFIG_FILE)
+        try:
+            trainer = Trainer(config, run_dir)
+        except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        print(f"training {path.stem} into {run_dir}", file=sys.stderr, flush=True)
+        return trainer.fit(), run_dir
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,11 @@ into place, and only then is ``LATEST`` replaced atomically (temp file + fsync +
 naming a complete checkpoint (or no ``LATEST`` at all). Reading verifies the
 recorded sizes and hashes, so a truncated or corrupted file gives a
 :class:`CheckpointError` naming it; older checkpoints are kept (``keep``) and are
-never touched by a failed write.
+never touched by a failed write. :func:`load_newest_valid_checkpoint` (used by
+``--resume``) warns about a bad newest checkpoint and falls back to the newest
+valid older one. A write that fails (a full disk) removes its partial files,
+leaves ``LATEST`` and the previous checkpoint as they were and raises
+:class:`CheckpointWriteError`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +45,13 @@ from torch import Tensor
 __all__ = [
     "Checkpoint",
     "CheckpointError",
+    "CheckpointWriteError",
     "atomic_write_bytes",
     "atomic_write_text",
     "capture_rng_state",
     "list_checkpoints",
     "load_latest_checkpoint",
+    "load_newest_valid_checkpoint",
     "optimizer_state_from_parts",
     "optimizer_state_to_parts",
     "restore_rng_state",
@@ -60,6 +67,10 @@ FORMAT_VERSION = 1
 
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, truncated or corrupted (the message names the file)."""
+
+
+class CheckpointWriteError(OSError):
+    """Writing a checkpoint failed (e.g. the disk is full); the previous checkpoint is intact."""
 
 
 # --------------------------------------------------------------------------- atomic file writes
@@ -89,8 +100,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    _write_synced(tmp, data)
-    os.replace(tmp, path)
+    try:
+        _write_synced(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     _fsync_dir(path.parent)
 
 
@@ -239,10 +255,42 @@ def save_checkpoint(
         keep: number of complete checkpoints kept (the newest ones).
     """
     checkpoint_dir = Path(checkpoint_dir)
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
     name = f"step-{global_step:09d}"
-    final = checkpoint_dir / name
     tmp = checkpoint_dir / f".tmp-{name}-{os.getpid()}"
+    try:
+        final = _write_checkpoint(checkpoint_dir, name, tmp, weights=weights, optimizer_state=optimizer_state,
+                                  state=state)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # the partial files of this write; nothing else is touched
+        kept = _latest_name(checkpoint_dir)
+        previous = f"the previous checkpoint {checkpoint_dir / kept} is intact" if kept else "no checkpoint was kept"
+        error = CheckpointWriteError(
+            f"writing checkpoint {checkpoint_dir / name} failed ({exc.strerror or exc}); {previous}; "
+            f"free disk space and continue with: pcmr train --resume {checkpoint_dir.parent}"
+        )
+        error.errno = exc.errno
+        raise error from exc
+    complete = [p for p in list_checkpoints(checkpoint_dir) if p.name <= name]
+    for old in complete[: max(0, len(complete) - keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in checkpoint_dir.glob(".tmp-*"):  # temp folders of killed writers
+        shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def _latest_name(checkpoint_dir: Path) -> str | None:
+    try:
+        name = (checkpoint_dir / LATEST).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if name.startswith("step-") and "/" not in name else None
+
+
+def _write_checkpoint(checkpoint_dir: Path, name: str, tmp: Path, *, weights: dict[str, Tensor],
+                      optimizer_state: dict[str, Any], state: dict[str, Any]) -> Path:
+    """The files of one checkpoint into ``tmp``, renamed to ``name``, then ``LATEST`` moved to it."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_dir / name
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -264,12 +312,6 @@ def save_checkpoint(
     os.replace(tmp, final)
     _fsync_dir(checkpoint_dir)
     atomic_write_text(checkpoint_dir / LATEST, name + "\n")
-
-    complete = [p for p in list_checkpoints(checkpoint_dir) if p.name <= name]
-    for old in complete[: max(0, len(complete) - keep)]:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in checkpoint_dir.glob(".tmp-*"):  # temp folders of killed writers
-        shutil.rmtree(stale, ignore_errors=True)
     return final
 
 
@@ -277,7 +319,7 @@ def _previous_hint(path: Path) -> str:
     older = [p for p in list_checkpoints(path.parent) if p.name < path.name]
     if not older:
         return "no older checkpoint is kept; start a new run"
-    return f"the previous checkpoint {older[-1]} is kept: delete {path} to resume from it"
+    return f"the previous checkpoint {older[-1]} is kept (--resume falls back to it)"
 
 
 def _read_verified(path: Path, digest: dict[str, Any] | None) -> bytes:
@@ -337,3 +379,38 @@ def load_latest_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:
     if not target.is_dir():
         raise CheckpointError(f"checkpoint pointer {pointer} names {target}, which does not exist")
     return load_checkpoint(target)
+
+
+def load_newest_valid_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:
+    """The newest checkpoint that reads back and verifies, for resuming.
+
+    Starts at the one named by ``LATEST`` (folders newer than it were never completed) and goes
+    back through the older ones; each unusable one gives a warning naming it and why. Returns
+    ``None`` when no checkpoint was completed yet; raises :class:`CheckpointError` listing every
+    problem when checkpoints exist but none is valid.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    folders = list_checkpoints(checkpoint_dir)
+    pointer = checkpoint_dir / LATEST
+    if not pointer.is_file() and not folders:
+        return None
+    newest = _latest_name(checkpoint_dir)
+    problems: list[str] = []
+    if newest is None:
+        problems.append(f"checkpoint pointer {pointer} is missing or corrupted")
+    elif not (checkpoint_dir / newest).is_dir():
+        problems.append(f"checkpoint pointer {pointer} names {checkpoint_dir / newest}, which does not exist")
+    candidates = [p for p in reversed(folders) if newest is None or p.name <= newest]
+    for folder in candidates:
+        try:
+            checkpoint = load_checkpoint(folder)
+        except CheckpointError as exc:
+            problems.append(str(exc).split("; ")[0])
+            continue
+        if problems:
+            warnings.warn(f"{'; '.join(problems)}; resuming from the older checkpoint {folder}", UserWarning,
+                          stacklevel=2)
+        return checkpoint
+    if not problems:
+        return None
+    raise CheckpointError(f"no valid checkpoint in {checkpoint_dir}: {'; '.join(problems)}; start a new run")
