@@ -67,8 +67,8 @@ def start_run(
 ) -> tuple[dict[str, Any], Path]:
     """Resolve the config, prepare the run folder, train; return ``(summary, run_dir)``."""
     from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
-    from pcmr.train.recipes import find_recipe
     from pcmr.train.lock import RunLock
+    from pcmr.train.recipes import find_recipe
     from pcmr.train.run import CONFIG_FILE
 
     if resume is not None:
