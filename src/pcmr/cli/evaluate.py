@@ -52,7 +52,7 @@ def load_run_or_model(
     learned options: ``similarity_options.json`` next to it, if any)."""
     from pcmr.data import Vocabulary
     from pcmr.models import load_model
-    from pcmr.train.run import CONFIG_FILE, SIMILARITY_OPTIONS_FILE, VOCAB_FILE, load_run
+    from pcmr.train.run import CONFIG_FILE, MODEL_DIR, SIMILARITY_OPTIONS_FILE, VOCAB_FILE, load_run
 
     source = Path(path).expanduser()
     if not source.is_dir():
@@ -64,6 +64,7 @@ def load_run_or_model(
     if (source / CONFIG_FILE).is_file():
         trained = load_run(source, map_location=map_location)
         vocab = Vocabulary.load(vocab_path) if vocab_path is not None else trained.vocab
+        _check_loaded(trained.model, vocab, source / MODEL_DIR, vocab_path or source / VOCAB_FILE)
         return LoadedModel(trained.model, vocab, dict(trained.similarity_options), trained.config, source)
     model = load_model(source, map_location=map_location)
     candidates = (
@@ -77,7 +78,18 @@ def load_run_or_model(
         )
     options_file = source.parent / SIMILARITY_OPTIONS_FILE
     options = _read_options(options_file) if options_file.is_file() else {}
-    return LoadedModel(model, Vocabulary.load(vocab_file), options, None, source)
+    vocab = Vocabulary.load(vocab_file)
+    _check_loaded(model, vocab, source, vocab_file)
+    return LoadedModel(model, vocab, options, None, source)
+
+
+def _check_loaded(model: Any, vocab: Any, model_dir: Path, vocab_file: str | Path) -> None:
+    """Finite weights, and the vocabulary the model was trained with (pcmr.evaluation.checks)."""
+    from pcmr.evaluation.checks import check_finite_tensors, check_model_vocabulary
+    from pcmr.models.serialization import WEIGHTS_FILE
+
+    check_finite_tensors(model.state_dict(), model_dir / WEIGHTS_FILE)
+    check_model_vocabulary(model, vocab, model_dir, vocab_file)
 
 
 def load_split(data: str | None, split: str, config: Any, data_name: str | None = None) -> Any:

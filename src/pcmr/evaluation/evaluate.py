@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.evaluation.checks import check_finite_embeddings, naming_source
 from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.figures import decile_series, embeddings_2d_series, k_occurrence_histogram
 from pcmr.evaluation.report import EvaluationResult
@@ -195,6 +196,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
     """
     from pcmr.similarity import list_similarities
 
+    check_finite_embeddings(images, captions, "the embeddings given to evaluate_embeddings")
     similarities = check_names("similarity", similarities, list_similarities())
     rerankers = check_names("re-ranker", rerankers, _accepted_rerankers())
     if relevance.dtype != torch.bool or tuple(relevance.shape) != (images.num, captions.num):
@@ -310,7 +312,9 @@ def evaluate_model(model: Any, split: Any, vocab: Any, *, similarities: Sequence
     COCO 1K protocol) and none otherwise. With ``out_dir`` the result is also saved there
     (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
     """
-    images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device, progress=progress)
+    with naming_source(f"the embeddings of {split!r} encoded by {(meta or {}).get('run', 'the model')}"):
+        images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
+                                        progress=progress)
     val = None
     if val_split is not None:
         val_images, val_captions = encode_split(model, val_split, vocab, batch_size=batch_size, device=device,
