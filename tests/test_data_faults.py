@@ -198,3 +198,12 @@ def test_instances_repeated_split_image_ids(tmp_path):
     path = instances_file(tmp_path / "instances.json", [1, 2], [(1, 1)])
     with pytest.raises(DataError, match="repeated image id"):
         coco_labels_from_instances(path, [1, 1])
+
+
+@pytest.mark.parametrize(("setting", "value", "expected"), [
+    ("unseen_combinations", 5, "a list of 'colour shape' strings"), ("cache", "no", "true or false"),
+    ("seed", True, "an integer"), ("min_objects", 1.5, "an integer"), ("cache_dir", 3, "a folder path or null"),
+])
+def test_shapes_setting_of_the_wrong_type(tmp_path, setting, value, expected):
+    with pytest.raises(DataError, match=f"shapes config '{setting}': {setting}=.*; expected {expected}"):
+        load_dataset("shapes", "train", **{"cache_dir": str(tmp_path), setting: value})
