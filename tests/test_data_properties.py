@@ -27,7 +27,7 @@ from pcmr.data.karpathy import load_karpathy
 from pcmr.data.precomputed import load_precomputed
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*skipped:UserWarning")  # the skip summaries of on_error="skip"
-BOUNDED = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BOUNDED = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 # values of the wrong kind (or a plausible but wrong value) that a malformed file may hold anywhere
 junk = st.one_of(st.none(), st.booleans(), st.integers(-1, 3), st.integers(100, 102), st.floats(allow_nan=True),
