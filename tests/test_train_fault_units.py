@@ -52,6 +52,18 @@ def test_newest_valid_checkpoint_skips_a_flipped_byte_with_a_warning(tmp_path):
     assert step_of(checkpoint) == 2 and float(checkpoint.weights["model.weight"][0, 0]) == 2.0
 
 
+def test_an_edit_of_state_json_that_keeps_it_valid_json_is_detected(tmp_path):
+    save(tmp_path, 1)
+    save(tmp_path, 2)
+    state_path = tmp_path / "step-000000002" / "state.json"
+    state = json.loads(state_path.read_text())
+    assert len(state["state_sha256"]) == 64
+    state["progress"]["global_step"] = 7
+    state_path.write_text(json.dumps(state))
+    with pytest.warns(UserWarning, match=f"{state_path} is truncated or corrupted .its content does not match"):
+        assert step_of(load_newest_valid_checkpoint(tmp_path)) == 1
+
+
 def test_newest_valid_checkpoint_with_a_bad_pointer_or_none_valid(tmp_path):
     assert load_newest_valid_checkpoint(tmp_path / "none") is None
     save(tmp_path, 1)

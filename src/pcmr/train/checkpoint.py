@@ -6,7 +6,8 @@ Layout of ``RUN/checkpoints/``::
         weights.safetensors     # "model.<name>" and "loss.<name>" tensors (the PCME loss learns a, b)
         optimizer.safetensors   # optimizer state tensors, "state.<param index>.<name>"
         state.json              # progress, scheduler, RNG states, optimizer param groups and
-                                # scalars, config, and the size + sha256 of both .safetensors files
+                                # scalars, config, the size + sha256 of both .safetensors files,
+                                # and the sha256 of its own content ("state_sha256")
     LATEST                      # one line: the name of the newest complete checkpoint folder
 
 A checkpoint is written into a temporary folder (every file fsync'ed), renamed
@@ -62,6 +63,7 @@ LATEST = "LATEST"
 WEIGHTS = "weights.safetensors"
 OPTIMIZER = "optimizer.safetensors"
 STATE = "state.json"
+STATE_DIGEST = "state_sha256"  # key of state.json holding the digest of the rest of the file
 FORMAT_VERSION = 1
 
 
@@ -228,6 +230,13 @@ def _digest(data: bytes) -> dict[str, Any]:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def _state_digest(document: dict[str, Any]) -> str:
+    """SHA-256 of ``state.json``'s content (without this digest), in a canonical JSON form, so an edit
+    that keeps the file valid JSON is still detected."""
+    rest = {k: v for k, v in document.items() if k != STATE_DIGEST}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def list_checkpoints(checkpoint_dir: Path) -> list[Path]:
     """Complete checkpoint folders (``step-*``), oldest first."""
     if not checkpoint_dir.is_dir():
@@ -302,6 +311,7 @@ def _write_checkpoint(checkpoint_dir: Path, name: str, tmp: Path, *, weights: di
     document["format_version"] = FORMAT_VERSION
     document["optimizer"] = opt_meta
     document["files"] = {WEIGHTS: _digest(weight_bytes), OPTIMIZER: _digest(opt_bytes)}
+    document[STATE_DIGEST] = _state_digest(json.loads(json.dumps(document)))  # as it will read back
     _write_synced(tmp / WEIGHTS, weight_bytes)
     _write_synced(tmp / OPTIMIZER, opt_bytes)
     _write_synced(tmp / STATE, json.dumps(document).encode("utf-8"))
@@ -352,6 +362,11 @@ def load_checkpoint(path: Path) -> Checkpoint:
         raise CheckpointError(
             f"checkpoint file {state_path} is not a pcmr checkpoint (format_version {FORMAT_VERSION} expected); "
             f"{_previous_hint(path)}"
+        )
+    if STATE_DIGEST in state and state[STATE_DIGEST] != _state_digest(state):  # absent: written by an older pcmr
+        raise CheckpointError(
+            f"checkpoint file {state_path} is truncated or corrupted (its content does not match its recorded "
+            f"sha256); {_previous_hint(path)}"
         )
     tensors = {}
     for name in (WEIGHTS, OPTIMIZER):
