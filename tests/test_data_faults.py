@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pcmr.data import DataError, MissingDataError, load_dataset
+from pcmr.data import DataError, MissingDataError, load_dataset, precomputed
 from pcmr.data.coco_labels import coco_labels_from_instances
 from pcmr.data.cub import load_cub
 from pcmr.data.karpathy import load_karpathy
@@ -94,13 +94,18 @@ def write_precomputed(root, features, lines, split="test"):
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_precomputed_non_finite_features(tmp_path, bad):
+def test_precomputed_non_finite_features(tmp_path, monkeypatch, bad):
     features = np.zeros((3, 4), np.float32)
     features[1, 2] = bad
     root = write_precomputed(tmp_path / "p", features, ["a", "b", "c"])
     with pytest.raises(DataError, match=r"test_ims.npy, row 1: image features hold NaN or inf \(rows \[1\]\)"):
         load_precomputed(root, "test")
     lazy = load_precomputed(root, "test", check_finite=False)  # checked row by row when loaded instead
+    assert lazy.images.load(0).shape == (4,)
+    with pytest.raises(DataError, match="test_ims.npy, row 1: image features hold NaN or inf"):
+        lazy.images.load(1)
+    monkeypatch.setattr(precomputed, "EAGER_CHECK_BYTES", features.nbytes - 1)  # "large": row by row too
+    lazy = load_precomputed(root, "test")
     assert lazy.images.load(0).shape == (4,)
     with pytest.raises(DataError, match="test_ims.npy, row 1: image features hold NaN or inf"):
         lazy.images.load(1)

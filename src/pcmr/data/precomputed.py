@@ -34,7 +34,9 @@ from pcmr.data.images import FeatureImages
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import tokenize
 
-__all__ = ["load_precomputed"]
+__all__ = ["load_precomputed", "EAGER_CHECK_BYTES"]
+
+EAGER_CHECK_BYTES = 1 << 30  # feature arrays up to this size are checked for NaN / inf at load time
 
 
 def _available_splits(root: Path) -> list[str]:
@@ -104,7 +106,7 @@ def load_precomputed(
     *,
     captions_per_image: int | None = None,
     mmap: bool = True,
-    check_finite: bool = True,
+    check_finite: bool | None = None,
     on_error: str = "raise",
     name: str = "precomputed",
 ) -> RetrievalSplit:
@@ -114,8 +116,9 @@ def load_precomputed(
         root: the feature folder. split: file prefix (``val`` also finds ``dev``).
         captions_per_image: force the number of captions per image (default: the VSE++ rule).
         mmap: memory-map ``.npy`` features instead of reading them into memory.
-        check_finite: read every feature row once at load time and refuse NaN / inf (with ``False``
-            each row is checked when it is loaded instead).
+        check_finite: read every feature row once at load time and refuse NaN / inf; with ``False``
+            each row is checked when it is loaded instead; ``None``: at load time for arrays up to
+            ``EAGER_CHECK_BYTES`` (1 GiB), row by row for larger ones (COCO region features are 33 GB).
         on_error: ``"raise"`` or ``"skip"`` empty captions (recorded in ``split.skipped``).
     """
     check_on_error(on_error)
@@ -134,7 +137,7 @@ def load_precomputed(
     caps_path = root / f"{prefix}_caps.txt"
     lines = read_text_lines(caps_path, "one UTF-8 caption per line")
     features, feat_path = _load_features(root, prefix, mmap)
-    if check_finite:
+    if check_finite or (check_finite is None and features.nbytes <= EAGER_CHECK_BYTES):
         _check_finite(features, feat_path)
     num_images, num_lines = features.shape[0], len(lines)
     per_image = captions_per_image
