@@ -139,6 +139,17 @@ def test_lock_of_another_host_is_refused_and_a_reused_pid_is_stale(tmp_path):
         RunLock(tmp_path).acquire().release()
 
 
+def test_only_rank_zero_of_a_distributed_run_takes_the_lock(tmp_path, monkeypatch):
+    with RunLock(tmp_path):
+        monkeypatch.setenv("RANK", "1")  # another rank of the same run, as torchrun starts it
+        with RunLock(tmp_path) as other:
+            assert not other.held
+        assert (tmp_path / LOCK_FILE).is_file()  # still the rank 0 lock
+        monkeypatch.setenv("RANK", "0")
+        with pytest.raises(RunLockedError):
+            RunLock(tmp_path).acquire()
+
+
 class ListLog:
     def __init__(self):
         self.lines = []

@@ -7,7 +7,8 @@ The lock file is created atomically (written under a temporary name, then hard-l
 node) is stale: on the same host this is detected from the PID (and, on Linux, the
 process start time, so a recycled PID is not mistaken for the owner) and the lock is
 taken over with a warning. A lock from another host cannot be checked from here and is
-refused, naming the file to delete once that run is known to be gone.
+refused, naming the file to delete once that run is known to be gone. In a distributed run
+only rank 0 holds the lock.
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def _rank() -> int:
+    """This process's rank in a distributed run (``torch.distributed``, else torchrun's ``RANK``); 0 if none."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
 
 
 def _owner() -> dict[str, Any]:
@@ -122,7 +135,12 @@ class RunLock:
                 tmp.unlink()
 
     def acquire(self) -> RunLock:
-        """Take the lock; take over a stale one with a warning; raise :class:`RunLockedError` otherwise."""
+        """Take the lock; take over a stale one with a warning; raise :class:`RunLockedError` otherwise.
+
+        In a distributed run only rank 0 takes it (the other ranks train the same run folder with it).
+        """
+        if _rank() > 0:
+            return self
         owner = _owner()
         with self._guard():
             if not self._write(owner, replace=False):
