@@ -69,7 +69,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, cach
 
     resumed = pcmr("train", "--resume", str(run_dir))
     assert resumed.returncode == 0, resumed.stderr
-    assert f"checkpoint file {newest} is truncated or corrupted" in resumed.stderr
+    assert f"pcmr train: warning: checkpoint file {newest} is truncated or corrupted" in resumed.stderr
     assert f"resuming from the older checkpoint {checkpoints / 'step-000000003'}" in resumed.stderr
     resume_events = [e for e in events(run_dir) if e["event"] == "resume"]
     assert resume_events[-1]["checkpoint"] == str(checkpoints / "step-000000003")
@@ -130,7 +130,8 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_a_stale_lock_taken_ove
 
     third = pcmr("train", "--resume", str(run_dir))
     assert third.returncode == 0, third.stderr
-    assert f"taking over the stale lock {run_dir / LOCK_FILE} (process {first.pid} is not running" in third.stderr
+    assert f"pcmr train: warning: taking over the stale lock {run_dir / LOCK_FILE} (process {first.pid} is not " \
+           "running" in third.stderr
     assert load_latest_checkpoint(run_dir / "checkpoints").state["progress"]["global_step"] == 4
     assert not (run_dir / LOCK_FILE).exists()
 

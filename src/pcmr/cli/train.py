@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,11 +113,32 @@ def start_run(
         return trainer.fit(), run_dir
 
 
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """pcmr's own warnings (a skipped bad checkpoint, a stale lock taken over, skipped data items) as
+    ``pcmr train: warning: ...`` lines; other warnings are shown as usual."""
+    import pcmr
+
+    package = os.path.dirname(os.path.abspath(pcmr.__file__))
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(package):
+                print(f"pcmr train: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                previous(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        summary, run_dir = start_run(
-            args.config, _extra_overrides(args), resume=args.resume, out=args.out, name=args.name
-        )
+        with _one_line_warnings():
+            summary, run_dir = start_run(
+                args.config, _extra_overrides(args), resume=args.resume, out=args.out, name=args.name
+            )
     except KeyboardInterrupt:
         if args.resume:
             print(f"continue it with: pcmr train --resume {args.resume}", file=sys.stderr)
