@@ -78,6 +78,13 @@ def test_karpathy_repeated_image_id(tmp_path):
         load_karpathy(json_path=path, split="test", check_images=False)
 
 
+def test_karpathy_repeated_sentid(tmp_path):
+    two = [{"raw": "a cat", "sentid": 4}, {"raw": "a dog", "sentid": 4}]
+    path = karpathy_json(tmp_path / "d.json", [record(0, cocoid=5, sentences=two)])
+    with pytest.raises(DataError, match=r"d.json, images\[\*\].sentences\[\*\].sentid: sentid 4 is used by more"):
+        load_karpathy(json_path=path, split="test", check_images=False)
+
+
 def test_karpathy_empty_split(tmp_path):
     path = karpathy_json(tmp_path / "d.json", [record(0, cocoid=5, sentences=[{"raw": " "}]), record(1, "val",
                                                                                                    cocoid=6)])

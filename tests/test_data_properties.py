@@ -131,7 +131,7 @@ def read_karpathy(document, split, dataset):
     wanted = {"train", "restval"} if split == "train" else {split}
     name = dataset or document.get("dataset") or "karpathy"
     coco = name == "coco" or any("cocoid" in r for r in document["images"])
-    ids, texts, owner = [], [], []
+    ids, texts, owner, sentids = [], [], [], []
     for record in document["images"]:
         if record["split"] not in wanted:
             continue
@@ -139,7 +139,8 @@ def read_karpathy(document, split, dataset):
         for sentence in record["sentences"]:
             texts.append(sentence["raw"].strip())
             owner.append(len(ids) - 1)
-    return ids, texts, owner
+            sentids.append(sentence.get("sentid", len(sentids)))
+    return ids, texts, owner, sentids
 
 
 @BOUNDED
@@ -158,12 +159,13 @@ def test_karpathy_loads_exactly_its_records_or_raises_data_error(workdir, data, 
         loaded = load_karpathy(json_path=path, split=split, dataset=dataset, on_error=on_error)
     except DataError:
         return
-    ids, texts, owner = read_karpathy(document, split, dataset)
+    ids, texts, owner, sentids = read_karpathy(document, split, dataset)
     assert len(loaded.image_ids) == len(set(loaded.image_ids)) and loaded.num_captions > 0
+    assert len(loaded.caption_ids) == len(set(loaded.caption_ids))
     if on_error == "raise":
         assert loaded.skipped == []
         assert loaded.image_ids == ids and loaded.caption_texts == texts
-        assert loaded.caption_image.tolist() == owner
+        assert loaded.caption_image.tolist() == owner and loaded.caption_ids == sentids
     else:  # every image and caption of the split is either loaded (with its own id) or reported
         got = {(loaded.image_ids[i], t) for i, t in zip(loaded.caption_image.tolist(), loaded.caption_texts)}
         want = {(ids[i], t) for i, t in zip(owner, texts) if t}

@@ -22,7 +22,7 @@ annotation ids -- the ids of the CxC / ECCV Caption positive sets of the
 from __future__ import annotations
 
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -183,6 +183,10 @@ def load_karpathy(
         image_paths.append(str(file))
         image_keys.append(f"{path.name} {where} (image id {image_id})")
         image_ids.append(image_id)
+    if len(set(caption_ids)) != len(caption_ids):
+        repeated = sorted(c for c, n in Counter(caption_ids).items() if n > 1)
+        raise DataError(f"sentid {repeated[0]!r} is used by more than one caption", path=path,
+                        location="images[*].sentences[*].sentid", expected="one distinct 'sentid' per sentence")
     if not texts:
         warn_skipped(f"{name} {split}", skipped)
         require_nonempty(len(image_paths), len(texts), path=path, split=split, skipped=len(skipped))
