@@ -124,3 +124,24 @@ def test_check_finite_tensors_of_scalars_and_integers():
     check_finite_tensors({"n": torch.tensor(3), "ids": torch.arange(4)}, "file")
     with pytest.raises(ValueError, match="file: tensor 'a' \\(\\) holds NaN or inf"):
         check_finite_tensors({"a": torch.tensor(float("nan"))}, "file")
+
+
+def test_ids_that_are_not_coco_ids_are_never_matched_to_cxc_or_eccv():
+    from pcmr.data import RetrievalSplit
+    from pcmr.data.images import FeatureImages
+    from pcmr.evaluation.checks import coco_id_problem
+    from pcmr.evaluation.evaluate import _load_extra_positives
+
+    def split(**info):
+        return RetrievalSplit(name="coco", split="test", images=FeatureImages(torch.zeros(2, 3).numpy()),
+                              caption_texts=["a", "b"], caption_image=torch.tensor([0, 1]).numpy(), info=info)
+
+    sentids = split(image_id_kind="coco", caption_id_kind="karpathy_sentid")
+    assert "karpathy_sentid ids, not COCO caption annotation ids; load the split with coco_captions" in \
+        coco_id_problem(sentids)
+    assert "karpathy_imgid ids, not COCO image ids" in coco_id_problem(split(image_id_kind="karpathy_imgid"))
+    assert coco_id_problem(split(image_id_kind="coco", caption_id_kind="coco_annotation")) is None
+    extras, note = _load_extra_positives(sentids, None)  # the COCO default: reported as absent, with the reason
+    assert extras == [] and note.startswith("CxC / ECCV Caption metrics not reported (the captions of")
+    with pytest.raises(ValueError, match="not COCO caption annotation ids"):  # asked for explicitly: an error
+        _load_extra_positives(sentids, ["cxc"])

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["check_finite_tensors", "check_finite_embeddings", "check_model_vocabulary", "naming_source"]
+__all__ = ["check_finite_tensors", "check_finite_embeddings", "check_model_vocabulary", "naming_source",
+           "coco_id_problem"]
 
 
 def _bad_rows(tensor: Tensor) -> list[int]:
@@ -78,3 +79,22 @@ def naming_source(source: str) -> Iterator[None]:
         if message.startswith("Gaussian.") and "non-finite" in message:
             raise ValueError(f"{source}: {message}") from None
         raise
+
+
+def coco_id_problem(split: Any) -> str | None:
+    """Why the ids of ``split`` cannot be matched to the COCO-id positive sets (CxC, ECCV Caption), or None.
+
+    Those sets name images by COCO image id and captions by COCO caption annotation id; a split whose
+    loader says its ids are of another kind (``info["image_id_kind"]`` / ``info["caption_id_kind"]``,
+    e.g. Karpathy ``sentid`` or feature-file line numbers) would be matched to the wrong items.
+    """
+    info = getattr(split, "info", None) or {}
+    image_kind, caption_kind = info.get("image_id_kind"), info.get("caption_id_kind")
+    if image_kind is not None and image_kind != "coco":
+        return (f"the images of {split!r} have {image_kind} ids, not COCO image ids; CxC / ECCV Caption "
+                f"positives are matched by COCO id")
+    if caption_kind is not None and caption_kind != "coco_annotation":
+        return (f"the captions of {split!r} have {caption_kind} ids, not COCO caption annotation ids; load the "
+                f"split with coco_captions=[captions_train2014.json, captions_val2014.json] to match CxC / ECCV "
+                f"Caption positives")
+    return None

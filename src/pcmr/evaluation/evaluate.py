@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pcmr.evaluation.checks import check_finite_embeddings, naming_source
+from pcmr.evaluation.checks import check_finite_embeddings, coco_id_problem, naming_source
 from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.figures import decile_series, embeddings_2d_series, k_occurrence_histogram
 from pcmr.evaluation.report import EvaluationResult
@@ -350,6 +350,11 @@ def _load_extra_positives(split: Any, names: Sequence[str] | None) -> tuple[list
 
     requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"
                                                          else [])
+    problem = coco_id_problem(split) if requested else None  # ids that are not COCO ids would mislabel
+    if problem is not None:
+        if names is not None:
+            raise ValueError(problem)
+        return [], f"CxC / ECCV Caption metrics not reported ({problem})"
     extras, problems = [], []
     for name in requested:
         try:
