@@ -18,11 +18,20 @@ from typing import Any
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
+from pcmr.evaluation.checks import check_finite_tensors, check_model_vocabulary
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.models import load_model
+from pcmr.models.serialization import WEIGHTS_FILE
 from pcmr.similarity import list_similarities
 from pcmr.train.config import RunConfig
-from pcmr.train.run import CONFIG_FILE, SIMILARITY_OPTIONS_FILE, VOCAB_FILE, load_run, load_run_split
+from pcmr.train.run import (
+    CONFIG_FILE,
+    MODEL_DIR,
+    SIMILARITY_OPTIONS_FILE,
+    VOCAB_FILE,
+    load_run,
+    load_run_split,
+)
 
 __all__ = ["add_parser", "run", "LoadedModel", "load_run_or_model", "load_split", "parse_names"]
 
@@ -70,6 +79,7 @@ def load_run_or_model(
     if (source / CONFIG_FILE).is_file():
         trained = load_run(source, map_location=map_location)
         vocab = Vocabulary.load(vocab_path) if vocab_path is not None else trained.vocab
+        _check_loaded(trained.model, vocab, source / MODEL_DIR, vocab_path or source / VOCAB_FILE)
         return LoadedModel(trained.model, vocab, dict(trained.similarity_options), trained.config, source)
     model = load_model(source, map_location=map_location)
     candidates = (
@@ -83,7 +93,16 @@ def load_run_or_model(
         )
     options_file = source.parent / SIMILARITY_OPTIONS_FILE
     options = _read_options(options_file) if options_file.is_file() else {}
-    return LoadedModel(model, Vocabulary.load(vocab_file), options, None, source)
+    vocab = Vocabulary.load(vocab_file)
+    _check_loaded(model, vocab, source, vocab_file)
+    return LoadedModel(model, vocab, options, None, source)
+
+
+def _check_loaded(model: Any, vocab: Any, model_dir: Path, vocab_file: str | Path) -> None:
+    """Finite weights, and the vocabulary the model was trained with (pcmr.evaluation.checks)."""
+
+    check_finite_tensors(model.state_dict(), model_dir / WEIGHTS_FILE)
+    check_model_vocabulary(model, vocab, model_dir, vocab_file)
 
 
 def load_split(data: str | None, split: str, config: RunConfig | None,

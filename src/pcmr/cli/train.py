@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pcmr
 from pcmr.config import parse_override
 from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
+from pcmr.train.lock import RunLock
 from pcmr.train.recipes import find_recipe
 from pcmr.train.run import CONFIG_FILE
 
@@ -92,7 +98,8 @@ def start_run(
                 )
         config = load_config(run_dir / CONFIG_FILE, overrides)
         check_config(config)
-        return Trainer(config, run_dir, resume=True).fit(), run_dir
+        with RunLock(run_dir):  # one training process per run folder
+            return Trainer(config, run_dir, resume=True).fit(), run_dir
 
     if recipe is None:
         raise ConfigError("give a recipe (e.g. `pcmr train pcme`, see `pcmr list recipes`) or --resume RUN")
@@ -105,21 +112,41 @@ def start_run(
             f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / CONFIG_FILE)
-    try:
-        trainer = Trainer(config, run_dir)
-    except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
-        shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    print(f"training {path.stem} into {run_dir}", file=sys.stderr, flush=True)
-    return trainer.fit(), run_dir
+    with RunLock(run_dir):  # one training process per run folder
+        save_config(config, run_dir / CONFIG_FILE)
+        try:
+            trainer = Trainer(config, run_dir)
+        except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        print(f"training {path.stem} into {run_dir}", file=sys.stderr, flush=True)
+        return trainer.fit(), run_dir
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """pcmr's own warnings (a skipped bad checkpoint, a stale lock taken over, skipped data items) as
+    ``pcmr train: warning: ...`` lines; other warnings are shown as usual."""
+    package = os.path.dirname(os.path.abspath(pcmr.__file__))
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(package):
+                print(f"pcmr train: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                previous(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        summary, run_dir = start_run(
-            args.config, _extra_overrides(args), resume=args.resume, out=args.out, name=args.name
-        )
+        with _one_line_warnings():
+            summary, run_dir = start_run(
+                args.config, _extra_overrides(args), resume=args.resume, out=args.out, name=args.name
+            )
     except KeyboardInterrupt:
         if args.resume:
             print(f"continue it with: pcmr train --resume {args.resume}", file=sys.stderr)

@@ -39,6 +39,7 @@ def coco_labels_from_instances(
     categories: dict[int, str] = {}
     known_images: set[int] = set()
     annotated: list[tuple[int, int]] = []  # (image id, category id)
+    skipped: list[SkippedItem] = []
     for path in paths:
         data = read_json(path, _WHAT)
         if not isinstance(data, dict):
@@ -52,22 +53,32 @@ def coco_labels_from_instances(
                 raise DataError(f"category id {cid} is {name!r} here but {categories[cid]!r} in an earlier file",
                                 path=path, location=f"categories[{n}]", expected="the same categories in every file")
             categories[cid] = name
-        for n, image in enumerate(data["images"]):
-            known_images.add(require_key(image, "id", int, path=path, location=f"images[{n}]"))
+        file_images = {require_key(image, "id", int, path=path, location=f"images[{n}]")
+                       for n, image in enumerate(data["images"])}
+        known_images |= file_images
         for n, annotation in enumerate(data["annotations"]):
             image_id = require_key(annotation, "image_id", int, path=path, location=f"annotations[{n}]")
             category_id = require_key(annotation, "category_id", int, path=path, location=f"annotations[{n}]")
             if category_id not in categories:
                 raise DataError(f"category_id {category_id} is not listed in 'categories'", path=path,
                                 location=f"annotations[{n}]", expected="a category id of 'categories'")
+            if image_id not in file_images:  # an annotation of an image the file does not list
+                if on_error == "raise":
+                    raise DataError(f"image_id {image_id} is not listed in 'images'", path=path,
+                                    location=f"annotations[{n}].image_id", expected="an id of this file's 'images'")
+                skipped.append(SkippedItem(os.fspath(path), f"annotations[{n}]",
+                                           f"image_id {image_id} is not listed in 'images'; annotation ignored"))
+                continue
             annotated.append((image_id, category_id))
     column = {cid: j for j, cid in enumerate(sorted(categories))}
     row = {int(image_id): i for i, image_id in enumerate(image_ids)}
+    if len(row) != len(image_ids):
+        raise DataError(f"{len(image_ids) - len(row)} repeated image id(s) among the split's images",
+                        location="image_ids", expected="one distinct COCO image id per image")
     labels = np.zeros((len(row), len(column)), dtype=bool)
     for image_id, category_id in annotated:
         if image_id in row:
             labels[row[image_id], column[category_id]] = True
-    skipped = []
     for image_id in row:
         if image_id not in known_images:
             where = ", ".join(os.fspath(p) for p in paths)

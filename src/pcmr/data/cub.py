@@ -32,6 +32,7 @@ from pcmr.data.errors import (
     check_on_error,
     read_text_lines,
     require_dir,
+    require_nonempty,
     warn_skipped,
 )
 from pcmr.data.images import FileImages
@@ -54,6 +55,22 @@ def _pairs(path: Path, what: str) -> list[tuple[str, str]]:
         if len(parts) != 2:
             raise DataError(f"line reads {line!r}", path=path, location=f"line {number}", expected=what)
         out.append((parts[0], parts[1].strip()))
+    return out
+
+
+def _numbered(path: Path, what: str) -> list[tuple[int, str, int]]:
+    """``(id, rest, line number)`` of the ``"<integer id> <rest>"`` lines; ids must be distinct."""
+    out, seen = [], {}
+    for number, (first, rest) in enumerate(_pairs(path, what), start=1):
+        if not (first.isascii() and first.isdigit()):
+            raise DataError(f"id {first!r} is not a non-negative integer", path=path, location=f"line {number}",
+                            expected=what)
+        key = int(first)
+        if key in seen:
+            raise DataError(f"id {key} repeats line {seen[key]}", path=path, location=f"line {number}",
+                            expected=f"{what}, each id once")
+        seen[key] = number
+        out.append((key, rest, number))
     return out
 
 
@@ -86,26 +103,41 @@ def load_cub(
     if split_file is None:
         raise MissingDataError("class split file not found", path=split_dirs[0] / CUB_SPLIT_FILES[split],
                                expected=f"{CUB_SPLIT_FILES[split]} listing class folders, one per line")
-    classes = dict(_pairs(cub / "classes.txt", "'<class id> <class dir>' per line"))
-    class_ids = {directory: int(cid) for cid, directory in classes.items()}
+    classes_file = cub / "classes.txt"
+    classes = {cid: directory for cid, directory, _ in _numbered(classes_file, "'<class id> <class dir>' per line")}
+    class_ids = {directory: cid for cid, directory in classes.items()}
+    if len(class_ids) != len(classes):
+        raise DataError("a class folder is listed under two ids", path=classes_file, location="classes",
+                        expected="one line per class folder")
+    column = {cid: j for j, cid in enumerate(sorted(classes))}
     wanted = [line.strip() for line in read_text_lines(split_file, "class folders, one per line") if line.strip()]
     for number, directory in enumerate(wanted, start=1):
         if directory not in class_ids:
             raise DataError(f"class {directory!r} is not in classes.txt", path=split_file, location=f"line {number}",
                             expected="class folder names of CUB_200_2011/classes.txt")
     wanted_set = set(wanted)
-    labels = dict(_pairs(cub / "image_class_labels.txt", "'<image id> <class id>' per line"))
+    labels_file = cub / "image_class_labels.txt"
+    labels: dict[int, int] = {}
+    for image_id, text, number in _numbered(labels_file, "'<image id> <class id>' per line"):
+        if not (text.isascii() and text.isdigit()) or int(text) not in classes:
+            raise DataError(f"class id {text!r} is not in classes.txt", path=labels_file, location=f"line {number}",
+                            expected="a class id of CUB_200_2011/classes.txt")
+        labels[image_id] = int(text)
     skipped: list[SkippedItem] = []
     paths, keys, image_ids, image_class = [], [], [], []
     texts, caption_image, caption_ids = [], [], []
     images_file = cub / "images.txt"
-    for image_id, relative in _pairs(images_file, "'<image id> <class dir>/<file>.jpg' per line"):
+    for image_id, relative, _ in _numbered(images_file, "'<image id> <class dir>/<file>.jpg' per line"):
         directory = relative.split("/", 1)[0]
         if directory not in wanted_set:
             continue
         if image_id not in labels:
-            raise DataError(f"image id {image_id} has no class", path=cub / "image_class_labels.txt",
+            raise DataError(f"image id {image_id} has no class", path=labels_file,
                             location=f"image id {image_id}", expected="a line for every image of images.txt")
+        if labels[image_id] != class_ids[directory]:
+            raise DataError(f"image id {image_id} has class {labels[image_id]} but lies in folder {directory!r} "
+                            f"(class {class_ids[directory]})", path=labels_file, location=f"image id {image_id}",
+                            expected="the class of the image's folder in classes.txt")
         image_path = cub / "images" / relative
         text_path = text_dir / (os.path.splitext(relative)[0] + ".txt")
         problem = ("image file not found" if check_images and not image_path.is_file() else
@@ -115,10 +147,14 @@ def load_cub(
             lines = read_text_lines(text_path, "one UTF-8 caption per line")
             if not any(tokenize(line) for line in lines):
                 problem = "caption file has no caption"
+            elif len(lines) > 100:  # caption ids are image id * 100 + line
+                raise DataError(f"{len(lines)} lines", path=text_path, location="captions",
+                                expected="at most 100 captions per image (text_c10 has 10)")
         if problem:
             if on_error == "raise":
-                raise DataError(problem, path=image_path if "image" in problem else text_path,
-                                location=f"images.txt id {image_id}", expected="an image and its text_c10 captions")
+                error = MissingDataError if problem.endswith("not found") else DataError
+                raise error(problem, path=image_path if "image" in problem else text_path,
+                            location=f"images.txt id {image_id}", expected="an image and its text_c10 captions")
             skipped.append(SkippedItem(str(images_file), f"image id {image_id}", problem))
             continue
         index = len(paths)
@@ -133,22 +169,23 @@ def load_cub(
                 continue
             texts.append(line.strip())
             caption_image.append(index)
-            caption_ids.append(int(image_id) * 100 + number - 1)
+            caption_ids.append(image_id * 100 + number - 1)
         paths.append(str(image_path))
         keys.append(f"images.txt id {image_id}")
-        image_ids.append(int(image_id))
-        image_class.append(int(labels[image_id]))
+        image_ids.append(image_id)
+        image_class.append(labels[image_id])
     image_class_arr = np.asarray(image_class, dtype=np.int64)
     caption_image_arr = np.asarray(caption_image, dtype=np.int64)
-    one_hot = torch.zeros(len(paths), len(classes), dtype=torch.bool)
-    one_hot[torch.arange(len(paths)), torch.from_numpy(image_class_arr - 1)] = True
+    one_hot = torch.zeros(len(paths), len(classes), dtype=torch.bool)  # columns: class ids in increasing order
+    one_hot[torch.arange(len(paths)), torch.tensor([column[c] for c in image_class], dtype=torch.long)] = True
     warn_skipped(f"cub {split}", skipped)
+    require_nonempty(len(paths), len(texts), path=images_file, split=split, skipped=len(skipped))
     return RetrievalSplit(
         name="cub", split=split, images=FileImages(paths, image_size, keys=keys), caption_texts=texts,
         caption_image=caption_image_arr,
         relevance=Relevance.from_classes(image_class_arr, image_class_arr[caption_image_arr]),
         image_ids=image_ids, caption_ids=caption_ids, image_labels=one_hot,
-        label_names=[classes[str(c)] if str(c) in classes else str(c) for c in range(1, len(classes) + 1)],
+        label_names=[classes[cid] for cid in sorted(classes)],
         skipped=skipped,
         info={"classes": wanted, "image_class": image_class_arr, "caption_id_kind": "image_id*100+line"},
     )

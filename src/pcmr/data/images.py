@@ -102,13 +102,18 @@ class FeatureImages(ImageSource):
 
     kind = "features"
 
-    def __init__(self, features: np.ndarray) -> None:
+    def __init__(self, features: np.ndarray, path: str | os.PathLike | None = None) -> None:
         if features.ndim not in (2, 3):
             raise ValueError(f"features must be [N, F] or [N, R, F], got shape {features.shape}")
         self.features = features
+        self.path = None if path is None else os.fspath(path)
 
     def __len__(self) -> int:
         return int(self.features.shape[0])
 
     def load(self, index: int) -> torch.Tensor:
-        return torch.from_numpy(np.array(self.features[index], dtype=np.float32))  # [F] or [R, F]
+        row = np.array(self.features[index], dtype=np.float32)  # [F] or [R, F]
+        if not np.isfinite(row).all():
+            raise DataError("image features hold NaN or inf", path=self.path, location=f"row {index}",
+                            expected="finite feature values")
+        return torch.from_numpy(row)

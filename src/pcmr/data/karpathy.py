@@ -10,7 +10,9 @@ Each JSON image record needs ``split`` (train/restval/val/test), ``filename`` an
 ``sentences`` (a non-empty list of objects with a non-empty ``raw``); COCO records
 also carry ``filepath`` and ``cocoid``. Relevance: each caption to its own image.
 
-Ids: ``image_ids`` are ``cocoid`` (COCO) or ``imgid``; ``caption_ids`` are the
+Ids: ``image_ids`` are ``cocoid`` (COCO: required on every record, since the CxC /
+ECCV Caption sets and the instances files match by it) or else ``imgid``
+(``split.info["image_id_kind"]`` says which); ``caption_ids`` are the
 Karpathy ``sentid`` unless ``coco_captions`` (``captions_train2014.json``,
 ``captions_val2014.json``) is given, in which case they are the COCO caption
 annotation ids -- the ids of the CxC / ECCV Caption positive sets of the
@@ -20,7 +22,7 @@ annotation ids -- the ids of the CxC / ECCV Caption positive sets of the
 from __future__ import annotations
 
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,6 +37,7 @@ from pcmr.data.errors import (
     read_json,
     require_dir,
     require_key,
+    require_nonempty,
     warn_skipped,
 )
 from pcmr.data.images import FileImages
@@ -71,6 +74,15 @@ def _caption_annotation_ids(paths: Sequence[str | os.PathLike]) -> dict[tuple[in
             table[(image_id, " ".join(tokenize(caption)))].append(require_key(annotation, "id", int, path=path,
                                                                               location=where))
     return table
+
+
+def _image_id(record: dict, coco_ids: bool, *, path: Path, location: str) -> int | str:
+    """The record's ``cocoid`` (COCO JSONs: required) or else its Karpathy ``imgid`` (or file name)."""
+    if coco_ids:
+        return require_key(record, "cocoid", int, path=path, location=location)  # type: ignore[return-value]
+    if "imgid" in record:
+        return require_key(record, "imgid", (int, str), path=path, location=location)  # type: ignore[return-value]
+    return record["filename"]
 
 
 def load_karpathy(
@@ -118,7 +130,16 @@ def load_karpathy(
                         expected=f"one of the splits present: {present}")
     if check_images:
         require_dir(images_dir, "the image folder (images/<filepath>/<filename>)")
+    # COCO image ids ("cocoid") are what the CxC / ECCV Caption sets and the instances files use: a
+    # COCO JSON (or one where any record has a cocoid) needs one on every record; other datasets use
+    # the Karpathy "imgid", which is no COCO id, so COCO-id matching refuses them below.
+    coco_ids = name == "coco" or any(isinstance(r, dict) and "cocoid" in r for r in records)
+    if not coco_ids and (coco_captions is not None or instances is not None):
+        raise DataError("coco_captions / instances match captions and labels by COCO image id, but no record "
+                        f"of this {name!r} JSON has a 'cocoid'", path=path, location="images[*].cocoid",
+                        expected="the Karpathy COCO JSON (dataset_coco.json) with 'cocoid' on every image")
     skipped: list[SkippedItem] = []
+    first_record: dict[object, str] = {}
     image_paths, image_keys, image_ids, texts, caption_image, caption_ids = [], [], [], [], [], []
     for n, record in enumerate(records):
         where = f"images[{n}]"
@@ -126,18 +147,23 @@ def load_karpathy(
             continue
         filename = require_key(record, "filename", str, path=path, location=where)
         sentences = require_key(record, "sentences", list, path=path, location=where)
-        file = images_dir / record["filepath"] / filename if isinstance(record.get("filepath"), str) else \
-            images_dir / filename
+        subfolder = require_key(record, "filepath", str, path=path, location=where) if "filepath" in record else ""
+        file = images_dir / subfolder / filename
         problem = "has no sentences" if not sentences else (
             "image file not found" if check_images and not file.is_file() else None)
         if problem:
             if on_error == "raise":
-                raise DataError(problem, path=file if "file" in problem else path, location=where,
-                                expected="an existing image with at least one caption")
+                error = MissingDataError if "file" in problem else DataError
+                raise error(problem, path=file if "file" in problem else path, location=where,
+                            expected="an existing image with at least one caption")
             skipped.append(SkippedItem(str(path), where, f"{problem} ({file})"))
             continue
         image_index = len(image_paths)
-        image_id = record.get("cocoid", record.get("imgid", filename))
+        image_id = _image_id(record, coco_ids, path=path, location=where)
+        if image_id in first_record:
+            raise DataError(f"image id {image_id!r} repeats {first_record[image_id]}", path=path, location=where,
+                            expected="one record per image (distinct 'cocoid' / 'imgid')")
+        first_record[image_id] = where
         captions_before = len(texts)
         for m, sentence in enumerate(sentences):
             at = f"{where}.sentences[{m}]"
@@ -149,13 +175,21 @@ def load_karpathy(
                 continue
             texts.append(raw.strip())
             caption_image.append(image_index)
-            caption_ids.append(sentence.get("sentid", len(caption_ids)))
+            caption_ids.append(require_key(sentence, "sentid", int, path=path, location=at) if "sentid" in sentence
+                               else len(caption_ids))
         if len(texts) == captions_before:  # every caption was skipped: the image goes too
             skipped.append(SkippedItem(str(path), where, "no usable caption left"))
             continue
         image_paths.append(str(file))
         image_keys.append(f"{path.name} {where} (image id {image_id})")
         image_ids.append(image_id)
+    if len(set(caption_ids)) != len(caption_ids):
+        repeated = sorted(c for c, n in Counter(caption_ids).items() if n > 1)
+        raise DataError(f"sentid {repeated[0]!r} is used by more than one caption", path=path,
+                        location="images[*].sentences[*].sentid", expected="one distinct 'sentid' per sentence")
+    if not texts:
+        warn_skipped(f"{name} {split}", skipped)
+        require_nonempty(len(image_paths), len(texts), path=path, split=split, skipped=len(skipped))
     id_kind = "karpathy_sentid"
     if coco_captions is not None:
         table = _caption_annotation_ids([coco_captions] if isinstance(coco_captions, (str, os.PathLike))
@@ -178,5 +212,6 @@ def load_karpathy(
         images=FileImages(image_paths, image_size, keys=image_keys), caption_texts=texts,
         caption_image=np.asarray(caption_image, dtype=np.int64), image_ids=image_ids, caption_ids=caption_ids,
         image_labels=labels, label_names=label_names, skipped=skipped,
-        info={"json": str(path), "image_root": str(images_dir), "caption_id_kind": id_kind},
+        info={"json": str(path), "image_root": str(images_dir), "caption_id_kind": id_kind,
+              "image_id_kind": "coco" if coco_ids else "karpathy_imgid"},
     )

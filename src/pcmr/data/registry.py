@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcmr.data.cub import load_cub
-from pcmr.data.errors import DataError, MissingDataError
+from pcmr.data.errors import DataError, MissingDataError, check_settings
 from pcmr.data.karpathy import load_karpathy
 from pcmr.data.precomputed import load_precomputed
 from pcmr.data.shapes import load_shapes
@@ -39,6 +39,7 @@ def _shapes(split: str, **config: Any) -> RetrievalSplit:
 
 def _karpathy(dataset: str | None) -> Callable[..., RetrievalSplit]:
     def load(split: str, **config: Any) -> RetrievalSplit:
+        check_settings(load_karpathy, config, dataset=dataset or "karpathy")
         if dataset is not None:
             config.setdefault("dataset", dataset)
         return load_karpathy(split=split, **config)
@@ -47,10 +48,12 @@ def _karpathy(dataset: str | None) -> Callable[..., RetrievalSplit]:
 
 
 def _precomputed(split: str, **config: Any) -> RetrievalSplit:
+    check_settings(load_precomputed, config, dataset="precomputed")
     return load_precomputed(split=split, **config)
 
 
 def _cub(split: str, **config: Any) -> RetrievalSplit:
+    check_settings(load_cub, config, dataset="cub")
     return load_cub(split=split, **config)
 
 

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
+from pcmr.evaluation.checks import check_finite_embeddings, coco_id_problem, naming_source
 from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.figures import (
     corruption_series,
@@ -141,6 +142,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             that re-score a full matrix (matching re-rankers get ``None``).
     """
 
+    check_finite_embeddings(images, captions, "the embeddings given to evaluate_embeddings")
     similarities = check_names("similarity", similarities, list_similarities())
     rerankers = check_names("re-ranker", rerankers, list_rerankers())
     if relevance.dtype != torch.bool or tuple(relevance.shape) != (images.num, captions.num):
@@ -244,7 +246,9 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
     COCO 1K protocol) and none otherwise. With ``out_dir`` the result is also saved there
     (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
     """
-    images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device, progress=progress)
+    with naming_source(f"the embeddings of {split!r} encoded by {(meta or {}).get('run', 'the model')}"):
+        images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
+                                        progress=progress)
     val = None
     if val_split is not None:
         val_images, val_captions = encode_split(model, val_split, vocab, batch_size=batch_size, device=device,
@@ -278,6 +282,11 @@ def _load_extra_positives(split: RetrievalSplit, names: Sequence[str] | None) ->
 
     requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"
                                                          else [])
+    problem = coco_id_problem(split) if requested else None  # ids that are not COCO ids would mislabel
+    if problem is not None:
+        if names is not None:
+            raise ValueError(problem)
+        return [], f"CxC / ECCV Caption metrics not reported ({problem})"
     extras, problems = [], []
     for name in requested:
         try:

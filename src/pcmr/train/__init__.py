@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from pcmr.train.checkpoint import CheckpointError
+from pcmr.train.checkpoint import CheckpointError, CheckpointWriteError
 from pcmr.train.config import (
     ConfigError,
     DataConfig,
@@ -17,15 +17,21 @@ from pcmr.train.config import (
     load_config,
     save_config,
 )
+from pcmr.train.faults import NonFiniteLossError
+from pcmr.train.lock import RunLock, RunLockedError
 from pcmr.train.run import check_config
 from pcmr.train.trainer import Trainer
 
 __all__ = [
     "CheckpointError",
+    "CheckpointWriteError",
     "ConfigError",
     "DataConfig",
     "EvalConfig",
+    "NonFiniteLossError",
     "RunConfig",
+    "RunLock",
+    "RunLockedError",
     "TrainConfig",
     "Trainer",
     "check_config",

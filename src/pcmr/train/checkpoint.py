@@ -6,7 +6,8 @@ Layout of ``RUN/checkpoints/``::
         weights.safetensors     # "model.<name>" and "loss.<name>" tensors (the PCME loss learns a, b)
         optimizer.safetensors   # optimizer state tensors, "state.<param index>.<name>"
         state.json              # progress, scheduler, RNG states, optimizer param groups and
-                                # scalars, config, and the size + sha256 of both .safetensors files
+                                # scalars, config, the size + sha256 of both .safetensors files,
+                                # and the sha256 of its own content ("state_sha256")
     LATEST                      # one line: the name of the newest complete checkpoint folder
 
 A checkpoint is written into a temporary folder (every file fsync'ed), renamed
@@ -15,7 +16,11 @@ into place, and only then is ``LATEST`` replaced atomically (temp file + fsync +
 naming a complete checkpoint (or no ``LATEST`` at all). Reading verifies the
 recorded sizes and hashes, so a truncated or corrupted file gives a
 :class:`CheckpointError` naming it; older checkpoints are kept (``keep``) and are
-never touched by a failed write.
+never touched by a failed write. :func:`load_newest_valid_checkpoint` (used by
+``--resume``) warns about a bad newest checkpoint and falls back to the newest
+valid older one. A write that fails (a full disk) removes its partial files,
+leaves ``LATEST`` and the previous checkpoint as they were and raises
+:class:`CheckpointWriteError`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,11 +47,13 @@ from pcmr.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
 __all__ = [
     "Checkpoint",
     "CheckpointError",
+    "CheckpointWriteError",
     "atomic_write_bytes",
     "atomic_write_text",
     "capture_rng_state",
     "list_checkpoints",
     "load_latest_checkpoint",
+    "load_newest_valid_checkpoint",
     "optimizer_state_from_parts",
     "optimizer_state_to_parts",
     "restore_rng_state",
@@ -56,6 +64,7 @@ LATEST = "LATEST"
 WEIGHTS = "weights.safetensors"
 OPTIMIZER = "optimizer.safetensors"
 STATE = "state.json"
+STATE_DIGEST = "state_sha256"  # key of state.json holding the digest of the rest of the file
 FORMAT_VERSION = 1
 
 
@@ -63,7 +72,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint file is missing, truncated or corrupted (the message names the file)."""
 
 
-# --------------------------------------------------------------------------- atomic file writes
+class CheckpointWriteError(OSError):
+    """Writing a checkpoint failed (e.g. the disk is full); the previous checkpoint is intact."""
+
+
+# --------------------------------------------------------------------------- synced file writes
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -183,6 +196,13 @@ def _digest(data: bytes) -> dict[str, Any]:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def _state_digest(document: dict[str, Any]) -> str:
+    """SHA-256 of ``state.json``'s content (without this digest), in a canonical JSON form, so an edit
+    that keeps the file valid JSON is still detected."""
+    rest = {k: v for k, v in document.items() if k != STATE_DIGEST}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def list_checkpoints(checkpoint_dir: Path) -> list[Path]:
     """Complete checkpoint folders (``step-*``), oldest first."""
     if not checkpoint_dir.is_dir():
@@ -210,10 +230,42 @@ def save_checkpoint(
         keep: number of complete checkpoints kept (the newest ones).
     """
     checkpoint_dir = Path(checkpoint_dir)
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
     name = f"step-{global_step:09d}"
-    final = checkpoint_dir / name
     tmp = checkpoint_dir / f".tmp-{name}-{os.getpid()}"
+    try:
+        final = _write_checkpoint(checkpoint_dir, name, tmp, weights=weights, optimizer_state=optimizer_state,
+                                  state=state)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # the partial files of this write; nothing else is touched
+        kept = _latest_name(checkpoint_dir)
+        previous = f"the previous checkpoint {checkpoint_dir / kept} is intact" if kept else "no checkpoint was kept"
+        error = CheckpointWriteError(
+            f"writing checkpoint {checkpoint_dir / name} failed ({exc.strerror or exc}); {previous}; "
+            f"free disk space and continue with: pcmr train --resume {checkpoint_dir.parent}"
+        )
+        error.errno = exc.errno
+        raise error from exc
+    complete = [p for p in list_checkpoints(checkpoint_dir) if p.name <= name]
+    for old in complete[: max(0, len(complete) - keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in checkpoint_dir.glob(".tmp-*"):  # temp folders of killed writers
+        shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def _latest_name(checkpoint_dir: Path) -> str | None:
+    try:
+        name = (checkpoint_dir / LATEST).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if name.startswith("step-") and "/" not in name else None
+
+
+def _write_checkpoint(checkpoint_dir: Path, name: str, tmp: Path, *, weights: dict[str, Tensor],
+                      optimizer_state: dict[str, Any], state: dict[str, Any]) -> Path:
+    """The files of one checkpoint into ``tmp``, renamed to ``name``, then ``LATEST`` moved to it."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_dir / name
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -225,6 +277,7 @@ def save_checkpoint(
     document["format_version"] = FORMAT_VERSION
     document["optimizer"] = opt_meta
     document["files"] = {WEIGHTS: _digest(weight_bytes), OPTIMIZER: _digest(opt_bytes)}
+    document[STATE_DIGEST] = _state_digest(json.loads(json.dumps(document)))  # as it will read back
     _write_synced(tmp / WEIGHTS, weight_bytes)
     _write_synced(tmp / OPTIMIZER, opt_bytes)
     _write_synced(tmp / STATE, json.dumps(document).encode("utf-8"))
@@ -235,12 +288,6 @@ def save_checkpoint(
     os.replace(tmp, final)
     fsync_dir(checkpoint_dir)
     atomic_write_text(checkpoint_dir / LATEST, name + "\n")
-
-    complete = [p for p in list_checkpoints(checkpoint_dir) if p.name <= name]
-    for old in complete[: max(0, len(complete) - keep)]:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in checkpoint_dir.glob(".tmp-*"):  # temp folders of killed writers
-        shutil.rmtree(stale, ignore_errors=True)
     return final
 
 
@@ -248,7 +295,7 @@ def _previous_hint(path: Path) -> str:
     older = [p for p in list_checkpoints(path.parent) if p.name < path.name]
     if not older:
         return "no older checkpoint is kept; start a new run"
-    return f"the previous checkpoint {older[-1]} is kept: delete {path} to resume from it"
+    return f"the previous checkpoint {older[-1]} is kept (--resume falls back to it)"
 
 
 def _read_verified(path: Path, digest: dict[str, Any] | None) -> bytes:
@@ -282,6 +329,11 @@ def load_checkpoint(path: Path) -> Checkpoint:
             f"checkpoint file {state_path} is not a pcmr checkpoint (format_version {FORMAT_VERSION} expected); "
             f"{_previous_hint(path)}"
         )
+    if STATE_DIGEST in state and state[STATE_DIGEST] != _state_digest(state):  # absent: written by an older pcmr
+        raise CheckpointError(
+            f"checkpoint file {state_path} is truncated or corrupted (its content does not match its recorded "
+            f"sha256); {_previous_hint(path)}"
+        )
     tensors = {}
     for name in (WEIGHTS, OPTIMIZER):
         data = _read_verified(path / name, state["files"].get(name))
@@ -308,3 +360,38 @@ def load_latest_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:
     if not target.is_dir():
         raise CheckpointError(f"checkpoint pointer {pointer} names {target}, which does not exist")
     return load_checkpoint(target)
+
+
+def load_newest_valid_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:
+    """The newest checkpoint that reads back and verifies, for resuming.
+
+    Starts at the one named by ``LATEST`` (folders newer than it were never completed) and goes
+    back through the older ones; each unusable one gives a warning naming it and why. Returns
+    ``None`` when no checkpoint was completed yet; raises :class:`CheckpointError` listing every
+    problem when checkpoints exist but none is valid.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    folders = list_checkpoints(checkpoint_dir)
+    pointer = checkpoint_dir / LATEST
+    if not pointer.is_file() and not folders:
+        return None
+    newest = _latest_name(checkpoint_dir)
+    problems: list[str] = []
+    if newest is None:
+        problems.append(f"checkpoint pointer {pointer} is missing or corrupted")
+    elif not (checkpoint_dir / newest).is_dir():
+        problems.append(f"checkpoint pointer {pointer} names {checkpoint_dir / newest}, which does not exist")
+    candidates = [p for p in reversed(folders) if newest is None or p.name <= newest]
+    for folder in candidates:
+        try:
+            checkpoint = load_checkpoint(folder)
+        except CheckpointError as exc:
+            problems.append(str(exc).split("; ")[0])
+            continue
+        if problems:
+            warnings.warn(f"{'; '.join(problems)}; resuming from the older checkpoint {folder}", UserWarning,
+                          stacklevel=2)
+        return checkpoint
+    if not problems:
+        return None
+    raise CheckpointError(f"no valid checkpoint in {checkpoint_dir}: {'; '.join(problems)}; start a new run")

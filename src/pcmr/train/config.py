@@ -86,6 +86,7 @@ class TrainConfig:
     validate_every: int = 1  # epochs between validations (0: never; the last model is kept)
     checkpoint_every_steps: int = 0  # also checkpoint mid-epoch every N steps (0: epoch ends only)
     keep_checkpoints: int = 2  # complete checkpoints kept on disk (>= 1)
+    max_nonfinite_steps: int = 5  # stop after this many consecutive steps with a NaN/inf loss (each skipped)
     max_steps_per_epoch: int | None = None  # truncate epochs (smoke tests); None: full epochs
     device: str = "cpu"  # torch device string, e.g. cpu, cuda, cuda:1
     # tqdm bars with loss terms and throughput: true (always), false (none, and no per-epoch lines),
@@ -131,6 +132,8 @@ class RunConfig:
                 raise ConfigError(f"config section '{section}' needs a 'name' (a string), got {name!r}")
         if config.train.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints must be >= 1, got {config.train.keep_checkpoints}")
+        if config.train.max_nonfinite_steps < 1:
+            raise ConfigError(f"train.max_nonfinite_steps must be >= 1, got {config.train.max_nonfinite_steps}")
         if config.train.epochs < 1:
             raise ConfigError(f"train.epochs must be >= 1, got {config.train.epochs}")
         reserved = sorted({"seed", "num_workers", "batch_size", "vocab"} & set(config.data.loader_options))

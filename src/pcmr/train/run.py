@@ -10,6 +10,7 @@ Run folder layout (``RUN/``)::
     model/                    the selected model (best validation metric), pcmr.models.save_model
     model_last/               the model after the last epoch, pcmr.models.save_model
     checkpoints/              crash-safe training state (see pcmr.train.checkpoint)
+    train.lock                PID and host of the process training the run (see pcmr.train.lock)
 """
 
 from __future__ import annotations

@@ -31,11 +31,12 @@ from pcmr.progress import progress_bar, progress_enabled, write_line
 from pcmr.train.checkpoint import (
     CheckpointError,
     capture_rng_state,
-    load_latest_checkpoint,
+    load_newest_valid_checkpoint,
     restore_rng_state,
     save_checkpoint,
 )
 from pcmr.train.config import RunConfig
+from pcmr.train.faults import NonFiniteGuard
 from pcmr.train.run import (
     CHECKPOINT_DIR,
     LOG_FILE,
@@ -126,6 +127,7 @@ class Trainer:
             **config.data.loader_options,
         )
         self.similarity = train.select_similarity or self.loss_fn.similarity_name
+        self.nonfinite = NonFiniteGuard(train.max_nonfinite_steps, self.run_dir)
         self.progress: dict[str, Any] = {
             "epoch": 0,
             "step_in_epoch": 0,
@@ -159,7 +161,7 @@ class Trainer:
         )
 
     def _restore(self) -> bool:
-        checkpoint = load_latest_checkpoint(self.run_dir / CHECKPOINT_DIR)
+        checkpoint = load_newest_valid_checkpoint(self.run_dir / CHECKPOINT_DIR)
         if checkpoint is None:
             return False
         model_state = {k[6:]: v for k, v in checkpoint.weights.items() if k.startswith("model.")}
@@ -211,22 +213,27 @@ class Trainer:
             self.optimizer, learning_rate_factor(train, epoch, step_in_epoch, self.steps_per_epoch)
         )
         batch = _to_device(batch, self.device)
+        self.nonfinite.snapshot((self.model, self.loss_fn))  # buffers put back if this step is skipped
         outputs = self.model(batch)
         terms = self.loss_fn(**outputs, positives=batch["relevance"])
         loss = terms["loss"]
+        # a non-finite loss or gradient norm: no update this step (pcmr.train.faults)
+        position = {"epoch": epoch + 1, "step_in_epoch": step_in_epoch + 1,
+                    "global_step": self.progress["global_step"] + 1}
         if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"the training loss became {float(loss)} at epoch {epoch + 1}, step {step_in_epoch + 1}; "
-                f"lower train.lr or set train.grad_clip"
-            )
+            return self.nonfinite.skip("loss", loss, self.log, position)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if train.grad_clip is not None:
             params = [
                 p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None
             ]
-            torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
+            if not torch.isfinite(norm):
+                self.optimizer.zero_grad(set_to_none=True)
+                return self.nonfinite.skip("gradient norm", norm, self.log, position)
         self.optimizer.step()
+        self.nonfinite.good_step()
         return {name: float(value.detach()) for name, value in terms.items() if value.numel() == 1}
 
     def _run_epoch(self, epoch: int) -> dict[str, float]:

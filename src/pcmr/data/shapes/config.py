@@ -37,6 +37,16 @@ class ShapesConfig:
     cache_dir: str | None = None  # default: $PCMR_CACHE, else $XDG_CACHE_HOME/pcmr, else ~/.cache/pcmr
 
     def __post_init__(self) -> None:
+        kinds = {"min_objects": (int, "an integer"), "max_objects": (int, "an integer"), "seed": (int, "an integer"),
+                 "cache": (bool, "true or false"), "cache_dir": ((str, type(None)), "a folder path or null"),
+                 "unseen_combinations": ((list, tuple), "a list of 'colour shape' strings")}
+        for name, (kind, expected) in kinds.items():
+            value = getattr(self, name)
+            if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+                raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected=expected)
+        if not all(isinstance(item, str) for item in self.unseen_combinations):
+            raise DataError(f"unseen_combinations={self.unseen_combinations!r}",
+                            location="shapes config 'unseen_combinations'", expected="a list of 'colour shape' strings")
         self.unseen_combinations = tuple(self.unseen_combinations)
         for name in ("image_size", "captions_per_image", "num_train", "num_val", "num_test", "num_test_unseen",
                      "num_binary_selection"):

@@ -1,0 +1,176 @@
+"""One training process per run folder: ``RUN/train.lock`` holds the owner's PID and host.
+
+The lock file is created atomically (written under a temporary name, then hard-linked to
+``train.lock``, which fails if it exists), so it is never seen half written. A second
+``pcmr train`` into a folder whose lock belongs to a live process is refused with
+:class:`RunLockedError`. A lock left by a process that has died (a ``kill -9``, a crashed
+node) is stale: on the same host this is detected from the PID (and, on Linux, the
+process start time, so a recycled PID is not mistaken for the owner) and the lock is
+taken over with a warning. A lock from another host cannot be checked from here and is
+refused, naming the file to delete once that run is known to be gone. In a distributed run
+only rank 0 holds the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: the lock file alone still refuses a second live run
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LOCK_FILE", "RunLock", "RunLockedError", "read_lock"]
+
+LOCK_FILE = "train.lock"
+
+
+class RunLockedError(FileExistsError):
+    """The run folder is in use by another live training process."""
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), or None if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]  # fields after "(comm)" start at field 3
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _rank() -> int:
+    """This process's rank in a distributed run (``torch.distributed``, else torchrun's ``RANK``); 0 if none."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _owner() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "start_time": _start_time(pid), "since": time.time()}
+
+
+def read_lock(path: Path) -> dict[str, Any] | None:
+    """The owner recorded in a lock file; None when the file is missing or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
+
+
+def _stale_reason(owner: dict[str, Any] | None) -> str | None:
+    """Why the recorded owner cannot be running any more (None: it may be running)."""
+    if owner is None:
+        return "it is unreadable"
+    if owner.get("host") != socket.gethostname():
+        return None
+    pid = owner["pid"]
+    if pid == os.getpid():
+        return None
+    if not _alive(pid):
+        return f"process {pid} is not running"
+    recorded, current = owner.get("start_time"), _start_time(pid)
+    if recorded is not None and current is not None and recorded != current:
+        return f"process id {pid} now belongs to another process"
+    return None
+
+
+class RunLock:
+    """Hold ``RUN/train.lock`` while a run trains (a context manager; :meth:`acquire` / :meth:`release`)."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self.held = False
+
+    @contextlib.contextmanager
+    def _guard(self):
+        """Serialise the check-and-take of the lock between processes (``flock`` on a side file)."""
+        guard = self.path.with_name(f".{LOCK_FILE}.guard")
+        with open(guard, "a") as handle:
+            if fcntl is not None:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def _write(self, owner: dict[str, Any], *, replace: bool) -> bool:
+        """Write the lock file atomically: a new file (fails if one exists) or a replacement."""
+        tmp = self.path.with_name(f".{LOCK_FILE}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(owner) + "\n", encoding="utf-8")
+        try:
+            if replace:
+                os.replace(tmp, self.path)
+            else:
+                os.link(tmp, self.path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def acquire(self) -> RunLock:
+        """Take the lock; take over a stale one with a warning; raise :class:`RunLockedError` otherwise.
+
+        In a distributed run only rank 0 takes it (the other ranks train the same run folder with it).
+        """
+        if _rank() > 0:
+            return self
+        owner = _owner()
+        with self._guard():
+            if not self._write(owner, replace=False):
+                recorded = read_lock(self.path)
+                reason = _stale_reason(recorded)
+                if reason is None:
+                    who = f"process {recorded['pid']} on host {recorded.get('host')}" if recorded else "a process"
+                    raise RunLockedError(
+                        f"run folder {self.path.parent} is in use by {who} (lock file {self.path}); wait for it "
+                        f"to finish, or delete {self.path} if that run is known to be gone"
+                    )
+                self._write(owner, replace=True)
+                warnings.warn(f"taking over the stale lock {self.path} ({reason}: its run ended without "
+                              f"releasing it)", UserWarning, stacklevel=2)
+        self.held = True
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file if this process still owns it."""
+        if not self.held:
+            return
+        self.held = False
+        recorded = read_lock(self.path)
+        if recorded is not None and recorded.get("pid") == os.getpid() and recorded.get("host") == \
+                socket.gethostname():
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
