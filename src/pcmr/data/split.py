@@ -138,6 +138,8 @@ class RetrievalSplit:
         drop_last: bool = True,
         seed: int = 0,
         num_workers: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
     ) -> DataLoader:
         """Shuffled training batches (the CONTRACTS batch dict, with the true in-batch ``"relevance"``).
 
@@ -147,12 +149,15 @@ class RetrievalSplit:
         ``augment`` applies cutout (``erase_ratio``) and word dropout (``word_dropout``);
         ``num_views = K > 0`` adds ``image_views [B_img, K, ...]``, ``caption_views
         [B_cap, K, L]`` and ``caption_view_lengths [B_cap, K]`` (independently augmented).
+        ``num_replicas`` / ``rank``: this process's shard of each global batch of ``batch_size``
+        (see ``PairBatchSampler``); ``"relevance"`` then covers the shard only.
         """
         from pcmr.data.batching import PairBatchSampler, PairDataset, TrainCollate
 
         dataset = PairDataset(self, vocab, augment=augment, erase_ratio=erase_ratio,
                               word_dropout=word_dropout, num_views=num_views)
-        batches = PairBatchSampler(self, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed)
+        batches = PairBatchSampler(self, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed,
+                                   num_replicas=num_replicas, rank=rank)
         return DataLoader(dataset, batch_sampler=batches, collate_fn=TrainCollate(self.relevance),
                           num_workers=num_workers)
 
