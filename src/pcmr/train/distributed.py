@@ -44,6 +44,8 @@ __all__ = [
     "gather_loss_inputs",
     "gather_rows",
     "init_distributed",
+    "shutdown_distributed",
+    "wrap_ddp",
 ]
 
 BACKEND_ENV = "PCMR_DIST_BACKEND"  # override the backend chosen from the device (gloo | nccl | ...)
@@ -119,6 +121,12 @@ def init_distributed(device: str | torch.device = "cpu") -> DistributedContext:
         backend = default_backend(device)
         dist.init_process_group(backend=backend)
     return DistributedContext(rank, world_size, local_rank, device, backend)
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group (if one was joined)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def broadcast_object(context: DistributedContext, value: Any) -> Any:
@@ -318,3 +326,17 @@ class TrainStep(nn.Module):
         device_type = positives.device.type
         with torch.autocast(device_type=device_type, enabled=False):
             return self.loss(**outputs, positives=positives)
+
+
+def wrap_ddp(module: nn.Module, context: DistributedContext) -> nn.Module:
+    """``module`` in ``DistributedDataParallel`` (over its parameters that require gradients now).
+
+    ``find_unused_parameters=True``: a head whose output the loss ignores (e.g. log-variances
+    under a cosine triplet loss) gets no gradient, as in one process.
+    """
+    if not context.enabled:
+        return module
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [context.device.index] if context.device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=True)

@@ -52,6 +52,7 @@ from pcmr.train.distributed import (
     any_flag,
     broadcast_object,
     init_distributed,
+    wrap_ddp,
 )
 from pcmr.train.precision import autocast_factory, grad_scaler
 from pcmr.train.run import (
@@ -330,10 +331,7 @@ class Trainer:
             return self.train_step
         key = tuple(p.requires_grad for p in self.train_step.parameters())
         if self._ddp is None or key != self._ddp_key:
-            from torch.nn.parallel import DistributedDataParallel
-
-            device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self._ddp = DistributedDataParallel(self.train_step, device_ids=device_ids)
+            self._ddp = wrap_ddp(self.train_step, self.context)
             self._ddp_key = key
         return self._ddp
 
