@@ -24,6 +24,7 @@ import torch
 from pcmr.cli import main
 from pcmr.train import Trainer, load_config, save_config
 from pcmr.train.checkpoint import load_latest_checkpoint
+from pcmr.train.trainer import TrainingInterrupted
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 30  # 80 captions, global batch 8: 10 steps per epoch, 3 epochs
@@ -90,11 +91,13 @@ def final_weights(run_dir):
     return checkpoint.weights
 
 
-def assert_same_weights(run_dir, reference, atol=1e-6):
+def assert_same_weights(run_dir, reference, rtol=1e-5, atol=1e-6):
+    """The tolerance of the resume tests: the first run in a process can differ from later ones by
+    ~1e-7 (CPU kernels), which 30 Adam steps amplify somewhat."""
     weights, expected = final_weights(run_dir), final_weights(reference)
     assert weights.keys() == expected.keys()
     for key, value in expected.items():
-        torch.testing.assert_close(weights[key], value, rtol=0, atol=atol, msg=key)
+        torch.testing.assert_close(weights[key], value, rtol=rtol, atol=atol, msg=key)
 
 
 def assert_resumed_at(run_dir, step):
@@ -155,9 +158,41 @@ def test_two_processes_sigterm_resume_and_match_one_process(recipe, reference_on
     summary = json.loads((run_dir / "run.json").read_text())
     assert summary["world_size"] == 2 and summary["status"] == "finished"
     assert summary["best_epoch"] == json.loads((reference_one / "run.json").read_text())["best_epoch"]
-    assert_same_weights(run_dir, reference_one, atol=1e-5)
+    assert_same_weights(run_dir, reference_one, rtol=1e-4, atol=1e-5)
 
 
 def test_nproc_launch_reports_a_bad_recipe(tmp_path, capsys):
     assert main(["train", str(tmp_path / "missing.yaml"), "--nproc", "2"]) == 2
     assert "config file not found" in capsys.readouterr().err
+
+
+def test_sigint_in_process_stops_after_the_step_with_a_checkpoint(recipe, reference_one, tmp_path):
+    """SIGINT (Ctrl-C) arriving inside step 3: the step completes, is saved, and the run stops."""
+
+    class InterruptedTrainer(Trainer):
+        def _step(self, batch, epoch, step_in_epoch):
+            if self.progress["global_step"] == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+            return super()._step(batch, epoch, step_in_epoch)
+
+    config = load_config(recipe)
+    save_config(config, tmp_path / "config.yaml")
+    with pytest.raises(TrainingInterrupted, match=f"SIGINT after global step 3.*pcmr train --resume {tmp_path}$") as info:
+        InterruptedTrainer(config, tmp_path).fit()
+    assert info.value.exit_code == 130 and info.value.global_step == 3
+    assert load_latest_checkpoint(tmp_path / "checkpoints").state["progress"]["global_step"] == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    Trainer(config, tmp_path, resume=True).fit()
+    assert_same_weights(tmp_path, reference_one)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_training(recipe, reference_one, tmp_path, precision):
+    config = load_config(recipe, [f"train.precision={precision}", "train.epochs=1", "train.validate_every=0"])
+    save_config(config, tmp_path / "config.yaml")
+    Trainer(config, tmp_path).fit()
+    first, expected = steps(tmp_path)[0]["loss"], steps(reference_one)[0]["loss"]
+    assert first == pytest.approx(expected, rel=1e-2)
+    assert all(np.isfinite(s["loss"]) for s in steps(tmp_path))
+    state = load_latest_checkpoint(tmp_path / "checkpoints").state
+    assert ("grad_scaler" in state) == (precision == "fp16")
