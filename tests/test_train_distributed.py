@@ -184,3 +184,22 @@ def test_bf16_autocast_runs_the_model_in_bfloat16():
     assert outputs["image"].mean.dtype == torch.bfloat16
     with pytest.raises(ValueError, match="train.precision must be one of fp32, bf16, fp16"):
         autocast_factory("fp8", torch.device("cpu"))
+
+
+def test_backend_follows_the_device_and_can_be_overridden(monkeypatch):
+    from pcmr.train.distributed import BACKEND_ENV, default_backend
+
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    assert default_backend(torch.device("cpu")) == "gloo"
+    assert default_backend(torch.device("cuda", 1)) == "nccl"
+    monkeypatch.setenv(BACKEND_ENV, "gloo")
+    assert default_backend(torch.device("cuda")) == "gloo"
+
+
+def test_one_process_context_joins_nothing(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    context = init_distributed("cpu")
+    assert not context.enabled and context.is_main and context.world_size == 1
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE='two' must be an integer"):
+        init_distributed("cpu")

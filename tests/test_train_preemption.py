@@ -196,3 +196,11 @@ def test_mixed_precision_training(recipe, reference_one, tmp_path, precision):
     assert all(np.isfinite(s["loss"]) for s in steps(tmp_path))
     state = load_latest_checkpoint(tmp_path / "checkpoints").state
     assert ("grad_scaler" in state) == (precision == "fp16")
+
+
+def test_nproc_is_checked(tmp_path, capsys, monkeypatch):
+    assert main(["train", "pcme", "--nproc", "0"]) == 2
+    assert "--nproc must be >= 1, got 0" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["train", "pcme", "--nproc", "2"]) == 2
+    assert "under torchrun leave it out" in capsys.readouterr().err
