@@ -159,8 +159,8 @@ def launch(args: argparse.Namespace) -> int:
     from torch.distributed.run import main as torchrun_main
 
     from pcmr.train import ConfigError
+    from pcmr.train.preemption import resume_command
     from pcmr.train.recipes import find_recipe
-    from pcmr.train.trainer import resume_command
 
     if args.resume:
         run_dir, name = Path(args.resume), None
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--nproc starts its own processes; under torchrun leave it out")
         return launch(args)
     from pcmr.train.distributed import shutdown_distributed
-    from pcmr.train.trainer import TrainingInterrupted
+    from pcmr.train.preemption import TrainingInterrupted
 
     try:
         summary, run_dir = start_run(

@@ -26,7 +26,6 @@ on the step) rank 0 writes a checkpoint and every process raises
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import signal
@@ -55,6 +54,7 @@ from pcmr.train.distributed import (
     wrap_ddp,
 )
 from pcmr.train.precision import autocast_factory, grad_scaler
+from pcmr.train.preemption import StopRequest, TrainingInterrupted, resume_command
 from pcmr.train.run import (
     CHECKPOINT_DIR,
     LOG_FILE,
@@ -77,9 +77,6 @@ from pcmr.train.validation import validate
 
 __all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything"]
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
 def seed_everything(seed: int, *parts: int) -> None:
     """Seed torch, numpy and Python from ``(seed, *parts)`` (a SeedSequence hash)."""
     state = np.random.SeedSequence([seed, *parts]).generate_state(2, dtype=np.uint32)
@@ -96,52 +93,6 @@ def _loss_seed(seed: int, step: int) -> int:
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-
-
-def resume_command(run_dir: Path, world_size: int = 1) -> str:
-    """The command that continues ``run_dir`` (with ``--nproc`` when it ran in several processes)."""
-    command = f"pcmr train --resume {run_dir}"
-    return command if world_size <= 1 else f"{command} --nproc {world_size}"
-
-
-class TrainingInterrupted(Exception):
-    """Training stopped on SIGTERM / SIGINT after a complete step and a checkpoint.
-
-    Attributes:
-        signal_number: the signal received; ``exit_code`` is ``128 + signal_number``.
-        run_dir: the run folder; ``global_step``: the position saved.
-    """
-
-    def __init__(self, signal_number: int, run_dir: Path, global_step: int, world_size: int = 1) -> None:
-        self.signal_number, self.run_dir, self.global_step = signal_number, run_dir, global_step
-        self.exit_code = 128 + signal_number
-        name = signal.Signals(signal_number).name
-        super().__init__(
-            f"training stopped by {name} after global step {global_step}; checkpoint saved; "
-            f"resume with: {resume_command(run_dir, world_size)}"
-        )
-
-
-class _StopRequest:
-    """Records SIGTERM / SIGINT instead of dying, so the current step can finish."""
-
-    def __init__(self) -> None:
-        self.signal_number: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signal_number: int, frame: Any) -> None:
-        if self.signal_number is None:
-            self.signal_number = signal_number
-
-    def __enter__(self) -> _StopRequest:
-        for sig in STOP_SIGNALS:
-            with contextlib.suppress(ValueError):  # not the main thread: signals stay as they are
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 class _JsonlLog:
@@ -232,7 +183,7 @@ class Trainer:
         self._ddp_key: tuple[bool, ...] | None = None
         self._saved_step: int | None = None
         self.similarity = train.select_similarity or self.loss_fn.similarity_name
-        self.stop = _StopRequest()
+        self.stop = StopRequest()
         self.log: _JsonlLog | _NoLog = _NoLog()
         self.progress: dict[str, Any] = {
             "epoch": 0,
