@@ -1,4 +1,11 @@
-"""``pcmr train CONFIG [--set key=value ...]`` and ``pcmr train --resume RUN``."""
+"""``pcmr train CONFIG [--set key=value ...] [--nproc N]`` and ``pcmr train --resume RUN``.
+
+``--nproc N`` (N > 1) starts ``N`` processes through ``torch.distributed.run`` (the
+``torchrun`` launcher): ``pcmr train RECIPE --nproc 2`` is ``torchrun --standalone
+--nproc-per-node 2 -m pcmr train RECIPE --name NAME`` with the run folder name fixed
+beforehand. Inside ``torchrun`` (``WORLD_SIZE`` set), rank 0 creates the run folder and
+tells the other processes its name.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +20,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import main as torchrun_main
+
 import pcmr
 from pcmr.config import parse_override
 from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
+from pcmr.train.distributed import broadcast_object, init_distributed, shutdown_distributed
 from pcmr.train.lock import RunLock
+from pcmr.train.preemption import TrainingInterrupted, resume_command
 from pcmr.train.recipes import find_recipe
 from pcmr.train.run import CONFIG_FILE
 
-__all__ = ["RESUME_OVERRIDABLE", "add_parser", "run", "start_run"]
+__all__ = ["RESUME_OVERRIDABLE", "add_parser", "launch", "run", "start_run"]
 
 # keys that may change when resuming (they do not change the computation)
 RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "data.root", "data.num_workers")
@@ -61,6 +74,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     bars.add_argument("--no-progress", action="store_true",
                       help="no progress bars and no per-epoch lines (train.progress=false); by default bars "
                            "are drawn only on a terminal, plain per-epoch lines otherwise")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train in N processes on this machine through torch.distributed.run (DDP; data.batch_size is "
+        "the global batch); for several machines use torchrun directly (docs/training.md)",
+    )
     return parser
 
 
@@ -103,23 +124,33 @@ def start_run(
 
     if recipe is None:
         raise ConfigError("give a recipe (e.g. `pcmr train pcme`, see `pcmr list recipes`) or --resume RUN")
+
     path = find_recipe(recipe)
     config = load_config(path, overrides)
     check_config(config)
+    context = init_distributed(config.train.device)
     run_dir = Path(out) / (name or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise ConfigError(
-            f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with RunLock(run_dir):  # one training process per run folder
-        save_config(config, run_dir / CONFIG_FILE)
+    error = None
+    if context.is_main:  # rank 0 makes the folder; the others learn its name (or the error)
+        if run_dir.exists() and any(run_dir.iterdir()):
+            error = f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir, error = broadcast_object(context, (run_dir, error))
+    if error is not None:
+        raise ConfigError(error)
+    with RunLock(run_dir):  # one training run per run folder (rank 0 holds the lock)
+        if context.is_main:
+            save_config(config, run_dir / CONFIG_FILE)
         try:
-            trainer = Trainer(config, run_dir)
+            trainer = Trainer(config, run_dir, context=context)
         except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
-            shutil.rmtree(run_dir, ignore_errors=True)
+            if context.is_main:
+                shutil.rmtree(run_dir, ignore_errors=True)
             raise
-        print(f"training {path.stem} into {run_dir}", file=sys.stderr, flush=True)
+        if context.is_main:
+            where = f" in {context.world_size} processes" if context.enabled else ""
+            print(f"training {path.stem} into {run_dir}{where}", file=sys.stderr, flush=True)
         return trainer.fit(), run_dir
 
 
@@ -141,18 +172,84 @@ def _one_line_warnings() -> Iterator[None]:
         yield
 
 
+def _worker_arguments(args: argparse.Namespace, name: str | None) -> list[str]:
+    """``pcmr train`` arguments for each process (without ``--nproc``)."""
+    argv = ["train"]
+    if args.resume:
+        argv += ["--resume", str(args.resume)]
+    else:
+        argv += [args.config, "--out", str(args.out)]
+        if name:
+            argv += ["--name", name]
+    for item in args.overrides:
+        argv += ["--set", item]
+    if args.device:
+        argv += ["--device", args.device]
+    if args.no_progress:
+        argv.append("--no-progress")
+    if args.progress:
+        argv.append("--progress")
+    if getattr(args, "debug", False):
+        argv.append("--debug")
+    return argv
+
+
+def launch(args: argparse.Namespace) -> int:
+    """Run ``pcmr train`` in ``args.nproc`` processes through ``torch.distributed.run``."""
+
+
+    if args.resume:
+        run_dir, name = Path(args.resume), None
+    else:
+        if args.config is None:
+            raise ConfigError("give a recipe (e.g. `pcmr train pcme`, see `pcmr list recipes`) or --resume RUN")
+        stem = find_recipe(args.config).stem
+        name = args.name or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = Path(args.out) / name
+    torchrun = ["--standalone", "--nproc-per-node", str(args.nproc), "--module", "pcmr"]
+    hint = f"continue it with: {resume_command(run_dir, args.nproc)}"
+    try:
+        torchrun_main([*torchrun, *_worker_arguments(args, name)])
+    except SignalException as exc:
+        print(hint, file=sys.stderr)
+        return 128 + int(exc.sigval)
+    except ChildFailedError as exc:
+        codes = [failure.exitcode for failure in exc.failures.values()]
+        code = next((c for c in codes if c and c > 0), 1)
+        if code in (128 + 2, 128 + 15):  # stopped by SIGINT / SIGTERM after a checkpoint
+            print(hint, file=sys.stderr)
+        return code
+    return 0  # rank 0 printed the run folder and the evaluate command
+
+
 def run(args: argparse.Namespace) -> int:
+
+    if args.nproc < 1:
+        raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
+    inside_torchrun = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    if args.nproc > 1:
+        if inside_torchrun:
+            raise ConfigError("--nproc starts its own processes; under torchrun leave it out")
+        return launch(args)
+
     try:
         with _one_line_warnings():
             summary, run_dir = start_run(
                 args.config, _extra_overrides(args), resume=args.resume, out=args.out, name=args.name
             )
+    except TrainingInterrupted as exc:
+        print(f"pcmr train: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
     except KeyboardInterrupt:
         if args.resume:
             print(f"continue it with: pcmr train --resume {args.resume}", file=sys.stderr)
         else:
             print("continue it with: pcmr train --resume RUN (the run folder named above)", file=sys.stderr)
         raise
+    finally:
+        shutdown_distributed()
+    if not _is_main_process():
+        return 0
     best = summary.get("best_metric")
     shown = f"{best:.2f}" if isinstance(best, float) else "n/a"
     print(f"run folder: {run_dir}", file=sys.stdout)
@@ -162,3 +259,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"evaluate it with: pcmr evaluate {run_dir}")
     return 0
+
+
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0") or 0) == 0

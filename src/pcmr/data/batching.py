@@ -84,15 +84,29 @@ class PairBatchSampler(Sampler):
 
     ``mode="captions"``: all captions, shuffled. ``mode="one_per_image"``: all images
     that have captions, shuffled, each with one random caption of its own.
+
+    Several processes (``num_replicas > 1``): ``batch_size`` is the global batch. Every
+    process draws the same global batches (from ``[seed, epoch]``) and yields its own
+    contiguous shard of each, ``batch_size / num_replicas`` items (``rank``-th slice), so
+    the shards are disjoint and together are exactly the one-process batch.
     """
 
     def __init__(self, split: RetrievalSplit, batch_size: int, *, mode: str = "captions", shuffle: bool = True,
-                 drop_last: bool = True, seed: int = 0) -> None:
+                 drop_last: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0) -> None:
         if mode not in SAMPLERS:
             raise ValueError(f"sampler={mode!r} is not one of {SAMPLERS}")
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank={rank} must lie in [0, num_replicas={num_replicas})")
+        if batch_size % num_replicas:
+            raise ValueError(f"batch_size={batch_size} (the global batch) must be divisible by the number of "
+                             f"processes ({num_replicas})")
+        if not drop_last and num_replicas > 1:
+            raise ValueError("drop_last=False is not supported with several processes (the last batch "
+                             "could not be split evenly)")
         self.mode, self.batch_size, self.shuffle, self.drop_last, self.seed = mode, batch_size, shuffle, drop_last, seed
+        self.num_replicas, self.rank = num_replicas, rank
         self.num_captions = split.num_captions
         self.source_captions = [np.asarray(c, dtype=np.int64) for c in split.source_captions if len(c)]
         self.epoch = 0
@@ -113,9 +127,11 @@ class PairBatchSampler(Sampler):
         self.epoch += 1
         items = self._epoch_items(rng)
         seeds = rng.integers(0, 2**63 - 1, size=len(items))
+        shard = self.batch_size // self.num_replicas
         for start in range(0, len(self), 1):
             chunk = slice(start * self.batch_size, (start + 1) * self.batch_size)
-            yield [(int(c), int(s)) for c, s in zip(items[chunk], seeds[chunk])]
+            batch = [(int(c), int(s)) for c, s in zip(items[chunk], seeds[chunk])]
+            yield batch if self.num_replicas == 1 else batch[self.rank * shard : (self.rank + 1) * shard]
 
 
 class TrainCollate:
@@ -206,6 +222,8 @@ def train_loader(
     drop_last: bool = True,
     seed: int = 0,
     num_workers: int = 0,
+    num_replicas: int = 1,
+    rank: int = 0,
 ) -> DataLoader:
     """Shuffled training batches (the training batch dict of ``docs/datasets.md``, with the true in-batch ``"relevance"``).
 
@@ -215,10 +233,13 @@ def train_loader(
     ``augment`` applies cutout (``erase_ratio``) and word dropout (``word_dropout``);
     ``num_views = K > 0`` adds ``image_views [B_img, K, ...]``, ``caption_views
     [B_cap, K, L]`` and ``caption_view_lengths [B_cap, K]`` (independently augmented).
+    ``num_replicas`` / ``rank``: this process's shard of each global batch of ``batch_size``
+    (see ``PairBatchSampler``); ``"relevance"`` then covers the shard only.
     """
     dataset = PairDataset(split, vocab, augment=augment, erase_ratio=erase_ratio,
                           word_dropout=word_dropout, num_views=num_views)
-    batches = PairBatchSampler(split, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed)
+    batches = PairBatchSampler(split, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed,
+                               num_replicas=num_replicas, rank=rank)
     return DataLoader(dataset, batch_sampler=batches, collate_fn=TrainCollate(split.relevance),
                       num_workers=num_workers)
 

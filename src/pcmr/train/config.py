@@ -55,7 +55,7 @@ class DataConfig:
     train_split: str = "train"
     val_split: str = "val"
     test_split: str = "test"
-    batch_size: int = 64  # images per training batch
+    batch_size: int = 64  # (image, caption) pairs per training batch: the global batch, split over processes
     eval_batch_size: int = 256  # items per encoding batch during validation
     num_workers: int = 0  # DataLoader workers; 0 keeps mid-epoch resume bit-exact
     options: dict[str, Any] = field(default_factory=dict)  # passed to load_dataset (e.g. size, seed)
@@ -88,7 +88,8 @@ class TrainConfig:
     keep_checkpoints: int = 2  # complete checkpoints kept on disk (>= 1)
     max_nonfinite_steps: int = 5  # stop after this many consecutive steps with a NaN/inf loss (each skipped)
     max_steps_per_epoch: int | None = None  # truncate epochs (smoke tests); None: full epochs
-    device: str = "cpu"  # torch device string, e.g. cpu, cuda, cuda:1
+    device: str = "cpu"  # torch device string, e.g. cpu, cuda, cuda:1 (several processes: cuda:LOCAL_RANK)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast of the model forward; the loss stays fp32
     # tqdm bars with loss terms and throughput: true (always), false (none, and no per-epoch lines),
     # null (bars only when stderr is a terminal; plain per-epoch lines otherwise)
     progress: bool | None = None
@@ -136,7 +137,9 @@ class RunConfig:
             raise ConfigError(f"train.max_nonfinite_steps must be >= 1, got {config.train.max_nonfinite_steps}")
         if config.train.epochs < 1:
             raise ConfigError(f"train.epochs must be >= 1, got {config.train.epochs}")
-        reserved = sorted({"seed", "num_workers", "batch_size", "vocab"} & set(config.data.loader_options))
+        reserved = sorted(
+            {"seed", "num_workers", "batch_size", "vocab", "num_replicas", "rank"} & set(config.data.loader_options)
+        )
         if reserved:
             raise ConfigError(
                 f"data.loader_options may not set {', '.join(reserved)}; use train.seed, data.num_workers, "

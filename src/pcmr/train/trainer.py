@@ -1,23 +1,34 @@
 """The training loop: epochs of optimisation steps, validation and model selection, checkpoints.
 
-Determinism and resuming (issue 8, item 3):
+Determinism and resuming:
 - the order of the training batches of epoch ``e`` depends only on ``(seed, e)``
   (``PairBatchSampler`` draws its permutation from ``[seed, epoch]`` and each item's
   augmentation from a per-item seed);
 - every optimisation step ``t`` first reseeds the torch / numpy / Python RNGs from
-  ``(seed, t)``, so dropout and sampled losses (PCME's J samples) do not depend on
-  what ran before;
+  ``(seed, t)``, so dropout does not depend on what ran before, and reseeds torch from
+  ``(seed, t, 1)`` just before the loss, so sampled losses (PCME's J samples) draw the same
+  samples whatever the number of processes;
 - a checkpoint stores the weights, optimizer state, RNG states and the position
   ``(epoch, step_in_epoch, global_step)``; resuming skips the batches already done.
 
 A run killed at any moment (``kill -9`` included) and resumed with ``--resume``
 therefore performs exactly the same steps as an uninterrupted run.
+
+Several processes (``torchrun``; see :mod:`pcmr.train.distributed`): every process
+trains on its shard of the global batch, the loss sees the whole batch, DDP averages
+the gradients. Rank 0 alone writes the log, the checkpoints, the run summary and the
+models, and validates; the others wait for it.
+
+Preemption: SIGTERM or SIGINT lets the current step finish; then (all processes agree
+on the step) rank 0 writes a checkpoint and every process raises
+:class:`TrainingInterrupted`, whose message is the command that resumes the run.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +47,17 @@ from pcmr.train.checkpoint import (
     save_checkpoint,
 )
 from pcmr.train.config import RunConfig
+from pcmr.train.distributed import (
+    DistributedContext,
+    TrainStep,
+    any_flag,
+    broadcast_object,
+    init_distributed,
+    wrap_ddp,
+)
 from pcmr.train.faults import NonFiniteGuard
+from pcmr.train.precision import autocast_factory, grad_scaler
+from pcmr.train.preemption import StopRequest, TrainingInterrupted, resume_command
 from pcmr.train.run import (
     CHECKPOINT_DIR,
     LOG_FILE,
@@ -57,8 +78,7 @@ from pcmr.train.schedules import (
 )
 from pcmr.train.validation import validate
 
-__all__ = ["Trainer", "seed_everything"]
-
+__all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything"]
 
 def seed_everything(seed: int, *parts: int) -> None:
     """Seed torch, numpy and Python from ``(seed, *parts)`` (a SeedSequence hash)."""
@@ -67,6 +87,11 @@ def seed_everything(seed: int, *parts: int) -> None:
     torch.manual_seed(value)
     np.random.seed(int(state[0]))
     random.seed(value)
+
+
+def _loss_seed(seed: int, step: int) -> int:
+    state = np.random.SeedSequence([seed, step, 1]).generate_state(2, dtype=np.uint32)
+    return int(state[0]) << 32 | int(state[1])
 
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -92,6 +117,16 @@ class _JsonlLog:
         self.handle.close()
 
 
+class _NoLog:
+    """The log of processes other than rank 0: writes nothing."""
+
+    def write(self, event: str, **fields: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Trainer:
     """Train ``config``'s model with its loss on its data, writing everything into ``run_dir``.
 
@@ -100,10 +135,18 @@ class Trainer:
         run_dir: the run folder (created by the caller, holding ``config.yaml``).
         parts: pre-built data/model/loss (default: :func:`pcmr.train.run.build_parts`).
         resume: continue from the newest complete checkpoint in ``run_dir`` if any.
+        context: the process group (default: :func:`pcmr.train.distributed.init_distributed`,
+            which joins the group ``torchrun`` set up, or is a single process).
     """
 
     def __init__(
-        self, config: RunConfig, run_dir: Path, parts: RunParts | None = None, *, resume: bool = False
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        parts: RunParts | None = None,
+        *,
+        resume: bool = False,
+        context: DistributedContext | None = None,
     ):
         self.config = config
         self.run_dir = Path(run_dir)
@@ -111,12 +154,16 @@ class Trainer:
         train = config.train
         if train.deterministic:
             torch.use_deterministic_algorithms(True)
+        self.context = context if context is not None else init_distributed(train.device)
         seed_everything(train.seed)
-        self.device = torch.device(train.device)
+        self.device = self.context.device
         self.parts = parts if parts is not None else build_parts(config, self.run_dir)
         self.model = self.parts.model.to(self.device)
+        if self.context.enabled and self.device.type == "cuda":  # batch statistics over the global batch
+            self.model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
         self.loss_fn = self.parts.loss.to(self.device)
         self.optimizer = build_optimizer(train, [*self.model.parameters(), *self.loss_fn.parameters()])
+        self.scaler = grad_scaler(train.precision, self.device)
         self.backbone = trainable_backbone_parameters(self.model)
         self.loader = train_loader(
             self.parts.train_split,
@@ -124,10 +171,25 @@ class Trainer:
             config.data.batch_size,
             seed=train.seed,
             num_workers=config.data.num_workers,
+            num_replicas=self.context.world_size,
+            rank=self.context.rank,
             **config.data.loader_options,
         )
+        relation = self.parts.train_split.relevance
+        self.train_step = TrainStep(
+            self.model,
+            self.loss_fn,
+            self.context,
+            relevance=lambda images, captions: torch.from_numpy(relation.submatrix(images.numpy(), captions.numpy())),
+            autocast=autocast_factory(train.precision, self.device),
+        )
+        self._ddp: torch.nn.Module | None = None
+        self._ddp_key: tuple[bool, ...] | None = None
+        self._saved_step: int | None = None
         self.similarity = train.select_similarity or self.loss_fn.similarity_name
         self.nonfinite = NonFiniteGuard(train.max_nonfinite_steps, self.run_dir)
+        self.stop = StopRequest()
+        self.log: _JsonlLog | _NoLog = _NoLog()
         self.progress: dict[str, Any] = {
             "epoch": 0,
             "step_in_epoch": 0,
@@ -145,20 +207,27 @@ class Trainer:
         return weights
 
     def _save_checkpoint(self) -> None:
-        state = {
-            "progress": self.progress,
-            "scheduler": {"kind": self.config.train.schedule, "steps_per_epoch": self.steps_per_epoch},
-            "rng": capture_rng_state(),
-            "config": self.config.to_dict(),
-        }
-        save_checkpoint(
-            self.run_dir / CHECKPOINT_DIR,
-            self.progress["global_step"],
-            weights=self._weights(),
-            optimizer_state=self.optimizer.state_dict(),
-            state=state,
-            keep=self.config.train.keep_checkpoints,
-        )
+        """Rank 0 writes the checkpoint; the other processes wait until it is complete."""
+        if self.context.is_main:
+            state = {
+                "progress": self.progress,
+                "scheduler": {"kind": self.config.train.schedule, "steps_per_epoch": self.steps_per_epoch},
+                "rng": capture_rng_state(),
+                "config": self.config.to_dict(),
+                "world_size": self.context.world_size,
+            }
+            if self.scaler is not None:
+                state["grad_scaler"] = self.scaler.state_dict()
+            save_checkpoint(
+                self.run_dir / CHECKPOINT_DIR,
+                self.progress["global_step"],
+                weights=self._weights(),
+                optimizer_state=self.optimizer.state_dict(),
+                state=state,
+                keep=self.config.train.keep_checkpoints,
+            )
+        self._saved_step = self.progress["global_step"]
+        self.context.barrier()
 
     def _restore(self) -> bool:
         checkpoint = load_newest_valid_checkpoint(self.run_dir / CHECKPOINT_DIR)
@@ -177,8 +246,12 @@ class Trainer:
                 f"{self.run_dir / 'config.yaml'} (was the config edited?): {first}"
             ) from exc
         restore_rng_state(checkpoint.state["rng"])
+        if self.scaler is not None and "grad_scaler" in checkpoint.state:
+            self.scaler.load_state_dict(checkpoint.state["grad_scaler"])
         self.progress = checkpoint.state["progress"]
-        self.log.write("resume", checkpoint=str(checkpoint.path), **self._position())
+        self.log.write(
+            "resume", checkpoint=str(checkpoint.path), world_size=self.context.world_size, **self._position()
+        )
         return True
 
     def _position(self) -> dict[str, int]:
@@ -207,6 +280,17 @@ class Trainer:
         for parameter in self.backbone:
             parameter.requires_grad_(not frozen)
 
+    def _step_module(self) -> torch.nn.Module:
+        """The module a step calls: :class:`TrainStep`, wrapped in DDP under several processes
+        (rebuilt when the set of trainable parameters changes, e.g. after a frozen warm-up)."""
+        if not self.context.enabled:
+            return self.train_step
+        key = tuple(p.requires_grad for p in self.train_step.parameters())
+        if self._ddp is None or key != self._ddp_key:
+            self._ddp = wrap_ddp(self.train_step, self.context)
+            self._ddp_key = key
+        return self._ddp
+
     def _step(self, batch: dict[str, Any], epoch: int, step_in_epoch: int) -> dict[str, float]:
         train = self.config.train
         set_learning_rate(
@@ -214,27 +298,52 @@ class Trainer:
         )
         batch = _to_device(batch, self.device)
         self.nonfinite.snapshot((self.model, self.loss_fn))  # buffers put back if this step is skipped
-        outputs = self.model(batch)
-        terms = self.loss_fn(**outputs, positives=batch["relevance"])
+        terms = self._step_module()(batch, loss_seed=_loss_seed(train.seed, self.progress["global_step"]))
         loss = terms["loss"]
-        # a non-finite loss or gradient norm: no update this step (pcmr.train.faults)
+        # a non-finite loss or gradient norm: no update this step (pcmr.train.faults); every process
+        # takes the same decision, so none waits for an all-reduce the others skipped
         position = {"epoch": epoch + 1, "step_in_epoch": step_in_epoch + 1,
                     "global_step": self.progress["global_step"] + 1}
-        if not torch.isfinite(loss):
+        if any_flag(self.context, not bool(torch.isfinite(loss))):
             return self.nonfinite.skip("loss", loss, self.log, position)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
         if train.grad_clip is not None:
             params = [
                 p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None
             ]
             norm = torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
-            if not torch.isfinite(norm):
+            # with fp16 loss scaling an overflowing gradient is the scaler's business (it skips the
+            # update and lowers the scale); it is not a non-finite step
+            if self.scaler is None and any_flag(self.context, not bool(torch.isfinite(norm))):
                 self.optimizer.zero_grad(set_to_none=True)
                 return self.nonfinite.skip("gradient norm", norm, self.log, position)
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.nonfinite.good_step()
         return {name: float(value.detach()) for name, value in terms.items() if value.numel() == 1}
+
+    def _check_stop(self) -> None:
+        """After a complete step: if any process got SIGTERM / SIGINT, checkpoint and stop them all."""
+        number = self.stop.signal_number
+        if not any_flag(self.context, number is not None):
+            return
+        number = int(broadcast_object(self.context, number) or signal.SIGTERM)
+        if self._saved_step != self.progress["global_step"]:
+            self._save_checkpoint()
+        name = signal.Signals(number).name
+        self.log.write("interrupted", signal=name, **self._position())
+        if self.context.is_main:
+            self._write_summary("interrupted")
+        self.context.barrier()
+        raise TrainingInterrupted(number, self.run_dir, self.progress["global_step"], self.context.world_size)
 
     def _run_epoch(self, epoch: int) -> dict[str, float]:
         train = self.config.train
@@ -247,9 +356,10 @@ class Trainer:
             self.progress["epoch_totals"] = {}
         totals: dict[str, float] = self.progress.setdefault("epoch_totals", {})  # sums over the epoch's steps
         count = 0
-        bar = progress_bar(self.steps_per_epoch, f"epoch {epoch + 1}/{train.epochs}", enabled=train.progress,
-                           initial=skip)
+        bar = progress_bar(self.steps_per_epoch, f"epoch {epoch + 1}/{train.epochs}",
+                           enabled=train.progress if self.context.is_main else False, initial=skip)
         iterator = iter(loader)
+        world = self.context.world_size
         while True:
             seed_everything(train.seed, self.progress["global_step"])
             start = time.perf_counter()
@@ -257,20 +367,23 @@ class Trainer:
             if batch is None:
                 break
             terms = self._step(batch, epoch, self.progress["step_in_epoch"])
-            elapsed = time.perf_counter() - start
+            elapsed = max(time.perf_counter() - start, 1e-9)
             self.progress["step_in_epoch"] += 1
             self.progress["global_step"] += 1
             count += 1
             for name, value in terms.items():
                 totals[name] = totals.get(name, 0.0) + value
-            images_per_s = len(batch["images"]) / max(elapsed, 1e-9)
+            pairs_per_s = len(batch["captions"]) * world / elapsed  # the global batch
+            images_per_s = len(batch["images"]) * world / elapsed
             if bar is not None:
                 bar.update(1)
                 shown = {k: f"{v:.4g}" for k, v in list(terms.items())[:4]}
-                bar.set_postfix(**shown, img_s=f"{images_per_s:.0f}")
+                bar.set_postfix(**shown, pairs_s=f"{pairs_per_s:.0f}")
             if train.log_every > 0 and self.progress["global_step"] % train.log_every == 0:
                 lr = self.optimizer.param_groups[0]["lr"]
-                self.log.write("step", **self._position(), lr=lr, images_per_s=images_per_s, **terms)
+                self.log.write(
+                    "step", **self._position(), lr=lr, pairs_per_s=pairs_per_s, images_per_s=images_per_s, **terms
+                )
             every = train.checkpoint_every_steps
             if (
                 every > 0
@@ -278,27 +391,34 @@ class Trainer:
                 and skip + count < self.steps_per_epoch
             ):
                 self._save_checkpoint()
+            self._check_stop()
         if bar is not None:
             bar.close()
         steps = self.progress["step_in_epoch"]
         return {name: value / max(steps, 1) for name, value in totals.items()}
 
     def _validate_and_select(self, epoch: int) -> dict[str, float] | None:
+        """Validation by rank 0 (on the whole split, as one process would), its result sent to all."""
         train = self.config.train
         last = epoch + 1 == train.epochs
         due = train.validate_every > 0 and ((epoch + 1) % train.validate_every == 0 or last)
         if not due or self.parts.val_split is None:
             return None
-        options = self.loss_fn.similarity_options() if self.similarity == self.loss_fn.similarity_name else {}
-        metrics = validate(
-            self.model,
-            self.parts.val_split,
-            self.parts.vocab,
-            similarity=self.similarity,
-            similarity_options=options,
-            batch_size=self.config.data.eval_batch_size,
-            seed=train.seed,
-        )
+        metrics = None
+        if self.context.is_main:
+            options = (
+                self.loss_fn.similarity_options() if self.similarity == self.loss_fn.similarity_name else {}
+            )
+            metrics = validate(
+                self.model,
+                self.parts.val_split,
+                self.parts.vocab,
+                similarity=self.similarity,
+                similarity_options=options,
+                batch_size=self.config.data.eval_batch_size,
+                seed=train.seed,
+            )
+        metrics = broadcast_object(self.context, metrics)
         value = metrics[train.select_on]
         best = self.progress["best_metric"]
         if best is None or value > best:
@@ -308,7 +428,9 @@ class Trainer:
         return metrics
 
     def _save_selected(self, which: str) -> None:
-        """Save the model (``which="model"``: selected; ``"last"``) and its similarity options."""
+        """Save the model (``which="model"``: selected; ``"last"``) and its similarity options (rank 0)."""
+        if not self.context.is_main:
+            return
         name = MODEL_DIR if which == "model" else MODEL_LAST_DIR
         options = {self.loss_fn.similarity_name: self.loss_fn.similarity_options()}
         extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options}
@@ -317,12 +439,15 @@ class Trainer:
             write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
 
     def _write_summary(self, status: str) -> None:
+        if not self.context.is_main:
+            return
         summary = {
             "status": status,
             "trained_similarity": self.loss_fn.similarity_name,
             "validation_similarity": self.similarity,
             "select_on": self.config.train.select_on,
             "epochs": self.config.train.epochs,
+            "world_size": self.context.world_size,
             **self._position(),
             "best_metric": self.progress["best_metric"],
             "best_epoch": self.progress["best_epoch"],
@@ -339,33 +464,48 @@ class Trainer:
         write_line(line, bars=progress_enabled(self.config.train.progress))
 
     def fit(self) -> dict[str, Any]:
-        """Train to the last epoch (continuing a checkpoint when resuming); return the run summary."""
+        """Train to the last epoch (continuing a checkpoint when resuming); return the run summary.
+
+        Raises:
+            TrainingInterrupted: SIGTERM / SIGINT arrived; a checkpoint of the last complete step
+                was written.
+        """
         train = self.config.train
-        self.log = _JsonlLog(self.run_dir / LOG_FILE)
+        self.log = _JsonlLog(self.run_dir / LOG_FILE) if self.context.is_main else _NoLog()
         try:
-            if not (self.resume and self._restore()):
-                self.log.write("start", epochs=train.epochs, steps_per_epoch=self.steps_per_epoch)
-            self._write_summary("running")
-            while self.progress["epoch"] < train.epochs:
-                epoch = self.progress["epoch"]
-                start = time.perf_counter()
-                averages = self._run_epoch(epoch)
-                seconds = time.perf_counter() - start
-                metrics = self._validate_and_select(epoch)
-                record = {"epoch": epoch + 1, "train": averages, "val": metrics, "seconds": seconds}
-                self.progress["history"].append(record)
-                self.progress["epoch"] = epoch + 1
-                self.progress["step_in_epoch"] = 0
-                self._save_checkpoint()
-                self.log.write("epoch", **record)
-                if train.progress is not False:  # bars or not, one plain line per epoch
-                    self._print_epoch(record)
-                self._write_summary("running")
-            if self.progress["best_epoch"] is None:  # no validation: the last model is the selected one
-                self._save_selected("model")
-            self._save_selected("last")
-            self._write_summary("finished")
-            self.log.write("finished", **self._position(), best_metric=self.progress["best_metric"])
+            with self.stop:
+                self._fit(train)
         finally:
             self.log.close()
+        self.context.barrier()
         return json.loads((self.run_dir / RUN_FILE).read_text())
+
+    def _fit(self, train: Any) -> None:
+        if not (self.resume and self._restore()):
+            self.log.write(
+                "start", epochs=train.epochs, steps_per_epoch=self.steps_per_epoch,
+                world_size=self.context.world_size, precision=train.precision,
+            )
+        self._write_summary("running")
+        while self.progress["epoch"] < train.epochs:
+            epoch = self.progress["epoch"]
+            start = time.perf_counter()
+            averages = self._run_epoch(epoch)
+            seconds = time.perf_counter() - start
+            metrics = self._validate_and_select(epoch)
+            record = {"epoch": epoch + 1, "train": averages, "val": metrics, "seconds": seconds}
+            self.progress["history"].append(record)
+            self.progress["epoch"] = epoch + 1
+            self.progress["step_in_epoch"] = 0
+            self._save_checkpoint()
+            self.log.write("epoch", **record)
+            if train.progress is not False and self.context.is_main:  # bars or not, one plain line per epoch
+                self._print_epoch(record)
+            self._write_summary("running")
+            if self.progress["epoch"] < train.epochs:
+                self._check_stop()
+        if self.progress["best_epoch"] is None:  # no validation: the last model is the selected one
+            self._save_selected("model")
+        self._save_selected("last")
+        self._write_summary("finished")
+        self.log.write("finished", **self._position(), best_metric=self.progress["best_metric"])
