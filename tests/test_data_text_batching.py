@@ -116,6 +116,22 @@ def test_one_caption_per_image_sampler_and_determinism(shapes_train):
         shapes_train.train_loader(vocab, sampler="pairs")
 
 
+def test_training_batches_are_not_augmented_unless_asked(shapes_train):
+    """Cutout and word dropping are PCME's augmentations, not every paper's: the loader applies
+    none by default (a recipe states its paper's), and applies them when given."""
+    vocab = Vocabulary.from_split(shapes_train)
+    plain = next(iter(shapes_train.train_loader(vocab, batch_size=20, seed=2)))
+    clean = torch.stack([shapes_train.images.load(int(i)) for i in plain["image_index"]])
+    assert torch.equal(plain["images"], clean)
+    for row, c in enumerate(plain["caption_index"].tolist()):
+        ids = vocab.encode(shapes_train.caption_texts[c])
+        assert plain["captions"][row, : plain["caption_lengths"][row]].tolist() == ids
+    augmented = next(iter(shapes_train.train_loader(vocab, batch_size=20, seed=2, erase_ratio=0.2,
+                                                    word_dropout=0.3)))
+    assert not torch.equal(augmented["images"], clean)
+    assert int(augmented["caption_lengths"].sum()) < int(plain["caption_lengths"].sum())
+
+
 def test_evaluation_loaders_cover_split_in_order(shapes_train):
     vocab = Vocabulary.from_split(shapes_train)
     images = list(shapes_train.image_loader(batch_size=16))

@@ -132,8 +132,8 @@ class RetrievalSplit:
         *,
         sampler: str = "captions",
         augment: bool = True,
-        erase_ratio: float = 0.2,
-        word_dropout: float = 0.1,
+        erase_ratio: float = 0.0,
+        word_dropout: float = 0.0,
         num_views: int = 0,
         drop_last: bool = True,
         seed: int = 0,
@@ -144,7 +144,9 @@ class RetrievalSplit:
         ``sampler="captions"``: every caption once per epoch with its source image
         (repeated images are merged, so ``B_img <= B_cap``); ``"one_per_image"``: every
         image once per epoch with one random caption of its own (``B_img == B_cap``).
-        ``augment`` applies cutout (``erase_ratio``) and word dropout (``word_dropout``);
+        ``augment`` applies cutout (``erase_ratio``) and word dropout (``word_dropout``), both 0 (off)
+        by default: a recipe states its paper's augmentation (PCME: 0.2 and 0.1). On precomputed
+        features "cutout" zeroes that fraction of the regions / feature dimensions;
         ``num_views = K > 0`` adds ``image_views [B_img, K, ...]``, ``caption_views
         [B_cap, K, L]`` and ``caption_view_lengths [B_cap, K]`` (independently augmented).
         """
