@@ -194,3 +194,24 @@ def test_relevance_storages_agree():
     classes = Relevance.from_classes(np.array([0, 1, 0]), np.array([1, 0, 0, 2]))
     assert classes.matrix().tolist() == [[False, True, True, False], [True, False, False, False],
                                          [False, True, True, False]]
+
+
+def test_source_relevance_keeps_only_the_written_pairs(shapes_train):
+    """``source``: only the captions written for an image are its positives (COCO practice);
+    ``true`` / ``exact``: the dataset's relation; training batches follow the split's relation."""
+    source = shapes_train.relevance_by_mode("source").matrix()
+    expected = torch.zeros(37, 185, dtype=torch.bool)
+    expected[torch.from_numpy(shapes_train.caption_image), torch.arange(185)] = True
+    assert torch.equal(source, expected)
+    exact = shapes_train.relevance_by_mode("exact").matrix()
+    assert torch.equal(exact, shapes_train.relevance_matrix()) and (exact & ~source).any() and not (source & ~exact).any()
+    assert shapes_train.with_relevance("true") is shapes_train
+    written = shapes_train.with_relevance("source")
+    assert written.images is shapes_train.images and torch.equal(written.relevance_matrix(), source)
+    assert torch.equal(shapes_train.relevance_matrix(), exact)  # the original split is unchanged
+    vocab = Vocabulary.from_split(shapes_train)
+    for batch in written.train_loader(vocab, batch_size=23, seed=1):
+        want = source[batch["image_index"]][:, batch["caption_index"]]
+        assert torch.equal(batch["relevance"], want) and int(batch["relevance"].sum()) == 23
+    with pytest.raises(ValueError, match="relevance mode 'all' is not one of source, true, exact"):
+        shapes_train.relevance_by_mode("all")

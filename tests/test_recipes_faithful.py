@@ -86,3 +86,10 @@ def test_recipe_states_its_papers_augmentation(recipe):
         assert (options["erase_ratio"], options["word_dropout"]) == (0.2, 0.1)
     else:
         assert (options["erase_ratio"], options["word_dropout"]) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_states_its_papers_training_relevance(recipe):
+    """Every paper trained on COCO / Flickr30k pairs: only the written pair is a positive."""
+    raw = yaml.safe_load(list_recipes()[recipe].read_text())
+    assert raw["data"]["train_relevance"] == "source"
