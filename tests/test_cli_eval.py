@@ -45,12 +45,12 @@ def test_evaluate_run_with_defaults_and_flags(run_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| cosine | nns |" in out and "| kl | csls |" in out and "results.md" in out
     rows = json.loads((tmp_path / "a" / "results.json").read_text())["rows"]
-    assert [(r["similarity"], r["rerank"]) for r in rows] == [
-        ("cosine", "nns"), ("cosine", "csls"), ("kl", "nns"), ("kl", "csls")]
+    assert [(r["similarity"], r["rerank"], r["relevance"]) for r in rows] == [
+        (s, r, m) for m in ("exact", "source") for s in ("cosine", "kl") for r in ("nns", "csls")]
     assert main(["evaluate", str(run_dir), "--similarity", "match_prob", "--rerank", "nns,is",
                  "--option", "is.beta=10", "--out", str(tmp_path / "b")]) == 0
     data = json.loads((tmp_path / "b" / "results.json").read_text())
-    assert [r["rerank"] for r in data["rows"]] == ["nns", "is"]
+    assert [r["rerank"] for r in data["rows"]] == ["nns", "is"] * 2  # exact, then source relevance
     assert data["meta"]["similarity_options"]["match_prob"] == {"a": 3.0, "b": 1.0}  # learned options used
     assert (tmp_path / "b" / "plots" / "uncertainty_r1.png").is_file()
 

@@ -34,6 +34,7 @@ def test_demo_tiny(tmp_path, capsys):
         assert f"{recipe}: run {demo / recipe}" in out
     table = (demo / "comparison.md").read_text()
     assert "pcme_mu_only" in table and "match_prob" in table and "csls" in table
+    assert "| pcme | match_prob | nns | exact |" in table and "| pcme | match_prob | nns | source |" in table
     assert "total time:" in out
     # a second demo replaces the first one; a folder with other files is refused
     (tmp_path / "other").mkdir()

@@ -119,6 +119,22 @@ def test_one_caption_per_image_sampler_and_determinism(shapes_train):
         train_loader(shapes_train, vocab, sampler="pairs")
 
 
+def test_training_batches_are_not_augmented_unless_asked(shapes_train):
+    """Cutout and word dropping are PCME's augmentations, not every paper's: the loader applies
+    none by default (a recipe states its paper's), and applies them when given."""
+    vocab = Vocabulary.from_split(shapes_train)
+    plain = next(iter(train_loader(shapes_train, vocab, batch_size=20, seed=2)))
+    clean = torch.stack([shapes_train.images.load(int(i)) for i in plain["image_index"]])
+    assert torch.equal(plain["images"], clean)
+    for row, c in enumerate(plain["caption_index"].tolist()):
+        ids = vocab.encode(shapes_train.caption_texts[c])
+        assert plain["captions"][row, : plain["caption_lengths"][row]].tolist() == ids
+    augmented = next(iter(train_loader(shapes_train, vocab, batch_size=20, seed=2, erase_ratio=0.2,
+                                                    word_dropout=0.3)))
+    assert not torch.equal(augmented["images"], clean)
+    assert int(augmented["caption_lengths"].sum()) < int(plain["caption_lengths"].sum())
+
+
 def test_evaluation_loaders_cover_split_in_order(shapes_train):
     vocab = Vocabulary.from_split(shapes_train)
     images = list(image_loader(shapes_train, batch_size=16))
@@ -181,3 +197,24 @@ def test_relevance_storages_agree():
     classes = Relevance.from_classes(np.array([0, 1, 0]), np.array([1, 0, 0, 2]))
     assert classes.matrix().tolist() == [[False, True, True, False], [True, False, False, False],
                                          [False, True, True, False]]
+
+
+def test_source_relevance_keeps_only_the_written_pairs(shapes_train):
+    """``source``: only the captions written for an image are its positives (COCO practice);
+    ``true`` / ``exact``: the dataset's relation; training batches follow the split's relation."""
+    source = shapes_train.relevance_by_mode("source").matrix()
+    expected = torch.zeros(37, 185, dtype=torch.bool)
+    expected[torch.from_numpy(shapes_train.caption_image), torch.arange(185)] = True
+    assert torch.equal(source, expected)
+    exact = shapes_train.relevance_by_mode("exact").matrix()
+    assert torch.equal(exact, shapes_train.relevance_matrix()) and (exact & ~source).any() and not (source & ~exact).any()
+    assert shapes_train.with_relevance("true") is shapes_train
+    written = shapes_train.with_relevance("source")
+    assert written.images is shapes_train.images and torch.equal(written.relevance_matrix(), source)
+    assert torch.equal(shapes_train.relevance_matrix(), exact)  # the original split is unchanged
+    vocab = Vocabulary.from_split(shapes_train)
+    for batch in train_loader(written, vocab, batch_size=23, seed=1):
+        want = source[batch["image_index"]][:, batch["caption_index"]]
+        assert torch.equal(batch["relevance"], want) and int(batch["relevance"].sum()) == 23
+    with pytest.raises(ValueError, match="relevance mode 'all' is not one of source, true, exact"):
+        shapes_train.relevance_by_mode("all")

@@ -170,13 +170,54 @@ def test_evaluate_model_end_to_end(tiny, tmp_path):
     model, test, val, vocab = tiny
     result = evaluate_model(model, test, vocab, val_split=val, similarities=["cosine", "kl", "match_prob"],
                             rerankers=["nns", "csls+rgm"], out_dir=tmp_path, device="cpu")
-    assert {(r["similarity"], r["rerank"]) for r in result.rows} == {
-        (s, r) for s in ("cosine", "kl") for r in ("nns", "csls+rgm")}
+    assert {(r["similarity"], r["rerank"], r["relevance"]) for r in result.rows} == {
+        (s, r, m) for s in ("cosine", "kl") for r in ("nns", "csls+rgm") for m in ("exact", "source")}
     assert result.row("cosine", "nns")["i2t_pmrp_mean"] is not None  # shapes has class labels
+    assert result.row("cosine", "nns", "source").get("i2t_pmrp_mean") is None  # PMRP: first mode only
     assert result.meta["dataset"] == "shapes" and result.meta["split"] == "test"
     for name in ("uncertainty_r1", "k_occurrence", "uncertainty_vs_corruption", "embeddings_2d"):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 0, name
-    assert (tmp_path / "results.md").read_text().count("| cosine |") == 3  # recall table: 2 rows; precision: nns only
+    text = (tmp_path / "results.md").read_text()
+    assert text.count("| cosine | nns | exact |") == 2  # recall and precision tables
+    assert text.count("| cosine | csls+rgm | source |") == 1  # recall table only (top-k lists)
+
+
+def test_evaluation_reports_exact_and_source_relevance(tiny):
+    """Where the dataset knows its relation (shapes), rows are reported under it (exact) and under the
+    COCO-style relation (source: only the written caption counts); a split whose relation is the
+    written pairs has the source mode only."""
+    import copy
+
+    from pcmr.evaluation.relevance_modes import relevance_modes
+    from pcmr.models import create_model
+
+    _, test, val, vocab = tiny
+    torch.manual_seed(1)
+    model = create_model("vsepp", vocab_size=len(vocab), embed_dim=16, image_encoder={"cnn_channels": [4, 8]},
+                         text_encoder={"word_dim": 8, "hidden_dim": 16})
+    images, captions = encode_split(model, test, vocab)
+    val_images, val_captions = encode_split(model, val, vocab)
+    result = evaluate_model(model, test, vocab, val_split=val, similarities=["cosine"], rerankers=["nns", "rgm"],
+                            device="cpu")
+    assert result.meta["relevance_modes"] == ["exact", "source"]
+    for mode in ("exact", "source"):
+        matrix = test.relevance_by_mode(mode).matrix()
+        want = evaluate_embeddings(images, captions, matrix, similarities=["cosine"], rerankers=["nns", "rgm"],
+                                   val=(val_images, val_captions, val.relevance_by_mode(mode).matrix()))
+        for rerank in ("nns", "rgm"):
+            got = result.row("cosine", rerank, mode)
+            for key in ("i2t_R@1", "t2i_R@5", "rsum", "i2t_lambda"):
+                assert got.get(key) == pytest.approx(want.row("cosine", rerank).get(key)), (mode, rerank, key)
+    exact, source = result.row("cosine", "nns", "exact"), result.row("cosine", "nns", "source")
+    assert exact["i2t_R@1"] >= source["i2t_R@1"]  # the written captions are a subset of the relevant ones
+    written_only = copy.copy(test)
+    written_only.relevance = test.source_relevance()  # a COCO-like split: the relation is the written pairs
+    assert list(relevance_modes(written_only)) == ["source"]
+    only = evaluate_model(model, written_only, vocab, similarities=["cosine"], rerankers=["nns"], device="cpu")
+    assert [r["relevance"] for r in only.rows] == ["source"]
+    with pytest.raises(ValueError, match="knows only the written pairs"):
+        relevance_modes(written_only, ["exact"])
+    assert list(relevance_modes(test, ["source"])) == ["source"]
 
 
 def test_extra_positive_columns_equal_library_evaluate_retrieval():

@@ -116,6 +116,7 @@ def test_identical_views_and_identical_pairs_give_finite_gradients():
 
 def test_module_defaults_and_views_as_optional_inputs():
     image, caption, image_views, caption_views, positives = setup(seed=5)
+    image, caption = Gaussian.point(image.mean), Gaussian.point(caption.mean)  # CalibPE: point encoders
     loss_fn = create_loss("calibpe")
     assert loss_fn.config.negatives == "max" and loss_fn.similarity_name == "cosine"
     terms = loss_fn(image=image, caption=caption, positives=positives,
@@ -132,3 +133,54 @@ def test_bad_views_raise():
         calibrated_scores(image, caption, image_views=image_views[:, :, :2])
     with pytest.raises(ValueError, match="point_term"):
         calibrated_scores(image, caption, point_term="log_cosine")
+
+
+def test_views_with_variance_heads_raise_and_heads_mode_trains_the_heads():
+    """With views, CalibPE (§3.3) estimates the distributions from them, so a model's variance heads
+    would get no gradient: the loss refuses that combination; distributions="heads" trains them."""
+    image, caption, image_views, caption_views, positives = setup(seed=6)
+    with pytest.raises(ValueError, match=r"image variance head would get no gradient.*distributions=heads"):
+        create_loss("calibpe")(image=image, caption=caption, positives=positives,
+                               image_views=image_views, caption_views=caption_views)
+    loss = create_loss("calibpe", distributions="heads")(
+        image=image, caption=caption, positives=positives, image_views=image_views, caption_views=caption_views
+    )["loss"]
+    grads = torch.autograd.grad(loss, [image.logvar, caption.logvar, image_views, caption_views])
+    assert all(g.abs().sum() > 0 for g in grads)
+    want = calibrated_triplet_loss(image, caption, positives, image_views=image_views, caption_views=caption_views,
+                                   distributions="heads")
+    torch.testing.assert_close(loss, want)
+    # heads mode: the W2 term is the heads' W2 while the point term still averages the views
+    scores = calibrated_scores(image, caption, image_views=image_views, caption_views=caption_views, beta=0.5,
+                               distributions="heads")
+    point = calibrated_scores(image, caption, image_views=image_views, caption_views=caption_views, beta=0.0)
+    reference = reference_scores(image_views, caption_views, image.mean, image.std, caption.mean,
+                                 caption.std.expand_as(caption.mean), 0.5, "mean_cosine")
+    torch.testing.assert_close(scores, reference)
+    assert not torch.allclose(scores, point)
+
+
+def test_negative_pairs_are_pushed_to_a_larger_w2():
+    """The sign convention for negatives: one calibrated score for every pair, so the triplet loss
+    lowers a hard negative's S_cal = point - beta * W2: with the means (point terms) and the positive
+    pairs' W2 fixed, a larger W2 between the negative pairs gives a smaller loss."""
+    means = torch.tensor([[1.0, 0.0], [0.9, 0.1]], dtype=DT)
+    positives = torch.eye(2, dtype=torch.bool)
+
+    def loss_for(logvar_1):  # item 1 (image and caption alike) spreads out; item 0 stays at logvar -2
+        logvar = torch.tensor([[-2.0, -2.0], [logvar_1, logvar_1]], dtype=DT)
+        image, caption = Gaussian(means, logvar), Gaussian(means.clone(), logvar.clone())
+        return float(calibrated_triplet_loss(image, caption, positives, beta=1.0, margin=1.0,
+                                             point_term="cosine_of_means", distributions="heads"))
+
+    losses = [loss_for(v) for v in (-2.0, -1.0, 0.0, 1.0)]
+    assert losses[0] > 0 and all(a > b for a, b in zip(losses, losses[1:]))
+
+
+def test_the_conventions_that_depart_from_the_paper_are_documented():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "losses.md").read_text()
+    section = text[text.index("## CalibPE"):]
+    assert "The log of the hinge is dropped" in section and "eq.3" in section.lower().replace("eq. 3", "eq.3")
+    assert "Sign of the distribution term for negatives" in section and "raises* its W2" in section

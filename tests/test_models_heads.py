@@ -22,6 +22,16 @@ from pcmr.models import (
 from test_models_support import make_batch, single_thread  # noqa: F401  (autouse fixture)
 
 B, R, F, D = 3, 7, 11, 5  # awkward sizes
+COVARIANCES = ["ellipsoidal", "spherical_avgpool_variance", "spherical_avgpool_logvar", "spherical_one_value"]
+
+
+def _pool_reference(raw: list[float], covariance: str) -> list[float]:
+    """One log-variance from D: ProbVSE averages the variances, GCIE the log-variances."""
+    if covariance == "spherical_avgpool_variance":
+        return [math.log(sum(math.exp(v) for v in raw) / len(raw))]
+    if covariance == "spherical_avgpool_logvar":
+        return [sum(raw) / len(raw)]
+    return raw
 
 
 def _features(seed: int = 0, masked: bool = True) -> EncodedFeatures:
@@ -114,7 +124,7 @@ def test_pcme_mean_head_matches_reference_and_has_unit_rows(masked):
         torch.testing.assert_close(got[b], expected, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("covariance", ["ellipsoidal", "spherical_avgpool", "spherical_one_value"])
+@pytest.mark.parametrize("covariance", COVARIANCES)
 def test_pcme_variance_head_matches_reference_without_sigmoid_layernorm_l2(covariance):
     torch.manual_seed(2)
     config = HeadConfig(kind="pcme", covariance=covariance)
@@ -129,8 +139,7 @@ def test_pcme_variance_head_matches_reference_without_sigmoid_layernorm_l2(covar
     assert got.shape == (B, width)
     for b in range(B):
         raw = _pcme_reference(head, features, b, mean_head=False)
-        if covariance == "spherical_avgpool":
-            raw = [sum(raw) / len(raw)]
+        raw = _pool_reference(raw, covariance)
         torch.testing.assert_close(got[b], torch.tensor(raw, dtype=torch.float64), rtol=1e-9, atol=1e-12)
     assert not torch.allclose(got.norm(dim=1), torch.ones(B, dtype=torch.float64))
     assert got.min() < 0 or got.max() > 1  # no sigmoid squashing
@@ -171,7 +180,7 @@ def test_bound_logvar_reference_limits_and_slope():
     assert math.log(0.5) < float(asym) < math.log(4.0)
 
 
-@pytest.mark.parametrize("covariance", ["ellipsoidal", "spherical_avgpool", "spherical_one_value"])
+@pytest.mark.parametrize("covariance", COVARIANCES)
 def test_linear_variance_head_covariance_and_bounds(covariance):
     torch.manual_seed(3)
     config = HeadConfig(kind="linear", covariance=covariance, variance_bounds=[0.1, 10.0])
@@ -181,15 +190,14 @@ def test_linear_variance_head_covariance_and_bounds(covariance):
     features = _features(seed=3)
     got = head(features)
     raw = [_linear(head.fc, features.pooled[b].tolist()) for b in range(B)]
-    if covariance == "spherical_avgpool":
-        raw = [[sum(r) / len(r)] for r in raw]
+    raw = [_pool_reference(r, covariance) for r in raw]
     expected = bound_logvar(torch.tensor(raw, dtype=torch.float64), 0.1, 10.0)
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
     assert got.shape == (B, D if covariance == "ellipsoidal" else 1)
     assert (got >= math.log(0.1)).all() and (got <= math.log(10.0)).all()
 
 
-@pytest.mark.parametrize("covariance", ["spherical_avgpool", "spherical_one_value"])
+@pytest.mark.parametrize("covariance", COVARIANCES[1:])
 def test_spherical_models_give_one_log_variance(covariance):
     model = create_model(
         "gcie", vocab_size=23, **{"image_head.covariance": covariance, "caption_head.covariance": covariance}
@@ -250,7 +258,7 @@ def test_deterministic_towers_have_no_variance_parameters():
 
 
 # --- initial log-variance (logvar_init) -------------------------------------------------------------
-@pytest.mark.parametrize("covariance", ["ellipsoidal", "spherical_avgpool", "spherical_one_value"])
+@pytest.mark.parametrize("covariance", COVARIANCES)
 def test_pcme_variance_head_starts_at_logvar_init(covariance):
     torch.manual_seed(5)
     config = HeadConfig(kind="pcme", covariance=covariance, logvar_init=-6.5)
@@ -263,7 +271,7 @@ def test_pcme_variance_head_starts_at_logvar_init(covariance):
     # the weights keep their default init: the output is the float64 reference with these biases
     for b in range(B):
         raw = _pcme_reference(head, features, b, mean_head=False)  # width values
-        expected = [sum(raw) / len(raw)] if covariance == "spherical_avgpool" else raw
+        expected = _pool_reference(raw, covariance)
         torch.testing.assert_close(got[b], torch.tensor(expected, dtype=torch.float64), rtol=1e-10, atol=1e-12)
     with torch.no_grad():  # without the input-dependent part, exactly logvar_init
         head.fc.weight.zero_()
@@ -272,7 +280,7 @@ def test_pcme_variance_head_starts_at_logvar_init(covariance):
     torch.testing.assert_close(head(features), torch.full(expected_shape, -6.5, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("covariance", ["ellipsoidal", "spherical_avgpool", "spherical_one_value"])
+@pytest.mark.parametrize("covariance", COVARIANCES)
 def test_linear_variance_head_logvar_init_inside_bounds(covariance):
     torch.manual_seed(6)
     target = math.log(0.25)  # off the bounds' centre: the bias is the inverse of the smooth bound
@@ -317,3 +325,67 @@ def test_bad_logvar_init_names_the_field():
         create_model("pcme", **{"image_head.logvar_init": float("nan")})
     with pytest.raises(ValueError, match=r"'image_head.logvar_init' must lie strictly inside the log of"):
         create_model("gie", **{"image_head.logvar_init": -5.0})
+
+
+# --- spherical pooling: ProbVSE (mean of variances) vs GCIE (mean of log-variances) ------------------
+def test_spherical_avgpool_names_say_which_mean():
+    """ProbVSE §4.1 averages the variances; GCIE §3 averages the log-variances (a geometric mean).
+    The two differ (Jensen: the arithmetic mean is the larger) and the old ambiguous name is refused."""
+    raw = torch.tensor([[-3.0, 0.0, 1.5, 2.0]], dtype=torch.float64)
+    pool_variance = HeadConfig(kind="linear", covariance="spherical_avgpool_variance")
+    pool_logvar = HeadConfig(kind="linear", covariance="spherical_avgpool_logvar")
+    from pcmr.models.heads import _finish_logvar
+
+    variance = float(_finish_logvar(raw, pool_variance))
+    logvar = float(_finish_logvar(raw, pool_logvar))
+    assert abs(variance - math.log((math.exp(-3.0) + 1.0 + math.exp(1.5) + math.exp(2.0)) / 4)) < 1e-12
+    assert abs(logvar - 0.125) < 1e-12
+    assert variance > logvar + 0.5
+    with pytest.raises(ValueError, match=r"'caption_head.covariance' 'spherical_avgpool' is ambiguous.*"
+                                         r"spherical_avgpool_variance.*spherical_avgpool_logvar"):
+        create_model("gcie", **{"caption_head.covariance": "spherical_avgpool"})
+
+
+@pytest.mark.parametrize("recipe", ["probvse_kl_spherical_avgpool", "probvse_min_kl_spherical_avgpool",
+                                    "probvse_wasserstein_spherical_avgpool"])
+def test_probvse_avgpool_recipes_average_the_variances(recipe):
+    from pcmr.train import load_config
+    from pcmr.train.recipes import find_recipe
+
+    config = load_config(find_recipe(recipe))
+    for side in ("image_head", "caption_head"):
+        assert config.model[side]["covariance"] == "spherical_avgpool_variance"
+
+
+# --- VSE++ / ProbVSE captions: the embedding is the final GRU state -----------------------------------
+@pytest.mark.parametrize("name", ["vsepp", "vsepp_wide", "probvse", "probvsrn"])
+def test_vsepp_caption_embedding_is_the_gru_state(name):
+    """VSE++ (and ProbVSE on it, §4.1): the caption embedding is the final GRU state, L2-normalised,
+    with no projection; ProbVSE's caption log-variance is the duplicated GRU's final state."""
+    torch.manual_seed(11)
+    model = create_model(name, vocab_size=23).double().eval()
+    batch = make_batch(model.config)
+    tower = model.caption_tower
+    assert not any(isinstance(m, nn.Linear) for m in tower.mean_head.modules())
+    out = model.encode_captions(batch)
+    state = tower.encoder.backbone(batch).pooled  # final GRU state [B, H], H = D
+    assert state.shape[1] == model.embed_dim
+    torch.testing.assert_close(out.mean, state / state.norm(dim=1, keepdim=True), rtol=1e-12, atol=1e-12)
+    if tower.variance_head is not None:
+        variance_state = tower.variance_encoder.backbone(batch).pooled
+        lo, hi = model.config.caption_head.variance_bounds
+        torch.testing.assert_close(out.logvar, bound_logvar(variance_state, lo, hi), rtol=1e-12, atol=1e-12)
+
+
+def test_gcie_captions_keep_their_linear_layer():
+    """GCIE eq. 4: mu_c = W psi(c), a linear layer on the GRU state."""
+    for name in ("gce", "gcie"):
+        model = create_model(name, vocab_size=23)
+        assert isinstance(model.caption_tower.mean_head.fc, nn.Linear)
+
+
+def test_identity_head_needs_the_feature_size_to_be_embed_dim():
+    with pytest.raises(ValueError, match=r"head kind 'identity'.*hidden_dim.*must equal embed_dim \(64\)"):
+        create_model("vsepp", vocab_size=23, embed_dim=64)
+    model = create_model("vsepp", vocab_size=23, embed_dim=64, **{"text_encoder.hidden_dim": 64})
+    assert model.encode_captions(make_batch(model.config)).mean.shape[1] == 64

@@ -136,3 +136,28 @@ def test_build_optimizer_kinds():
             build_optimizer(config, params)
     else:
         assert type(build_optimizer(config, params)).__name__ == "AdamP"
+
+
+def test_train_relevance_reaches_the_training_batches(tmp_path):
+    """data.train_relevance=source trains on the written pairs only; true on the data's relation."""
+    from pcmr.train import Trainer, save_config
+
+    positives = {}
+    for mode in ("source", "true"):
+        config = load_config(None, [
+            "model.name=vsepp", "loss.name=triplet_sum", f"data.train_relevance={mode}",
+            "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
+            f"image_size: 32, cache_dir: {tmp_path / 'cache'}}}",
+            "data.batch_size=20", "model.embed_dim=8", "model.text_encoder={word_dim: 8, hidden_dim: 8}",
+            "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
+        ])
+        run_dir = tmp_path / mode
+        run_dir.mkdir()
+        save_config(config, run_dir / "config.yaml")
+        batch = next(iter(Trainer(config, run_dir).loader))
+        positives[mode] = int(batch["relevance"].sum())
+    assert positives["source"] == 20 and positives["true"] > 20
+    assert load_config(None, ["data.train_relevance=true"]).data.train_relevance == "true"  # YAML boolean
+    for bad in ("exact", "false"):
+        with pytest.raises(ConfigError, match=r"'data.train_relevance' expects 'source' .* or 'true'"):
+            load_config(None, [f"data.train_relevance={bad}"])

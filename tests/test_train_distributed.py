@@ -82,9 +82,10 @@ def make_batch(captions: list[int]) -> dict[str, torch.Tensor]:
 class TinyModel(nn.Module):
     """Linear Gaussian heads on fixed features, plus K view embeddings per item (for CalibPE)."""
 
-    def __init__(self) -> None:
+    def __init__(self, points: bool = False) -> None:
         super().__init__()
         torch.manual_seed(0)
+        self.points = points  # point embeddings (CalibPE's distributions come from the views)
         self.image_mean, self.image_logvar = nn.Linear(FEATURES, DIM), nn.Linear(FEATURES, DIM)
         self.caption_mean, self.caption_logvar = nn.Linear(FEATURES, DIM), nn.Linear(FEATURES, DIM)
         self.view = nn.Linear(FEATURES, DIM)
@@ -92,9 +93,14 @@ class TinyModel(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, object]:
         image_mean = self.image_mean(batch["image_features"])  # [B_img, D]
         caption_mean = self.caption_mean(batch["caption_features"])  # [B_cap, D]
+        if self.points:
+            image, caption = Gaussian.point(image_mean), Gaussian.point(caption_mean)
+        else:
+            image = Gaussian(image_mean, self.image_logvar(batch["image_features"]) - 2.0)
+            caption = Gaussian(caption_mean, self.caption_logvar(batch["caption_features"]) - 2.0)
         return {
-            "image": Gaussian(image_mean, self.image_logvar(batch["image_features"]) - 2.0),
-            "caption": Gaussian(caption_mean, self.caption_logvar(batch["caption_features"]) - 2.0),
+            "image": image,
+            "caption": caption,
             "image_views": image_mean.unsqueeze(1) + 0.3 * self.view(batch["image_noise"]),  # [B_img, K, D]
             "caption_views": caption_mean.unsqueeze(1) + 0.3 * self.view(batch["caption_noise"]),  # [B_cap, K, D]
         }
@@ -102,7 +108,7 @@ class TinyModel(nn.Module):
 
 def loss_and_gradients(name: str, context: DistributedContext, captions: list[int], precision: str = "fp32"):
     """The loss of the global batch and the gradients of every parameter (model and loss)."""
-    model = TinyModel()
+    model = TinyModel(points=name == "calibpe")
     loss = create_loss(name)
     step = TrainStep(model, loss, context, relevance=_relevance,
                      autocast=autocast_factory(precision, torch.device("cpu")))

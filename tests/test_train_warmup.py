@@ -48,3 +48,25 @@ def test_backbones_frozen_during_warmup_only(tmp_path):
     heads = [n for n in initial if n not in names and "head" in n]
     assert heads and any(not torch.equal(after_warmup[f"model.{n}"], initial[n]) for n in heads)
     assert all(p.requires_grad for p in trainer.model.parameters() if id(p) in backbone_ids)
+
+
+def test_warmup_freezes_the_pretrained_parts_only():
+    """PCME §4.1 / App. C.2: the warm-up freezes the pretrained feature extractors (the image CNN,
+    the word vectors) and trains the caption GRU, which belongs to PCME's text head."""
+    from pcmr.models import create_model
+
+    for name in ("pcme", "probvse"):
+        model = create_model(name, vocab_size=23)
+        ids = {id(p) for p in trainable_backbone_parameters(model)}
+        frozen = {n for n, p in model.named_parameters() if id(p) in ids}
+        trained = {n for n, p in model.named_parameters() if id(p) not in ids}
+        assert any(n.startswith("image_tower.encoder.backbone.") for n in frozen)
+        assert "caption_tower.encoder.backbone.embedding.weight" in frozen
+        assert any(".gru." in n for n in trained) and not any(".gru." in n for n in frozen), name
+        if name == "probvse":  # the duplicated variance encoders: same rule
+            assert "caption_tower.variance_encoder.backbone.embedding.weight" in frozen
+            assert any(n.startswith("image_tower.variance_encoder.backbone.") for n in frozen)
+    model = create_model("pcme", vocab_size=23)
+    model.image_tower.encoder.backbone.requires_grad_(False)  # frozen for good (finetune: false)
+    assert not any(n.startswith("image_tower.") for n, p in model.named_parameters()
+                   if id(p) in {id(q) for q in trainable_backbone_parameters(model)})

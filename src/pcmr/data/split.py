@@ -6,6 +6,7 @@ modules read it (:func:`pcmr.data.batching.train_loader` and friends); it import
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +17,13 @@ from pcmr.data.errors import SkippedItem
 from pcmr.data.images import ImageSource
 from pcmr.relevance import Relevance
 
-__all__ = ["RetrievalSplit", "TRAINING_SPLITS"]
+__all__ = ["RetrievalSplit", "TRAINING_SPLITS", "RELEVANCE_MODES"]
 
 TRAINING_SPLITS = ("train", "trainval", "train+restval", "train_minus_val")
+#: which pairs count as relevant: ``source`` (only an image and the captions written for it, the
+#: COCO / Flickr30k practice, false negatives included) or ``true`` (the dataset's known relation:
+#: the shapes grammar, CUB classes; ``exact`` is a synonym used by the evaluation reports)
+RELEVANCE_MODES = ("source", "true", "exact")
 
 
 class RetrievalSplit:
@@ -114,6 +119,28 @@ class RetrievalSplit:
         if self.image_labels is None:
             return None
         return self.image_labels[torch.from_numpy(self.caption_image)]
+
+    def source_relevance(self) -> Relevance:
+        """The relation "caption ``c`` was written for image ``i``" (``caption_image``): what COCO /
+        Flickr30k annotate, so a caption that fits another image counts as a negative there."""
+        return Relevance.from_source(self.caption_image, self.num_images)
+
+    def relevance_by_mode(self, mode: str) -> Relevance:
+        """``"source"``: :meth:`source_relevance`; ``"true"`` / ``"exact"``: the split's relation."""
+        if mode not in RELEVANCE_MODES:
+            raise ValueError(f"relevance mode {mode!r} is not one of {', '.join(RELEVANCE_MODES)}")
+        return self.source_relevance() if mode == "source" else self.relevance
+
+    def with_relevance(self, mode: str) -> RetrievalSplit:
+        """This split with :meth:`relevance_by_mode` as its relation (a shallow copy sharing the
+        images and captions; ``self`` itself for ``"true"`` / ``"exact"``). Training on
+        ``with_relevance("source")`` makes the in-batch positives the written pairs only."""
+        relevance = self.relevance_by_mode(mode)
+        if relevance is self.relevance:
+            return self
+        other = copy.copy(self)
+        other.relevance = relevance
+        return other
 
     @property
     def source_captions(self) -> list[list[int]]:

@@ -33,6 +33,7 @@ from pcmr.evaluation.figures import (
     embeddings_2d_series,
     occurrence_histogram,
 )
+from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
 from pcmr.evaluation.report import EvaluationResult
 from pcmr.evaluation.scoring import check_names, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
@@ -233,7 +234,8 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
                    rerank_options: dict[str, dict[str, Any]] | None = None,
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
                    extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
-                   meta: dict[str, Any] | None = None) -> EvaluationResult:
+                   meta: dict[str, Any] | None = None,
+                   relevance: Sequence[str] | None = None) -> EvaluationResult:
     """Encode ``split`` (and ``val_split``) with ``model`` and build the evaluation table.
 
     Similarities the model cannot support are skipped with a reason; RGM's lambda is selected on
@@ -245,26 +247,39 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
     (see :func:`evaluate_embeddings`); None means 5 folds for a COCO split of 5000 images (the
     COCO 1K protocol) and none otherwise. With ``out_dir`` the result is also saved there
     (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
+
+    ``relevance`` names the relevance modes to report (``exact``, ``source``; None: every mode the
+    split has, see :func:`pcmr.evaluation.relevance_modes.relevance_modes`); each row carries its
+    mode in the ``relevance`` column. The first mode gets PMRP, extra positives, folds and figures.
     """
     with naming_source(f"the embeddings of {split!r} encoded by {(meta or {}).get('run', 'the model')}"):
         images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
                                         progress=progress)
-    val = None
+    modes = relevance_modes(split, relevance)
+    val_images = val_captions = None
     if val_split is not None:
         val_images, val_captions = encode_split(model, val_split, vocab, batch_size=batch_size, device=device,
                                                 progress=progress)
-        val = (val_images, val_captions, val_split.relevance_matrix())
     info = {"model": getattr(getattr(model, "config", None), "name", type(model).__name__),
             "dataset": getattr(split, "name", None), "split": getattr(split, "split", None),
             "val_split": getattr(val_split, "split", None), "device": str(images.device), **(meta or {})}
     extras, extra_note = _load_extra_positives(split, extra_positives)
     if num_folds is None and getattr(split, "name", "") == "coco" and images.num == 5000:
         num_folds = 5
-    result = evaluate_embeddings(
-        images, captions, split.relevance_matrix(), extra_positives=extras, similarities=similarities, rerankers=rerankers,
-        similarity_options=similarity_options, image_labels=getattr(split, "image_labels", None),
-        caption_labels=getattr(split, "caption_labels", None), val=val, rerank_options=rerank_options, ks=ks,
-        lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure, num_folds=num_folds, meta=info)
+    per_mode = []
+    for position, (mode, matrix) in enumerate(modes.items()):  # the first mode gets labels, extras and folds
+        primary = position == 0
+        val = None
+        if val_split is not None:  # RGM's lambda is selected under the same relevance mode
+            val = (val_images, val_captions, val_split.relevance_by_mode(mode).matrix())
+        per_mode.append((mode, evaluate_embeddings(
+            images, captions, matrix, extra_positives=extras if primary else (), similarities=similarities,
+            rerankers=rerankers, similarity_options=similarity_options,
+            image_labels=getattr(split, "image_labels", None) if primary else None,
+            caption_labels=getattr(split, "caption_labels", None) if primary else None, val=val,
+            rerank_options=rerank_options, ks=ks, lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure,
+            num_folds=num_folds if primary else None, meta=info)))
+    result = merge_relevance_results(per_mode)
     if extra_note:
         result.meta["notes"].append(extra_note)
     if not (images.is_point and captions.is_point):

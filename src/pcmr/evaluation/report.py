@@ -25,13 +25,14 @@ from pcmr.evaluation.plots import save_figures
 
 __all__ = ["EvaluationResult", "format_table", "merge_rows", "COLUMN_TITLES"]
 
-ID_COLUMNS = ("model", "similarity", "rerank")
+ID_COLUMNS = ("model", "similarity", "rerank", "relevance")
 
 #: Printed header of each known column (unknown columns print under their own key).
 COLUMN_TITLES: dict[str, str] = {
     "model": "model",
     "similarity": "similarity",
     "rerank": "re-ranker",
+    "relevance": "relevance",
     "i2t_R@1": "i2t R@1",
     "i2t_R@5": "i2t R@5",
     "i2t_R@10": "i2t R@10",
@@ -158,10 +159,12 @@ class EvaluationResult:
     meta: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
 
-    def row(self, similarity: str, rerank: str) -> dict[str, Any]:
-        """The row of one (similarity, re-ranker) pair; KeyError listing the evaluated pairs."""
+    def row(self, similarity: str, rerank: str, relevance: str | None = None) -> dict[str, Any]:
+        """The row of one (similarity, re-ranker) pair, under relevance mode ``relevance`` (None: the
+        first evaluated mode); KeyError listing the evaluated pairs."""
         for r in self.rows:
-            if r["similarity"] == similarity and r["rerank"] == rerank:
+            if (r["similarity"] == similarity and r["rerank"] == rerank
+                    and (relevance is None or r.get("relevance") == relevance)):
                 return r
         pairs = [(r["similarity"], r["rerank"]) for r in self.rows]
         raise KeyError(f"no row for similarity={similarity!r}, rerank={rerank!r}; evaluated pairs: {pairs}")

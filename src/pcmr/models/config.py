@@ -43,8 +43,8 @@ __all__ = [
 IMAGE_ENCODER_KINDS = ("global_features", "local_features", "cnn", "efficientnet_lite0")
 IMAGE_REASONING_KINDS = ("none", "vsrn")
 TEXT_ENCODER_KINDS = ("gru", "minilm")
-HEAD_KINDS = ("linear", "pcme")
-COVARIANCE_KINDS = ("ellipsoidal", "spherical_avgpool", "spherical_one_value")
+HEAD_KINDS = ("linear", "identity", "pcme")
+COVARIANCE_KINDS = ("ellipsoidal", "spherical_avgpool_variance", "spherical_avgpool_logvar", "spherical_one_value")
 VARIANCE_SOURCES = ("shared", "duplicate")
 
 
@@ -99,8 +99,10 @@ class TextEncoderConfig:
 class HeadConfig:
     """Maps encoder features to ``pcmr.Gaussian`` (mean ``[B, D]``, logvar ``[B, D]``/``[B, 1]``/None)."""
 
-    # linear (VSE++/ProbVSE/GCIE projection of the pooled feature) | pcme (PCME mean/variance heads
-    # with a self-attention branch over local features, PCME Fig. 3)
+    # linear (a projection of the pooled feature: VSE++/ProbVSE images, GCIE eq. 4 captions) |
+    # identity (the pooled feature is the embedding: VSE++/ProbVSE captions, the final GRU state, so
+    # text_encoder.hidden_dim must equal embed_dim; the variance is the duplicated GRU's state) |
+    # pcme (PCME mean/variance heads with a self-attention branch over local features, PCME Fig. 3)
     kind: str = "linear"
     # False: deterministic point embeddings (logvar None, no variance branch)
     probabilistic: bool = True
@@ -108,8 +110,9 @@ class HeadConfig:
     # duplicate: an independent copy of the trainable part of the encoder feeds the variance head
     # (ProbVSE, GCE/GCIE captions); a frozen pretrained backbone is not copied (nothing trainable)
     variance_source: str = "shared"
-    # ellipsoidal (D log-variances) | spherical_avgpool (mean of D predicted log-variances, [B, 1])
-    # | spherical_one_value (one predicted log-variance, [B, 1]) -- ProbVSE §4.1, GCIE §3
+    # ellipsoidal (D log-variances) | spherical_avgpool_variance (log of the mean of D predicted
+    # variances, [B, 1]; ProbVSE §4.1) | spherical_avgpool_logvar (mean of D predicted log-variances,
+    # a geometric mean, [B, 1]; GCIE §3) | spherical_one_value (one predicted log-variance, [B, 1])
     covariance: str = "ellipsoidal"
     # [lo, hi] bounds on the variance sigma^2, applied smoothly on the log-variance
     # (ProbVSE/GCIE use [0.1, 10]); null: unbounded
@@ -272,6 +275,12 @@ def validate_config(config: ModelConfig) -> None:
     for side in ("image_head", "caption_head"):
         head: HeadConfig = getattr(config, side)
         _check_choice(head.kind, HEAD_KINDS, f"{side}.kind")
+        if head.covariance == "spherical_avgpool":
+            raise ValueError(
+                f"model config field '{side}.covariance' 'spherical_avgpool' is ambiguous: use "
+                f"spherical_avgpool_variance (ProbVSE: the mean of the variances) or spherical_avgpool_logvar "
+                f"(GCIE: the mean of the log-variances, what 'spherical_avgpool' computed before)"
+            )
         _check_choice(head.covariance, COVARIANCE_KINDS, f"{side}.covariance")
         _check_choice(head.variance_source, VARIANCE_SOURCES, f"{side}.variance_source")
         if head.attention_hidden < 0:

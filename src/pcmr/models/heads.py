@@ -5,8 +5,16 @@
 - PCME heads (PCME §3.2, Fig. 3): ``mean = L2(LN(fc(pooled) + sigmoid(fc_attn(attn_pool(local)))))``
   and ``logvar = fc(pooled) + fc_attn(attn_pool(local))`` (no sigmoid, LayerNorm or L2), where
   ``attn_pool`` is the PVSE self-attention pooling ``softmax_R(w2 tanh(w1 x))``.
-- Covariance (ProbVSE §4.1, GCIE §2): ellipsoidal (D values), spherical_avgpool (mean of D
-  predicted values), spherical_one_value (one predicted value).
+- Identity heads (VSE++ and ProbVSE captions): the embedding *is* the encoder's sentence feature
+  (the final GRU state, hidden size = ``D``), L2-normalised; the log-variance is the feature of the
+  duplicated encoder (ProbVSE §4.1: "we duplicate the GRU layer"); a single spherical value
+  (``spherical_one_value``) cannot be a ``D``-dimensional state, so there one linear layer maps it
+  to the one value.
+- Covariance (ProbVSE §4.1, GCIE §2): ``ellipsoidal`` (D values); two spherical poolings of D
+  predicted log-variances into one: ``spherical_avgpool_variance`` (ProbVSE §4.1: "the average of
+  the variances", ``log mean_d exp(logvar_d)``) and ``spherical_avgpool_logvar`` (GCIE §3 training
+  details: "the mean of the log variances", a geometric mean of the variances);
+  ``spherical_one_value`` (one predicted value).
 - Optional initial log-variance ``logvar_init``: the output bias of the variance head is set so
   that ``logvar`` starts at that value (PCME head: the bias of the pooled branch; the attention
   branch's bias is zeroed), the weights keep their default init (an input-dependent part of a few
@@ -30,6 +38,8 @@ from pcmr.models.features import EncodedFeatures
 
 __all__ = [
     "AttentionPool",
+    "IdentityMeanHead",
+    "IdentityVarianceHead",
     "LinearMeanHead",
     "LinearVarianceHead",
     "PCMEMeanHead",
@@ -101,10 +111,23 @@ def _logvar_width(config: HeadConfig, embed_dim: int) -> int:
     return 1 if config.covariance == "spherical_one_value" else embed_dim
 
 
+def pool_spherical(raw: Tensor, covariance: str) -> Tensor:
+    """One log-variance from ``D`` predicted ones, ``raw [B, D] -> [B, 1]``.
+
+    ``spherical_avgpool_variance`` (ProbVSE §4.1): ``log((1/D) sum_d exp(raw_d))``, the log of the
+    mean variance; ``spherical_avgpool_logvar`` (GCIE §3): ``(1/D) sum_d raw_d``, the log of the
+    geometric mean. The first is never below the second (Jensen). Other kinds: ``raw`` unchanged.
+    """
+    if covariance == "spherical_avgpool_variance":
+        return torch.logsumexp(raw, dim=1, keepdim=True) - math.log(raw.shape[1])  # [B, 1]
+    if covariance == "spherical_avgpool_logvar":
+        return raw.mean(dim=1, keepdim=True)  # [B, 1]
+    return raw
+
+
 def _finish_logvar(raw: Tensor, config: HeadConfig) -> Tensor:
     """Covariance pooling then optional bounds: ``raw [B, D] or [B, 1]`` -> logvar."""
-    if config.covariance == "spherical_avgpool":
-        raw = raw.mean(dim=1, keepdim=True)  # [B, 1]
+    raw = pool_spherical(raw, config.covariance)
     if config.variance_bounds is not None:
         raw = bound_logvar(raw, config.variance_bounds[0], config.variance_bounds[1])
     return raw
@@ -136,6 +159,52 @@ class LinearVarianceHead(nn.Module):
 
     def forward(self, features: EncodedFeatures) -> Tensor:
         return _finish_logvar(self.fc(features.pooled), self.config)
+
+
+def _check_identity_width(in_dim: int, embed_dim: int) -> None:
+    if in_dim != embed_dim:
+        raise ValueError(
+            f"head kind 'identity' uses the encoder's feature as the embedding, so its size ({in_dim}; for the "
+            f"gru text encoder text_encoder.hidden_dim) must equal embed_dim ({embed_dim})"
+        )
+
+
+class IdentityMeanHead(nn.Module):
+    """VSE++ caption embedding: the encoder's sentence feature itself (the final GRU state),
+    L2-normalised when asked. No parameters. ``[B, D]``."""
+
+    def __init__(self, in_dim: int, embed_dim: int, normalize: bool) -> None:
+        super().__init__()
+        _check_identity_width(in_dim, embed_dim)
+        self.normalize = normalize
+
+    def forward(self, features: EncodedFeatures) -> Tensor:
+        mean = features.pooled  # [B, D]
+        return F.normalize(mean, dim=-1) if self.normalize else mean
+
+
+class IdentityVarianceHead(nn.Module):
+    """ProbVSE caption log-variance: the duplicated encoder's sentence feature itself (``[B, D]``),
+    then the covariance pooling and bounds; ``spherical_one_value`` maps it to one value with a
+    linear layer (``[B, 1]``)."""
+
+    def __init__(self, in_dim: int, embed_dim: int, config: HeadConfig) -> None:
+        super().__init__()
+        _check_identity_width(in_dim, embed_dim)
+        self.config = config
+        self.fc = nn.Linear(in_dim, 1) if config.covariance == "spherical_one_value" else None
+        raw = initial_raw_logvar(config)
+        if raw is not None:
+            if self.fc is None:
+                raise ValueError(
+                    "logvar_init needs a variance layer with a bias; head kind 'identity' has none unless "
+                    "covariance is spherical_one_value"
+                )
+            nn.init.constant_(self.fc.bias, raw)
+
+    def forward(self, features: EncodedFeatures) -> Tensor:
+        raw = self.fc(features.pooled) if self.fc is not None else features.pooled
+        return _finish_logvar(raw, self.config)
 
 
 class _PCMEBranches(nn.Module):
@@ -191,14 +260,18 @@ class PCMEVarianceHead(_PCMEBranches):
 
 
 def build_mean_head(config: HeadConfig, in_dim: int, embed_dim: int) -> nn.Module:
-    """The mean head named by ``config.kind`` (``linear`` or ``pcme``)."""
+    """The mean head named by ``config.kind`` (``linear``, ``identity`` or ``pcme``)."""
     if config.kind == "pcme":
         return PCMEMeanHead(in_dim, embed_dim, config.attention_hidden)
+    if config.kind == "identity":
+        return IdentityMeanHead(in_dim, embed_dim, config.normalize_mean)
     return LinearMeanHead(in_dim, embed_dim, config.normalize_mean)
 
 
 def build_variance_head(config: HeadConfig, in_dim: int, embed_dim: int) -> nn.Module:
-    """The log-variance head named by ``config.kind`` (``linear`` or ``pcme``)."""
+    """The log-variance head named by ``config.kind`` (``linear``, ``identity`` or ``pcme``)."""
     if config.kind == "pcme":
         return PCMEVarianceHead(in_dim, embed_dim, config)
+    if config.kind == "identity":
+        return IdentityVarianceHead(in_dim, embed_dim, config)
     return LinearVarianceHead(in_dim, embed_dim, config)

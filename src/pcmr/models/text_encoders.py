@@ -94,6 +94,11 @@ class GRUTextBackbone(nn.Module):
         self.bidirectional = bidirectional
         self.out_dim = hidden_dim
 
+    def pretrained_parameters(self) -> list[nn.Parameter]:
+        """The parts a pretrained model supplies (the word vectors, e.g. GloVe); the GRU is not one:
+        PCME's warm-up freezes these and trains the GRU with the heads (PCME §4.1)."""
+        return [self.embedding.weight]
+
     def forward(self, batch: Mapping[str, Any]) -> EncodedFeatures:
         tokens, lengths = get_captions(batch, self.vocab_size)
         max_length = tokens.shape[1]

@@ -56,6 +56,10 @@ class DataConfig:
     val_split: str = "val"
     test_split: str = "test"
     batch_size: int = 64  # (image, caption) pairs per training batch: the global batch, split over processes
+    # in-batch positives: "source" (only the pairs written together, COCO/Flickr practice, false
+    # negatives included) or "true" (the dataset's known relation: shapes grammar, CUB classes);
+    # YAML reads a bare `true` as a boolean, which is accepted as "true"
+    train_relevance: str | bool = "true"
     eval_batch_size: int = 256  # items per encoding batch during validation
     num_workers: int = 0  # DataLoader workers; 0 keeps mid-epoch resume bit-exact
     options: dict[str, Any] = field(default_factory=dict)  # passed to load_dataset (e.g. size, seed)
@@ -144,6 +148,13 @@ class RunConfig:
             raise ConfigError(
                 f"data.loader_options may not set {', '.join(reserved)}; use train.seed, data.num_workers, "
                 f"data.batch_size"
+            )
+        if config.data.train_relevance is True:
+            config.data.train_relevance = "true"
+        if config.data.train_relevance not in ("source", "true"):
+            raise ConfigError(
+                f"config key 'data.train_relevance' expects 'source' (only the pairs written together are "
+                f"positives) or 'true' (the dataset's relation), got {config.data.train_relevance!r}"
             )
         if config.data.batch_size < 1:
             raise ConfigError(f"data.batch_size must be >= 1, got {config.data.batch_size}")

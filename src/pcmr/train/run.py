@@ -100,7 +100,7 @@ def _load_vocab(config: RunConfig, train_split: RetrievalSplit, run_dir: Path) -
 def build_parts(config: RunConfig, run_dir: Path) -> RunParts:
     """Load the splits, build (or reload) the vocabulary, create the model and the loss."""
 
-    train_split = _load_split(config, config.data.train_split)
+    train_split = _load_split(config, config.data.train_split).with_relevance(config.data.train_relevance)
     val_split = _load_split(config, config.data.val_split) if config.train.validate_every > 0 else None
     vocab = _load_vocab(config, train_split, run_dir)
     model_options = {k: v for k, v in config.model.items() if k != "name"}

@@ -10,9 +10,11 @@ position and the schedule recomputes the same learning rate.
 - ``step`` (VSE++, Faghri et al. 2018): ``lr * gamma ** floor(epoch / step_epochs)``.
 - ``constant``.
 
-PCME schedule: ``warmup_epochs`` epochs train the heads with the backbones
-frozen at ``lr * warmup_lr_factor``, then every parameter is fine-tuned under
-the chosen schedule.
+PCME schedule (PCME §4.1, App. C.2): ``warmup_epochs`` epochs train with the
+pretrained feature extractors frozen (the image backbone and the word vectors;
+the caption GRU is trained, it belongs to PCME's text head) at
+``lr * warmup_lr_factor``, then every parameter is fine-tuned under the chosen
+schedule.
 """
 
 from __future__ import annotations
@@ -50,14 +52,27 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, factor: float) -> None:
 
 
 def trainable_backbone_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """Parameters frozen during the PCME warm-up: the trainable ones of ``model.backbone_parameters()``
-    when the model defines it, else of every sub-module named ``backbone`` (pcmr.models towers)."""
+    """Parameters frozen during the PCME warm-up: the pretrained feature extractors.
+
+    ``model.backbone_parameters()`` when the model defines it; otherwise, for every sub-module
+    named ``backbone`` (pcmr.models towers, duplicated variance encoders included), its
+    ``pretrained_parameters()`` when it defines them (the GRU text backbone: the word embeddings
+    only, its GRU is trained from the start) or else all its parameters (image backbones). Only
+    parameters that are trainable when the model is built are returned, so a backbone frozen for
+    good (``finetune: false``) stays frozen after the warm-up.
+    """
     method = getattr(model, "backbone_parameters", None)
     if callable(method):
-        return list(method())
-    return [
-        p for name, p in model.named_parameters() if "backbone" in name.split(".")[0] or ".backbone" in name
-    ]
+        return [p for p in method() if p.requires_grad]
+    found: dict[int, nn.Parameter] = {}
+    for name, module in model.named_modules():
+        if name.split(".")[-1] != "backbone":
+            continue
+        pretrained = getattr(module, "pretrained_parameters", None)
+        for parameter in pretrained() if callable(pretrained) else module.parameters():
+            if parameter.requires_grad:
+                found.setdefault(id(parameter), parameter)
+    return list(found.values())
 
 
 def _adamp_class() -> type:
