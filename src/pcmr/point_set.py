@@ -23,7 +23,7 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 
-__all__ = ["PointSet", "as_points", "UNCERTAINTY_MEASURES"]
+__all__ = ["PointSet", "as_points", "uncertainty_measure_for", "UNCERTAINTY_MEASURES"]
 
 #: uncertainty measures of a point set (pcmr's own proxy; PVSE defines none)
 UNCERTAINTY_MEASURES = ("spread",)
@@ -145,3 +145,14 @@ def as_points(embedding: Gaussian) -> Tensor:
     if isinstance(embedding, PointSet):
         return embedding.points
     return embedding.mean.unsqueeze(1)
+
+
+def uncertainty_measure_for(embeddings: Sequence[Gaussian], requested: str) -> str | None:
+    """The uncertainty measure an analysis can use on all of ``embeddings``: ``requested`` when every
+    one has variances, ``spread`` (pcmr's proxy) when every one is a :class:`PointSet` with ``K > 1``,
+    else None (single points carry no uncertainty)."""
+    if all(not e.is_point for e in embeddings):
+        return requested
+    if all(isinstance(e, PointSet) and e.num_points > 1 for e in embeddings):
+        return "spread"
+    return None

@@ -26,6 +26,7 @@ from pcmr.evaluation.figures import decile_series, embeddings_2d_series, k_occur
 from pcmr.evaluation.report import EvaluationResult
 from pcmr.evaluation.scoring import check_names, get_method, matching_topk, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
+from pcmr.point_set import uncertainty_measure_for
 
 __all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
            "DEFAULT_LAMBDA_GRID"]
@@ -267,10 +268,11 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             result.rows.append(_ordered(row, ks))
             if method.matching == "none" and name == result.rows[0]["similarity"]:
                 hub_data[f"{name}/{rerank}"] = {d: k_occurrence_histogram(w, 10) for d, w in rescored_dirs.items()}
-        if not (images.is_point or captions.is_point):
-            decile_data[name] = decile_series(scores, relevance, images, captions, uncertainty_measure)
+        measure = uncertainty_measure_for((images, captions), uncertainty_measure)  # PVSE point sets: spread
+        if measure is not None:
+            decile_data[name] = decile_series(scores, relevance, images, captions, measure)
     if decile_data:
-        result.figures["uncertainty_r1"] = {"measure": uncertainty_measure, "series": decile_data}
+        result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
     if hub_data and min(images.num, captions.num) > 10:
         result.figures["k_occurrence"] = {"k": 10, "series": hub_data}
     if images.dim == 2:
