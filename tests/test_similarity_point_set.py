@@ -147,3 +147,26 @@ def test_spread_matches_loop():
         ref.append(sum(math.dist(unit[a], unit[b]) for a, b in pairs) / len(pairs))
     torch.testing.assert_close(sets.uncertainty("spread"), torch.tensor(ref, dtype=torch.float64))
     assert torch.equal(point_set(3, 1, 5, 1).spread(), torch.zeros(3, dtype=torch.float64))
+
+
+def test_default_blocks_bound_the_temporaries(monkeypatch):
+    from pcmr.similarity import _registry, get_similarity
+
+    spec = get_similarity("max_cosine")
+    images, captions = point_set(50, 3, 4, 1), point_set(20, 2, 4, 2)
+    budget = 10 * 3 * 20 * 2 * 8  # bytes of the products of 10 image rows (float64)
+    monkeypatch.setattr(_registry, "DEFAULT_BLOCK_BYTES", budget)
+    rows = []
+    original = type(spec).block
+
+    def spy(self, state, rows_slice, out):
+        rows.append(rows_slice.stop - rows_slice.start)
+        return original(self, state, rows_slice, out)
+
+    monkeypatch.setattr(type(spec), "block", spy)
+    scores = pairwise("max_cosine", images, captions)
+    assert rows == [10] * 5
+    torch.testing.assert_close(scores, loop_max_cosine(images.points, captions.points), rtol=1e-12, atol=1e-12)
+    rows.clear()
+    pairwise("max_cosine", PointSet(images.points.clone().requires_grad_()), captions)
+    assert rows == [5] * 10  # the differentiable path keeps the max indices too: half the rows
