@@ -7,8 +7,9 @@ image-caption pair by its best-matching pair of embeddings::
 
 Inputs are :class:`pcmr.PointSet` (``points [N, K, D]``) or any Gaussian, whose mean is read as a
 set of one point (then the score is ``cosine``); variances are ignored. The two sides may hold
-different ``K``. Blocks are one matrix product ``[n K1, D] x [D, N_cap K2]`` followed by a max over
-the ``K1`` and ``K2`` axes, so a block's temporaries are ``n K1 N_cap K2`` numbers.
+different ``K``. Blocks are one matrix product ``[n K1, D] x [D, K2 N_cap]`` (caption points laid out
+point-major, so the product reads as ``[n, K1 K2, N_cap]``) followed by a max over the middle axis;
+a block's temporaries are ``n K1 K2 N_cap`` numbers.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _NORM_EPS = 1e-12
 @dataclass(frozen=True)
 class _SetState:
     images: Tensor  # [N_img, K1, D] unit rows
-    captions_t: Tensor  # [D, N_cap * K2] unit columns
+    captions_t: Tensor  # [D, K2 * N_cap] unit columns, point-major: column l * N_cap + c is point l of caption c
     num_captions: int
     caption_points: int
 
@@ -54,16 +55,22 @@ class MaxCosine(Similarity):
 
     def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> _SetState:
         y = _unit_points(captions)  # [N_cap, K2, D]
-        return _SetState(_unit_points(images), y.reshape(-1, y.shape[2]).T, y.shape[0], y.shape[1])
+        columns = y.transpose(0, 1).reshape(-1, y.shape[2]).T  # [D, K2 * N_cap]
+        return _SetState(_unit_points(images), columns, y.shape[0], y.shape[1])
 
     def block(self, state: _SetState, rows: slice, out: Tensor | None) -> Tensor:
         x = state.images[rows]  # [n, K1, D]
         n, k1, dim = x.shape
-        products = (x.reshape(n * k1, dim) @ state.captions_t).view(n, k1, state.num_captions,
-                                                                    state.caption_points)
+        # row i * K1 + k, column l * N_cap + c  ->  [n, K1 * K2, N_cap]: a max over the middle axis
+        products = (x.reshape(n * k1, dim) @ state.captions_t).view(n, k1 * state.caption_points,
+                                                                    state.num_captions)
+        if k1 * state.caption_points == 1:
+            if out is None:
+                return products[:, 0]
+            return out.copy_(products[:, 0])
         if out is None:
-            return products.amax(dim=(1, 3))  # [n, N_cap]
-        return torch.amax(products, dim=(1, 3), out=out)
+            return products.amax(dim=1)  # [n, N_cap]
+        return torch.amax(products, dim=1, out=out)
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
         products = torch.einsum("nkd,nld->nkl", _unit_points(images), _unit_points(captions))  # [N, K1, K2]
