@@ -16,7 +16,7 @@ from test_models_support import make_batch, single_thread  # noqa: F401  (autous
 
 
 def loop_head(head: PVSEHead, local, pooled, mask):
-    """PVSE eq. 1-3 one item and one head at a time from the head's own weights (float64 lists)."""
+    """The PVSE head one item and one head at a time from the head's own weights (float64 lists)."""
     w1, w2 = head.attention.w1.weight.tolist(), head.attention.w2.weight.tolist()
     fc_w, fc_b = head.fc.weight.tolist(), head.fc.bias.tolist()
     loc_w, loc_b = head.fc_local.weight.tolist(), head.fc_local.bias.tolist()

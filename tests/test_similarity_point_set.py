@@ -1,4 +1,4 @@
-"""``pcmr.PointSet`` and the ``max_cosine`` score (PVSE eq. 4) against plain loops: values, blocks,
+"""``pcmr.PointSet`` and the ``max_cosine`` score (PVSE) against plain loops: values, blocks,
 gradients, K = 1 equals cosine, and every other score refusing point sets."""
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""PVSE's objective (Song and Soleymani, CVPR 2019, §3.3): a multiple-instance triplet loss on the
+"""PVSE's objective (Song and Soleymani, CVPR 2019; PCME §3.1.1, App. A.2): a multiple-instance triplet loss on the
 best of the K x K pairs, a diversity regulariser and an MMD domain-discrepancy term.
 
 ``loss = L_mil + lambda_div * (L_div(image residuals) + L_div(caption residuals))
 + lambda_mmd * L_mmd(image points, caption points)`` with
 
 * ``L_mil``: the bidirectional hinge triplet loss with the hardest negative (VSE++ MAX) on
-  ``S = max_cosine`` (PVSE eq. 4-5): only the best-matching pair of the ``K1 x K2`` embeddings of an
+  ``S = max_cosine`` (PVSE's MIL loss): only the best-matching pair of the ``K1 x K2`` embeddings of an
   image and a caption is supervised (multiple-instance learning); averaged over the positive pairs.
-* ``L_div`` (PVSE eq. 6): for each item, the ``K`` local residuals ``r_k`` (the attention branch
+* ``L_div`` (PVSE's diversity regulariser): for each item, the ``K`` local residuals ``r_k`` (the attention branch
   before the residual sum) normalised to unit length, ``|R R^T - I|_F / K^2``, averaged over the
   batch. Following the authors' release the norm is not squared and the diagonal (1 after
   normalisation) is set to 0 rather than subtracted.
-* ``L_mmd`` (PVSE eq. 7): the biased (V-statistic) MMD between the ``B_img K1`` image points and the
+* ``L_mmd`` (PVSE's domain-discrepancy term): the biased (V-statistic) MMD between the ``B_img K1`` image points and the
   ``B_cap K2`` caption points, with the release's kernel ``k(x, y) = exp(-gamma |x - y|)`` on the
   Euclidean distance (not squared) and ``gamma = 0.5``.
 
@@ -41,7 +41,7 @@ _NORM_EPS = 1e-12
 
 
 def diversity_loss(residuals: Tensor) -> Tensor:
-    """PVSE eq. 6 as released: mean over items of ``|R R^T - I|_F / K^2`` with ``R`` the item's
+    """PVSE's diversity regulariser as released: mean over items of ``|R R^T - I|_F / K^2`` with ``R`` the item's
     ``K`` residuals normalised to unit rows.
 
     Args:
@@ -70,7 +70,7 @@ def _kernel_mean(x: Tensor, y: Tensor, gamma: float) -> Tensor:
 
 
 def mmd_loss(x: Tensor, y: Tensor, gamma: float = 0.5) -> Tensor:
-    """Biased squared MMD with the kernel ``exp(-gamma |x - y|)`` (PVSE eq. 7 as released):
+    """Biased squared MMD with the kernel ``exp(-gamma |x - y|)`` (PVSE's MMD term as released):
     ``mean k(x, x') - 2 mean k(x, y) + mean k(y, y')`` over all pairs, diagonals included.
 
     Args:
@@ -87,7 +87,7 @@ def mmd_loss(x: Tensor, y: Tensor, gamma: float = 0.5) -> Tensor:
 
 def mil_triplet_loss(image_points: Tensor, caption_points: Tensor, positives: Tensor, margin: float = 0.1,
                      reduction: str = "mean") -> Tensor:
-    """PVSE eq. 4-5: the hardest-negative triplet loss on ``max_cosine`` scores of point sets
+    """PVSE's MIL loss: the hardest-negative triplet loss on ``max_cosine`` scores of point sets
     ``image_points [B_img, K1, D]`` and ``caption_points [B_cap, K2, D]``."""
     from pcmr.similarity import pairwise
 

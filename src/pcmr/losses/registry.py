@@ -53,7 +53,7 @@ _ENTRIES = (
     LossEntry("pcme", PcmeLoss, PcmeConfig, {}, "PCME eq.1-3, §A.1"),
     LossEntry("pcme_csd", CsdLoss, CsdConfig, {}, "PCME++ closed-form sampled distance"),
     LossEntry("calibpe", CalibratedTripletLoss, CalibratedConfig, {}, "CalibPE eq.2, 5, 7"),
-    LossEntry("pvse", PvseLoss, PvseConfig, {}, "PVSE eq.4-7 (MIL triplet MAX + diversity + MMD)"),
+    LossEntry("pvse", PvseLoss, PvseConfig, {}, "PVSE: MIL triplet MAX + diversity + MMD (PCME §3.1.1)"),
 )
 _REGISTRY: dict[str, LossEntry] = {entry.name: entry for entry in _ENTRIES}
 

@@ -1,6 +1,6 @@
 """PVSE (Song and Soleymani, CVPR 2019): K embeddings per item from K-head self-attention.
 
-The polysemous instance embedding of PVSE §3.2 (eq. 1-3), on any pcmr encoder (local features
+PVSE's polysemous instance embedding network (PIE-Net; PCME §3.1.1 restates it), on any pcmr encoder (local features
 ``[B, R, F]`` with a mask, pooled feature ``[B, F]``; images: grid cells of the CNN or precomputed
 regions, captions: the GRU's word states)::
 
@@ -37,7 +37,7 @@ __all__ = ["MultiHeadAttentionPool", "PVSEHead", "PVSEOutput", "PointSetTower", 
 
 
 class MultiHeadAttentionPool(nn.Module):
-    """K attention maps over local features: ``a = softmax_R(w2 tanh(w1 x))`` (PVSE eq. 1).
+    """K attention maps over local features: ``a = softmax_R(w2 tanh(w1 x))`` (PVSE; Lin et al., ICLR 2017).
 
     Returns ``(pooled [B, K, F], weights [B, R, K])``; padded positions get weight 0.
     """

@@ -1,6 +1,6 @@
 """Scores of point sets: ``max_cosine``, the best of the ``K1 x K2`` cosines (PVSE).
 
-PVSE (Song and Soleymani, CVPR 2019, §3.2, eq. 4) embeds each item as ``K`` points and scores an
+PVSE (Song and Soleymani, CVPR 2019; PCME §3.1.1) embeds each item as ``K`` points and scores an
 image-caption pair by its best-matching pair of embeddings::
 
     S(i, c) = max_{k <= K1, l <= K2} <v_k / |v_k|, t_l / |t_l|>
@@ -42,11 +42,11 @@ def _unit_points(embedding: Gaussian) -> Tensor:
 
 @register
 class MaxCosine(Similarity):
-    """``S = max_{k, l} cos(v_k, t_l)`` over the ``K1 x K2`` pairs of points (PVSE eq. 4)."""
+    """``S = max_{k, l} cos(v_k, t_l)`` over the ``K1 x K2`` pairs of points (PVSE's MIL matching)."""
 
     name = "max_cosine"
     accepts_point_sets = True
-    reference = "PVSE (Song and Soleymani, CVPR 2019) eq. 4: best pair of the K x K cosines (MIL)"
+    reference = "PVSE (Song and Soleymani, CVPR 2019; PCME §3.1.1): best pair of the K x K cosines (MIL)"
 
     def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any], grad: bool) -> int:
         pairs = as_points(images).shape[1] * as_points(captions).shape[1]
