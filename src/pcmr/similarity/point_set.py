@@ -61,13 +61,13 @@ class MaxCosine(Similarity):
     def block(self, state: _SetState, rows: slice, out: Tensor | None) -> Tensor:
         x = state.images[rows]  # [n, K1, D]
         n, k1, dim = x.shape
+        if k1 * state.caption_points == 1:  # one point per item: the cosine matrix itself
+            if out is None:
+                return x[:, 0] @ state.captions_t
+            return torch.mm(x[:, 0], state.captions_t, out=out)
         # row i * K1 + k, column l * N_cap + c  ->  [n, K1 * K2, N_cap]: a max over the middle axis
         products = (x.reshape(n * k1, dim) @ state.captions_t).view(n, k1 * state.caption_points,
                                                                     state.num_captions)
-        if k1 * state.caption_points == 1:
-            if out is None:
-                return products[:, 0]
-            return out.copy_(products[:, 0])
         if out is None:
             return products.amax(dim=1)  # [n, N_cap]
         return torch.amax(products, dim=1, out=out)
