@@ -82,17 +82,19 @@ def main() -> None:
         print(json.dumps(worker(*shape, args.worker, args.repeats)))
         return
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, float32")
-    print("| K | shape | pcmr (s) | matmul (s) | pcmr / matmul | full product (s) | full / pcmr | peak RSS (GiB) |")
+    print("| K | shape | pcmr (s) | matmul (s) | pcmr / matmul | full product (s) | full / pcmr "
+          "| peak RSS (GiB) |")
     print("|---|---|---|---|---|---|---|---|")
     for k in (int(v) for v in args.ks.split(",")):
         cmd = [sys.executable, __file__, "--worker", str(k), "--shape", ",".join(map(str, shape)),
                "--repeats", str(args.repeats)]
-        r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        r = json.loads(done.stdout.strip().splitlines()[-1])
         assert r["same"], "pcmr and the full product disagree"
         n, m, d = r["shape"]
-        print(f"| {k} | {n}x{m}x{d} | {r['pcmr_s']:.3f} | {r['matmul_s']:.3f} | {r['pcmr_s'] / r['matmul_s']:.2f}x | "
-              f"{r['baseline_s']:.3f} | {r['baseline_s'] / r['pcmr_s']:.2f}x | {r['peak_bytes'] / 2**30:.2f} |",
-              flush=True)
+        print(f"| {k} | {n}x{m}x{d} | {r['pcmr_s']:.3f} | {r['matmul_s']:.3f} | "
+              f"{r['pcmr_s'] / r['matmul_s']:.2f}x | {r['baseline_s']:.3f} | {r['baseline_s'] / r['pcmr_s']:.2f}x | "
+              f"{r['peak_bytes'] / 2**30:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

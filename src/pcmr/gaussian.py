@@ -96,7 +96,8 @@ class Gaussian:
         kinds = {type(g) for g in gaussians}
         if kinds != {Gaussian}:  # a subclass (e.g. pcmr.PointSet) concatenates its own kind
             if len(kinds) != 1:
-                raise ValueError(f"Gaussian.cat cannot mix kinds of embeddings, got {sorted(k.__name__ for k in kinds)}")
+                names = sorted(k.__name__ for k in kinds)
+                raise ValueError(f"Gaussian.cat cannot mix kinds of embeddings, got {names}")
             return kinds.pop().cat(gaussians)
         points = [g.is_point for g in gaussians]
         if any(points) and not all(points):
