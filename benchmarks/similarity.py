@@ -72,7 +72,7 @@ def _broadcast_formula(name: str, m1, lv1, m2, lv2):
     v1, v2 = lv1.exp(), lv2.exp()
     diff2 = (m1 - m2) ** 2
     kl = lambda ma, la, va, mb, lb, vb: 0.5 * (lb - la + va / vb + (ma - mb) ** 2 / vb - 1).sum(-1)  # noqa: E731
-    if name == "cosine":
+    if name in ("cosine", "max_cosine"):  # max_cosine on Gaussians: their means as sets of one point
         return (torch.nn.functional.normalize(m1, dim=-1) * torch.nn.functional.normalize(m2, dim=-1)).sum(-1)
     if name == "l2":
         return -diff2.sum(-1).sqrt()

@@ -22,7 +22,10 @@ EXPECTED = {
     "gcie": (True, True, 128),
     "vsepp": (False, False, 128),
     "vsepp_wide": (False, False, 256),
+    "pvse": (False, False, 128),
 }
+# Extra training outputs of a family (the tensors its loss takes), beyond "image" and "caption".
+EXTRA_OUTPUTS = {"pvse": {"image_points", "image_residuals", "caption_points", "caption_residuals"}}
 VOCAB = 37  # prime, small
 
 
@@ -47,7 +50,7 @@ def test_forward_shapes_and_gaussian_sides(name):
     model = _create(name)
     batch = make_batch(model.config, num_images=3, num_captions=5)
     out = model(batch)
-    assert set(out) == {"image", "caption"}
+    assert set(out) == {"image", "caption"} | EXTRA_OUTPUTS.get(name, set())
     image, caption = out["image"], out["caption"]
     assert isinstance(image, Gaussian) and isinstance(caption, Gaussian)
     assert image.mean.shape == (3, dim) and caption.mean.shape == (5, dim)

@@ -24,6 +24,7 @@ EXPECTED = (
         "hal",
         "max_hal",
         "calibpe",
+        "pvse",
     ]
     + [
         f"probvse_{s}_{c}"

@@ -14,7 +14,7 @@ from pcmr.similarity import get_similarity, list_similarities, paired, pairwise
 ALL = list_similarities()
 SAMPLED = [name for name in ALL if get_similarity(name).sampled]
 EXPECTED = ["cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
-            "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob"]
+            "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob", "max_cosine"]
 A, B = 1.7, 0.6  # match_prob parameters used against the reference
 
 
@@ -30,7 +30,7 @@ def reference_score(name, m1, lv1, m2, lv2, z1=None, z2=None):
     v1 = [math.exp(x) for x in lv1] if lv1 is not None else [0.0] * dim
     v2 = [math.exp(x) for x in lv2] if lv2 is not None else [0.0] * dim
     diff2 = [(m1[d] - m2[d]) ** 2 for d in range(dim)]
-    if name == "cosine":
+    if name in ("cosine", "max_cosine"):  # max_cosine reads a Gaussian as a set of one point (its mean)
         n1, n2 = math.sqrt(sum(x * x for x in m1)), math.sqrt(sum(x * x for x in m2))
         return sum(m1[d] * m2[d] for d in range(dim)) / (n1 * n2)
     if name == "l2":

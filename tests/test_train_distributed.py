@@ -20,6 +20,7 @@ from torch import nn
 
 from pcmr.gaussian import Gaussian
 from pcmr.losses import create_loss, list_losses
+from pcmr.point_set import PointSet
 from pcmr.train.distributed import (
     DistributedContext,
     TrainStep,
@@ -82,10 +83,11 @@ def make_batch(captions: list[int]) -> dict[str, torch.Tensor]:
 class TinyModel(nn.Module):
     """Linear Gaussian heads on fixed features, plus K view embeddings per item (for CalibPE)."""
 
-    def __init__(self, points: bool = False) -> None:
+    def __init__(self, points: bool | str = False) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.points = points  # point embeddings (CalibPE's distributions come from the views)
+        # point embeddings (CalibPE's distributions come from the views); "pvse": also K points per item
+        self.points = points
         self.image_mean, self.image_logvar = nn.Linear(FEATURES, DIM), nn.Linear(FEATURES, DIM)
         self.caption_mean, self.caption_logvar = nn.Linear(FEATURES, DIM), nn.Linear(FEATURES, DIM)
         self.view = nn.Linear(FEATURES, DIM)
@@ -98,7 +100,19 @@ class TinyModel(nn.Module):
         else:
             image = Gaussian(image_mean, self.image_logvar(batch["image_features"]) - 2.0)
             caption = Gaussian(caption_mean, self.caption_logvar(batch["caption_features"]) - 2.0)
+        extra = {}
+        if self.points == "pvse":  # K = VIEWS points per item and their attention residuals
+            image_residuals = self.view(batch["image_noise"])  # [B_img, K, D]
+            caption_residuals = self.view(batch["caption_noise"])  # [B_cap, K, D]
+            extra = {
+                "image_points": nn.functional.normalize(image_mean.unsqueeze(1) + image_residuals, dim=-1),
+                "caption_points": nn.functional.normalize(caption_mean.unsqueeze(1) + caption_residuals, dim=-1),
+                "image_residuals": image_residuals,
+                "caption_residuals": caption_residuals,
+            }
+            image, caption = PointSet(extra["image_points"]), PointSet(extra["caption_points"])
         return {
+            **extra,
             "image": image,
             "caption": caption,
             "image_views": image_mean.unsqueeze(1) + 0.3 * self.view(batch["image_noise"]),  # [B_img, K, D]
@@ -108,7 +122,7 @@ class TinyModel(nn.Module):
 
 def loss_and_gradients(name: str, context: DistributedContext, captions: list[int], precision: str = "fp32"):
     """The loss of the global batch and the gradients of every parameter (model and loss)."""
-    model = TinyModel(points=name == "calibpe")
+    model = TinyModel(points={"calibpe": True, "pvse": "pvse"}.get(name, False))
     loss = create_loss(name)
     step = TrainStep(model, loss, context, relevance=_relevance,
                      autocast=autocast_factory(precision, torch.device("cpu")))

@@ -15,9 +15,10 @@ import importlib
 from typing import Any
 
 from pcmr.gaussian import Gaussian
+from pcmr.point_set import PointSet
 
 __version__ = "0.1.0"
-__all__ = ["Gaussian", "__version__", "create_model", "load_model", "list_models", "save_model"]
+__all__ = ["Gaussian", "PointSet", "__version__", "create_model", "load_model", "list_models", "save_model"]
 
 _SUBMODULES = {"similarity", "metrics", "inference", "losses", "models", "data", "index"}
 _MODEL_API = {"create_model", "load_model", "list_models", "save_model"}

@@ -93,6 +93,12 @@ class Gaussian:
         Gaussians."""
         if len(gaussians) == 0:
             raise ValueError("Gaussian.cat needs at least one Gaussian")
+        kinds = {type(g) for g in gaussians}
+        if kinds != {Gaussian}:  # a subclass (e.g. pcmr.PointSet) concatenates its own kind
+            if len(kinds) != 1:
+                names = sorted(k.__name__ for k in kinds)
+                raise ValueError(f"Gaussian.cat cannot mix kinds of embeddings, got {names}")
+            return kinds.pop().cat(gaussians)
         points = [g.is_point for g in gaussians]
         if any(points) and not all(points):
             raise ValueError("Gaussian.cat cannot mix point embeddings (logvar=None) with Gaussians")

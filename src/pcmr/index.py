@@ -18,7 +18,8 @@ On disk (a folder; no pickle anywhere):
 - ``index.json``: format/version, sizes, ids, caption texts, image metadata, similarity options,
   uncertainty measure, provenance (model, dataset, split);
 - ``embeddings.safetensors``: ``image_mean [N_img, D]``, ``image_logvar [N_img, D|1]``,
-  ``caption_mean [N_cap, D]``, ``caption_logvar [N_cap, D|1]`` (log-variances absent for points);
+  ``caption_mean [N_cap, D]``, ``caption_logvar [N_cap, D|1]`` (log-variances absent for points),
+  ``image_points`` / ``caption_points [N, K, D]`` for ``pcmr.PointSet`` embeddings (PVSE);
 - ``model/`` (``pcmr.models.save_model``) and ``vocab.json`` when the index can encode queries.
 """
 
@@ -51,6 +52,7 @@ from pcmr.gaussian import Gaussian
 from pcmr.models import load_model as load_pcmr_model
 from pcmr.models import save_model
 from pcmr.models.model import RetrievalModel
+from pcmr.point_set import PointSet
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
 
@@ -197,6 +199,8 @@ class GalleryIndex:
         tensors = {}
         for modality, g in (("image", self.images), ("caption", self.captions)):
             tensors[f"{modality}_mean"] = g.mean.detach().cpu().contiguous()
+            if isinstance(g, PointSet):  # K points per item (PVSE); the mean above is their centroid
+                tensors[f"{modality}_points"] = g.points.detach().cpu().contiguous()
             if g.logvar is not None:
                 tensors[f"{modality}_logvar"] = g.logvar.detach().cpu().contiguous()
         atomic_write_safetensors(out / EMBEDDINGS_FILE, tensors)
@@ -250,8 +254,11 @@ class GalleryIndex:
             if f"{modality}_mean" not in tensors:
                 raise ValueError(f"{emb_path} has no tensor '{modality}_mean'; the index is corrupted")
             try:
-                gaussians[modality] = Gaussian(tensors[f"{modality}_mean"],
-                                               tensors.get(f"{modality}_logvar")).to(dev)
+                if f"{modality}_points" in tensors:
+                    gaussians[modality] = PointSet(tensors[f"{modality}_points"]).to(dev)
+                else:
+                    gaussians[modality] = Gaussian(tensors[f"{modality}_mean"],
+                                                   tensors.get(f"{modality}_logvar")).to(dev)
             except ValueError as err:
                 raise ValueError(f"{emb_path}: {err}") from None
         model = vocab = None

@@ -41,6 +41,7 @@ from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rer
 from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, MetricsReport, evaluate_directions, load_extra_positives
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.models.model import RetrievalModel
+from pcmr.point_set import uncertainty_measure_for
 from pcmr.similarity import list_similarities
 
 __all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
@@ -203,10 +204,11 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             if not lists and name == result.rows[0]["similarity"]:
                 hub_data[f"{name}/{rerank}"] = {d: occurrence_histogram(evaluation.k_occurrence[d][10])
                                                 for d in DIRECTIONS}
-        if not (images.is_point or captions.is_point):
-            decile_data[name] = decile_series(scores, relevance, images, captions, uncertainty_measure)
+        measure = uncertainty_measure_for((images, captions), uncertainty_measure)  # PVSE point sets: spread
+        if measure is not None:
+            decile_data[name] = decile_series(scores, relevance, images, captions, measure)
     if decile_data:
-        result.figures["uncertainty_r1"] = {"measure": uncertainty_measure, "series": decile_data}
+        result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
     if hub_data and min(images.num, captions.num) > 10:
         result.figures["k_occurrence"] = {"k": 10, "series": hub_data}
     if images.dim == 2:

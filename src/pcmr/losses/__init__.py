@@ -32,6 +32,7 @@ from pcmr.losses.hubness import (
     hal_weights,
 )
 from pcmr.losses.match_scale import MatchScale
+from pcmr.losses.pvse import PvseConfig, PvseLoss, diversity_loss, mil_triplet_loss, mmd_loss
 from pcmr.losses.registry import LossEntry, create_loss, get_loss_entry, list_losses
 from pcmr.losses.regularisers import kl_prior_loss, uniformity_loss
 from pcmr.losses.soft_contrastive import (
@@ -56,6 +57,8 @@ __all__ = [
     "MatchScale",
     "PcmeConfig",
     "PcmeLoss",
+    "PvseConfig",
+    "PvseLoss",
     "RetrievalLoss",
     "ScoreConfig",
     "ScoredLoss",
@@ -65,6 +68,7 @@ __all__ = [
     "calibrated_triplet_loss",
     "create_loss",
     "csd_loss",
+    "diversity_loss",
     "draw_samples",
     "gaussian_from_views",
     "get_loss_entry",
@@ -74,6 +78,8 @@ __all__ = [
     "kl_prior_loss",
     "list_losses",
     "match_log_probabilities",
+    "mil_triplet_loss",
+    "mmd_loss",
     "soft_contrastive_loss",
     "triplet_loss",
     "triplet_terms",

@@ -15,6 +15,7 @@ from pcmr.losses.base import RetrievalLoss
 from pcmr.losses.calibrated import CalibratedConfig, CalibratedTripletLoss
 from pcmr.losses.csd import CsdConfig, CsdLoss
 from pcmr.losses.hubness import HalConfig, HalLoss, HalReleasedConfig, HalReleasedLoss
+from pcmr.losses.pvse import PvseConfig, PvseLoss
 from pcmr.losses.soft_contrastive import PcmeConfig, PcmeLoss
 from pcmr.losses.triplet import TripletConfig, TripletLoss
 
@@ -52,6 +53,7 @@ _ENTRIES = (
     LossEntry("pcme", PcmeLoss, PcmeConfig, {}, "PCME eq.1-3, §A.1"),
     LossEntry("pcme_csd", CsdLoss, CsdConfig, {}, "PCME++ closed-form sampled distance"),
     LossEntry("calibpe", CalibratedTripletLoss, CalibratedConfig, {}, "CalibPE eq.2, 5, 7"),
+    LossEntry("pvse", PvseLoss, PvseConfig, {}, "PVSE: MIL triplet MAX + diversity + MMD (PCME §3.1.1)"),
 )
 _REGISTRY: dict[str, LossEntry] = {entry.name: entry for entry in _ENTRIES}
 

@@ -43,7 +43,7 @@ __all__ = [
 IMAGE_ENCODER_KINDS = ("global_features", "local_features", "cnn", "efficientnet_lite0")
 IMAGE_REASONING_KINDS = ("none", "vsrn")
 TEXT_ENCODER_KINDS = ("gru", "minilm")
-HEAD_KINDS = ("linear", "identity", "pcme")
+HEAD_KINDS = ("linear", "identity", "pcme", "pvse")
 COVARIANCE_KINDS = ("ellipsoidal", "spherical_avgpool_variance", "spherical_avgpool_logvar", "spherical_one_value")
 VARIANCE_SOURCES = ("shared", "duplicate")
 
@@ -103,6 +103,8 @@ class HeadConfig:
     # identity (the pooled feature is the embedding: VSE++/ProbVSE captions, the final GRU state, so
     # text_encoder.hidden_dim must equal embed_dim; the variance is the duplicated GRU's state) |
     # pcme (PCME mean/variance heads with a self-attention branch over local features, PCME Fig. 3)
+    # | pvse (K point embeddings per item by K-head self-attention over local features plus the
+    # pooled feature, PVSE; both sides)
     kind: str = "linear"
     # False: deterministic point embeddings (logvar None, no variance branch)
     probabilistic: bool = True
@@ -119,8 +121,10 @@ class HeadConfig:
     variance_bounds: list[float] | None = None
     # linear: L2-normalise the mean (VSE++ convention); pcme: the mean is always LayerNorm + L2
     normalize_mean: bool = True
-    # pcme: hidden width of the self-attention pooling MLP (0: half the feature size, as PVSE)
+    # pcme, pvse: hidden width of the self-attention pooling MLP (0: half the feature size, as PVSE)
     attention_hidden: int = 0
+    # pvse: K, the number of embeddings (attention heads) per item (PCME compares PVSE at K = 1, 2, 4)
+    num_embeds: int = 1
     # initial log-variance: the variance head's output bias is set so that logvar starts at this
     # value (plus the small input-dependent part of the freshly initialised weights); inside
     # variance_bounds when those are set. null: PyTorch's default init (logvar about 0, sigma^2
@@ -295,6 +299,13 @@ def validate_config(config: ModelConfig) -> None:
                     f"got {head.variance_bounds}"
                 )
         _check_logvar_init(head, side)
+        _check_positive(head.num_embeds, f"{side}.num_embeds")
+        if head.kind == "pvse" and head.probabilistic:
+            raise ValueError(f"model config field '{side}.probabilistic' must be false for a pvse head (K points "
+                             f"per item, no variance)")
+    if (config.image_head.kind == "pvse") != (config.caption_head.kind == "pvse"):
+        raise ValueError("model config fields 'image_head.kind' and 'caption_head.kind' must both be pvse or "
+                         f"neither, got {config.image_head.kind!r} and {config.caption_head.kind!r}")
 
 
 def _check_logvar_init(head: HeadConfig, side: str) -> None:

@@ -28,6 +28,7 @@ from pcmr.models.heads import build_mean_head, build_variance_head
 from pcmr.models.image_encoders import GlobalFeatureBackbone, LocalFeatureBackbone, SmallCNNBackbone
 from pcmr.models.model import Encoder, RetrievalModel, Tower
 from pcmr.models.pretrained import EfficientNetLite0Backbone, MiniLMBackbone
+from pcmr.models.pvse import PointSetTower, PVSEHead, PVSEModel
 from pcmr.models.text_encoders import GRUTextBackbone
 from pcmr.models.vsrn import VSRNReasoning
 
@@ -133,6 +134,8 @@ def _tower(
     refine = make_refine(backbone.out_dim)
     out_dim = refine.out_dim if refine is not None else backbone.out_dim
     encoder = Encoder(backbone, refine, out_dim)
+    if head.kind == "pvse":
+        return PointSetTower(encoder, PVSEHead(out_dim, embed_dim, head.num_embeds, head.attention_hidden))
     mean_head = build_mean_head(head, out_dim, embed_dim)
     if not head.probabilistic:
         return Tower(encoder, mean_head)
@@ -162,7 +165,8 @@ def build_model(config: ModelConfig, load_pretrained: bool = True) -> RetrievalM
     caption_tower = _tower(
         lambda: _text_backbone(config), lambda in_dim: None, config.caption_head, config.embed_dim
     )
-    return RetrievalModel(config, image_tower, caption_tower)
+    model_class = PVSEModel if config.image_head.kind == "pvse" else RetrievalModel
+    return model_class(config, image_tower, caption_tower)
 
 
 def create_model(

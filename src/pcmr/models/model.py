@@ -174,6 +174,11 @@ class RetrievalModel(nn.Module):
         means = self.caption_tower({"captions": tokens, "caption_lengths": lengths.reshape(-1)}).mean
         return means.reshape(batch_size, num_views, -1)
 
+    def encode_pair(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """``{"image": Gaussian, "caption": Gaussian}`` of a batch (a family may add the tensors its
+        loss takes, e.g. PVSE's points and residuals)."""
+        return {"image": self.encode_images(batch), "caption": self.encode_captions(batch)}
+
     def forward(self, batch: Mapping[str, Any]) -> dict[str, Any]:
         """Encode a training batch.
 
@@ -183,7 +188,7 @@ class RetrievalModel(nn.Module):
             views) when the batch carries ``"image_views"`` / ``"caption_views"``
             (or ``"caption_view_texts"`` for minilm).
         """
-        outputs: dict[str, Any] = {"image": self.encode_images(batch), "caption": self.encode_captions(batch)}
+        outputs = self.encode_pair(batch)
         if batch.get("image_views") is not None:
             outputs["image_views"] = self.encode_image_views(batch["image_views"])
         caption_view_keys = ["caption_views"]

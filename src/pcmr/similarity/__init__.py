@@ -11,7 +11,15 @@ See ``docs/similarity.md`` for formulas, papers and options.
 
 from __future__ import annotations
 
-from pcmr.similarity import kl, mahalanobis, point, product_kernels, sampled, wasserstein  # noqa: F401  (registration)
+from pcmr.similarity import (  # noqa: F401  (registration)
+    kl,
+    mahalanobis,
+    point,
+    point_set,
+    product_kernels,
+    sampled,
+    wasserstein,
+)
 from pcmr.similarity._primitives import safe_sqrt, sampled_pair_distances
 from pcmr.similarity._registry import Similarity, get_similarity, list_similarities, paired, pairwise
 

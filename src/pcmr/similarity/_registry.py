@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
+from pcmr.point_set import PointSet
 
 __all__ = ["Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity"]
 
@@ -27,7 +28,7 @@ DEFAULT_BLOCK_BYTES = 256 * 2**20
 _REGISTRY: dict[str, Similarity] = {}
 _SPEC_ORDER = (
     "cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
-    "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob",
+    "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob", "max_cosine",
 )
 
 
@@ -40,6 +41,8 @@ class Similarity(ABC):
         sampled: True for Monte-Carlo scores over ``J`` samples per item.
         needs_image_variance / needs_caption_variance: whether point embeddings
             (``logvar=None``) are refused on that side.
+        accepts_point_sets: whether ``pcmr.PointSet`` inputs (K points per item) are scored;
+            every other score refuses them.
         options: accepted options and their defaults.
         reference: paper and equation.
     """
@@ -48,6 +51,7 @@ class Similarity(ABC):
     sampled: bool = False
     needs_image_variance: bool = False
     needs_caption_variance: bool = False
+    accepts_point_sets: bool = False
     options: Mapping[str, Any] = {}
     reference: str = ""
 
@@ -115,6 +119,11 @@ def _resolve(
     for arg, g in (("images", images), ("captions", captions)):
         if not isinstance(g, Gaussian):
             raise ValueError(f"{name}: {arg} must be a pcmr.Gaussian, got {type(g).__name__}")
+        if isinstance(g, PointSet) and not spec.accepts_point_sets:
+            raise ValueError(
+                f"{name} scores one embedding per item, but {arg} is a PointSet of K={g.num_points} points per "
+                f"item; scores that accept point sets: {_set_friendly()}"
+            )
     if images.dim != captions.dim:
         raise ValueError(
             f"{name}: images and captions must share the dimension D, got {images.dim} and {captions.dim}"
@@ -139,6 +148,10 @@ def _resolve(
     resolved = {**spec.options, **options}
     spec.check_options(images, captions, resolved)
     return spec, resolved
+
+
+def _set_friendly() -> list[str]:
+    return [n for n, s in _REGISTRY.items() if s.accepts_point_sets]
 
 
 def _point_friendly(side: str) -> list[str]:

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from pcmr.gaussian import Gaussian
+from pcmr.point_set import PointSet
 
 __all__ = [
     "BACKEND_ENV",
@@ -51,8 +52,8 @@ __all__ = [
 ]
 
 BACKEND_ENV = "PCMR_DIST_BACKEND"  # override the backend chosen from the device (gloo | nccl | ...)
-IMAGE_KEYS = ("image_views", "image_samples")  # per-image tensors a loss may take
-CAPTION_KEYS = ("caption_views", "caption_samples")  # per-caption tensors a loss may take
+IMAGE_KEYS = ("image_views", "image_samples", "image_points", "image_residuals")  # per-image tensors a loss may take
+CAPTION_KEYS = ("caption_views", "caption_samples", "caption_points", "caption_residuals")  # per-caption tensors
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,9 @@ def _first_occurrences(index: Tensor) -> Tensor:
 
 
 def _gather_gaussian(gaussian: Gaussian, context: DistributedContext, rows: Tensor | None) -> Gaussian:
+    if isinstance(gaussian, PointSet):  # K points per item (PVSE): gather the points
+        points = gather_rows(gaussian.points, context)
+        return PointSet(points if rows is None else points.index_select(0, rows), check=False)
     mean = gather_rows(gaussian.mean, context)
     logvar = None if gaussian.logvar is None else gather_rows(gaussian.logvar, context)
     if rows is not None:
@@ -276,7 +280,9 @@ def _to_float32(outputs: dict[str, Any]) -> dict[str, Any]:
     """Model outputs in float32 (the loss, its exponentials, KL and sampling run in float32)."""
     result: dict[str, Any] = {}
     for key, value in outputs.items():
-        if isinstance(value, Gaussian):
+        if isinstance(value, PointSet):
+            result[key] = PointSet(value.points.float(), check=False)
+        elif isinstance(value, Gaussian):
             logvar = None if value.logvar is None else value.logvar.float()
             result[key] = Gaussian(value.mean.float(), logvar, check=False)
         elif isinstance(value, Tensor) and value.is_floating_point():
