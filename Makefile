@@ -8,7 +8,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,fast,eccv,pretrained
+EXTRAS ?= dev,fast,eccv,pretrained,search
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pcmr-installed
 
