@@ -600,5 +600,6 @@ def _image_source(split: Any) -> dict[str, Any]:
     """How ``pcmr serve`` can show the gallery's images: the shapes generator config (re-rendered
     from the cache), else nothing (file datasets carry a ``path`` per image in the metadata)."""
     if getattr(split, "name", None) == "shapes" and "config" in getattr(split, "info", {}):
-        return {"image_source": {"kind": "shapes", "split": split.split, "config": split.info["config"]}}
+        config = {k: v for k, v in split.info["config"].items() if k != "version"}
+        return {"image_source": {"kind": "shapes", "split": split.split, "config": config}}
     return {}

@@ -13,8 +13,6 @@ Endpoints (every error is a 4xx JSON object ``{"error": "..."}``):
 Needs the ``search`` extra (FastAPI, uvicorn, python-multipart).
 """
 
-from __future__ import annotations
-
 import io
 import os
 import tempfile
@@ -63,7 +61,8 @@ class _Images:
             if self._pixels is None:
                 from pcmr.data.shapes.dataset import load_shapes
 
-                split = load_shapes(self.source["split"], **self.source.get("config", {}))
+                # deterministic generator: re-rendered in memory, nothing written by the server
+                split = load_shapes(self.source["split"], **{**self.source.get("config", {}), "cache": False})
                 self._pixels = split.images.pixels  # uint8 [N, H, W, 3]
         return self._pixels
 
