@@ -153,6 +153,7 @@ class GalleryIndex:
         self.model = model
         self.vocab = vocab
         self._reference_cache: dict[tuple[str, str, str], Tensor] = {}
+        self._uncertainty: dict[str, Tensor] = {}
         self.ann: dict[str, Any] = {}  # gallery modality -> pcmr.search.ann.AnnIndex
         self.hubness: dict[str, dict[str, Any]] = {}  # gallery modality -> {"similarity", "k", "r_q" [G]}
 
@@ -272,6 +273,7 @@ class GalleryIndex:
             self.captions, self.caption_ids = merged, self.caption_ids + _json_ids(ids, "caption_ids")
             self.caption_texts = self.caption_texts + [str(t) for t in texts]
         self._reference_cache.clear()
+        self._uncertainty.clear()
 
     # ----------------------------------------------------------------- storage
     def save(self, directory: str | os.PathLike[str], include_model: bool = True) -> Path:
@@ -467,12 +469,19 @@ class GalleryIndex:
                  rerank: str, indices: Tensor, scores: Tensor) -> SearchResults:
         uncertainty = None
         if not gallery.is_point:
-            measure = self.meta["uncertainty_measure"]
-            hit_rows = gallery[indices.reshape(-1).clamp_min(0)]
-            uncertainty = hit_rows.uncertainty(measure).reshape(indices.shape)  # [Q, k]
+            uncertainty = self.item_uncertainty(gallery_modality)[indices.clamp_min(0)]  # [Q, k]
         query_unc = None if query.is_point else query.uncertainty(self.meta["uncertainty_measure"])
         return SearchResults(modality, gallery_modality, similarity, rerank, indices, scores, uncertainty,
                              query_unc, self._hits(gallery_modality, indices, scores, uncertainty))
+
+    def item_uncertainty(self, modality: str) -> Tensor:
+        """Uncertainty ``[N]`` of every stored item of ``modality`` (``meta["uncertainty_measure"]``), cached."""
+        cached = self._uncertainty.get(modality)
+        gallery = self.gallery(modality)
+        if cached is None or cached.shape[0] != gallery.num:
+            cached = gallery.uncertainty(self.meta["uncertainty_measure"])
+            self._uncertainty[modality] = cached
+        return cached
 
     def _reference_scores(self, similarity: str, modality: str, opts: dict[str, Any]) -> Tensor:
         """Scores of the stored items of the query modality against the gallery, ``[R, G]`` (cached)."""
@@ -494,17 +503,18 @@ class GalleryIndex:
               uncertainty: Tensor | None) -> list[list[SearchHit]]:
         ids = self.image_ids if gallery_modality == "image" else self.caption_ids
         out = []
-        for q in range(indices.shape[0]):
+        index_rows, score_rows = indices.tolist(), scores.tolist()
+        unc_rows = None if uncertainty is None else uncertainty.tolist()
+        for q, (index_row, score_row) in enumerate(zip(index_rows, score_rows)):
             row = []
-            for r in range(indices.shape[1]):
-                i = int(indices[q, r])
+            for r, (i, score) in enumerate(zip(index_row, score_row)):
                 if i < 0:  # a slot an approximate index could not fill
                     continue
                 text = self.caption_texts[i] if gallery_modality == "caption" else None
                 metadata = (self.image_metadata[i] if gallery_modality == "image" and self.image_metadata
                             else {})
-                unc = None if uncertainty is None else float(uncertainty[q, r])
-                row.append(SearchHit(r + 1, i, ids[i], float(scores[q, r]), unc, text, metadata))
+                unc = None if unc_rows is None else unc_rows[q][r]
+                row.append(SearchHit(r + 1, i, ids[i], score, unc, text, metadata))
             out.append(row)
         return out
 

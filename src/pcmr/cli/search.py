@@ -62,9 +62,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     ann = parser.add_argument_group("faiss backend (building)")
     ann.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"],
                      help="ANN structure (default auto: flat up to 50k items, hnsw up to 300k, ivf above)")
-    ann.add_argument("--ann-score", default=None, choices=["cosine", "l2", "wasserstein"],
+    ann.add_argument("--ann-score", default=None, choices=["cosine", "l2", "wasserstein", "csd"],
                      help="score the ANN index answers exactly (default: --similarity when it is one of these, "
-                     "else wasserstein, or cosine for point embeddings); other scores re-rank its candidates")
+                     "csd for match_prob/avg_l2, else wasserstein, or cosine for point embeddings); other scores "
+                     "re-rank its candidates")
     ann.add_argument("--modality", dest="modalities", action="append", choices=["image", "caption"], default=None,
                      help="gallery modality to index (repeatable; default both)")
     ann.add_argument("--nlist", type=int, default=None, help="IVF lists (default ~4 sqrt(N))")
@@ -204,8 +205,9 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
         return
     score = args.ann_score
     if score is None:
+        sampled = args.similarity in ("match_prob", "avg_l2")  # driven by the expected sample distance
         score = args.similarity if args.similarity in ANN_SCORES else (
-            "cosine" if index.images.is_point else "wasserstein")
+            "cosine" if index.images.is_point else "csd" if sampled else "wasserstein")
     params = {name: value for name, value in (("nlist", args.nlist), ("nprobe", args.nprobe),
                                                ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search))
               if value is not None}

@@ -8,7 +8,10 @@ Three scores are *exactly* nearest-neighbour problems on fixed vectors (docs/sea
   ``s = exp(logvar / 2)`` (ProbVSE eq. 7-8, GCIE eq. 17, CalibPE eq. 7): Euclidean distance of
   ``x = [m, s]``. A spherical gallery (``logvar [N, 1]``) stores ``sqrt(D) * s`` in one column; an
   ellipsoidal query against it contributes ``sqrt(D) * mean_d(s_q)`` plus the query-only constant
-  ``sum_d s_qd^2 - D mean_d(s_q)^2``; a point gallery stores ``m`` and a query adds ``sum_d s_qd^2``.
+  ``sum_d s_qd^2 - D mean_d(s_q)^2``; a point gallery stores ``m`` and a query adds ``sum_d s_qd^2``;
+- ``csd``: ``-(|m1 - m2|^2 + sum_d v1 + sum_d v2)`` (PCME++'s closed-form sampled distance, the
+  expected squared distance of two samples): the squared Euclidean distance of ``x = [m, sqrt(sum_d v)]``
+  (gallery) and ``y = [m, 0]`` (query) plus the query-only ``sum_d v_q``.
 
 Every other score uses one of these as a candidate generator followed by exact re-scoring
 (:mod:`pcmr.search.gallery`). faiss structures are written with ``faiss.write_index`` (faiss's own
@@ -32,7 +35,7 @@ from pcmr.gaussian import Gaussian
 __all__ = ["ANN_SCORES", "INDEX_TYPES", "AnnIndex", "choose_index_type", "gallery_layout", "gallery_vectors",
            "query_vectors", "scores_from_distances"]
 
-ANN_SCORES = ("cosine", "l2", "wasserstein")
+ANN_SCORES = ("cosine", "l2", "wasserstein", "csd")
 INDEX_TYPES = ("flat", "ivf", "hnsw")
 FLAT_MAX = 50_000  # galleries up to this size get an exact flat index by default
 HNSW_MAX = 300_000  # then HNSW up to this size, IVF above (cheaper to build on few cores)
@@ -52,6 +55,8 @@ def gallery_layout(score: str, gallery: Gaussian) -> str:
     under W2), ``"spherical"`` (one ``sqrt(D) * s`` column) or ``"diagonal"`` (``D`` columns)."""
     if score not in ANN_SCORES:
         raise ValueError(f"ANN score must be one of {list(ANN_SCORES)}, got {score!r}")
+    if score == "csd":
+        return "csd"
     if score != "wasserstein" or gallery.is_point:
         return "none"
     return "spherical" if gallery.is_spherical else "diagonal"
@@ -64,6 +69,10 @@ def gallery_vectors(score: str, gallery: Gaussian, layout: str) -> np.ndarray:
         out = F.normalize(mean, dim=1, eps=_NORM_EPS)
     elif layout == "none":
         out = mean
+    elif layout == "csd":
+        total = gallery.var.detach().float().cpu().sum(1, keepdim=True)
+        total = total * (gallery.dim if gallery.var.shape[1] == 1 and not gallery.is_point else 1)
+        out = torch.cat([mean, total.sqrt()], dim=1)
     elif layout == "spherical":
         out = torch.cat([mean, math.sqrt(gallery.dim) * gallery.std.detach().float().cpu()], dim=1)
     else:
@@ -81,6 +90,10 @@ def query_vectors(score: str, query: Gaussian, layout: str) -> tuple[np.ndarray,
     if score == "l2":
         return np.ascontiguousarray(mean.numpy()), zero
     dim = query.dim
+    if score == "csd":
+        var = query.var.detach().float().cpu()  # [Q, D] | [Q, 1] (zeros for points)
+        total = var.sum(1) * (dim if var.shape[1] == 1 and not query.is_point else 1)
+        return np.ascontiguousarray(torch.cat([mean, torch.zeros(query.num, 1)], dim=1).numpy()), total
     std = query.std.detach().float().cpu()  # [Q, D] | [Q, 1] (zeros for points)
     full_sq = std.square().sum(1) * (dim if std.shape[1] == 1 else 1)  # sum_d s_qd^2, [Q]
     if layout == "none":
@@ -94,10 +107,12 @@ def query_vectors(score: str, query: Gaussian, layout: str) -> tuple[np.ndarray,
 
 def scores_from_distances(score: str, distances: np.ndarray, constant: Tensor) -> Tensor:
     """pcmr scores (higher = closer) from faiss results: inner products for cosine, ``-sqrt(d + c)``
-    for the squared L2 distances ``d`` of l2/W2."""
+    for the squared L2 distances ``d`` of l2/W2, ``-(d + c)`` for csd."""
     values = torch.from_numpy(np.ascontiguousarray(distances, dtype=np.float32))
     if score == "cosine":
         return values
+    if score == "csd":
+        return -(values + constant.unsqueeze(1))
     return -(values + constant.unsqueeze(1)).clamp_min(0.0).sqrt()
 
 
