@@ -249,3 +249,24 @@ def test_saved_embeddings_are_read_in_shards(tmp_path):
         read_embeddings(tmp_path / "other.safetensors")
     with pytest.raises(FileNotFoundError, match="embeddings file not found"):
         read_embeddings(tmp_path / "missing.safetensors")
+
+
+@pytest.mark.parametrize("gallery_kind", list(WIDTHS))
+@pytest.mark.parametrize("query_kind", list(WIDTHS))
+def test_csd_is_squared_euclidean_distance_of_the_ann_vectors(gallery_kind, query_kind):
+    from pcmr.search.ann import scores_from_distances
+
+    gen = torch.Generator().manual_seed(11)
+    gallery, query = _gaussian(5, WIDTHS[gallery_kind], gen), _gaussian(4, WIDTHS[query_kind], gen)
+    layout = gallery_layout("csd", gallery)
+    x = gallery_vectors("csd", gallery, layout)
+    y, constant = query_vectors("csd", query, layout)
+    distances = ((y[:, None, :] - x[None, :, :]) ** 2).sum(-1)  # [Q, G]
+    got = scores_from_distances("csd", distances, constant)
+    for q in range(query.num):
+        for g in range(gallery.num):
+            expected = -sum((float(query.mean[q, d]) - float(gallery.mean[g, d])) ** 2
+                            + float(query.var[q].expand(DIM)[d]) * (query.logvar is not None)
+                            + float(gallery.var[g].expand(DIM)[d]) * (gallery.logvar is not None)
+                            for d in range(DIM))
+            assert float(got[q, g]) == pytest.approx(expected, rel=1e-5, abs=1e-5)
