@@ -37,7 +37,7 @@ def _cosine_reference(queries: torch.Tensor, gallery: torch.Tensor) -> torch.Ten
 
 
 def _kl_reference(image: Gaussian, caption: Gaussian) -> float:
-    """-KL(image || caption), SPEC §3, written out per dimension."""
+    """-KL(image || caption), written out per dimension (docs/similarity.md)."""
     total = 0.0
     v1, v2 = image.expanded_logvar()[0].double().exp(), caption.expanded_logvar()[0].double().exp()
     m1, m2 = image.mean[0].double(), caption.mean[0].double()

@@ -5,7 +5,7 @@ queries) and the caption Gaussians (searched by image queries), their ids, the c
 per-image metadata, the learned similarity options of the model (e.g. PCME's match_prob ``a, b``)
 and, optionally, the model and vocabulary needed to encode new queries.
 
-Re-rankers that need a set of queries (inverted softmax, CSLS, relaxed greedy matching; SPEC §5)
+Re-rankers that need a set of queries (inverted softmax, CSLS, relaxed greedy matching; HAL/RGM §3.3)
 use the *other modality of the gallery* as the reference query set: a text query is re-ranked
 together with every stored caption (the queries the image gallery would see in an evaluation), an
 image query together with every stored image. The new queries are appended as extra rows of that
