@@ -185,24 +185,34 @@ def test_save_load_round_trip_and_corruption_errors(tmp_path):
     after = loaded.search(query, k=5, similarity="kl", rerank="csls")
     assert torch.equal(after.indices, before.indices) and torch.equal(after.scores, before.scores)
 
+    (root / "index.json").write_text(json.dumps({**info, "caption_texts": ["edited"] * 30}))
+    with pytest.raises(ValueError, match="index.json: its content does not match its 'manifest_sha256'"):
+        GalleryIndex.load(root)
+    (root / "index.json").write_text(json.dumps(info))
+
+    def rewrite(info):  # an edit that also updates the manifest digest (to reach the deeper checks)
+        from pcmr.index import _manifest_digest
+
+        info["manifest_sha256"] = _manifest_digest(info)
+        (root / "index.json").write_text(json.dumps(info))
+
     good = (root / "ann-image.faiss").read_bytes()
     (root / "ann-image.faiss").write_bytes(good[: len(good) // 2])
     with pytest.raises(ValueError, match=r"ann-image.faiss: SHA-256 .* truncated or edited"):
         GalleryIndex.load(root)
     info["checksums"]["ann-image.faiss"] = __import__("hashlib").sha256(good[:100]).hexdigest()
     (root / "ann-image.faiss").write_bytes(good[:100])
-    (root / "index.json").write_text(json.dumps(info))
+    rewrite(info)
     with pytest.raises(ValueError, match="ann-image.faiss cannot be read by faiss"):
         GalleryIndex.load(root)
     (root / "ann-image.faiss").write_bytes(good)
     info["checksums"]["ann-image.faiss"] = __import__("hashlib").sha256(good).hexdigest()
     info["image_ids"] = info["image_ids"][:-1]
-    (root / "index.json").write_text(json.dumps(info))
+    rewrite(info)
     with pytest.raises(ValueError, match="'image_ids' has 39 entries but embeddings.safetensors holds 40"):
         GalleryIndex.load(root)
     info["image_ids"] = list(range(40))
-    info["ann"]["image"]["ntotal"] = 40
-    (root / "index.json").write_text(json.dumps(info))
+    rewrite(info)
     GalleryIndex.load(root)  # repaired
     (root / "ann-image.faiss").unlink()
     with pytest.raises(FileNotFoundError, match="ann-image.faiss not found"):

@@ -325,6 +325,7 @@ class GalleryIndex:
             "meta": self.meta, "model": MODEL_DIR if has_model else None, "vocab": VOCAB_FILE if has_model else None,
         }
         tmp_meta = out / (META_FILE + ".tmp")
+        meta["manifest_sha256"] = _manifest_digest(meta)
         tmp_meta.write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp_meta, out / META_FILE)
         return out
@@ -557,8 +558,17 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _manifest_digest(info: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON without its own digest field."""
+    body = {k: v for k, v in info.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None:
-    """Every file listed under ``checksums`` exists and has its SHA-256 (version-2 indexes)."""
+    """The manifest's own digest and every file listed under ``checksums`` (version-2 indexes)."""
+    if info.get("version") == 2 and info.get("manifest_sha256") != _manifest_digest(info):
+        raise ValueError(f"{meta_path}: its content does not match its 'manifest_sha256'; the manifest was "
+                         "edited or damaged, rebuild the index")
     checksums = info.get("checksums", {}) if info.get("version", 1) >= 2 else {}
     if not isinstance(checksums, dict) or (info.get("version") == 2 and EMBEDDINGS_FILE not in checksums):
         raise ValueError(f"{meta_path}: field 'checksums' must map every index file to its SHA-256")
