@@ -1,6 +1,8 @@
 # pcmr: two commands on a fresh machine.
 #   make demo   -- installs, then runs the main job on the built-in data
 #   make test   -- installs, then lints and runs the whole test suite
+#   make test-browser -- the `pcmr serve` page in headless chromium (needs the Debian packages
+#                   chromium and chromium-driver; .ci/run installs them and runs both targets)
 # Both create/refresh a local virtual environment in .venv. torch is installed
 # first and pinned (TORCH_SPEC), so pip never resolves a different torch build
 # through a dependency; override it elsewhere, e.g. `make test TORCH_SPEC=torch`.
@@ -8,11 +10,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,fast,eccv,pretrained
+EXTRAS ?= dev,fast,eccv,pretrained,search
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pcmr-installed
 
-.PHONY: demo test lint install clean bench
+.PHONY: demo test test-browser lint install clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +35,9 @@ lint: $(STAMP)
 
 test: lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+test-browser: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m browser tests/test_serve_browser.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/similarity.py

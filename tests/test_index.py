@@ -37,7 +37,7 @@ def _cosine_reference(queries: torch.Tensor, gallery: torch.Tensor) -> torch.Ten
 
 
 def _kl_reference(image: Gaussian, caption: Gaussian) -> float:
-    """-KL(image || caption), SPEC §3, written out per dimension."""
+    """-KL(image || caption), written out per dimension (docs/similarity.md)."""
     total = 0.0
     v1, v2 = image.expanded_logvar()[0].double().exp(), caption.expanded_logvar()[0].double().exp()
     m1, m2 = image.mean[0].double(), caption.mean[0].double()
@@ -132,7 +132,7 @@ def test_load_errors_name_the_file(tmp_path):
         GalleryIndex.load(tmp_path / "missing")
     root = _index(images, captions).save(tmp_path / "idx")
     (root / "embeddings.safetensors").write_bytes((root / "embeddings.safetensors").read_bytes()[:50])
-    with pytest.raises(ValueError, match="embeddings.safetensors cannot be read"):
+    with pytest.raises(ValueError, match="embeddings.safetensors: SHA-256 .* truncated or edited"):
         GalleryIndex.load(root)
     (root / "index.json").write_text("{")
     with pytest.raises(ValueError, match="index.json is not valid JSON"):

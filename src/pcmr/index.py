@@ -5,7 +5,7 @@ queries) and the caption Gaussians (searched by image queries), their ids, the c
 per-image metadata, the learned similarity options of the model (e.g. PCME's match_prob ``a, b``)
 and, optionally, the model and vocabulary needed to encode new queries.
 
-Re-rankers that need a set of queries (inverted softmax, CSLS, relaxed greedy matching; SPEC §5)
+Re-rankers that need a set of queries (inverted softmax, CSLS, relaxed greedy matching; HAL/RGM §3.3)
 use the *other modality of the gallery* as the reference query set: a text query is re-ranked
 together with every stored caption (the queries the image gallery would see in an evaluation), an
 image query together with every stored image. The new queries are appended as extra rows of that
@@ -20,11 +20,15 @@ On disk (a folder; no pickle anywhere):
 - ``embeddings.safetensors``: ``image_mean [N_img, D]``, ``image_logvar [N_img, D|1]``,
   ``caption_mean [N_cap, D]``, ``caption_logvar [N_cap, D|1]`` (log-variances absent for points),
   ``image_points`` / ``caption_points [N, K, D]`` for ``pcmr.PointSet`` embeddings (PVSE);
-- ``model/`` (``pcmr.models.save_model``) and ``vocab.json`` when the index can encode queries.
+- ``model/`` (``pcmr.models.save_model``) and ``vocab.json`` when the index can encode queries;
+- ``ann-image.faiss`` / ``ann-caption.faiss`` (faiss backend, :mod:`pcmr.search`) and
+  ``hubness.safetensors`` (CSLS's per-item ``r_Q``) when built;
+- ``index.json`` lists the SHA-256 of every other file; a file that does not match gives one error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -53,15 +57,21 @@ from pcmr.models import load_model as load_pcmr_model
 from pcmr.models import save_model
 from pcmr.models.model import RetrievalModel
 from pcmr.point_set import PointSet
+from pcmr.search.ann import AnnIndex
+from pcmr.search.backend import _Progress, build_ann, compute_hubness, faiss_search
+from pcmr.search.rescoring import gallery_hubness
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
-INDEX_VERSION = 1
+INDEX_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 META_FILE = "index.json"
 EMBEDDINGS_FILE = "embeddings.safetensors"
 MODEL_DIR = "model"
 VOCAB_FILE = "vocab.json"
+HUBNESS_FILE = "hubness.safetensors"
+BACKENDS = ("auto", "exact", "faiss")
 MODALITIES = ("image", "caption")
 
 
@@ -165,10 +175,14 @@ class GalleryIndex:
         self.model = model
         self.vocab = vocab
         self._reference_cache: dict[tuple[str, str, str], Tensor] = {}
+        self._uncertainty: dict[str, Tensor] = {}
+        self.ann: dict[str, Any] = {}  # gallery modality -> pcmr.search.ann.AnnIndex
+        self.hubness: dict[str, dict[str, Any]] = {}  # gallery modality -> {"similarity", "k", "r_q" [G]}
 
     def __repr__(self) -> str:
+        ann = ", ".join(f"{m}: {a.score}/{a.index_type}" for m, a in self.ann.items()) or "none"
         return (f"GalleryIndex(images={self.images.num}, captions={self.captions.num}, D={self.images.dim}, "
-                f"model={'yes' if self.model is not None else 'no'})")
+                f"model={'yes' if self.model is not None else 'no'}, ann={ann})")
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -184,11 +198,99 @@ class GalleryIndex:
         images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
                                         progress=progress)
         meta = {"num_images": split.num_images, "num_captions": split.num_captions,
-                "image_size": image_input_size(split), **(meta or {})}
+                "image_size": image_input_size(split), **_image_source(split), **(meta or {})}
         return cls(images.to("cpu"), captions.to("cpu"), image_ids=list(split.image_ids),
                    caption_ids=list(split.caption_ids), caption_texts=list(split.caption_texts),
                    image_metadata=split_image_metadata(split), similarity_options=similarity_options,
                    meta=meta, model=model, vocab=vocab)
+
+    # ----------------------------------------------------------------- faiss backend
+    def build_ann(self, score: str = "cosine", modalities: Sequence[str] = MODALITIES, index_type: str = "auto",
+                  *, shard_size: int = 65_536, progress: bool = False, csls_similarity: str | None = None,
+                  csls_k: int = 10, csls_sample: int = 2000, **params: Any) -> dict[str, Any]:
+        """Build a faiss index (``pcmr.search.ann.AnnIndex``) over the gallery of each modality in
+        ``modalities`` for ``score`` (cosine, l2 or wasserstein), filled in shards of ``shard_size``.
+
+        ``index_type``: flat, ivf, hnsw or auto (by gallery size); ``params``: ``nlist``, ``nprobe``,
+        ``hnsw_m``, ``ef_construction``, ``ef_search``, ``train_size``. With ``csls_similarity``, also
+        store CSLS's ``r_Q`` for that similarity (``csls_k`` neighbours among at most ``csls_sample``
+        stored items of the other modality) so ``rerank="csls"`` works on this backend.
+        Returns ``{modality: AnnIndex}``.
+        """
+
+        for modality in modalities:
+            gallery = self.gallery(modality)
+            if gallery.num == 0:
+                continue
+            self.ann[modality] = build_ann(gallery, score, index_type, shard_size=shard_size, progress=progress,
+                                           desc=f"{modality} index", **params)
+            if csls_similarity is not None:
+                self.compute_hubness(modality, csls_similarity, csls_k, csls_sample)
+        return dict(self.ann)
+
+    def compute_hubness(self, gallery_modality: str, similarity: str, k: int = 10, sample: int = 2000) -> None:
+        """Store CSLS's ``r_Q(g)`` of every ``gallery_modality`` item for ``similarity``
+        (``pcmr.search.rescoring.gallery_hubness`` over a sample of the other modality's items)."""
+
+        query_modality = "caption" if gallery_modality == "image" else "image"
+        opts = self.similarity_options.get(similarity, {})
+        r_q = compute_hubness(similarity, self.gallery(query_modality), self.gallery(gallery_modality),
+                              query_modality, k, opts, sample)
+        self.hubness[gallery_modality] = {"similarity": similarity, "k": min(k, sample, self.gallery(
+            query_modality).num), "sample": sample, "r_q": r_q}
+
+    def add_images(self, images: Gaussian, image_ids: Sequence[Any],
+                   image_metadata: Sequence[dict[str, Any]] | None = None, *, shard_size: int = 65_536,
+                   progress: bool = False) -> None:
+        """Append gallery images (and to the image ANN index and its CSLS terms, when built)."""
+        self._add("image", images, image_ids, image_metadata, None, shard_size, progress)
+
+    def add_captions(self, captions: Gaussian, caption_ids: Sequence[Any], caption_texts: Sequence[str], *,
+                     shard_size: int = 65_536, progress: bool = False) -> None:
+        """Append gallery captions (and to the caption ANN index and its CSLS terms, when built)."""
+        self._add("caption", captions, caption_ids, None, caption_texts, shard_size, progress)
+
+    def _add(self, modality: str, items: Gaussian, ids: Sequence[Any], metadata: Sequence[dict[str, Any]] | None,
+             texts: Sequence[str] | None, shard_size: int, progress: bool) -> None:
+
+        old = self.gallery(modality)
+        if items.dim != old.dim:
+            raise ValueError(f"new {modality}s have D={items.dim}, the index D={old.dim}")
+        if (items.logvar is None) != (old.logvar is None) or (
+                old.logvar is not None and old.num and items.logvar.shape[1] != old.logvar.shape[1]):
+            raise ValueError(f"new {modality}s ({items!r}) must have the variance shape of the index ({old!r})")
+        if len(ids) != items.num or (texts is not None and len(texts) != items.num):
+            raise ValueError(f"give one id{' and one text' if texts is not None else ''} per new {modality}")
+        if metadata is not None and len(metadata) != items.num:
+            raise ValueError(f"give one metadata dict per new {modality} ({items.num}), got {len(metadata)}")
+        items = items.to(device=old.device, dtype=old.dtype)
+        if modality in self.ann:
+            bar = _Progress(progress, items.num, f"{modality} index")
+            try:
+                self.ann[modality].add(items, shard_size=shard_size, progress=bar)
+            finally:
+                bar.close()
+        if modality in self.hubness:
+
+            entry = self.hubness[modality]
+            other = "caption" if modality == "image" else "image"
+            sample = self.gallery(other)
+            rows = torch.randperm(sample.num, generator=torch.Generator().manual_seed(0))[:entry["sample"]]
+            extra = gallery_hubness(entry["similarity"], sample[rows.sort().values], items, other, entry["k"],
+                                    self.similarity_options.get(entry["similarity"], {}))
+            entry["r_q"] = torch.cat([entry["r_q"], extra])
+        merged = Gaussian(torch.cat([old.mean, items.mean]),
+                          None if old.logvar is None else torch.cat([old.logvar, items.logvar]))
+        if modality == "image":
+            if self.image_metadata is not None or metadata is not None:
+                base = self.image_metadata or [{} for _ in range(old.num)]
+                self.image_metadata = base + [dict(m) for m in (metadata or [{} for _ in range(items.num)])]
+            self.images, self.image_ids = merged, self.image_ids + _json_ids(ids, "image_ids")
+        else:
+            self.captions, self.caption_ids = merged, self.caption_ids + _json_ids(ids, "caption_ids")
+            self.caption_texts = self.caption_texts + [str(t) for t in texts]
+        self._reference_cache.clear()
+        self._uncertainty.clear()
 
     # ----------------------------------------------------------------- storage
     def save(self, directory: str | os.PathLike[str], include_model: bool = True) -> Path:
@@ -208,13 +310,32 @@ class GalleryIndex:
         if has_model:
             save_model(self.model, out / MODEL_DIR)
             self.vocab.save(out / VOCAB_FILE)
+        ann_info = {}
+        for modality, ann in self.ann.items():
+            name = f"ann-{modality}.faiss"
+            tmp_ann = out / (name + ".tmp")
+            ann.write(str(tmp_ann))
+            os.replace(tmp_ann, out / name)
+            ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
+                                  "layout": ann.layout, "dim": ann.dim, "ntotal": ann.ntotal, "params": ann.params}
+        hubness_info = {}
+        if self.hubness:
+            atomic_write_safetensors(out / HUBNESS_FILE, {f"{m}_r_q": h["r_q"].detach().cpu().contiguous()
+                                                          for m, h in self.hubness.items()})
+            hubness_info = {m: {k: v for k, v in h.items() if k != "r_q"} for m, h in self.hubness.items()}
+        files = [EMBEDDINGS_FILE] + [a["file"] for a in ann_info.values()] + ([HUBNESS_FILE] if hubness_info else [])
+        if has_model:
+            files += [VOCAB_FILE] + sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
         meta = {
             "format": INDEX_FORMAT, "version": INDEX_VERSION,
+            "backend": "faiss" if ann_info else "exact", "ann": ann_info, "hubness": hubness_info,
+            "checksums": {name: _sha256(out / name) for name in files},
             "num_images": self.images.num, "num_captions": self.captions.num, "dim": self.images.dim,
             "image_ids": self.image_ids, "caption_ids": self.caption_ids, "caption_texts": self.caption_texts,
             "image_metadata": self.image_metadata, "similarity_options": self.similarity_options,
             "meta": self.meta, "model": MODEL_DIR if has_model else None, "vocab": VOCAB_FILE if has_model else None,
         }
+        meta["manifest_sha256"] = _manifest_digest(meta)
         atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
         return out
 
@@ -227,7 +348,8 @@ class GalleryIndex:
         root = Path(directory)
         meta_path, emb_path = root / META_FILE, root / EMBEDDINGS_FILE
         if not root.is_dir():
-            raise FileNotFoundError(f"index folder not found: {root} (build one with `pcmr search build`)")
+            raise FileNotFoundError(f"index folder not found: {root} (build one with "
+                                    f"`pcmr search {root} --build RUN_OR_MODEL`)")
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path} not found; {root} is not a pcmr gallery index")
         try:
@@ -236,14 +358,15 @@ class GalleryIndex:
             raise ValueError(f"{meta_path} is not valid JSON ({err}); the index is corrupted") from None
         if not isinstance(info, dict) or info.get("format") != INDEX_FORMAT:
             raise ValueError(f"{meta_path}: field 'format' must be {INDEX_FORMAT!r}; not a pcmr gallery index")
-        if info.get("version") != INDEX_VERSION:
+        if info.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"{meta_path}: index version {info.get('version')!r} is not supported "
-                             f"(expected {INDEX_VERSION})")
+                             f"(expected one of {list(READABLE_VERSIONS)})")
         for key in ("image_ids", "caption_ids", "caption_texts"):
             if not isinstance(info.get(key), list):
                 raise ValueError(f"{meta_path}: field {key!r} must be a list")
         if not emb_path.is_file():
             raise FileNotFoundError(f"{emb_path} not found; the index is incomplete")
+        _verify_checksums(root, info, meta_path)
         try:
             tensors = load_file(str(emb_path))
         except (SafetensorError, OSError, ValueError) as err:
@@ -261,14 +384,20 @@ class GalleryIndex:
                                                    tensors.get(f"{modality}_logvar")).to(dev)
             except ValueError as err:
                 raise ValueError(f"{emb_path}: {err}") from None
+        for modality, key in (("image", "image_ids"), ("caption", "caption_ids"), ("caption", "caption_texts")):
+            if len(info[key]) != gaussians[modality].num:
+                raise ValueError(f"{meta_path}: field {key!r} has {len(info[key])} entries but {emb_path.name} "
+                                 f"holds {gaussians[modality].num} {modality}s; the index files do not match")
         model = vocab = None
         if load_model and info.get("model"):
             model = load_pcmr_model(root / info["model"]).to(dev).eval()
             vocab = Vocabulary.load(root / info["vocab"])
-        return cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
-                   caption_ids=info["caption_ids"], caption_texts=info["caption_texts"],
-                   image_metadata=info.get("image_metadata"), similarity_options=info.get("similarity_options"),
-                   meta=info.get("meta"), model=model, vocab=vocab)
+        index = cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
+                    caption_ids=info["caption_ids"], caption_texts=info["caption_texts"],
+                    image_metadata=info.get("image_metadata"), similarity_options=info.get("similarity_options"),
+                    meta=info.get("meta"), model=model, vocab=vocab)
+        _load_backend(index, root, info, meta_path)
+        return index
 
     # ----------------------------------------------------------------- search
     def gallery(self, modality: str) -> Gaussian:
@@ -279,7 +408,7 @@ class GalleryIndex:
 
     def search(self, query: Gaussian, k: int = 10, similarity: str = "cosine", rerank: str = "nns", *,
                modality: str = "caption", rerank_options: dict[str, Any] | None = None,
-               **options: Any) -> SearchResults:
+               backend: str = "auto", candidates: int | None = None, **options: Any) -> SearchResults:
         """Top-k gallery items for each query Gaussian.
 
         Args:
@@ -294,6 +423,10 @@ class GalleryIndex:
             rerank_options: parameters of the re-ranker (e.g. ``{"beta": 30}``, ``{"k": 10}`` for CSLS,
                 ``{"lam": 2.0}`` for RGM; default: ``meta["rerank_options"]`` of the index, then the
                 library defaults).
+            backend: ``"exact"`` (score the whole gallery), ``"faiss"`` (the ANN index built with
+                :meth:`build_ann`; nns and csls only) or ``"auto"`` (faiss when built for the gallery).
+            candidates: ANN candidates per query re-scored exactly on the faiss backend (default 100)
+                for scores other than the index's own, and for CSLS.
         """
 
         if modality not in MODALITIES:
@@ -310,6 +443,15 @@ class GalleryIndex:
         check_similarity_supported(similarity, images, captions, opts)
         params = dict(rerank_options if rerank_options is not None
                       else (self.meta.get("rerank_options") or {}).get(rerank, {}))
+        if self._use_faiss(backend, gallery_modality):
+
+            unknown = sorted(set(params) - {"csls_k"})
+            if unknown:
+                raise ValueError(f"the faiss backend takes no re-ranker option(s) {unknown} (only csls_k)")
+            indices, scores = faiss_search(self.ann[gallery_modality], gallery, query, k, similarity, rerank,
+                                           modality, opts, candidates=candidates,
+                                           hubness=self.hubness.get(gallery_modality), csls_k=params.get("csls_k"))
+            return self._results(query, gallery, modality, gallery_modality, similarity, rerank, indices, scores)
         pair = score_matrix(similarity, images, captions, opts)  # [N_img, N_cap]
         query_scores = pair.T if modality == "caption" else pair  # [Q, G]
         if rerank == "nns":
@@ -319,13 +461,33 @@ class GalleryIndex:
             all_scores, offset = torch.cat([reference, query_scores], dim=0), reference.shape[0]
         indices, scores = rerank_topk(rerank, all_scores, k, **params)
         indices, scores = indices[offset:], scores[offset:]  # [Q, k]
+        return self._results(query, gallery, modality, gallery_modality, similarity, rerank, indices, scores)
+
+    def _use_faiss(self, backend: str, gallery_modality: str) -> bool:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        if backend == "faiss" and gallery_modality not in self.ann:
+            raise ValueError(f"backend 'faiss': this index has no faiss index over its {gallery_modality}s; "
+                             "build one with `pcmr search INDEX --build ... --backend faiss`")
+        return backend == "faiss" or (backend == "auto" and gallery_modality in self.ann)
+
+    def _results(self, query: Gaussian, gallery: Gaussian, modality: str, gallery_modality: str, similarity: str,
+                 rerank: str, indices: Tensor, scores: Tensor) -> SearchResults:
         uncertainty = None
         if not gallery.is_point:
-            measure = self.meta["uncertainty_measure"]
-            uncertainty = gallery.uncertainty(measure)[indices]  # [Q, k]
+            uncertainty = self.item_uncertainty(gallery_modality)[indices.clamp_min(0)]  # [Q, k]
         query_unc = None if query.is_point else query.uncertainty(self.meta["uncertainty_measure"])
         return SearchResults(modality, gallery_modality, similarity, rerank, indices, scores, uncertainty,
                              query_unc, self._hits(gallery_modality, indices, scores, uncertainty))
+
+    def item_uncertainty(self, modality: str) -> Tensor:
+        """Uncertainty ``[N]`` of every stored item of ``modality`` (``meta["uncertainty_measure"]``), cached."""
+        cached = self._uncertainty.get(modality)
+        gallery = self.gallery(modality)
+        if cached is None or cached.shape[0] != gallery.num:
+            cached = gallery.uncertainty(self.meta["uncertainty_measure"])
+            self._uncertainty[modality] = cached
+        return cached
 
     def _reference_scores(self, similarity: str, modality: str, opts: dict[str, Any]) -> Tensor:
         """Scores of the stored items of the query modality against the gallery, ``[R, G]`` (cached)."""
@@ -346,15 +508,18 @@ class GalleryIndex:
               uncertainty: Tensor | None) -> list[list[SearchHit]]:
         ids = self.image_ids if gallery_modality == "image" else self.caption_ids
         out = []
-        for q in range(indices.shape[0]):
+        index_rows, score_rows = indices.tolist(), scores.tolist()
+        unc_rows = None if uncertainty is None else uncertainty.tolist()
+        for q, (index_row, score_row) in enumerate(zip(index_rows, score_rows)):
             row = []
-            for r in range(indices.shape[1]):
-                i = int(indices[q, r])
+            for r, (i, score) in enumerate(zip(index_row, score_row)):
+                if i < 0:  # a slot an approximate index could not fill
+                    continue
                 text = self.caption_texts[i] if gallery_modality == "caption" else None
                 metadata = (self.image_metadata[i] if gallery_modality == "image" and self.image_metadata
                             else {})
-                unc = None if uncertainty is None else float(uncertainty[q, r])
-                row.append(SearchHit(r + 1, i, ids[i], float(scores[q, r]), unc, text, metadata))
+                unc = None if unc_rows is None else unc_rows[q][r]
+                row.append(SearchHit(r + 1, i, ids[i], score, unc, text, metadata))
             out.append(row)
         return out
 
@@ -370,6 +535,8 @@ class GalleryIndex:
 
         self._require_encoder()
         texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
+            raise ValueError(f"text queries must be non-empty strings, got {texts!r}")
         query = encode_texts(self.model, self.vocab, texts, device=self.images.device)
         return self.search(query, k, similarity, rerank, modality="caption", **kwargs)
 
@@ -383,3 +550,75 @@ class GalleryIndex:
         query = encode_image_files(self.model, paths, device=self.images.device,
                                    image_size=self.meta.get("image_size"))
         return self.search(query, k, similarity, rerank, modality="image", **kwargs)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _manifest_digest(info: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON without its own digest field."""
+    body = {k: v for k, v in info.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None:
+    """The manifest's own digest and every file listed under ``checksums`` (version-2 indexes)."""
+    if info.get("version") == 2 and info.get("manifest_sha256") != _manifest_digest(info):
+        raise ValueError(f"{meta_path}: its content does not match its 'manifest_sha256'; the manifest was "
+                         "edited or damaged, rebuild the index")
+    checksums = info.get("checksums", {}) if info.get("version", 1) >= 2 else {}
+    if not isinstance(checksums, dict) or (info.get("version") == 2 and EMBEDDINGS_FILE not in checksums):
+        raise ValueError(f"{meta_path}: field 'checksums' must map every index file to its SHA-256")
+    for name, expected in checksums.items():
+        path = root / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found; the index is incomplete")
+        actual = _sha256(path)
+        if actual != expected:
+            raise ValueError(f"{path}: SHA-256 {actual[:12]}... does not match {expected[:12]}... recorded in "
+                             f"{meta_path.name}; the file was truncated or edited, rebuild the index")
+
+
+def _load_backend(index: GalleryIndex, root: Path, info: dict[str, Any], meta_path: Path) -> None:
+    """Read the faiss indexes and CSLS terms listed in ``index.json`` and check they fit the gallery."""
+    for modality, entry in (info.get("ann") or {}).items():
+        try:
+
+            ann = AnnIndex.read(str(root / entry["file"]), entry["score"], entry["index_type"], entry["layout"],
+                                int(entry["dim"]), entry.get("params") or {})
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{meta_path}: field 'ann.{modality}' is malformed ({err})") from None
+        except RuntimeError as err:
+            raise ValueError(f"{root / entry['file']} cannot be read by faiss ({_first_line(err)}); "
+                             "the index is corrupted") from None
+        gallery = index.gallery(modality)
+        if ann.ntotal != gallery.num or ann.dim != gallery.dim:
+            raise ValueError(f"{root / entry['file']} holds {ann.ntotal} items of D={ann.dim} but the gallery has "
+                             f"{gallery.num} {modality}s of D={gallery.dim}; the index files do not match")
+        index.ann[modality] = ann
+    hubness = info.get("hubness") or {}
+    if hubness:
+        tensors = load_file(str(root / HUBNESS_FILE))
+        for modality, entry in hubness.items():
+            r_q = tensors.get(f"{modality}_r_q")
+            if r_q is None or r_q.shape != (index.gallery(modality).num,):
+                raise ValueError(f"{root / HUBNESS_FILE}: '{modality}_r_q' must hold one value per {modality}")
+            index.hubness[modality] = {**entry, "r_q": r_q.to(index.gallery(modality).device)}
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
+def _image_source(split: Any) -> dict[str, Any]:
+    """How ``pcmr serve`` can show the gallery's images: the shapes generator config (re-rendered
+    from the cache), else nothing (file datasets carry a ``path`` per image in the metadata)."""
+    if getattr(split, "name", None) == "shapes" and "config" in getattr(split, "info", {}):
+        config = {k: v for k, v in split.info["config"].items() if k != "version"}
+        return {"image_source": {"kind": "shapes", "split": split.split, "config": config}}
+    return {}

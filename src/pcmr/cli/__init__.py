@@ -1,4 +1,4 @@
-"""The ``pcmr`` command line: ``train``, ``evaluate``, ``search``, ``demo``, ``list``.
+"""The ``pcmr`` command line: ``train``, ``evaluate``, ``search``, ``serve``, ``demo``, ``list``.
 
 Each subcommand lives in its own module of this package, imported by name from
 :data:`COMMANDS`, and exposes ``add_parser(subparsers)`` (registers its parser)
@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "train": "train",
     "evaluate": "evaluate",
     "search": "search",
+    "serve": "serve",
     "demo": "demo",
     "list": "listing",
 }

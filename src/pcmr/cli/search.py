@@ -4,6 +4,10 @@
     pcmr search INDEX --text "a red circle" -k 10                                 # text -> images
     pcmr search INDEX --image photo.png -k 10                                     # image -> captions
 
+    pcmr search INDEX --build RUN --backend faiss [--index-type auto|flat|ivf|hnsw]  # + ANN index
+    pcmr search INDEX --from-embeddings emb.safetensors --backend faiss            # saved embeddings
+    pcmr search INDEX --add more.safetensors                                       # append items
+
 ``--build`` encodes the gallery split into the folder INDEX (pcmr.index.GalleryIndex: safetensors +
 JSON, with the model and vocabulary so queries can be encoded); a query option in the same call
 searches the freshly built index. See docs/search.md.
@@ -17,7 +21,10 @@ from typing import Any
 
 from pcmr.cli.evaluate import load_run_or_model, load_split
 from pcmr.config import ConfigError, parse_override
+from pcmr.gaussian import Gaussian
 from pcmr.index import GalleryIndex
+from pcmr.search.ann import ANN_SCORES
+from pcmr.search.embeddings import read_embeddings
 
 __all__ = ["add_parser", "run"]
 
@@ -54,6 +61,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--split", default="test", help="split encoded as the gallery (default: test)")
     build.add_argument("--vocab", default=None, help="vocab.json of the training run (model folders only)")
     build.add_argument("--batch-size", type=int, default=256, help="items per encoding batch (default 256)")
+    build.add_argument("--from-embeddings", metavar="FILE", default=None,
+                       help="build INDEX from saved embeddings (safetensors: image_mean, image_logvar, "
+                       "caption_mean, caption_logvar) instead of a model; queries then need Gaussians")
+    build.add_argument("--add", metavar="FILE", default=None,
+                       help="append the items of a saved-embeddings file to the existing INDEX")
+    ann = parser.add_argument_group("faiss backend (building)")
+    ann.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"],
+                     help="ANN structure (default auto: flat up to 50k items, hnsw up to 300k, ivf above)")
+    ann.add_argument("--ann-score", default=None, choices=["cosine", "l2", "wasserstein", "csd"],
+                     help="score the ANN index answers exactly (default: --similarity when it is one of these, "
+                     "csd for match_prob/avg_l2, else wasserstein, or cosine for point embeddings); other scores "
+                     "re-rank its candidates")
+    ann.add_argument("--modality", dest="modalities", action="append", choices=["image", "caption"], default=None,
+                     help="gallery modality to index (repeatable; default both)")
+    ann.add_argument("--nlist", type=int, default=None, help="IVF lists (default ~4 sqrt(N))")
+    ann.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query (default 32)")
+    ann.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (default 32)")
+    ann.add_argument("--ef-search", type=int, default=None, help="HNSW search breadth (default 64)")
+    ann.add_argument("--shard-size", type=int, default=65_536, help="rows per add/read shard (default 65536)")
+    ann.add_argument("--csls-similarity", default=None,
+                     help="store CSLS hubness terms for this similarity so --rerank csls works on faiss")
+    ann.add_argument("--csls-k", type=int, default=10, help="CSLS neighbourhood size (default 10)")
+    ann.add_argument("--csls-sample", type=int, default=2000,
+                     help="reference queries (stored items of the other modality) for CSLS (default 2000)")
     query = parser.add_argument_group("querying")
     query.add_argument(
         "--text",
@@ -89,6 +120,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="re-ranker option, e.g. beta=30 (is), csls_k=10 (csls), lam=2 (rgm); repeatable",
     )
     query.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss"],
+                        help="search backend; with --build/--from-embeddings, 'faiss' also builds the ANN index "
+                        "(default auto: faiss when the index has one)")
+    query.add_argument("--candidates", type=int, default=None,
+                       help="faiss backend: candidates per query re-scored exactly (default 100)")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
 
@@ -120,12 +156,68 @@ def _build(args: argparse.Namespace) -> Any:
         similarity_options=loaded.similarity_options,
         meta={"source": str(loaded.source), "dataset": split.name, "split": args.split},
     )
+    _maybe_build_ann(index, args)
     index.save(args.index)
     print(
         f"built {args.index}: {index.images.num} images, {index.captions.num} captions "
         f"({split.name}/{args.split}, D={index.images.dim})"
     )
     return index
+
+
+def _from_embeddings(args: argparse.Namespace) -> Any:
+
+    saved = read_embeddings(args.from_embeddings, shard_rows=args.shard_size, progress=True)
+    present = saved.images if saved.images is not None else saved.captions
+    empty = Gaussian(present.mean.new_zeros(0, present.dim),
+                     None if present.logvar is None else present.logvar.new_zeros(0, present.logvar.shape[1]))
+    index = GalleryIndex(saved.images if saved.images is not None else empty,
+                         saved.captions if saved.captions is not None else empty,
+                         image_ids=saved.image_ids, caption_ids=saved.caption_ids, caption_texts=saved.caption_texts,
+                         image_metadata=saved.image_metadata, meta={"source": str(args.from_embeddings)})
+    _maybe_build_ann(index, args)
+    index.save(args.index)
+    print(f"built {args.index}: {index.images.num} images, {index.captions.num} captions from "
+          f"{args.from_embeddings} (D={present.dim})")
+    return index
+
+
+def _add(args: argparse.Namespace) -> Any:
+
+    index = GalleryIndex.load(args.index, device=args.device)
+    saved = read_embeddings(args.add, shard_rows=args.shard_size, progress=True,
+                            first_image_id=index.images.num, first_caption_id=index.captions.num)
+    if saved.images is not None:
+        index.add_images(saved.images, saved.image_ids, saved.image_metadata, shard_size=args.shard_size,
+                         progress=True)
+    if saved.captions is not None:
+        index.add_captions(saved.captions, saved.caption_ids, saved.caption_texts, shard_size=args.shard_size,
+                           progress=True)
+    index.save(args.index)
+    print(f"added to {args.index}: now {index.images.num} images, {index.captions.num} captions")
+    return index
+
+
+def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
+    """With ``--backend faiss``, build the ANN index(es) and print the structure chosen."""
+
+    if args.backend != "faiss":
+        return
+    score = args.ann_score
+    if score is None:
+        sampled = args.similarity in ("match_prob", "avg_l2")  # driven by the expected sample distance
+        score = args.similarity if args.similarity in ANN_SCORES else (
+            "cosine" if index.images.is_point else "csd" if sampled else "wasserstein")
+    params = {name: value for name, value in (("nlist", args.nlist), ("nprobe", args.nprobe),
+                                               ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search))
+              if value is not None}
+    built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
+                            shard_size=args.shard_size, progress=True, csls_similarity=args.csls_similarity,
+                            csls_k=args.csls_k, csls_sample=args.csls_sample, **params)
+    for modality, ann in built.items():
+        how = "chosen by gallery size" if args.index_type == "auto" else "requested"
+        print(f"faiss index over {ann.ntotal} {modality}s: {ann.index_type} ({how}), score {ann.score}, "
+              f"params {ann.params}")
 
 
 def _as_json(results: Any, queries: list[str]) -> list[dict[str, Any]]:
@@ -156,7 +248,18 @@ def _as_json(results: Any, queries: list[str]) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
-    index = _build(args) if args.build else None
+    empty = [t for t in args.text if not t.strip()]
+    if empty:
+        raise ValueError("--text must be a non-empty caption, e.g. --text 'a red circle'")
+    if sum(x is not None for x in (args.build, args.from_embeddings, args.add)) > 1:
+        raise ValueError("give only one of --build, --from-embeddings and --add")
+    index = None
+    if args.build:
+        index = _build(args)
+    elif args.from_embeddings:
+        index = _from_embeddings(args)
+    elif args.add:
+        index = _add(args)
     if not args.text and not args.image:
         if index is None:
             raise ValueError(
@@ -169,12 +272,14 @@ def run(args: argparse.Namespace) -> int:
     blocks = []
     if args.text:
         results = index.search_text(
-            args.text, k=args.k, similarity=args.similarity, rerank=args.rerank, rerank_options=options
+            args.text, k=args.k, similarity=args.similarity, rerank=args.rerank, rerank_options=options,
+            backend=args.backend, candidates=args.candidates,
         )
         blocks.append((results, list(args.text)))
     if args.image:
         results = index.search_image(
-            args.image, k=args.k, similarity=args.similarity, rerank=args.rerank, rerank_options=options
+            args.image, k=args.k, similarity=args.similarity, rerank=args.rerank, rerank_options=options,
+            backend=args.backend, candidates=args.candidates,
         )
         blocks.append((results, list(args.image)))
     if args.json:

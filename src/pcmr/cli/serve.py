@@ -1,0 +1,54 @@
+"""``pcmr serve INDEX``: a web page and JSON API over a gallery index (FastAPI + uvicorn).
+
+    pcmr serve idx/shapes-test                       # http://127.0.0.1:8000/
+    pcmr serve idx/big --similarity wasserstein --port 9000
+
+Loopback only unless ``--host`` says otherwise. Endpoints: see ``pcmr.search.service`` and docs/search.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pcmr.index import GalleryIndex
+from pcmr.search.service import create_app
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a gallery index: a search page and a JSON API",
+        description="Serve a gallery index (pcmr search --build) over HTTP: a page at / (query box, result "
+        "grid with score and uncertainty, click an image for its captions) and a JSON API under /api. "
+        "Needs the 'search' extra. See docs/search.md.",
+    )
+    parser.add_argument("index", metavar="INDEX", help="index folder (written by `pcmr search INDEX --build ...`)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--similarity", default="cosine", help="similarity of every query (default cosine)")
+    parser.add_argument("--rerank", default="nns", help="re-ranker of every query (default nns)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss"],
+                        help="search backend (default auto: faiss when the index has one)")
+    parser.add_argument("--candidates", type=int, default=None,
+                        help="faiss backend: candidates per query re-scored exactly (default 100)")
+    parser.add_argument("--device", default=None, help="torch device (default cpu)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    try:
+        import uvicorn
+    except ImportError as err:
+        raise ValueError("pcmr serve needs the 'search' extra: pip install 'pcmr[search]'") from err
+
+    index = GalleryIndex.load(args.index, device=args.device)
+    app = create_app(index, similarity=args.similarity, rerank=args.rerank, backend=args.backend,
+                     candidates=args.candidates)
+    print(f"serving {args.index} ({index.images.num} images, {index.captions.num} captions) on "
+          f"http://{args.host}:{args.port}/", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,233 @@
+"""Approximate nearest-neighbour search over Gaussians with faiss (flat, IVF, HNSW).
+
+Three scores are *exactly* nearest-neighbour problems on fixed vectors (docs/search.md):
+
+- ``cosine``: inner product of the normalised means, ``x = m / |m|``;
+- ``l2``: ``-|m1 - m2|``, Euclidean distance of the means, ``x = m``;
+- ``wasserstein``: ``-W2`` with ``W2^2 = |m1 - m2|^2 + |s1 - s2|^2`` over standard deviations
+  ``s = exp(logvar / 2)`` (ProbVSE eq. 7-8, GCIE eq. 17, CalibPE eq. 7): Euclidean distance of
+  ``x = [m, s]``. A spherical gallery (``logvar [N, 1]``) stores ``sqrt(D) * s`` in one column; an
+  ellipsoidal query against it contributes ``sqrt(D) * mean_d(s_q)`` plus the query-only constant
+  ``sum_d s_qd^2 - D mean_d(s_q)^2``; a point gallery stores ``m`` and a query adds ``sum_d s_qd^2``;
+- ``csd``: ``-(|m1 - m2|^2 + sum_d v1 + sum_d v2)`` (PCME++'s closed-form sampled distance, the
+  expected squared distance of two samples): the squared Euclidean distance of ``x = [m, sqrt(sum_d v)]``
+  (gallery) and ``y = [m, 0]`` (query) plus the query-only ``sum_d v_q``.
+
+Every other score uses one of these as a candidate generator followed by exact re-scoring
+(:mod:`pcmr.search.gallery`). faiss structures are written with ``faiss.write_index`` (faiss's own
+binary format, not pickle).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pcmr.gaussian import Gaussian
+
+__all__ = ["ANN_SCORES", "INDEX_TYPES", "AnnIndex", "choose_index_type", "gallery_layout", "gallery_vectors",
+           "query_vectors", "scores_from_distances"]
+
+ANN_SCORES = ("cosine", "l2", "wasserstein", "csd")
+INDEX_TYPES = ("flat", "ivf", "hnsw")
+FLAT_MAX = 50_000  # galleries up to this size get an exact flat index by default
+HNSW_MAX = 300_000  # then HNSW up to this size, IVF above (cheaper to build on few cores)
+_NORM_EPS = 1e-12
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        raise ImportError("the faiss backend needs faiss: pip install 'pcmr[search]' (faiss-cpu)") from err
+    return faiss
+
+
+def gallery_layout(score: str, gallery: Gaussian) -> str:
+    """How the standard deviations enter the vectors: ``"none"`` (cosine, l2, or a point gallery
+    under W2), ``"spherical"`` (one ``sqrt(D) * s`` column) or ``"diagonal"`` (``D`` columns)."""
+    if score not in ANN_SCORES:
+        raise ValueError(f"ANN score must be one of {list(ANN_SCORES)}, got {score!r}")
+    if score == "csd":
+        return "csd"
+    if score != "wasserstein" or gallery.is_point:
+        return "none"
+    return "spherical" if gallery.is_spherical else "diagonal"
+
+
+def gallery_vectors(score: str, gallery: Gaussian, layout: str) -> np.ndarray:
+    """float32 ``[N, D']`` vectors of gallery items (``D' = D``, ``D + 1`` or ``2D``)."""
+    mean = gallery.mean.detach().float().cpu()
+    if score == "cosine":
+        out = F.normalize(mean, dim=1, eps=_NORM_EPS)
+    elif layout == "none":
+        out = mean
+    elif layout == "csd":
+        total = gallery.var.detach().float().cpu().sum(1, keepdim=True)
+        total = total * (gallery.dim if gallery.var.shape[1] == 1 and not gallery.is_point else 1)
+        out = torch.cat([mean, total.sqrt()], dim=1)
+    elif layout == "spherical":
+        out = torch.cat([mean, math.sqrt(gallery.dim) * gallery.std.detach().float().cpu()], dim=1)
+    else:
+        out = torch.cat([mean, gallery.std.detach().float().cpu()], dim=1)
+    return np.ascontiguousarray(out.numpy(), dtype=np.float32)
+
+
+def query_vectors(score: str, query: Gaussian, layout: str) -> tuple[np.ndarray, Tensor]:
+    """Query vectors ``[Q, D']`` in the gallery's layout and the query-only constant ``[Q]`` that
+    completes the squared distance (zero except under W2; see the module docstring)."""
+    mean = query.mean.detach().float().cpu()
+    zero = torch.zeros(query.num)
+    if score == "cosine":
+        return np.ascontiguousarray(F.normalize(mean, dim=1, eps=_NORM_EPS).numpy()), zero
+    if score == "l2":
+        return np.ascontiguousarray(mean.numpy()), zero
+    dim = query.dim
+    if score == "csd":
+        var = query.var.detach().float().cpu()  # [Q, D] | [Q, 1] (zeros for points)
+        total = var.sum(1) * (dim if var.shape[1] == 1 and not query.is_point else 1)
+        return np.ascontiguousarray(torch.cat([mean, torch.zeros(query.num, 1)], dim=1).numpy()), total
+    std = query.std.detach().float().cpu()  # [Q, D] | [Q, 1] (zeros for points)
+    full_sq = std.square().sum(1) * (dim if std.shape[1] == 1 else 1)  # sum_d s_qd^2, [Q]
+    if layout == "none":
+        return np.ascontiguousarray(mean.numpy()), full_sq
+    if layout == "diagonal":
+        return np.ascontiguousarray(torch.cat([mean, std.expand(-1, dim)], dim=1).numpy()), zero
+    avg = std.mean(1, keepdim=True)  # [Q, 1]
+    constant = (full_sq - dim * avg.squeeze(1).square()).clamp_min(0.0)
+    return np.ascontiguousarray(torch.cat([mean, math.sqrt(dim) * avg], dim=1).numpy()), constant
+
+
+def scores_from_distances(score: str, distances: np.ndarray, constant: Tensor) -> Tensor:
+    """pcmr scores (higher = closer) from faiss results: inner products for cosine, ``-sqrt(d + c)``
+    for the squared L2 distances ``d`` of l2/W2, ``-(d + c)`` for csd."""
+    values = torch.from_numpy(np.ascontiguousarray(distances, dtype=np.float32))
+    if score == "cosine":
+        return values
+    if score == "csd":
+        return -(values + constant.unsqueeze(1))
+    return -(values + constant.unsqueeze(1)).clamp_min(0.0).sqrt()
+
+
+def choose_index_type(num_items: int) -> str:
+    """``flat`` up to 50,000 items, ``hnsw`` up to 300,000, ``ivf`` above."""
+    if num_items <= FLAT_MAX:
+        return "flat"
+    return "hnsw" if num_items <= HNSW_MAX else "ivf"
+
+
+def default_nlist(num_items: int) -> int:
+    """IVF lists: about ``4 sqrt(N)``, at most ``N / 39`` (faiss wants >= 39 training points per list)."""
+    return max(1, min(int(4 * math.sqrt(max(num_items, 1))), num_items // 39))
+
+
+@dataclass
+class AnnIndex:
+    """A faiss index over one gallery modality for one of :data:`ANN_SCORES`.
+
+    ``layout`` (see :func:`gallery_layout`) fixes how query vectors are formed; ``params`` holds the
+    construction and search parameters (``nlist``, ``nprobe``, ``hnsw_m``, ``ef_search``).
+    """
+
+    score: str
+    index_type: str
+    layout: str
+    dim: int
+    index: Any
+    params: dict[str, Any]
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    @classmethod
+    def create(cls, score: str, gallery: Gaussian, index_type: str = "auto", *, nlist: int | None = None,
+               nprobe: int = 32, hnsw_m: int = 32, ef_construction: int = 80, ef_search: int = 64,
+               train_size: int = 100_000, seed: int = 0, num_items: int | None = None) -> AnnIndex:
+        """An empty (trained, for IVF) index for ``gallery``'s layout. ``gallery`` supplies the layout
+        and, for IVF, the k-means training sample (at most ``train_size`` rows drawn with ``seed``);
+        ``num_items`` the expected size for ``index_type="auto"`` and the IVF list count."""
+        faiss = _faiss()
+        total = gallery.num if num_items is None else num_items
+        kind = choose_index_type(total) if index_type == "auto" else index_type
+        if kind not in INDEX_TYPES:
+            raise ValueError(f"index type must be 'auto' or one of {list(INDEX_TYPES)}, got {index_type!r}")
+        layout = gallery_layout(score, gallery)
+        metric = faiss.METRIC_INNER_PRODUCT if score == "cosine" else faiss.METRIC_L2
+        width = gallery_vectors(score, gallery[:1], layout).shape[1]
+        params: dict[str, Any] = {}
+        if kind == "flat":
+            index = faiss.IndexFlat(width, metric)
+        elif kind == "hnsw":
+            index = faiss.IndexHNSWFlat(width, hnsw_m, metric)
+            index.hnsw.efConstruction = ef_construction
+            index.hnsw.efSearch = ef_search
+            params = {"hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
+        else:
+            nlist = default_nlist(total) if nlist is None else nlist
+            if gallery.num < nlist:
+                raise ValueError(f"IVF with {nlist} lists needs at least {nlist} training items, got {gallery.num}")
+            quantizer = faiss.IndexFlat(width, metric)
+            index = faiss.IndexIVFFlat(quantizer, width, nlist, metric)
+            rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
+            index.train(gallery_vectors(score, gallery[rows.sort().values], layout))
+            index.nprobe = min(nprobe, nlist)
+            params = {"nlist": nlist, "nprobe": index.nprobe}
+        return cls(score, kind, layout, gallery.dim, index, params)
+
+    def add(self, gallery: Gaussian, shard_size: int = 65_536,
+            progress: Callable[[int], None] | None = None) -> None:
+        """Append ``gallery``'s items in shards of ``shard_size`` rows (bounded temporaries);
+        ``progress(n)`` is called with the rows added per shard."""
+        if gallery.dim != self.dim:
+            raise ValueError(f"items have D={gallery.dim}, the index D={self.dim}")
+        if gallery_layout(self.score, gallery) != self.layout and gallery.num:
+            raise ValueError(f"items' variances ({gallery!r}) do not match the index layout {self.layout!r}")
+        for start in range(0, gallery.num, shard_size):
+            shard = gallery[start:start + shard_size]
+            self.index.add(gallery_vectors(self.score, shard, self.layout))
+            if progress is not None:
+                progress(shard.num)
+
+    def set_search_params(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Search-time accuracy/speed knobs: IVF ``nprobe`` lists, HNSW ``ef_search``."""
+        if nprobe is not None and self.index_type == "ivf":
+            self.index.nprobe = min(int(nprobe), self.params["nlist"])
+            self.params["nprobe"] = self.index.nprobe
+        if ef_search is not None and self.index_type == "hnsw":
+            self.index.hnsw.efSearch = int(ef_search)
+            self.params["ef_search"] = int(ef_search)
+
+    def search(self, query: Gaussian, k: int) -> tuple[Tensor, Tensor]:
+        """``(scores [Q, k], indices [Q, k])``, best first; scores as :func:`scores_from_distances`.
+        Slots an approximate index could not fill have index -1 and score -inf."""
+        if query.dim != self.dim:
+            raise ValueError(f"query has D={query.dim}, the index D={self.dim}")
+        k = min(k, self.ntotal)
+        vectors, constant = query_vectors(self.score, query, self.layout)
+        distances, labels = self.index.search(vectors, k)
+        scores = scores_from_distances(self.score, distances, constant)
+        indices = torch.from_numpy(labels.astype(np.int64))
+        scores[indices < 0] = float("-inf")
+        return scores, indices
+
+    # ----------------------------------------------------------------- storage
+    def write(self, path: str) -> None:
+        _faiss().write_index(self.index, path)
+
+    @classmethod
+    def read(cls, path: str, score: str, index_type: str, layout: str, dim: int,
+             params: dict[str, Any]) -> AnnIndex:
+        """Read a faiss file written by :meth:`write` (RuntimeError from faiss for unreadable files)."""
+        faiss = _faiss()
+        index = faiss.read_index(path)
+        out = cls(score, index_type, layout, dim, index, dict(params))
+        out.set_search_params(params.get("nprobe"), params.get("ef_search"))
+        return out

@@ -1,0 +1,247 @@
+"""The web service behind ``pcmr serve``: a JSON API and a page over a :class:`pcmr.index.GalleryIndex`.
+
+Endpoints (every error is a 4xx JSON object ``{"error": "..."}``):
+
+- ``GET /api/health``: sizes, backend, whether text/image queries can be encoded;
+- ``GET /api/search?text=...&k=10``: caption text -> images;
+- ``POST /api/search/image?k=5`` (multipart field ``file``): uploaded image -> captions;
+- ``GET /api/images/{index}?k=5``: one gallery image with its nearest captions;
+- ``GET /api/captions/{index}``: one gallery caption;
+- ``GET /images/{index}``: the image itself (shapes scenes are rendered; file datasets serve their file);
+- ``GET /``: the page (``pcmr/search/web``).
+
+Needs the ``search`` extra (FastAPI, uvicorn, python-multipart).
+"""
+
+import io
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from importlib import resources
+from typing import Annotated, Any
+
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from pcmr.data.shapes.dataset import load_shapes
+
+__all__ = ["ServiceLimits", "create_app"]
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """Request limits: results per query, text length, upload size (bytes)."""
+
+    max_k: int = 100
+    max_text_chars: int = 1000
+    max_upload_bytes: int = 8 * 2**20
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class _Images:
+    """Image bytes of gallery items: re-rendered shapes scenes or the files named in the metadata."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        self.source = index.meta.get("image_source") or {}
+        self._pixels = None
+        self._lock = threading.Lock()
+
+    def available(self) -> bool:
+        if self.source.get("kind") == "shapes":
+            return True
+        return bool(self.index.image_metadata) and "path" in (self.index.image_metadata[0] or {})
+
+    def _shapes_pixels(self) -> Any:
+        with self._lock:
+            if self._pixels is None:
+                # deterministic generator: re-rendered in memory, nothing written by the server
+                split = load_shapes(self.source["split"], **{**self.source.get("config", {}), "cache": False})
+                self._pixels = split.images.pixels  # uint8 [N, H, W, 3]
+        return self._pixels
+
+    def response(self, i: int) -> Any:
+        from fastapi.responses import FileResponse, Response
+
+        if self.source.get("kind") == "shapes":
+            pixels = self._shapes_pixels()
+            if i >= len(pixels):
+                raise _BadRequest(404, f"image {i} is not in the rendered shapes split")
+            buffer = io.BytesIO()
+            Image.fromarray(pixels[i]).save(buffer, format="PNG")
+            return Response(buffer.getvalue(), media_type="image/png")
+        path = (self.index.image_metadata[i] or {}).get("path") if self.index.image_metadata else None
+        if not path or not os.path.isfile(path):
+            raise _BadRequest(404, f"image {i} has no image file to serve")
+        return FileResponse(path)
+
+
+def _relative_levels(values: torch.Tensor | None) -> torch.Tensor | None:
+    """Sorted uncertainties of a gallery, to place an item's uncertainty as a fraction in [0, 1]."""
+    return None if values is None else values.float().sort().values
+
+
+def create_app(index: Any, *, similarity: str = "cosine", rerank: str = "nns", backend: str = "auto",
+               candidates: int | None = None, limits: ServiceLimits | None = None) -> Any:
+    """A FastAPI application serving ``index`` (module docstring). ``similarity``/``rerank``/``backend``/
+    ``candidates`` are the search settings of every query."""
+    from fastapi import FastAPI, File, Query, Request, UploadFile
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    limits = limits or ServiceLimits()
+    app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
+    images = _Images(index)
+    measure = index.meta.get("uncertainty_measure", "log_det")
+    levels = {m: _relative_levels(None if index.gallery(m).is_point else index.gallery(m).uncertainty(measure))
+              for m in ("image", "caption")}
+    lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
+
+    @app.exception_handler(_BadRequest)
+    async def _bad(request: Request, exc: _BadRequest) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = [f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
+        return JSONResponse({"error": "; ".join(parts) or "invalid request"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    def check_k(k: int, modality: str) -> int:
+        top = min(limits.max_k, index.gallery(modality).num)
+        if not 1 <= k <= top:
+            raise _BadRequest(400, f"k must be an integer in [1, {top}], got {k}")
+        return k
+
+    def require_encoder() -> None:
+        if index.model is None or index.vocab is None:
+            raise _BadRequest(409, "this index holds no model, so it cannot encode queries")
+
+    def level(modality: str, value: float | None) -> float | None:
+        sorted_values = levels[modality]
+        if value is None or sorted_values is None or len(sorted_values) < 2:
+            return None
+        rank = torch.searchsorted(sorted_values, torch.tensor([value], dtype=torch.float32)).item()
+        return round(rank / (len(sorted_values) - 1), 4)
+
+    def hit_json(hit: Any, modality: str) -> dict[str, Any]:
+        out = {"rank": hit.rank, "index": hit.index, "id": hit.id, "score": hit.score,
+               "uncertainty": hit.uncertainty, "uncertainty_level": level(modality, hit.uncertainty)}
+        if modality == "image":
+            out["metadata"] = hit.metadata
+            out["image_url"] = f"/images/{hit.index}" if images.available() else None
+        else:
+            out["text"] = hit.text
+        return out
+
+    def run_search(function: Any, queries: Any, k: int, modality: str) -> list[dict[str, Any]]:
+        try:
+            with lock:
+                results = function(queries, k=k, similarity=similarity, rerank=rerank, backend=backend,
+                                   candidates=candidates)
+        except ValueError as err:
+            raise _BadRequest(400, str(err)) from None
+        return [hit_json(h, modality) for h in results.hits[0]]
+
+    @app.get("/api/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "images": index.images.num, "captions": index.captions.num,
+                "dim": index.images.dim, "similarity": similarity, "rerank": rerank,
+                "backend": {m: (f"faiss/{a.index_type}" if m in index.ann else "exact")
+                            for m, a in [(m, index.ann.get(m)) for m in ("image", "caption")]},
+                "text_queries": index.model is not None, "images_served": images.available()}
+
+    @app.get("/api/search")
+    def search_text(text: Annotated[str, Query(description="caption query")], k: int = 10) -> dict[str, Any]:
+        if not text.strip():
+            raise _BadRequest(400, "text must be a non-empty caption")
+        if len(text) > limits.max_text_chars:
+            raise _BadRequest(400, f"text is longer than {limits.max_text_chars} characters")
+        require_encoder()
+        check_k(k, "image")
+        return {"query": text, "similarity": similarity, "rerank": rerank,
+                "results": run_search(index.search_text, [text], k, "image")}
+
+    @app.post("/api/search/image")
+    async def search_image(file: Annotated[UploadFile, File()], k: int = 5) -> dict[str, Any]:
+        require_encoder()
+        check_k(k, "caption")
+        data = await file.read(limits.max_upload_bytes + 1)
+        if len(data) > limits.max_upload_bytes:
+            raise _BadRequest(413, f"upload is larger than {limits.max_upload_bytes} bytes")
+        _check_image(data)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "query")
+            with open(path, "wb") as handle:
+                handle.write(data)
+            return {"query": file.filename, "results": run_search(index.search_image, [path], k, "caption")}
+
+    @app.get("/api/images/{item}")
+    def image_item(item: int, k: int = 5) -> dict[str, Any]:
+        check_item(item, "image")
+        unc = None if index.images.is_point else float(index.images[item].uncertainty(measure))
+        out = {"index": item, "id": index.image_ids[item],
+               "metadata": index.image_metadata[item] if index.image_metadata else {},
+               "uncertainty": unc, "uncertainty_level": level("image", unc),
+               "image_url": f"/images/{item}" if images.available() else None, "captions": []}
+        if index.captions.num:
+            check_k(k, "caption")
+            out["captions"] = run_search(lambda q, **kw: index.search(q, modality="image", **kw),
+                                         index.images[item], k, "caption")
+        return out
+
+    @app.get("/api/captions/{item}")
+    def caption_item(item: int) -> dict[str, Any]:
+        check_item(item, "caption")
+        unc = None if index.captions.is_point else float(index.captions[item].uncertainty(measure))
+        return {"index": item, "id": index.caption_ids[item], "text": index.caption_texts[item],
+                "uncertainty": unc, "uncertainty_level": level("caption", unc)}
+
+    @app.get("/images/{item}")
+    def image_file(item: int) -> Response:
+        check_item(item, "image")
+        return images.response(item)
+
+    def check_item(item: int, modality: str) -> None:
+        n = index.gallery(modality).num
+        if not 0 <= item < n:
+            raise _BadRequest(404, f"unknown {modality} {item}: the gallery has {n} {modality}s (0..{n - 1})")
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> str:
+        return _asset("index.html")
+
+    @app.get("/static/{name}")
+    def static(name: str) -> Response:
+        types = {"app.js": "text/javascript", "style.css": "text/css"}
+        if name not in types:
+            raise _BadRequest(404, f"no static file {name!r}")
+        return Response(_asset(name), media_type=types[name])
+
+    return app
+
+
+def _asset(name: str) -> str:
+    return resources.files("pcmr.search").joinpath("web", name).read_text(encoding="utf-8")
+
+
+def _check_image(data: bytes) -> None:
+    """Refuse an upload Pillow cannot decode as an image (415)."""
+    if not data:
+        raise _BadRequest(400, "the uploaded file is empty")
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.verify()
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError) as err:
+        raise _BadRequest(415, f"the upload is not an image Pillow can read ({err})") from None

@@ -1,0 +1,83 @@
+"""`pcmr search` with the faiss backend: building (printed choice), saved embeddings, adding, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from _search_index import make_run
+from pcmr import Gaussian
+from pcmr.cli import main
+from pcmr.index import GalleryIndex
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("cli") / "run")
+
+
+def test_build_with_faiss_prints_the_chosen_structure_and_searches(run_dir, tmp_path, capsys):
+    assert main(["search", str(tmp_path / "idx"), "--build", str(run_dir), "--backend", "faiss",
+                 "--similarity", "kl", "--csls-similarity", "kl", "--csls-k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "faiss index over 13 images: flat (chosen by gallery size), score wasserstein" in out
+    info = json.loads((tmp_path / "idx" / "index.json").read_text())
+    assert info["backend"] == "faiss" and info["ann"]["caption"]["ntotal"] == 65
+    assert main(["search", str(tmp_path / "idx"), "--text", "a red circle", "-k", "3", "--similarity", "kl",
+                 "--rerank", "csls", "--json"]) == 0
+    fast = json.loads(capsys.readouterr().out)[0]["results"]
+    assert main(["search", str(tmp_path / "idx"), "--text", "a red circle", "-k", "3", "--similarity", "kl",
+                 "--backend", "exact", "--json"]) == 0
+    exact = json.loads(capsys.readouterr().out)[0]["results"]
+    assert len(fast) == len(exact) == 3
+    assert main(["search", str(tmp_path / "idx"), "--text", "a red circle", "--similarity", "kl",
+                 "--candidates", "65", "--json"]) == 0
+    assert [h["index"] for h in json.loads(capsys.readouterr().out)[0]["results"][:3]] == [h["index"] for h in exact]
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_empty_text_query_is_refused(run_dir, tmp_path, capsys, text):
+    assert main(["search", str(tmp_path / "idx"), "--build", str(run_dir)]) == 0
+    capsys.readouterr()
+    assert main(["search", str(tmp_path / "idx"), "--text", text]) == 2
+    assert "--text must be a non-empty caption" in capsys.readouterr().err
+    index = GalleryIndex.load(tmp_path / "idx")
+    with pytest.raises(ValueError, match="non-empty strings"):
+        index.search_text(text)
+
+
+def test_missing_index_hint_names_the_build_command(tmp_path, capsys):
+    assert main(["search", str(tmp_path / "nope"), "--text", "x"]) == 2
+    err = capsys.readouterr().err
+    assert f"pcmr search {tmp_path / 'nope'} --build RUN_OR_MODEL" in err and "search build" not in err
+
+
+def test_build_from_saved_embeddings_then_add(tmp_path, capsys):
+    gen = torch.Generator().manual_seed(0)
+    first = Gaussian(torch.randn(60, 8, generator=gen), 0.3 * torch.randn(60, 8, generator=gen))
+    more = Gaussian(torch.randn(15, 8, generator=gen), 0.3 * torch.randn(15, 8, generator=gen))
+    captions = Gaussian(torch.randn(20, 8, generator=gen), 0.3 * torch.randn(20, 8, generator=gen))
+    save_file({"image_mean": first.mean, "image_logvar": first.logvar, "caption_mean": captions.mean,
+               "caption_logvar": captions.logvar}, str(tmp_path / "a.safetensors"),
+              metadata={"caption_texts": json.dumps([f"text {i}" for i in range(20)])})
+    save_file({"image_mean": more.mean, "image_logvar": more.logvar}, str(tmp_path / "b.safetensors"))
+    assert main(["search", str(tmp_path / "idx"), "--from-embeddings", str(tmp_path / "a.safetensors"),
+                 "--backend", "faiss", "--index-type", "hnsw", "--modality", "image", "--shard-size", "16",
+                 "--similarity", "wasserstein"]) == 0
+    assert "faiss index over 60 images: hnsw (requested), score wasserstein" in capsys.readouterr().out
+    assert main(["search", str(tmp_path / "idx"), "--add", str(tmp_path / "b.safetensors"), "--shard-size", "4"]) == 0
+    assert "now 75 images, 20 captions" in capsys.readouterr().out
+    index = GalleryIndex.load(tmp_path / "idx")
+    assert index.ann["image"].ntotal == 75 and index.image_ids[-1] == 74 and "caption" not in index.ann
+    whole = Gaussian(torch.cat([first.mean, more.mean]), torch.cat([first.logvar, more.logvar]))
+    assert torch.equal(index.images.mean, whole.mean) and index.caption_texts[3] == "text 3"
+    hits = index.search(more[:2], k=1, similarity="wasserstein")
+    assert hits.indices[:, 0].tolist() == [60, 61]  # an added item is its own nearest neighbour
+    assert main(["search", str(tmp_path / "idx"), "--text", "a circle"]) == 2
+    assert "no model" in capsys.readouterr().err
+    assert main(["search", str(tmp_path / "x"), "--from-embeddings", str(tmp_path / "a.safetensors"),
+                 "--add", str(tmp_path / "b.safetensors")]) == 2
+    assert "only one of" in capsys.readouterr().err
