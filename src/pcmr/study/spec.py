@@ -23,8 +23,8 @@ __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpe
 RELEVANCE_MODES = ("exact", "source")
 DEFAULT_SUMMARY_METRICS = ("rsum", "i2t_R@1", "t2i_R@1", "i2t_r_precision", "t2i_r_precision", "hs_sum")
 _LABEL = re.compile(r"^[A-Za-z0-9_.+]+$")
-_TOP_KEYS = ("name", "description", "seeds", "seed_key", "set", "variants", "recipes", "relevance", "analysis",
-             "summary_metrics", "level", "claims")
+_TOP_KEYS = ("name", "description", "seeds", "seed_key", "set", "variants", "default_variants", "recipes",
+             "relevance", "analysis", "summary_metrics", "level", "claims")
 _RECIPE_KEYS = ("recipe", "similarities", "rerankers", "variants", "set")
 
 
@@ -127,7 +127,8 @@ def _label(value: str, where: str) -> str:
     return value
 
 
-def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], where: str) -> RecipeEntry:
+def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], default: tuple[str, ...],
+                  where: str) -> RecipeEntry:
     label = _label(str(label), where)
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
@@ -135,7 +136,7 @@ def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], whe
     unknown = sorted(set(raw) - set(_RECIPE_KEYS))
     if unknown:
         raise _fail(where, f"unknown key(s) {unknown}; accepted: {', '.join(_RECIPE_KEYS)}")
-    chosen = _names(raw["variants"], f"{where}.variants") if "variants" in raw else tuple(variants)
+    chosen = _names(raw["variants"], f"{where}.variants") if "variants" in raw else default
     missing = [v for v in chosen if v not in variants]
     if missing:
         raise _fail(f"{where}.variants", f"unknown variant(s) {missing}; the study defines {', '.join(variants)}")
@@ -184,10 +185,16 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
                                           f"got {variants_raw!r}")
     variants = {_label(str(k), f"{where}: variants"): _overrides(v, f"{where}: variants.{k}")
                 for k, v in variants_raw.items()}
+    default = _names(raw["default_variants"], f"{where}: default_variants") if "default_variants" in raw \
+        else tuple(variants)
+    undefined = [v for v in default if v not in variants]
+    if undefined:
+        raise _fail(f"{where}: default_variants", f"unknown variant(s) {undefined}; the study defines "
+                                                  f"{', '.join(variants)}")
     recipes_raw = raw.get("recipes")
     if not isinstance(recipes_raw, dict) or not recipes_raw:
         raise _fail(f"{where}: recipes", f"expected a mapping of recipe names to options, got {recipes_raw!r}")
-    recipes = tuple(_recipe_entry(k, v, variants, f"{where}: recipes.{k}") for k, v in recipes_raw.items())
+    recipes = tuple(_recipe_entry(k, v, variants, default, f"{where}: recipes.{k}") for k, v in recipes_raw.items())
     relevance = _names(raw.get("relevance", list(RELEVANCE_MODES)), f"{where}: relevance")
     bad = [r for r in relevance if r not in RELEVANCE_MODES]
     if bad:
