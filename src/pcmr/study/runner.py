@@ -4,15 +4,20 @@ skipped, and the results of every finished run are collected into ``OUT/results.
 
 A run is finished when its marker ``OUT/runs/<name>/study.json`` (the run's result rows) exists:
 it is written atomically after training and evaluation, so a study killed at any moment resumes
-where it stopped (an interrupted training continues from its newest checkpoint). With
-``workers > 1`` each run is a child process ``pcmr study FILE --out OUT --only I`` with
-``OMP_NUM_THREADS`` (and torch's thread count) set to its share of the cores.
+where it stopped (an interrupted training continues from its newest checkpoint).
+
+Every run is a fresh child process ``pcmr study FILE --out OUT --only I`` (``workers`` of them at a
+time, each with ``OMP_NUM_THREADS`` and torch's thread count set to its share of the cores), so its
+numbers depend only on its config and thread count, never on the runs that happened before it in
+the same process; a child dies with its parent (Linux).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -98,14 +103,31 @@ def execute_run(spec: StudySpec, run: StudyRun, out: Path) -> dict[str, Any]:
 
 def _child_command(spec: StudySpec, run: StudyRun, out: Path, threads: int) -> list[str]:
     if spec.source is None:
-        raise ValueError("workers > 1 need a study read from a file (StudySpec.source)")
+        raise ValueError("a study runs its runs as child processes: it must be read from a file (load_study)")
     return [sys.executable, "-m", "pcmr", "study", str(spec.source), "--out", str(Path(out).resolve()),
             "--only", str(run.index), "--threads", str(threads)]
 
 
+PARENT_ENV = "PCMR_STUDY_PARENT"
+
+
+def _die_with_parent() -> None:
+    """In a child started by :func:`_run_children`: have Linux kill this process when the study
+    process dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), and stop at once if it is already gone."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:
+        os._exit(1)
+
+
 def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: int, threads: int,
                   outcome: StudyOutcome, echo: Callable[[str], None]) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
     logs = Path(out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     queue = list(pending)
@@ -145,9 +167,10 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
     """Run the unfinished runs of ``spec`` into ``out`` and (unless ``only``) collect the results.
 
     Args:
-        workers: runs at a time; above 1 each run is a child process.
+        workers: child processes at a time (each runs one run).
         threads: torch / OpenMP threads per run (default: the cores divided by ``workers``).
-        only: run number ``only`` alone (``pcmr study --list`` numbers them) and collect nothing.
+        only: run number ``only`` alone, in this process (``pcmr study --list`` numbers them), and
+            collect nothing.
     """
     import torch
 
@@ -168,20 +191,14 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
             pending.append(run)
     if outcome.skipped and only is None:
         echo(f"{len(outcome.skipped)} of {len(runs)} runs already finished (skipped)")
-    if workers > 1 and len(pending) > 1:
+    if only is None:
         _run_children(spec, pending, out, workers, threads, outcome, echo)
     else:
+        _die_with_parent()
         torch.set_num_threads(threads)
         for run in pending:
             echo(f"[{run.index}] {run.name}: training and evaluating ({threads} threads)")
-            try:
-                execute_run(spec, run, out)
-            except Exception as err:  # one failed run does not stop the others
-                if only is not None:
-                    raise
-                outcome.failed[run.name] = f"{type(err).__name__}: {err}"
-                echo(f"{run.name}: failed ({type(err).__name__}: {err})")
-                continue
+            execute_run(spec, run, out)
             outcome.ran.append(run.name)
     if only is None:
         outcome.written = collect(spec, out)
