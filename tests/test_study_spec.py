@@ -108,3 +108,26 @@ def test_override_items_read_back_by_the_config_parser() -> None:
     assert config.data.options["num_train"] == 48 and config.train.grad_clip is None
     assert config.eval.similarities == ["cosine", "kl"]
     assert config.data.loader_options == {"augment": False, "word_dropout": 0.25}
+
+
+def test_threads_per_worker() -> None:
+    from pcmr.study import threads_per_worker
+
+    assert threads_per_worker(1, cores=16) == 16
+    assert threads_per_worker(3, cores=16) == 5
+    assert threads_per_worker(4, cores=2) == 1
+    with pytest.raises(ValueError, match="workers"):
+        threads_per_worker(0)
+
+
+def test_a_bad_override_stops_the_study_before_any_training(tmp_path: Path) -> None:
+    from pcmr.cli import main
+
+    study = tmp_path / "bad.yaml"
+    study.write_text("name: bad\nseeds: [0]\nrecipes: {vsepp_sum: {set: {train.colour: red}}}\n")
+    with pytest.raises(StudyError, match=r"run 0 \(vsepp_sum-base-s0\).*train.colour"):
+        from pcmr.study import run_study
+
+        run_study(load_study(study), tmp_path / "out", threads=1, echo=lambda line: None)
+    assert not (tmp_path / "out" / "runs").exists()
+    assert main(["study", str(study), "--out", str(tmp_path / "out"), "--workers", "0"]) == 2

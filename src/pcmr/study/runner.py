@@ -29,7 +29,7 @@ from typing import Any
 from pcmr.study import backend
 from pcmr.study.claims import judge_claims
 from pcmr.study.report import claims_markdown, results_csv, summary_markdown
-from pcmr.study.spec import StudyRun, StudySpec
+from pcmr.study.spec import StudyError, StudyRun, StudySpec
 
 __all__ = ["MARKER", "StudyOutcome", "collect", "execute_run", "read_marker", "run_study", "threads_per_worker"]
 
@@ -192,6 +192,11 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
     if outcome.skipped and only is None:
         echo(f"{len(outcome.skipped)} of {len(runs)} runs already finished (skipped)")
     if only is None:
+        for run in pending:  # every config checked before anything is trained
+            try:
+                backend.resolve_config(run.recipe, run.overrides)
+            except (ValueError, TypeError, KeyError, FileNotFoundError) as err:
+                raise StudyError(f"run {run.index} ({run.name}): {err}") from err
         _run_children(spec, pending, out, workers, threads, outcome, echo)
     else:
         _die_with_parent()
