@@ -97,3 +97,14 @@ def test_duplicate_ids_are_rejected() -> None:
              "a": {"recipe": "pcme"}}
     with pytest.raises(ValueError, match="duplicate"):
         parse_claims([claim, dict(claim)])
+
+
+def test_no_common_condition_is_no_data_and_judge_claims_collects_errors() -> None:
+    from pcmr.study.claims import judge_claims
+
+    claim = _claim(b={"recipe": "absent"})
+    (judgement,) = judge_claim(claim, _rows())
+    assert judgement.verdict == NO_DATA and judgement.seeds == ()
+    bad = _claim(id="ambiguous", a={"recipe": "pcme"})
+    judgements, errors = judge_claims([claim, bad], _rows())
+    assert [j.claim.id for j in judgements] == ["c"] and "pin more fields" in errors["ambiguous"]

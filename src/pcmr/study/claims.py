@@ -167,10 +167,13 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
         values = {str(r.get(f)) for r in _matching(rows, claim.a) if r.get(f) not in (None, "")}
         if side_b is not None:
             values &= {str(r.get(f)) for r in _matching(rows, side_b) if r.get(f) not in (None, "")}
-        choices.append(sorted(values) or [None])
+        choices.append(sorted(values))
+    if any(not values for values in choices):  # some field has no value measured on both sides
+        empty = paired_interval([], [], level)
+        return [Judgement(claim, {}, claim.a, side_b, empty, NO_DATA, ())]
     out = []
     for combo in itertools.product(*choices):
-        condition = {f: v for f, v in zip(free, combo) if v is not None}
+        condition = dict(zip(free, combo))
         a = replace(claim.a, **condition)
         a_values = _values_by_seed(rows, a, a.metric or claim.metric, claim.id)
         b = replace(side_b, **condition) if side_b is not None else None
@@ -183,6 +186,15 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
     return out
 
 
-def judge_claims(claims: Sequence[Claim], rows: Sequence[dict[str, Any]], level: float = 0.95) -> list[Judgement]:
-    """Every claim judged under every condition (see :func:`judge_claim`)."""
-    return [j for claim in claims for j in judge_claim(claim, rows, level)]
+def judge_claims(claims: Sequence[Claim], rows: Sequence[dict[str, Any]],
+                 level: float = 0.95) -> tuple[list[Judgement], dict[str, str]]:
+    """Every claim judged under every condition (see :func:`judge_claim`); a claim that cannot be
+    judged on these rows (an ambiguous side) is left out and its reason returned by claim id."""
+    judgements: list[Judgement] = []
+    errors: dict[str, str] = {}
+    for claim in claims:
+        try:
+            judgements.extend(judge_claim(claim, rows, level))
+        except ValueError as err:
+            errors[claim.id] = str(err)
+    return judgements, errors

@@ -113,7 +113,8 @@ def _fmt(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:+.2f}"
 
 
-def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float = 0.95) -> str:
+def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float = 0.95,
+                    errors: dict[str, str] | None = None) -> str:
     """The claims table: one line per claim and condition with the mean difference, its paired
     t-interval and the verdict."""
     pct = f"{100 * level:g} %"
@@ -142,4 +143,6 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
         lines.append(f"| {claim.id} | {claim.paper} | {claim.statement} | {condition} | {a} | {b} | {expect} | "
                      f"{interval.n} | {_fmt(interval.mean)} | {ci} | {j.verdict} |")
     lines.append("")
+    if errors:
+        lines += ["Claims not judged:", ""] + [f"- {claim_id}: {reason}" for claim_id, reason in errors.items()] + [""]
     return "\n".join(lines)

@@ -226,6 +226,7 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     backend.write_text(written["results"], results_csv(rows))
     backend.write_text(written["summary"], summary_markdown(rows, spec.summary_metrics, title=spec.name,
                                                             level=spec.level, seeds=spec.seeds, missing=missing))
-    judgements = judge_claims(spec.claims, rows, spec.level)
-    backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level))
+    judgements, errors = judge_claims(spec.claims, rows, spec.level)
+    backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
+                                                          errors=errors))
     return list(written.values())
