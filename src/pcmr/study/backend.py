@@ -112,6 +112,11 @@ def _relevance(split: Any, mode: str) -> torch.Tensor:
     return split.relevance_matrix() if mode == "exact" else _source_relevance(split)
 
 
+def _has_variance(embeddings: Any) -> bool:
+    """True for Gaussian embeddings with variances (not points, not sets of points)."""
+    return getattr(embeddings, "is_point", True) is False
+
+
 def _finite(value: float) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
@@ -179,9 +184,9 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
         val_split = load_run_split(config, config.data.val_split)
         val = (val_split, *encode_split(trained.model, val_split, trained.vocab, batch_size=batch_size,
                                         device=device))
-    probabilistic = not (images.is_point or captions.is_point)
+    probabilistic = _has_variance(images) and _has_variance(captions)
     run_columns: dict[str, Any] = {}
-    if analysis.corruption and not (images.is_point and captions.is_point):
+    if analysis.corruption and (_has_variance(images) or _has_variance(captions)):
         run_columns.update(_corruption_columns(trained.model, test, trained.vocab, device, batch_size, analysis))
     per_similarity: dict[str, dict[str, float]] = {}
     if analysis.binary_selection and config.data.name == "shapes":
