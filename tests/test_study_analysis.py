@@ -51,6 +51,7 @@ def test_relevant_count_correlation_against_counts() -> None:
     caption_counts = [sum(bool(relevance[i, c]) for i in range(11)) for c in range(17)]
     assert got["image"] == pytest.approx(sps.spearmanr(image_u.numpy(), image_counts).statistic, rel=1e-12)
     assert got["caption"] == pytest.approx(sps.spearmanr(caption_u.numpy(), caption_counts).statistic, rel=1e-12)
+    assert relevant_count_correlation(relevance, None, caption_u) == {"caption": got["caption"]}
     with pytest.raises(ValueError, match="caption_uncertainty"):
         relevant_count_correlation(relevance, image_u, caption_u[:3])
 

@@ -53,29 +53,30 @@ def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -
     return math.nan if denominator == 0 else float((rx * ry).sum() / denominator)
 
 
-def relevant_count_correlation(relevance: Tensor, image_uncertainty: Tensor,
-                               caption_uncertainty: Tensor) -> dict[str, float]:
+def relevant_count_correlation(relevance: Tensor, image_uncertainty: Tensor | None,
+                               caption_uncertainty: Tensor | None) -> dict[str, float]:
     """Spearman correlation between each item's uncertainty and its number of relevant items.
 
     Args:
         relevance: BoolTensor ``[N_img, N_cap]``.
-        image_uncertainty: ``[N_img]``; caption_uncertainty: ``[N_cap]`` (e.g. ``Gaussian.uncertainty``).
+        image_uncertainty: ``[N_img]`` or None; caption_uncertainty: ``[N_cap]`` or None (e.g.
+            ``Gaussian.uncertainty``; None for a side without variances).
 
-    Returns ``{"image": rho, "caption": rho}`` (NaN where every item has the same count, e.g.
-    captions under source relevance).
+    Returns ``{"image": rho, "caption": rho}`` for the sides given (NaN where every item has the
+    same count, e.g. captions under source relevance).
     """
     if relevance.dtype != torch.bool or relevance.dim() != 2:
         raise ValueError(f"relevance must be a 2-D BoolTensor [N_img, N_cap], got {relevance.dtype} "
                          f"{tuple(relevance.shape)}")
-    shapes = {"image_uncertainty": (image_uncertainty, relevance.shape[0]),
-              "caption_uncertainty": (caption_uncertainty, relevance.shape[1])}
-    for name, (value, size) in shapes.items():
+    out = {}
+    for side, value, axis in (("image", image_uncertainty, 1), ("caption", caption_uncertainty, 0)):
+        if value is None:
+            continue
+        size = relevance.shape[1 - axis]
         if tuple(value.shape) != (size,):
-            raise ValueError(f"{name} must have shape [{size}], got {tuple(value.shape)}")
-    counts_image = relevance.sum(1).cpu().numpy()
-    counts_caption = relevance.sum(0).cpu().numpy()
-    return {"image": spearman(image_uncertainty.detach().double().cpu().numpy(), counts_image),
-            "caption": spearman(caption_uncertainty.detach().double().cpu().numpy(), counts_caption)}
+            raise ValueError(f"{side}_uncertainty must have shape [{size}], got {tuple(value.shape)}")
+        out[side] = spearman(value.detach().double().cpu().numpy(), relevance.sum(axis).cpu().numpy())
+    return out
 
 
 def _accuracy(positive: Tensor, negative: Tensor) -> float:

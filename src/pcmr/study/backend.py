@@ -184,7 +184,6 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
         val_split = load_run_split(config, config.data.val_split)
         val = (val_split, *encode_split(trained.model, val_split, trained.vocab, batch_size=batch_size,
                                         device=device))
-    probabilistic = _has_variance(images) and _has_variance(captions)
     run_columns: dict[str, Any] = {}
     if analysis.corruption and (_has_variance(images) or _has_variance(captions)):
         run_columns.update(_corruption_columns(trained.model, test, trained.vocab, device, batch_size, analysis))
@@ -203,11 +202,12 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
             meta={"run": str(run_dir), "relevance": mode})
         result.save(run_dir / f"eval-{mode}", plots=False)
         mode_columns = dict(run_columns)
-        if analysis.relevant_count and probabilistic:
-            rho = relevant_count_correlation(relevance, images.uncertainty(UNCERTAINTY_MEASURE),
-                                             captions.uncertainty(UNCERTAINTY_MEASURE))
-            mode_columns["image_uncertainty_relevant_rho"] = _finite(rho["image"])
-            mode_columns["caption_uncertainty_relevant_rho"] = _finite(rho["caption"])
+        if analysis.relevant_count and (_has_variance(images) or _has_variance(captions)):
+            rho = relevant_count_correlation(
+                relevance, images.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(images) else None,
+                captions.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(captions) else None)
+            for side, value in rho.items():
+                mode_columns[f"{side}_uncertainty_relevant_rho"] = _finite(value)
         deciles = (result.figures.get("uncertainty_r1") or {}).get("series", {}) if analysis.deciles else {}
         for row in result.rows:
             extra: dict[str, Any] = {}
