@@ -1,4 +1,4 @@
-"""The ``pcmr`` command line: ``train``, ``evaluate``, ``search``, ``serve``, ``demo``, ``list``.
+"""The ``pcmr`` command line: ``train``, ``evaluate``, ``search``, ``serve``, ``demo``, ``list``, ``study``.
 
 Each subcommand lives in its own module of this package, imported by name from
 :data:`COMMANDS`, and exposes ``add_parser(subparsers)`` (registers its parser)
@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve",
     "demo": "demo",
     "list": "listing",
+    "study": "study",
 }
 
 EXIT_BAD_INPUT = 2

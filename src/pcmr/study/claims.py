@@ -1,0 +1,200 @@
+"""Claims of the papers as data, judged from paired seeds.
+
+A claim compares a metric between two conditions ``a`` and ``b``. Each condition is a
+:class:`Selector` of result rows (recipe, variant, similarity, re-ranker, relevance mode, and
+optionally its own metric); a field ``b`` leaves out is taken from ``a``, and a claim without
+``b`` compares ``a`` with zero. Fields neither side pins among ``variant`` and ``relevance`` are
+judged once per value found in the results (e.g. once per training-relevance variant). For each
+seed present on both sides the difference ``a - b`` is taken; its mean, paired t-interval and
+verdict come from :mod:`pcmr.study.stats`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pcmr.study.stats import EXPECTATIONS, Interval, paired_interval, verdict
+
+__all__ = ["Claim", "Judgement", "Selector", "judge_claim", "judge_claims", "parse_claims", "NO_DATA"]
+
+SELECT_FIELDS = ("recipe", "variant", "similarity", "rerank", "relevance")
+EXPANDED_FIELDS = ("variant", "relevance")
+#: verdict of a claim with no seed measured on both sides
+NO_DATA = "no data"
+_CLAIM_KEYS = ("id", "paper", "statement", "metric", "a", "b", "expect", "margin")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which rows of ``results.csv`` make one side of a claim (None = not pinned)."""
+
+    recipe: str | None = None
+    variant: str | None = None
+    similarity: str | None = None
+    rerank: str | None = None
+    relevance: str | None = None
+    metric: str | None = None  # default: the claim's metric
+
+    def describe(self, metric: str | None = None) -> str:
+        """``recipe/variant/similarity/re-ranker/relevance [metric]`` of the pinned fields."""
+        parts = [str(getattr(self, f)) for f in SELECT_FIELDS if getattr(self, f) is not None]
+        shown = self.metric or metric
+        return "/".join(parts) + (f" [{shown}]" if shown else "")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's statement: ``metric(a) expect metric(b)`` (see the module docstring)."""
+
+    id: str
+    paper: str
+    statement: str
+    metric: str
+    a: Selector
+    b: Selector | None
+    expect: str  # greater | less | equal
+    margin: float = 0.0
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A claim judged under one condition (the values of the expanded fields)."""
+
+    claim: Claim
+    condition: dict[str, str]
+    a: Selector  # the rows compared (b's fields completed from a's, condition applied)
+    b: Selector | None  # None: a is compared with zero
+    interval: Interval
+    verdict: str
+    seeds: tuple[int, ...]
+
+
+def _selector(raw: Any, where: str) -> Selector:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a mapping with keys among {', '.join(SELECT_FIELDS + ('metric',))}, "
+                         f"got {raw!r}")
+    accepted = set(SELECT_FIELDS) | {"metric"}
+    unknown = sorted(set(raw) - accepted)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; accepted: {', '.join(sorted(accepted))}")
+    for key, value in raw.items():
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{where}.{key}: expected a name, got {value!r}")
+    return Selector(**raw)
+
+
+def parse_claims(raw: Any, where: str = "claims") -> tuple[Claim, ...]:
+    """Claims from a list of mappings (the ``claims`` section of a study file)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError(f"{where}: expected a list of claims, got {raw!r}")
+    claims, seen = [], set()
+    for i, item in enumerate(raw):
+        here = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{here}: expected a mapping with keys {', '.join(_CLAIM_KEYS)}, got {item!r}")
+        unknown = sorted(set(item) - set(_CLAIM_KEYS))
+        if unknown:
+            raise ValueError(f"{here}: unknown key(s) {unknown}; accepted: {', '.join(_CLAIM_KEYS)}")
+        for key in ("id", "paper", "statement", "metric"):
+            if not isinstance(item.get(key), str) or not item[key]:
+                raise ValueError(f"{here}.{key}: expected text, got {item.get(key)!r}")
+        if item["id"] in seen:
+            raise ValueError(f"{here}.id: duplicate claim id {item['id']!r}")
+        seen.add(item["id"])
+        expect = item.get("expect")
+        if expect not in EXPECTATIONS:
+            raise ValueError(f"{here}.expect: expected one of {', '.join(EXPECTATIONS)}, got {expect!r}")
+        margin = item.get("margin", 0.0)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 0 or math.isinf(margin):
+            raise ValueError(f"{here}.margin: expected a finite number >= 0, got {margin!r}")
+        if expect == "equal" and margin == 0:
+            raise ValueError(f"{here}.margin: an 'equal' claim needs a margin > 0 (equivalence within +-margin)")
+        a = _selector(item.get("a"), f"{here}.a")
+        b = _selector(item["b"], f"{here}.b") if item.get("b") is not None else None
+        claims.append(Claim(item["id"], item["paper"], item["statement"], item["metric"], a, b, expect,
+                            float(margin)))
+    return tuple(claims)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) or math.isinf(number) else number
+
+
+def _values_by_seed(rows: Sequence[dict[str, Any]], selector: Selector, metric: str, claim_id: str) -> dict[int, float]:
+    """``{seed: value}`` of the rows matching ``selector``; one distinct value per seed is required."""
+    found: dict[int, set[float]] = {}
+    for row in rows:
+        if any(getattr(selector, f) is not None and str(row.get(f)) != getattr(selector, f) for f in SELECT_FIELDS):
+            continue
+        value = _number(row.get(metric))
+        if value is not None:
+            found.setdefault(int(row["seed"]), set()).add(value)
+    ambiguous = {seed: values for seed, values in found.items() if len(values) > 1}
+    if ambiguous:
+        seed = min(ambiguous)
+        raise ValueError(f"claim {claim_id!r}: side {selector.describe()} matches {len(ambiguous[seed])} different "
+                         f"values of {metric} for seed {seed}; pin more fields "
+                         f"({', '.join(f for f in SELECT_FIELDS if getattr(selector, f) is None)})")
+    return {seed: next(iter(values)) for seed, values in found.items()}
+
+
+def _matching(rows: Sequence[dict[str, Any]], selector: Selector) -> list[dict[str, Any]]:
+    pinned = [f for f in SELECT_FIELDS if getattr(selector, f) is not None]
+    return [r for r in rows if all(str(r.get(f)) == getattr(selector, f) for f in pinned)]
+
+
+def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.95) -> list[Judgement]:
+    """Judge ``claim`` on result rows (dicts with ``seed``, the selector fields and metrics)."""
+    side_b = claim.b
+    if side_b is not None:  # fields b leaves out come from a
+        side_b = replace(side_b, **{f: getattr(claim.a, f) for f in SELECT_FIELDS + ("metric",)
+                                    if getattr(side_b, f) is None})
+    free = [f for f in EXPANDED_FIELDS if getattr(claim.a, f) is None and (side_b is None or getattr(side_b, f) is None)]
+    choices = []
+    for f in free:  # values of the field found on both sides
+        values = {str(r.get(f)) for r in _matching(rows, claim.a) if r.get(f) not in (None, "")}
+        if side_b is not None:
+            values &= {str(r.get(f)) for r in _matching(rows, side_b) if r.get(f) not in (None, "")}
+        choices.append(sorted(values))
+    if any(not values for values in choices):  # some field has no value measured on both sides
+        empty = paired_interval([], [], level)
+        return [Judgement(claim, {}, claim.a, side_b, empty, NO_DATA, ())]
+    out = []
+    for combo in itertools.product(*choices):
+        condition = dict(zip(free, combo))
+        a = replace(claim.a, **condition)
+        a_values = _values_by_seed(rows, a, a.metric or claim.metric, claim.id)
+        b = replace(side_b, **condition) if side_b is not None else None
+        b_values = dict.fromkeys(a_values, 0.0) if b is None else _values_by_seed(rows, b, b.metric or claim.metric,
+                                                                                   claim.id)
+        seeds = tuple(sorted(set(a_values) & set(b_values)))
+        interval = paired_interval([a_values[s] for s in seeds], [b_values[s] for s in seeds], level)
+        outcome = NO_DATA if not seeds else verdict(interval, claim.expect, claim.margin)
+        out.append(Judgement(claim, condition, a, b, interval, outcome, seeds))
+    return out
+
+
+def judge_claims(claims: Sequence[Claim], rows: Sequence[dict[str, Any]],
+                 level: float = 0.95) -> tuple[list[Judgement], dict[str, str]]:
+    """Every claim judged under every condition (see :func:`judge_claim`); a claim that cannot be
+    judged on these rows (an ambiguous side) is left out and its reason returned by claim id."""
+    judgements: list[Judgement] = []
+    errors: dict[str, str] = {}
+    for claim in claims:
+        try:
+            judgements.extend(judge_claim(claim, rows, level))
+        except ValueError as err:
+            errors[claim.id] = str(err)
+    return judgements, errors

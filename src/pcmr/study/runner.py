@@ -1,0 +1,232 @@
+"""Running a study: each run trains and evaluates into ``OUT/runs/<name>``, finished runs are
+skipped, and the results of every finished run are collected into ``OUT/results.csv``,
+``OUT/summary.md`` and ``OUT/claims.md``.
+
+A run is finished when its marker ``OUT/runs/<name>/study.json`` (the run's result rows) exists:
+it is written atomically after training and evaluation, so a study killed at any moment resumes
+where it stopped (an interrupted training continues from its newest checkpoint).
+
+Every run is a fresh child process ``pcmr study FILE --out OUT --only I`` (``workers`` of them at a
+time, each with ``OMP_NUM_THREADS`` and torch's thread count set to its share of the cores), so its
+numbers depend only on its config and thread count, never on the runs that happened before it in
+the same process; a child dies with its parent (Linux).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pcmr.study import backend
+from pcmr.study.claims import judge_claims
+from pcmr.study.report import claims_markdown, results_csv, summary_markdown
+from pcmr.study.spec import StudyError, StudyRun, StudySpec
+
+__all__ = ["MARKER", "StudyOutcome", "collect", "execute_run", "read_marker", "run_study", "threads_per_worker"]
+
+MARKER = "study.json"
+MARKER_FORMAT = 1
+
+
+@dataclass
+class StudyOutcome:
+    """What a call of :func:`run_study` did."""
+
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    written: list[Path] = field(default_factory=list)
+
+
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """``cores // workers`` (at least 1); ``cores`` defaults to the CPUs this process may use."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // workers)
+
+
+def run_folder(out: Path, run: StudyRun) -> Path:
+    return Path(out) / "runs" / run.name
+
+
+def read_marker(run_dir: Path) -> dict[str, Any] | None:
+    """The marker of a finished run, or None when the run is not finished."""
+    path = Path(run_dir) / MARKER
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != MARKER_FORMAT or not isinstance(data.get("rows"), list):
+        return None
+    return data
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def execute_run(spec: StudySpec, run: StudyRun, out: Path) -> dict[str, Any]:
+    """Train (or resume) and evaluate one run, then write its marker; returns the marker."""
+    run_dir = run_folder(out, run)
+    train_seconds = backend.train_run(run.recipe, run.overrides, run_dir)
+    start = time.perf_counter()
+    rows = backend.evaluate_run(run_dir, run.similarities, run.rerankers, spec.relevance, spec.analysis)
+    ids = {"run": run.name, "recipe": run.label, "variant": run.variant, "seed": run.seed}
+    marker = {"format": MARKER_FORMAT, "index": run.index, **ids, "recipe_file": run.recipe,
+              "overrides": run.overrides, "train_seconds": train_seconds,
+              "eval_seconds": time.perf_counter() - start, "rows": [{**ids, **row} for row in rows]}
+    marker = _json_safe(marker)
+    backend.write_text(run_dir / MARKER, json.dumps(marker, indent=1) + "\n")
+    return marker
+
+
+def _child_command(spec: StudySpec, run: StudyRun, out: Path, threads: int) -> list[str]:
+    if spec.source is None:
+        raise ValueError("a study runs its runs as child processes: it must be read from a file (load_study)")
+    return [sys.executable, "-m", "pcmr", "study", str(spec.source), "--out", str(Path(out).resolve()),
+            "--only", str(run.index), "--threads", str(threads)]
+
+
+PARENT_ENV = "PCMR_STUDY_PARENT"
+
+
+def _die_with_parent() -> None:
+    """In a child started by :func:`_run_children`: have Linux kill this process when the study
+    process dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), and stop at once if it is already gone."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:
+        os._exit(1)
+
+
+def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: int, threads: int,
+                  outcome: StudyOutcome, echo: Callable[[str], None]) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
+    logs = Path(out) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    queue = list(pending)
+    active: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
+    try:
+        while queue or active:
+            while queue and len(active) < workers:
+                run = queue.pop(0)
+                log = open(logs / f"{run.name}.log", "ab")  # closed when the child ends
+                process = subprocess.Popen(_child_command(spec, run, out, threads), stdout=log,
+                                           stderr=subprocess.STDOUT, env=env)
+                active[run.name] = (process, log)
+                echo(f"[{run.index}] {run.name}: started (pid {process.pid}, {threads} threads)")
+            time.sleep(0.2)
+            for name, (process, log) in list(active.items()):
+                code = process.poll()
+                if code is None:
+                    continue
+                log.close()
+                del active[name]
+                if code == 0 and read_marker(Path(out) / "runs" / name) is not None:
+                    outcome.ran.append(name)
+                    echo(f"{name}: done")
+                else:
+                    outcome.failed[name] = f"exit status {code}; see {logs / (name + '.log')}"
+                    echo(f"{name}: failed (exit status {code}; log {logs / (name + '.log')})")
+    finally:
+        for process, _log in active.values():  # interrupted: stop the children this call started
+            process.terminate()
+        for process, log in active.values():
+            process.wait()
+            log.close()
+
+
+def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: int | None = None,
+              only: int | None = None, echo: Callable[[str], None] = print) -> StudyOutcome:
+    """Run the unfinished runs of ``spec`` into ``out`` and (unless ``only``) collect the results.
+
+    Args:
+        workers: child processes at a time (each runs one run).
+        threads: torch / OpenMP threads per run (default: the cores divided by ``workers``).
+        only: run number ``only`` alone, in this process (``pcmr study --list`` numbers them), and
+            collect nothing.
+    """
+    out = Path(out)
+    runs = spec.runs()
+    if only is not None and not 0 <= only < len(runs):
+        raise ValueError(f"--only {only}: the study has runs 0..{len(runs) - 1} (see --list)")
+    threads = threads if threads is not None else threads_per_worker(workers)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    selected = [runs[only]] if only is not None else runs
+    outcome = StudyOutcome()
+    pending = []
+    for run in selected:
+        if read_marker(run_folder(out, run)) is not None:
+            outcome.skipped.append(run.name)
+        else:
+            pending.append(run)
+    if outcome.skipped and only is None:
+        echo(f"{len(outcome.skipped)} of {len(runs)} runs already finished (skipped)")
+    if only is None:
+        for run in pending:  # every config checked before anything is trained
+            try:
+                backend.resolve_config(run.recipe, run.overrides)
+            except (ValueError, TypeError, KeyError, FileNotFoundError) as err:
+                raise StudyError(f"run {run.index} ({run.name}): {err}") from err
+        _run_children(spec, pending, out, workers, threads, outcome, echo)
+    else:
+        _die_with_parent()
+        torch.set_num_threads(threads)
+        for run in pending:
+            echo(f"[{run.index}] {run.name}: training and evaluating ({threads} threads)")
+            execute_run(spec, run, out)
+            outcome.ran.append(run.name)
+    if only is None:
+        outcome.written = collect(spec, out)
+    return outcome
+
+
+def collect(spec: StudySpec, out: str | Path) -> list[Path]:
+    """Write ``results.csv``, ``summary.md`` and ``claims.md`` from the finished runs of ``spec``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    missing = []
+    for run in spec.runs():
+        marker = read_marker(run_folder(out, run))
+        if marker is None:
+            missing.append(run.name)
+        else:
+            rows.extend(marker["rows"])
+    written = {"results": out / "results.csv", "summary": out / "summary.md", "claims": out / "claims.md"}
+    backend.write_text(written["results"], results_csv(rows))
+    backend.write_text(written["summary"], summary_markdown(rows, spec.summary_metrics, title=spec.name,
+                                                            level=spec.level, seeds=spec.seeds, missing=missing))
+    judgements, errors = judge_claims(spec.claims, rows, spec.level)
+    backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
+                                                          errors=errors))
+    return list(written.values())

@@ -1,0 +1,270 @@
+"""A study file (YAML) and the grid of runs it describes.
+
+A study is recipes x named variants x seeds; each run trains one recipe with the study's
+overrides, the recipe entry's, the variant's and its seed, then evaluates it. See
+``docs/study.md`` for the format; ``pcmr study FILE --list`` prints the numbered runs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pcmr.study.claims import Claim, parse_claims
+
+__all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
+           "load_study", "parse_study", "shipped_study_dir"]
+
+RELEVANCE_MODES = ("exact", "source")
+DEFAULT_SUMMARY_METRICS = ("rsum", "i2t_R@1", "t2i_R@1", "i2t_r_precision", "t2i_r_precision", "hs_sum")
+_LABEL = re.compile(r"^[A-Za-z0-9_.+]+$")
+_TOP_KEYS = ("name", "description", "seeds", "seed_key", "set", "variants", "default_variants", "recipes",
+             "relevance", "analysis", "summary_metrics", "level", "claims")
+_RECIPE_KEYS = ("recipe", "similarities", "rerankers", "variants", "set")
+
+
+class StudyError(ValueError):
+    """A study file is malformed; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """Which per-run analysis scalars to record (see ``docs/study.md``)."""
+
+    deciles: bool = True  # R@1 of the least / most uncertain decile of queries
+    corruption: bool = True  # uncertainty slope against occlusion / word erasure
+    relevant_count: bool = True  # rank correlation of uncertainty with the number of relevant items
+    binary_selection: bool = True  # binary selection accuracies (shapes data only)
+    max_items: int = 256  # items of the test split used by the corruption series
+
+
+@dataclass(frozen=True)
+class RecipeEntry:
+    """One recipe of the grid: ``label`` names it in results, ``recipe`` is what ``pcmr train`` takes."""
+
+    label: str
+    recipe: str
+    similarities: tuple[str, ...] | None  # None: the recipe's eval.similarities
+    rerankers: tuple[str, ...] | None  # None: the recipe's eval.rerankers
+    variants: tuple[str, ...]
+    overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One cell of the grid: train ``recipe`` with ``overrides`` and evaluate it."""
+
+    index: int
+    name: str  # run folder name: <label>-<variant>-s<seed>
+    label: str
+    recipe: str
+    variant: str
+    seed: int
+    overrides: dict[str, Any]  # dotted key -> value, applied in this order
+    similarities: tuple[str, ...] | None
+    rerankers: tuple[str, ...] | None
+
+
+@dataclass
+class StudySpec:
+    """A parsed study file."""
+
+    name: str
+    seeds: tuple[int, ...]
+    recipes: tuple[RecipeEntry, ...]
+    variants: dict[str, dict[str, Any]]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    seed_key: str = "train.seed"
+    relevance: tuple[str, ...] = RELEVANCE_MODES
+    analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
+    summary_metrics: tuple[str, ...] = DEFAULT_SUMMARY_METRICS
+    level: float = 0.95
+    claims: tuple[Claim, ...] = ()
+    description: str = ""
+    source: Path | None = None
+
+    def runs(self) -> list[StudyRun]:
+        """The numbered runs: recipes in file order, then variants, then seeds."""
+        out: list[StudyRun] = []
+        for entry in self.recipes:
+            for variant in entry.variants:
+                for seed in self.seeds:
+                    overrides = {"train.progress": False, **self.overrides, **entry.overrides,
+                                 **self.variants[variant], self.seed_key: seed}
+                    out.append(StudyRun(len(out), f"{entry.label}-{variant}-s{seed}", entry.label, entry.recipe,
+                                        variant, seed, overrides, entry.similarities, entry.rerankers))
+        return out
+
+
+def _fail(where: str, message: str) -> StudyError:
+    return StudyError(f"{where}: {message}")
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise _fail(where, f"expected a non-empty list of names, got {value!r}")
+    return tuple(value)
+
+
+def _overrides(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k for k in value):
+        raise _fail(where, f"expected a mapping of dotted config keys to values (e.g. train.epochs: 3), got {value!r}")
+    return dict(value)
+
+
+def _label(value: str, where: str) -> str:
+    if not _LABEL.match(value):
+        raise _fail(where, f"name {value!r} may only use letters, digits, '_', '.' and '+'")
+    return value
+
+
+def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], default: tuple[str, ...],
+                  where: str) -> RecipeEntry:
+    label = _label(str(label), where)
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise _fail(where, f"expected a mapping with keys {', '.join(_RECIPE_KEYS)} (or nothing), got {raw!r}")
+    unknown = sorted(set(raw) - set(_RECIPE_KEYS))
+    if unknown:
+        raise _fail(where, f"unknown key(s) {unknown}; accepted: {', '.join(_RECIPE_KEYS)}")
+    chosen = _names(raw["variants"], f"{where}.variants") if "variants" in raw else default
+    missing = [v for v in chosen if v not in variants]
+    if missing:
+        raise _fail(f"{where}.variants", f"unknown variant(s) {missing}; the study defines {', '.join(variants)}")
+    recipe = raw.get("recipe", label)
+    if not isinstance(recipe, str) or not recipe:
+        raise _fail(f"{where}.recipe", f"expected a recipe name or YAML path, got {recipe!r}")
+    sims = _names(raw["similarities"], f"{where}.similarities") if raw.get("similarities") is not None else None
+    reranks = _names(raw["rerankers"], f"{where}.rerankers") if raw.get("rerankers") is not None else None
+    return RecipeEntry(label, recipe, sims, reranks, chosen, _overrides(raw.get("set"), f"{where}.set"))
+
+
+def _analysis(raw: Any, where: str) -> AnalysisOptions:
+    if raw is None or raw is True:
+        return AnalysisOptions()
+    if raw is False:
+        return AnalysisOptions(False, False, False, False)
+    if not isinstance(raw, dict):
+        raise _fail(where, f"expected true, false or a mapping of analysis switches, got {raw!r}")
+    known = AnalysisOptions.__dataclass_fields__
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise _fail(where, f"unknown key(s) {unknown}; accepted: {', '.join(known)}")
+    for key, value in raw.items():
+        expected = int if key == "max_items" else bool
+        if not isinstance(value, expected) or isinstance(value, bool) != (expected is bool):
+            raise _fail(f"{where}.{key}", f"expected {'an integer' if expected is int else 'true or false'}, "
+                                          f"got {value!r}")
+    return AnalysisOptions(**raw)
+
+
+def parse_study(raw: Any, where: str = "study") -> StudySpec:
+    """Build a :class:`StudySpec` from the mapping of a study file (``where`` names it in errors)."""
+    if not isinstance(raw, dict):
+        raise _fail(where, "a study file must hold a mapping with keys seeds, recipes, variants, ...")
+    unknown = sorted(set(raw) - set(_TOP_KEYS))
+    if unknown:
+        raise _fail(where, f"unknown key(s) {unknown}; accepted: {', '.join(_TOP_KEYS)}")
+    name = _label(str(raw.get("name", "study")), f"{where}: name")
+    seeds = raw.get("seeds")
+    if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                            for s in seeds) or len(set(seeds)) != len(seeds)):
+        raise _fail(f"{where}: seeds", f"expected a list of distinct integers, got {seeds!r}")
+    variants_raw = raw.get("variants") or {"base": {}}
+    if not isinstance(variants_raw, dict):
+        raise _fail(f"{where}: variants", f"expected a mapping of variant names to override mappings, "
+                                          f"got {variants_raw!r}")
+    variants = {_label(str(k), f"{where}: variants"): _overrides(v, f"{where}: variants.{k}")
+                for k, v in variants_raw.items()}
+    default = _names(raw["default_variants"], f"{where}: default_variants") if "default_variants" in raw \
+        else tuple(variants)
+    undefined = [v for v in default if v not in variants]
+    if undefined:
+        raise _fail(f"{where}: default_variants", f"unknown variant(s) {undefined}; the study defines "
+                                                  f"{', '.join(variants)}")
+    recipes_raw = raw.get("recipes")
+    if not isinstance(recipes_raw, dict) or not recipes_raw:
+        raise _fail(f"{where}: recipes", f"expected a mapping of recipe names to options, got {recipes_raw!r}")
+    recipes = tuple(_recipe_entry(k, v, variants, default, f"{where}: recipes.{k}") for k, v in recipes_raw.items())
+    relevance = _names(raw.get("relevance", list(RELEVANCE_MODES)), f"{where}: relevance")
+    bad = [r for r in relevance if r not in RELEVANCE_MODES]
+    if bad:
+        raise _fail(f"{where}: relevance", f"unknown mode(s) {bad}; accepted: {', '.join(RELEVANCE_MODES)}")
+    level = raw.get("level", 0.95)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1 or math.isnan(level):
+        raise _fail(f"{where}: level", f"expected a confidence level between 0 and 1, got {level!r}")
+    seed_key = raw.get("seed_key", "train.seed")
+    if not isinstance(seed_key, str) or "." not in seed_key:
+        raise _fail(f"{where}: seed_key", f"expected a dotted config key such as train.seed, got {seed_key!r}")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise _fail(f"{where}: description", f"expected text, got {description!r}")
+    summary = _names(raw.get("summary_metrics", list(DEFAULT_SUMMARY_METRICS)), f"{where}: summary_metrics")
+    spec = StudySpec(name=name, seeds=tuple(seeds), recipes=recipes, variants=variants,
+                     overrides=_overrides(raw.get("set"), f"{where}: set"), seed_key=seed_key, relevance=relevance,
+                     analysis=_analysis(raw.get("analysis"), f"{where}: analysis"), summary_metrics=summary,
+                     level=float(level), claims=parse_claims(raw.get("claims"), f"{where}: claims"),
+                     description=description)
+    labels = [e.label for e in recipes]
+    for claim in spec.claims:
+        for side in (claim.a, claim.b):
+            if side is None:
+                continue
+            if side.recipe is not None and side.recipe not in labels:
+                raise _fail(f"{where}: claims.{claim.id}", f"recipe {side.recipe!r} is not in the study's recipes "
+                                                           f"({', '.join(labels)})")
+            if side.variant is not None and side.variant not in variants:
+                raise _fail(f"{where}: claims.{claim.id}", f"variant {side.variant!r} is not defined "
+                                                           f"({', '.join(variants)})")
+            if side.relevance is not None and side.relevance not in relevance:
+                raise _fail(f"{where}: claims.{claim.id}", f"relevance {side.relevance!r} is not evaluated "
+                                                           f"({', '.join(relevance)})")
+    return spec
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """Read and check a study YAML file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"study file not found: {path}") from None
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0] if str(err) else "invalid YAML"
+        raise StudyError(f"{path}: not valid YAML ({first})") from None
+    spec = parse_study(raw, where=str(path))
+    spec.source = path.resolve()
+    return spec
+
+
+def shipped_study_dir() -> Path:
+    """The folder of the study files shipped with pcmr (``pcmr/studies``, package data)."""
+    return Path(__file__).resolve().parents[1] / "studies"
+
+
+def list_studies() -> dict[str, Path]:
+    """Shipped study name -> path."""
+    return {p.stem: p for p in sorted(shipped_study_dir().glob("*.yaml"))}
+
+
+def find_study(name_or_path: str) -> Path:
+    """A study YAML path as given, or the shipped study of that name (e.g. ``papers``, ``tiny``)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    studies = list_studies()
+    if name_or_path in studies:
+        return studies[name_or_path]
+    raise FileNotFoundError(f"study {name_or_path!r} not found: give a YAML path or one of "
+                            f"{', '.join(studies) or '(none shipped)'}")
+
+

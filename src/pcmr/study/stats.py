@@ -1,0 +1,191 @@
+"""Confidence intervals and claim verdicts from seeds (pure functions, float64 Python).
+
+- :func:`t_quantile`: quantile of Student's t distribution (CDF through the regularised
+  incomplete beta function, inverted by bisection).
+- :func:`mean_interval`: mean of ``n`` values and its two-sided t-interval,
+  ``mean ± t_{(1+level)/2, n-1} · s / sqrt(n)`` with the sample standard deviation ``s`` (n - 1
+  in the denominator).
+- :func:`paired_interval`: the same on paired differences ``a_i - b_i`` (the paired t-interval).
+- :func:`verdict`: ``holds`` / ``reversed`` / ``inconclusive`` from an interval, the expected
+  direction and a margin (the rule is written out in ``docs/study.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Interval", "EXPECTATIONS", "VERDICTS", "mean_interval", "paired_interval", "t_cdf",
+           "t_quantile", "verdict"]
+
+#: expected relation of condition a to condition b: a > b, a < b, a ~ b (within the margin)
+EXPECTATIONS = ("greater", "less", "equal")
+VERDICTS = ("holds", "reversed", "inconclusive")
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-16:
+            break
+    return h
+
+
+def _regularised_beta(a: float, b: float, x: float) -> float:
+    """``I_x(a, b)``, the regularised incomplete beta function, for ``0 <= x <= 1``."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def _check_df(df: float) -> float:
+    if isinstance(df, bool) or not isinstance(df, (int, float)) or not df > 0 or math.isinf(df):
+        raise ValueError(f"degrees of freedom must be a positive finite number, got {df!r}")
+    return float(df)
+
+
+def t_cdf(t: float, df: float) -> float:
+    """``P(T <= t)`` for Student's t with ``df`` degrees of freedom:
+    ``1 - I_{df/(df+t^2)}(df/2, 1/2) / 2`` for ``t >= 0``, symmetric for ``t < 0``."""
+    df = _check_df(df)
+    if math.isnan(t):
+        return math.nan
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * _regularised_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p``-quantile of Student's t with ``df`` degrees of freedom (``0 < p < 1``)."""
+    df = _check_df(df)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p < 1.0:
+        raise ValueError(f"p must be a probability strictly between 0 and 1, got {p!r}")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        low, high = high, 2.0 * high
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-13 * max(1.0, high):
+            break
+    return 0.5 * (low + high)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Mean of ``n`` values with its two-sided t-interval ``[low, high]`` at ``level``.
+
+    ``low``/``high``/``half_width`` are NaN when ``n < 2`` (no spread can be estimated).
+    """
+
+    n: int
+    mean: float
+    std: float
+    half_width: float
+    level: float
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half_width
+
+
+def _clean(values: Sequence[float], name: str) -> list[float]:
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{name} must hold numbers, got {v!r}")
+        if math.isnan(v) or math.isinf(v):
+            raise ValueError(f"{name} must hold finite numbers, got {v!r}")
+        out.append(float(v))
+    return out
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+    """Mean and t-interval of ``values`` (one number per seed)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
+    data = _clean(values, "values")
+    n = len(data)
+    if n == 0:
+        return Interval(0, math.nan, math.nan, math.nan, level)
+    mean = math.fsum(data) / n
+    if n < 2:
+        return Interval(1, mean, math.nan, math.nan, level)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in data) / (n - 1))
+    half = t_quantile(0.5 + level / 2.0, n - 1) * std / math.sqrt(n)
+    return Interval(n, mean, std, half, level)
+
+
+def paired_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
+    """Paired t-interval of the mean difference ``a_i - b_i`` (``a``, ``b``: one value per seed,
+    in the same seed order)."""
+    a_values, b_values = _clean(a, "a"), _clean(b, "b")
+    if len(a_values) != len(b_values):
+        raise ValueError(f"paired samples need the same length, got {len(a_values)} and {len(b_values)}")
+    return mean_interval([x - y for x, y in zip(a_values, b_values)], level)
+
+
+def verdict(interval: Interval, expect: str, margin: float = 0.0) -> str:
+    """``holds``, ``reversed`` or ``inconclusive`` for the difference ``a - b`` (see docs/study.md).
+
+    - ``greater`` (a > b; with ``margin > 0``: a >= b - margin): holds when ``low > -margin``,
+      reversed when ``high < -margin``.
+    - ``less`` (a < b; with a margin: a <= b + margin): holds when ``high < margin``, reversed when
+      ``low > margin``.
+    - ``equal`` (a ~ b, ``margin > 0`` required): holds when ``-margin < low`` and ``high < margin``;
+      reversed when the interval lies entirely outside ``[-margin, margin]``.
+    - Otherwise, and whenever the interval is undefined (fewer than two pairs): inconclusive.
+    """
+    if expect not in EXPECTATIONS:
+        raise ValueError(f"expect must be one of {', '.join(EXPECTATIONS)}, got {expect!r}")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 0 or math.isinf(margin):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    if expect == "equal" and margin == 0:
+        raise ValueError("an 'equal' claim needs a margin > 0 (equivalence within +-margin)")
+    low, high = interval.low, interval.high
+    if interval.n < 2 or math.isnan(low) or math.isnan(high):
+        return "inconclusive"
+    if expect == "greater":
+        return "holds" if low > -margin else ("reversed" if high < -margin else "inconclusive")
+    if expect == "less":
+        return "holds" if high < margin else ("reversed" if low > margin else "inconclusive")
+    if -margin < low and high < margin:
+        return "holds"
+    return "reversed" if (low > margin or high < -margin) else "inconclusive"

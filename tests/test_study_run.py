@@ -1,0 +1,149 @@
+"""`pcmr study` end to end on the shipped tiny study: outputs, skipping finished runs, a study
+killed mid-way and resumed, child-process workers, --only and --list."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import pcmr
+from pcmr.cli import main
+from pcmr.study import StudyError, find_study, load_study, read_marker, run_study
+from pcmr.study.backend import train_run
+
+STUDY = find_study("tiny")
+
+
+@pytest.fixture(scope="module")
+def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A private data cache for this module (in-process and child processes)."""
+    saved = {k: os.environ.get(k) for k in ("PCMR_CACHE", "OMP_NUM_THREADS")}
+    os.environ["PCMR_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    os.environ["OMP_NUM_THREADS"] = "1"
+    src = str(Path(pcmr.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    yield env
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def finished(environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny study run without interruption, two child processes at a time."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    outcome = run_study(load_study(STUDY), out, workers=2, threads=1, echo=lambda line: None)
+    assert not outcome.failed and len(outcome.ran) == 6
+    return out
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
+
+
+def test_results_summary_and_claims(finished: Path) -> None:
+    rows = _rows(finished)
+    # pcme: 2 seeds x 3 similarities x 3 re-rankers x 2 relevance modes; vsepp_sum: 2 variants x 2 seeds x 1 x 2 x 2
+    assert len(rows) == 2 * 3 * 3 * 2 + 4 * 1 * 2 * 2
+    assert list(rows[0])[:7] == ["run", "recipe", "variant", "seed", "similarity", "rerank", "relevance"]
+    assert {(r["recipe"], r["variant"]) for r in rows} == {("pcme", "base"), ("vsepp_sum", "base"),
+                                                          ("vsepp_sum", "no_augment")}
+    pcme_nns = [r for r in rows if r["recipe"] == "pcme" and r["rerank"] == "nns"]
+    for column in ("i2t_r1_least_uncertain", "t2i_r1_most_uncertain", "binsel_i2t_union", "binsel_t2i_caption_ab",
+                   "image_uncertainty_occlusion_slope", "caption_uncertainty_erasure_slope"):
+        assert all(r[column] != "" for r in pcme_nns), column
+    exact = [r for r in pcme_nns if r["relevance"] == "exact"]
+    assert all(r["caption_uncertainty_relevant_rho"] != "" for r in exact)
+    pcme_is = [r for r in rows if r["recipe"] == "pcme" and r["rerank"] == "is"]
+    assert all(r["i2t_r1_least_uncertain"] == "" for r in pcme_is)  # analysis of raw scores: nns rows only
+    vsepp = [r for r in rows if r["recipe"] == "vsepp_sum"]
+    assert all(r["image_uncertainty_occlusion_slope"] == "" for r in vsepp)  # point embeddings
+    assert all(r["binsel_i2t_union"] != "" for r in vsepp if r["rerank"] == "nns")
+    # source relevance counts only the written pairs: never more relevant items than exact relevance
+    by_key = {(r["run"], r["similarity"], r["rerank"], r["relevance"]): r for r in rows}
+    for (run, sim, rerank, mode), row in by_key.items():
+        if mode == "source":
+            assert float(row["i2t_R@10"]) <= float(by_key[(run, sim, rerank, "exact")]["i2t_R@10"]) + 1e-9
+    summary = (finished / "summary.md").read_text()
+    assert "## Relevance: exact" in summary and "## Relevance: source" in summary and " ± " in summary
+    claims = (finished / "claims.md").read_text()
+    for claim_id in ("pcme-vs-vsepp", "decile-drop", "occlusion"):
+        assert f"| {claim_id} |" in claims
+    assert (finished / "runs" / "pcme-base-s0" / "eval-exact" / "results.json").is_file()
+    assert len(list((finished / "logs").iterdir())) == 6  # one child process per run
+
+
+def test_rerun_skips_finished_runs(finished: Path) -> None:
+    before = (finished / "results.csv").read_text()
+    outcome = run_study(load_study(STUDY), finished, threads=1, echo=lambda line: None)
+    assert outcome.ran == [] and len(outcome.skipped) == 6
+    assert (finished / "results.csv").read_text() == before
+
+
+def test_killed_study_resumes_to_identical_results(finished: Path, environment: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    shutil.copytree(finished, out)  # the first four runs finished; the last two still to run
+    for name in ("vsepp_sum-no_augment-s0", "vsepp_sum-no_augment-s1"):
+        shutil.rmtree(out / "runs" / name)
+    shutil.rmtree(out / "logs")
+    (out / "results.csv").unlink()
+    process = subprocess.Popen([sys.executable, "-m", "pcmr", "study", str(STUDY), "--out", str(out),
+                                "--threads", "1"], env=environment, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    started = out / "runs" / "vsepp_sum-no_augment-s0"
+    deadline = time.monotonic() + 300
+    try:
+        while not (started / "config.yaml").is_file():  # its training has started
+            assert process.poll() is None, "the study ended before it could be killed"
+            assert time.monotonic() < deadline, "the study did not reach its fifth run"
+            time.sleep(0.01)
+    finally:
+        process.kill()  # the study process; its child dies with it
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    time.sleep(0.5)
+    assert read_marker(started) is None and not (out / "results.csv").exists()
+    outcome = run_study(load_study(STUDY), out, workers=1, threads=1, echo=lambda line: None)
+    assert len(outcome.skipped) == 4 and outcome.ran == ["vsepp_sum-no_augment-s0", "vsepp_sum-no_augment-s1"]
+    assert (out / "results.csv").read_text() == (finished / "results.csv").read_text()
+
+
+def test_list_and_only(finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["study", str(STUDY), "--out", str(finished), "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "0\tpcme-base-s0\tfinished" and len(lines) == 6
+    assert main(["study", "tiny", "--out", str(tmp_path / "none"), "--list"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[5] == "5\tvsepp_sum-no_augment-s1\tpending"
+    assert main(["study", str(STUDY), "--out", str(finished), "--only", "4", "--threads", "1"]) == 0  # finished
+    assert main(["study", str(STUDY), "--out", str(finished), "--only", "6"]) == 2
+    assert "--only 6: the study has runs 0..5" in capsys.readouterr().err
+
+
+def test_a_run_folder_with_another_config_is_refused(finished: Path) -> None:
+    spec = load_study(STUDY)
+    run = spec.runs()[0]
+    with pytest.raises(StudyError, match="another config .*train.lr"):
+        train_run(run.recipe, {**run.overrides, "train.lr": 0.5}, finished / "runs" / run.name)
+
+
+def test_an_incomplete_marker_means_not_finished(finished: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    assert read_marker(folder) is None
+    (folder / "study.json").write_text('{"format": 1, "rows": [')
+    assert read_marker(folder) is None
+    shutil.copy(finished / "runs" / "pcme-base-s0" / "study.json", folder / "study.json")
+    assert read_marker(folder)["run"] == "pcme-base-s0"

@@ -1,0 +1,133 @@
+"""Study files: parsing, errors naming the field, the grid of runs, the shipped studies and the
+override form handed to the config parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pcmr.study import StudyError, find_study, list_studies, load_study, parse_study
+from pcmr.study.backend import override_items, resolve_config
+
+
+def _raw(**changes) -> dict:
+    raw = {"name": "t", "seeds": [0, 1], "set": {"train.epochs": 1},
+           "variants": {"base": {}, "slow": {"train.lr": 1e-5}},
+           "recipes": {"pcme": {"similarities": ["cosine", "kl"]}, "vsepp_sum": {"variants": ["base"]}}}
+    raw.update(changes)
+    return raw
+
+
+def test_grid_order_names_and_override_precedence() -> None:
+    spec = parse_study(_raw(recipes={"pcme": {"set": {"train.epochs": 2}}, "vsepp_sum": {"variants": ["base"]}}))
+    runs = spec.runs()
+    assert [r.name for r in runs] == ["pcme-base-s0", "pcme-base-s1", "pcme-slow-s0", "pcme-slow-s1",
+                                      "vsepp_sum-base-s0", "vsepp_sum-base-s1"]
+    assert [r.index for r in runs] == list(range(6))
+    slow = runs[3]
+    assert slow.overrides == {"train.progress": False, "train.epochs": 2, "train.lr": 1e-5, "train.seed": 1}
+    assert runs[4].overrides["train.epochs"] == 1 and runs[4].similarities is None
+
+
+def test_default_variants() -> None:
+    spec = parse_study(_raw(default_variants=["slow"], recipes={"pcme": None, "hal": {"variants": ["base", "slow"]}}))
+    assert [(r.label, r.variant) for r in spec.runs()[::2]] == [("pcme", "slow"), ("hal", "base"), ("hal", "slow")]
+
+
+def test_recipe_alias_and_defaults() -> None:
+    spec = parse_study(_raw(recipes={"small_pcme": {"recipe": "pcme", "rerankers": "nns,is"}}, variants=None))
+    (run,) = spec.runs()[:1]
+    assert (run.label, run.recipe, run.variant, run.rerankers) == ("small_pcme", "pcme", "base", ("nns", "is"))
+    assert spec.relevance == ("exact", "source") and spec.level == 0.95
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"seeds": []}, "seeds"),
+    ({"seeds": [0, 0]}, "seeds"),
+    ({"recipes": {}}, "recipes"),
+    ({"recipes": {"pcme": {"variants": ["nope"]}}}, "unknown variant"),
+    ({"recipes": {"pcme": {"colour": 1}}}, "unknown key"),
+    ({"recipes": {"bad-name": None}}, "may only use"),
+    ({"relevance": ["exact", "coco"]}, "unknown mode"),
+    ({"level": 1.5}, "level"),
+    ({"analysis": {"deciles": "yes"}}, "analysis.deciles"),
+    ({"set": ["train.epochs=1"]}, "set"),
+    ({"default_variants": ["nope"]}, "default_variants"),
+    ({"colour": 1}, "unknown key"),
+    ({"claims": [{"id": "c", "paper": "p", "statement": "s", "metric": "rsum", "expect": "greater",
+                  "a": {"recipe": "gce"}}]}, "not in the study's recipes"),
+])
+def test_bad_study_names_the_field(change: dict, message: str) -> None:
+    with pytest.raises(StudyError, match=message):
+        parse_study(_raw(**change), where="my.yaml")
+
+
+def test_load_study_errors_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seeds: [0\n")
+    with pytest.raises(StudyError, match="bad.yaml"):
+        load_study(bad)
+    with pytest.raises(FileNotFoundError, match="not found"):
+        find_study("no_such_study")
+
+
+@pytest.mark.parametrize("name", sorted(list_studies()))
+def test_shipped_studies_load_and_name_existing_recipes(name: str) -> None:
+    from pcmr.similarity import list_similarities
+    from pcmr.train.recipes import list_recipes
+
+    spec = load_study(find_study(name))
+    recipes = list_recipes()
+    assert spec.runs()
+    for entry in spec.recipes:
+        assert entry.recipe in recipes, entry.recipe
+        assert set(entry.similarities or ()) <= set(list_similarities())
+    for claim in spec.claims:
+        for side in (claim.a, claim.b):
+            if side is not None and side.similarity is not None:
+                assert side.similarity in list_similarities()
+
+
+def test_shipped_papers_study_covers_every_recipe_with_three_seeds() -> None:
+    from pcmr.train.recipes import shipped_recipe_dir
+
+    spec = load_study(find_study("papers"))
+    assert len(spec.seeds) >= 3
+    assert {p.stem for p in shipped_recipe_dir().glob("*.yaml")} <= {e.recipe for e in spec.recipes}
+    assert len(spec.claims) >= 15
+
+
+def test_override_items_read_back_by_the_config_parser() -> None:
+    overrides = {"train.lr": 1e-4, "train.epochs": 2, "data.options.num_train": 48, "train.progress": False,
+                 "eval.similarities": ["cosine", "kl"], "model.name": "pcme", "train.grad_clip": None,
+                 "data.loader_options": {"augment": False, "word_dropout": 0.25}}
+    assert override_items({"train.lr": 1e-4})[0] == "train.lr=0.0001"
+    config = resolve_config("pcme", overrides)
+    assert config.train.lr == 1e-4 and config.train.epochs == 2 and config.train.progress is False
+    assert config.data.options["num_train"] == 48 and config.train.grad_clip is None
+    assert config.eval.similarities == ["cosine", "kl"]
+    assert config.data.loader_options == {"augment": False, "word_dropout": 0.25}
+
+
+def test_threads_per_worker() -> None:
+    from pcmr.study import threads_per_worker
+
+    assert threads_per_worker(1, cores=16) == 16
+    assert threads_per_worker(3, cores=16) == 5
+    assert threads_per_worker(4, cores=2) == 1
+    with pytest.raises(ValueError, match="workers"):
+        threads_per_worker(0)
+
+
+def test_a_bad_override_stops_the_study_before_any_training(tmp_path: Path) -> None:
+    from pcmr.cli import main
+
+    study = tmp_path / "bad.yaml"
+    study.write_text("name: bad\nseeds: [0]\nrecipes: {vsepp_sum: {set: {train.colour: red}}}\n")
+    with pytest.raises(StudyError, match=r"run 0 \(vsepp_sum-base-s0\).*train.colour"):
+        from pcmr.study import run_study
+
+        run_study(load_study(study), tmp_path / "out", threads=1, echo=lambda line: None)
+    assert not (tmp_path / "out" / "runs").exists()
+    assert main(["study", str(study), "--out", str(tmp_path / "out"), "--workers", "0"]) == 2
