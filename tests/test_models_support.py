@@ -1,4 +1,4 @@
-"""Shared helpers (no tests): random batches in the CONTRACTS batch format for the pcmr.models tests.
+"""Shared helpers (no tests): random batches in the batch format of docs/datasets.md for the pcmr.models tests.
 
 Built here rather than with pcmr.data, so the model tests depend on the batch contract only.
 """

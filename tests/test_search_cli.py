@@ -81,3 +81,16 @@ def test_build_from_saved_embeddings_then_add(tmp_path, capsys):
     assert main(["search", str(tmp_path / "x"), "--from-embeddings", str(tmp_path / "a.safetensors"),
                  "--add", str(tmp_path / "b.safetensors")]) == 2
     assert "only one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tensor", ["image_mean", "image_logvar"])
+def test_embeddings_file_with_nan_is_refused(tmp_path, capsys, tensor):
+    gen = torch.Generator().manual_seed(1)
+    tensors = {"image_mean": torch.randn(12, 4, generator=gen), "image_logvar": 0.3 * torch.randn(12, 4, generator=gen)}
+    tensors[tensor][5, 2] = float("nan")
+    save_file(tensors, str(tmp_path / "bad.safetensors"))
+    assert main(["search", str(tmp_path / "idx"), "--from-embeddings", str(tmp_path / "bad.safetensors")]) == 2
+    err = capsys.readouterr().err
+    field = tensor.split("_")[1]
+    assert f"{tmp_path / 'bad.safetensors'}: Gaussian.{field} holds 1 non-finite value(s) (NaN or inf)" in err
+    assert not (tmp_path / "idx").exists()  # nothing half-built

@@ -188,7 +188,7 @@ class GalleryIndex:
     @classmethod
     def build(cls, model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = 256,
               device: torch.device | str | None = None, similarity_options: dict[str, dict[str, Any]] | None = None,
-              meta: dict[str, Any] | None = None, progress: bool = False) -> GalleryIndex:
+              meta: dict[str, Any] | None = None, progress: bool | None = False) -> GalleryIndex:
         """Encode every image and caption of a retrieval split with ``model`` (eval mode, no grad).
 
         ``split`` is a ``pcmr.data`` retrieval split (``image_ids``, ``caption_ids``, ``caption_texts``,
@@ -206,7 +206,7 @@ class GalleryIndex:
 
     # ----------------------------------------------------------------- faiss backend
     def build_ann(self, score: str = "cosine", modalities: Sequence[str] = MODALITIES, index_type: str = "auto",
-                  *, shard_size: int = 65_536, progress: bool = False, csls_similarity: str | None = None,
+                  *, shard_size: int = 65_536, progress: bool | None = False, csls_similarity: str | None = None,
                   csls_k: int = 10, csls_sample: int = 2000, **params: Any) -> dict[str, Any]:
         """Build a faiss index (``pcmr.search.ann.AnnIndex``) over the gallery of each modality in
         ``modalities`` for ``score`` (cosine, l2 or wasserstein), filled in shards of ``shard_size``.
@@ -241,12 +241,12 @@ class GalleryIndex:
 
     def add_images(self, images: Gaussian, image_ids: Sequence[Any],
                    image_metadata: Sequence[dict[str, Any]] | None = None, *, shard_size: int = 65_536,
-                   progress: bool = False) -> None:
+                   progress: bool | None = False) -> None:
         """Append gallery images (and to the image ANN index and its CSLS terms, when built)."""
         self._add("image", images, image_ids, image_metadata, None, shard_size, progress)
 
     def add_captions(self, captions: Gaussian, caption_ids: Sequence[Any], caption_texts: Sequence[str], *,
-                     shard_size: int = 65_536, progress: bool = False) -> None:
+                     shard_size: int = 65_536, progress: bool | None = False) -> None:
         """Append gallery captions (and to the caption ANN index and its CSLS terms, when built)."""
         self._add("caption", captions, caption_ids, None, caption_texts, shard_size, progress)
 

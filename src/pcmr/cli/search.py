@@ -167,7 +167,7 @@ def _build(args: argparse.Namespace) -> Any:
 
 def _from_embeddings(args: argparse.Namespace) -> Any:
 
-    saved = read_embeddings(args.from_embeddings, shard_rows=args.shard_size, progress=True)
+    saved = read_embeddings(args.from_embeddings, shard_rows=args.shard_size, progress=None)
     present = saved.images if saved.images is not None else saved.captions
     empty = Gaussian(present.mean.new_zeros(0, present.dim),
                      None if present.logvar is None else present.logvar.new_zeros(0, present.logvar.shape[1]))
@@ -185,14 +185,14 @@ def _from_embeddings(args: argparse.Namespace) -> Any:
 def _add(args: argparse.Namespace) -> Any:
 
     index = GalleryIndex.load(args.index, device=args.device)
-    saved = read_embeddings(args.add, shard_rows=args.shard_size, progress=True,
+    saved = read_embeddings(args.add, shard_rows=args.shard_size, progress=None,
                             first_image_id=index.images.num, first_caption_id=index.captions.num)
     if saved.images is not None:
         index.add_images(saved.images, saved.image_ids, saved.image_metadata, shard_size=args.shard_size,
-                         progress=True)
+                         progress=None)
     if saved.captions is not None:
         index.add_captions(saved.captions, saved.caption_ids, saved.caption_texts, shard_size=args.shard_size,
-                           progress=True)
+                           progress=None)
     index.save(args.index)
     print(f"added to {args.index}: now {index.images.num} images, {index.captions.num} captions")
     return index
@@ -212,7 +212,7 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
                                                ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search))
               if value is not None}
     built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
-                            shard_size=args.shard_size, progress=True, csls_similarity=args.csls_similarity,
+                            shard_size=args.shard_size, progress=None, csls_similarity=args.csls_similarity,
                             csls_k=args.csls_k, csls_sample=args.csls_sample, **params)
     for modality, ann in built.items():
         how = "chosen by gallery size" if args.index_type == "auto" else "requested"

@@ -49,7 +49,7 @@ _ENTRIES = (
     ),
     LossEntry("hal", HalLoss, HalConfig, {"negatives": "sum"}, "HAL/RGM eq.4 + eq.2"),
     LossEntry("max_hal", HalLoss, HalConfig, {"negatives": "max"}, "HAL/RGM eq.4 + eq.3"),
-    LossEntry("hal_released", HalReleasedLoss, HalReleasedConfig, {}, "HAL authors' release (SPEC §8)"),
+    LossEntry("hal_released", HalReleasedLoss, HalReleasedConfig, {}, "HAL authors' release (docs/losses.md)"),
     LossEntry("pcme", PcmeLoss, PcmeConfig, {}, "PCME eq.1-3, §A.1"),
     LossEntry("pcme_csd", CsdLoss, CsdConfig, {}, "PCME++ closed-form sampled distance"),
     LossEntry("calibpe", CalibratedTripletLoss, CalibratedConfig, {}, "CalibPE eq.2, 5, 7"),

@@ -11,7 +11,7 @@ __all__ = ["EncodedFeatures"]
 
 @dataclass(frozen=True)
 class EncodedFeatures:
-    """Output of every image/text encoder (SPEC §7).
+    """Output of every image/text encoder (docs/models.md).
 
     Attributes:
         local: ``[B, R, F]`` local features (grid cells, regions or words).

@@ -241,8 +241,8 @@ class PCMEMeanHead(_PCMEBranches):
 class PCMEVarianceHead(_PCMEBranches):
     """PCME variance head ``h^sigma`` (PCME Fig. 3c): ``fc(pooled) + fc_attn(attn_pool(local))``.
 
-    No sigmoid, LayerNorm or L2 (PCME §3.2, App. D). Predicts the log-variance (SPEC §8: one
-    parametrisation, ``logvar``), then applies the covariance kind and the optional bounds.
+    No sigmoid, LayerNorm or L2 (PCME §3.2, App. D). Predicts the log-variance (one
+    parametrisation, ``logvar``, everywhere in pcmr), then applies the covariance kind and the optional bounds.
     Returns ``[B, D]`` or ``[B, 1]``.
     """
 

@@ -1,7 +1,7 @@
 """Image backbones: precomputed global / local features and a small CNN trained from scratch.
 
 Every backbone reads ``batch["images"]`` and returns :class:`EncodedFeatures` (local features
-``[B, R, F]`` plus a pooled ``[B, F]``), SPEC §7. The pretrained EfficientNet-Lite0 backbone is
+``[B, R, F]`` plus a pooled ``[B, F]``), docs/models.md. The pretrained EfficientNet-Lite0 backbone is
 in :mod:`pcmr.models.pretrained`; VSRN region reasoning in :mod:`pcmr.models.vsrn`.
 """
 

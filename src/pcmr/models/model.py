@@ -1,6 +1,6 @@
 """The two-tower retrieval model: image and caption towers, each an encoder plus heads.
 
-A tower turns a batch into a :class:`pcmr.Gaussian` (SPEC §2, §7):
+A tower turns a batch into a :class:`pcmr.Gaussian` (docs/models.md):
 
 - ``mean = mean_head(refine(backbone(batch)))``;
 - with a ``shared`` variance source, ``logvar = variance_head(same features)`` (PCME, GIE);
@@ -12,7 +12,7 @@ A tower turns a batch into a :class:`pcmr.Gaussian` (SPEC §2, §7):
 :class:`RetrievalModel` exposes ``encode_images(batch)``, ``encode_captions(batch)`` and
 ``forward(batch)`` returning ``{"image", "caption"}`` Gaussians plus ``"image_views"`` /
 ``"caption_views"`` means ``[B, K, D]`` when the batch carries K augmented views (the names the
-losses take, CONTRACTS).
+losses take, docs/losses.md).
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ DEFAULT_CSLS_SAMPLE = 2000
 
 
 class _Progress:
-    """A tqdm bar on stderr when enabled (``progress=True``), else nothing."""
+    """A tqdm bar on stderr: ``True`` always, ``None`` only on a terminal (pcmr.progress), ``False`` never."""
 
-    def __init__(self, enabled: bool, total: int, desc: str) -> None:
+    def __init__(self, enabled: bool | None, total: int, desc: str) -> None:
         self.bar = progress_bar(total, desc, enabled=enabled)
 
     def __call__(self, n: int) -> None:
@@ -45,7 +45,7 @@ class _Progress:
 
 
 def build_ann(gallery: Gaussian, score: str, index_type: str = "auto", *, shard_size: int = 65_536,
-              progress: bool = False, desc: str = "index", **params: Any) -> AnnIndex:
+              progress: bool | None = False, desc: str = "index", **params: Any) -> AnnIndex:
     """An :class:`AnnIndex` over ``gallery`` filled in shards of ``shard_size`` rows."""
     ann = AnnIndex.create(score, gallery, index_type, **params)
     bar = _Progress(progress, gallery.num, desc)

@@ -63,7 +63,7 @@ def _json_list(metadata: dict[str, str], key: str, length: int, path: str) -> li
 
 
 def read_embeddings(path: str | os.PathLike[str], *, shard_rows: int = 65_536, first_image_id: int = 0,
-                    first_caption_id: int = 0, progress: bool = False) -> SavedEmbeddings:
+                    first_caption_id: int = 0, progress: bool | None = False) -> SavedEmbeddings:
     """Read a saved-embeddings file (module docstring) ``shard_rows`` rows at a time, with a progress
     bar when ``progress``. Raises FileNotFoundError / ValueError naming the file and the field."""
 

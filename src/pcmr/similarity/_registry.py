@@ -26,7 +26,7 @@ __all__ = ["Similarity", "register", "pairwise", "paired", "list_similarities", 
 DEFAULT_BLOCK_BYTES = 256 * 2**20
 
 _REGISTRY: dict[str, Similarity] = {}
-_SPEC_ORDER = (
+_LISTING_ORDER = (
     "cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
     "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob", "max_cosine",
 )
@@ -100,7 +100,7 @@ def register(cls: type[Similarity]) -> type[Similarity]:
 
 def list_similarities() -> list[str]:
     """Names of every registered score, in the order of the table in ``docs/similarity.md`` (later additions at the end)."""
-    rank = {name: k for k, name in enumerate(_SPEC_ORDER)}
+    rank = {name: k for k, name in enumerate(_LISTING_ORDER)}
     return sorted(_REGISTRY, key=lambda name: (rank.get(name, len(rank)), name))
 
 
