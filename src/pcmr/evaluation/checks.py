@@ -11,12 +11,14 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from pcmr.data import Vocabulary
+from pcmr.data.split import RetrievalSplit
+from pcmr.gaussian import Gaussian
+from pcmr.models.model import RetrievalModel
 
 __all__ = ["check_finite_tensors", "check_finite_embeddings", "check_model_vocabulary", "naming_source",
            "coco_id_problem"]
@@ -40,7 +42,7 @@ def check_finite_tensors(tensors: Mapping[str, Tensor], source: str | os.PathLik
                              f"expected finite values (a diverged or corrupted model or embeddings file)")
 
 
-def check_finite_embeddings(images: Any, captions: Any, source: str) -> None:
+def check_finite_embeddings(images: Gaussian, captions: Gaussian, source: str) -> None:
     """Raise ``ValueError`` when a ``Gaussian`` of ``images`` / ``captions`` has a NaN or inf mean or
     log-variance, naming ``source`` (e.g. the model and split that produced them) and the rows."""
     tensors = {}
@@ -51,7 +53,7 @@ def check_finite_embeddings(images: Any, captions: Any, source: str) -> None:
     check_finite_tensors(tensors, source)
 
 
-def check_model_vocabulary(model: Any, vocab: Any, model_dir: str | os.PathLike, vocab_path: str | os.PathLike) -> None:
+def check_model_vocabulary(model: RetrievalModel, vocab: Vocabulary, model_dir: str | os.PathLike, vocab_path: str | os.PathLike) -> None:
     """Raise ``ValueError`` when ``vocab`` (read from ``vocab_path``) is not the vocabulary the model in
     ``model_dir`` was trained with: its size differs from the model's ``vocab_size`` (word-embedding
     text encoders), or it differs from the ``vocabulary.json`` saved with the model."""
@@ -82,7 +84,7 @@ def naming_source(source: str) -> Iterator[None]:
         raise
 
 
-def coco_id_problem(split: Any) -> str | None:
+def coco_id_problem(split: RetrievalSplit) -> str | None:
     """Why the ids of ``split`` cannot be matched to the COCO-id positive sets (CxC, ECCV Caption), or None.
 
     Those sets name images by COCO image id and captions by COCO caption annotation id; a split whose

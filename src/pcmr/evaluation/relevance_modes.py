@@ -18,6 +18,7 @@ from typing import Any
 
 from torch import Tensor
 
+from pcmr.data.split import RetrievalSplit
 from pcmr.evaluation.report import EvaluationResult
 
 __all__ = ["EVAL_RELEVANCE_MODES", "relevance_modes", "merge_relevance_results"]
@@ -25,7 +26,7 @@ __all__ = ["EVAL_RELEVANCE_MODES", "relevance_modes", "merge_relevance_results"]
 EVAL_RELEVANCE_MODES = ("exact", "source")
 
 
-def relevance_modes(split: Any, requested: Sequence[str] | None = None) -> dict[str, Tensor]:
+def relevance_modes(split: RetrievalSplit, requested: Sequence[str] | None = None) -> dict[str, Tensor]:
     """``{mode: BoolTensor [N_img, N_cap]}`` for a split, the primary mode first.
 
     ``exact`` is the split's relation and is offered only where it differs from the written pairs;

@@ -25,6 +25,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.shapes.dataset import load_shapes
+from pcmr.index import GalleryIndex
 
 __all__ = ["ServiceLimits", "create_app"]
 
@@ -88,7 +89,7 @@ def _relative_levels(values: torch.Tensor | None) -> torch.Tensor | None:
     return None if values is None else values.float().sort().values
 
 
-def create_app(index: Any, *, similarity: str = "cosine", rerank: str = "nns", backend: str = "auto",
+def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str = "nns", backend: str = "auto",
                candidates: int | None = None, limits: ServiceLimits | None = None) -> Any:
     """A FastAPI application serving ``index`` (module docstring). ``similarity``/``rerank``/``backend``/
     ``candidates`` are the search settings of every query."""
