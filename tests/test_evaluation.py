@@ -9,6 +9,7 @@ from pcmr import Gaussian
 from pcmr.data import image_loader
 from pcmr.evaluation import encode_split, evaluate_embeddings, evaluate_model
 from pcmr.evaluation.scoring import rerank_topk
+from pcmr.inference import list_rerankers
 
 KS = (1, 5, 10)
 
@@ -325,3 +326,24 @@ def test_every_registered_reranker_row_equals_a_loop_over_its_own_lists(rerank):
             assert row[f"{direction}_R@{k}"] == pytest.approx(expected, abs=1e-9), (direction, k)
         assert (row[f"{direction}_r_precision"] is not None) == method.returns_scores
     assert row["rsum"] == pytest.approx(sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in KS))
+
+
+@pytest.mark.parametrize("rerank", list_rerankers())
+def test_a_gallery_smaller_than_k_is_evaluated_by_every_reranker(rerank):
+    """6 images x 12 captions: text->image has 6 gallery items, fewer than K = 10. R@10 then lists the
+    whole gallery (100 % when every query has a positive), for full rankings and matchings alike;
+    the uncertainty-decile figure (10 queries needed per direction) is left out with a note."""
+    gen = torch.Generator().manual_seed(3)
+
+    def gaussians(n: int) -> Gaussian:
+        return Gaussian(torch.randn(n, 8, generator=gen), 0.1 * torch.randn(n, 8, generator=gen))
+
+    relevance = torch.zeros(6, 12, dtype=torch.bool)
+    relevance[torch.arange(12) // 2, torch.arange(12)] = True
+    result = evaluate_embeddings(gaussians(6), gaussians(12), relevance, similarities=["cosine"],
+                                 rerankers=[rerank], val=(gaussians(6), gaussians(12), relevance))
+    row = result.row("cosine", rerank)
+    assert row["t2i_R@10"] == 100.0 and row["t2i_R@5"] <= 100.0
+    assert row["rsum"] == pytest.approx(sum(row[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
+    assert "uncertainty_r1" not in result.figures
+    assert any("uncertainty-decile" in note for note in result.meta["notes"])

@@ -165,6 +165,11 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                                     "uncertainty_measure": uncertainty_measure,
                                     "similarity_options": {}, "selected_lambda": {}, "notes": []})
     notes = result.meta["notes"]
+    # R@1 per uncertainty decile needs 10 queries with a relevant item in each direction
+    deciles_possible = min(int(relevance.any(dim=1).sum()), int(relevance.any(dim=0).sum())) >= 10
+    if not deciles_possible:
+        notes.append("no uncertainty-decile figure: it needs at least 10 queries with a relevant item in "
+                     "each direction")
     decile_data: dict[str, Any] = {}
     hub_data: dict[str, Any] = {}
     for name in similarities:
@@ -205,7 +210,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                 hub_data[f"{name}/{rerank}"] = {d: occurrence_histogram(evaluation.k_occurrence[d][10])
                                                 for d in DIRECTIONS}
         measure = uncertainty_measure_for((images, captions), uncertainty_measure)  # PVSE point sets: spread
-        if measure is not None:
+        if measure is not None and deciles_possible:
             decile_data[name] = decile_series(scores, relevance, images, captions, measure)
     if decile_data:
         result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}

@@ -102,17 +102,25 @@ def recall_from_lists(reranker: RerankerLike, rescored: Tensor, relevant: Releva
 
 def _lists_direction(method: RerankerLike, weighted: Tensor, relevant: SparseRelevance, ks: Sequence[int],
                      hubness_ks: Sequence[int]) -> tuple[dict[str, float], dict[int, Tensor]]:
-    """R@K and N_k of one direction from a matching's lists (one run per K; K > G left out)."""
+    """R@K and N_k of one direction from a matching's lists (one run per K).
+
+    A K larger than the gallery G lists the whole gallery: R@K is R@G (as for a full ranking, where
+    every item is within the first K); N_k is left out for such K."""
     row: dict[str, float] = {}
     occurrences: dict[int, Tensor] = {}
+    gallery = weighted.shape[1]
+    runs: dict[int, Tensor] = {}
     for k in sorted(set(ks) | set(hubness_ks)):
-        if k > weighted.shape[1]:
+        if k > gallery and k not in ks:
             continue
-        lists = method.topk_rescored(weighted, k)  # [Q, k], the run with this k
+        size = min(k, gallery)
+        if size not in runs:
+            runs[size] = method.topk_rescored(weighted, size)  # [Q, size], the run with this k
+        lists = runs[size]
         if k in ks:
-            row[f"R@{k}"] = recall_at_k_from_topk(lists, relevant, k=k)
-        if k in hubness_ks:
-            occurrences[k] = torch.bincount(lists.reshape(-1), minlength=weighted.shape[1])  # [G]
+            row[f"R@{k}"] = recall_at_k_from_topk(lists, relevant, k=size)
+        if k in hubness_ks and k <= gallery:
+            occurrences[k] = torch.bincount(lists.reshape(-1), minlength=gallery)  # [G]
     row["num_skipped"] = float(int((relevant.counts() == 0).sum()))
     return row, occurrences
 
