@@ -69,9 +69,10 @@ def brute_force_relevant(text, scene):
                for chosen in itertools.permutations(scene, len(phrases)))
 
 
+@pytest.mark.parametrize("preset", ["standard", "hard"])
 @pytest.mark.parametrize("split", ["train", "test_unseen", "binary_selection"])
-def test_relevance_equals_brute_force_reading_of_captions(tmp_path, split):
-    data = load_dataset("shapes", split, **small(tmp_path, captions_per_image=3, seed=5))
+def test_relevance_equals_brute_force_reading_of_captions(tmp_path, split, preset):
+    data = load_dataset("shapes", split, **small(tmp_path, captions_per_image=3, seed=5, preset=preset))
     scenes = data.info["scenes"].to_json()
     if split == "binary_selection":  # crops and unions keep only shape/colour meaning
         scenes = [[{**o, "column": -9, "row": -9, "size": "n/a"} for o in s] for s in scenes]
@@ -223,3 +224,42 @@ def test_binary_selection_cache_entry_round_trip(tmp_path):
         cached = load_dataset("shapes", "binary_selection", **small(tmp_path))
     np.testing.assert_array_equal(fresh.images.pixels, cached.images.pixels)
     assert cached.info["roles"].keys() == fresh.info["roles"].keys()
+
+
+# --- the "hard" preset ------------------------------------------------------------------------------
+def test_hard_preset_makes_captions_specific_scenes_busy_and_images_noisy(tmp_path):
+    standard = load_dataset("shapes", "train", **small(tmp_path, num_train=150))
+    hard = load_dataset("shapes", "train", **small(tmp_path, num_train=150, preset="hard"))
+    assert {len(s) for s in hard.info["scenes"].to_json()} == {3, 4}
+    assert not any(t.split()[0] in NUMBERS for t in hard.caption_texts)  # no counting captions
+    for text in hard.caption_texts:  # every description names >= 3 of shape, colour, size, position
+        for phrase in text.replace(" and ", ", ").split(", "):
+            constraint = parse_phrase(phrase.split())
+            groups = len({"shape", "colour", "size"} & set(constraint)) + bool({"column", "row"} & set(constraint))
+            assert groups >= 3, phrase
+    fits = np.array([len(x) for x in hard.caption_to_images]).mean()
+    assert fits < np.array([len(x) for x in standard.caption_to_images]).mean() / 2
+    # noise: the same scenes rendered without noise differ from the noisy pixels, by about the std
+    quiet = generate_shapes_split(ShapesConfig(**{**SMALL, "num_train": 150}, preset="hard", pixel_noise=0,
+                                               cache=False), "train")
+    noisy = hard.images.pixels
+    assert np.array_equal(quiet["objects"], hard.info["scenes"].objects)
+    difference = noisy.astype(np.float64) - quiet["pixels"].astype(np.float64)
+    assert 15 < difference.std() < 30
+
+
+def test_preset_settings_are_defaults_an_explicit_value_wins(tmp_path):
+    config = ShapesConfig(preset="hard", min_objects=2, cache=False)
+    assert (config.min_objects, config.max_objects, config.min_attributes) == (2, 4, 3)
+    assert (config.count_caption_rate, config.pixel_noise) == (0.0, 24.0)
+    assert ShapesConfig(cache=False).generation_dict()["preset"] == "standard"
+    assert config.generation_dict() != ShapesConfig(preset="hard", cache=False).generation_dict()  # cache key
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("preset", "easy", "one of"), ("min_attributes", 5, "an integer in 1..4"), ("min_attributes", True, "1..4"),
+    ("count_caption_rate", 1.5, r"\[0, 1\]"), ("pixel_noise", -1, r"\[0, 255\]"), ("pixel_noise", "x", "a number"),
+])
+def test_bad_preset_settings_name_the_field(key, value, expected):
+    with pytest.raises(DataError, match=f"{key}.*{expected}"):
+        load_dataset("shapes", "train", cache=False, **{key: value})

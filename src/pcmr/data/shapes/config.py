@@ -10,9 +10,18 @@ import numpy as np
 from pcmr.data.errors import DataError
 from pcmr.data.shapes.scene import COLOURS, SHAPES, parse_combinations, sample_scenes
 
-__all__ = ["ShapesConfig", "SHAPES_SPLITS", "GENERATOR_VERSION", "split_seed"]
+__all__ = ["ShapesConfig", "SHAPES_SPLITS", "SHAPES_PRESETS", "GENERATOR_VERSION", "split_seed"]
 
 GENERATOR_VERSION = 1
+#: the settings each preset gives to the fields left at None (docs/datasets.md). "hard" makes every
+#: caption specific (3+ attributes per description, no counting captions), every scene busy (3-4
+#: objects) and every image noisy, so that retrieval does not saturate at a small training budget.
+SHAPES_PRESETS: dict[str, dict[str, Any]] = {
+    "standard": {"min_objects": 1, "max_objects": 4, "min_attributes": 1, "count_caption_rate": 0.1,
+                 "pixel_noise": 0.0},
+    "hard": {"min_objects": 3, "max_objects": 4, "min_attributes": 3, "count_caption_rate": 0.0,
+             "pixel_noise": 24.0},
+}
 SHAPES_SPLITS = {"train": 1, "val": 2, "test": 3, "test_unseen": 4, "binary_selection": 5}
 
 
@@ -27,8 +36,14 @@ class ShapesConfig:
     num_test_unseen: int = 500  # images in "test_unseen"
     num_binary_selection: int = 500  # (A, B, C) triplets in "binary_selection"
     captions_per_image: int = 5  # captions written for each image
-    min_objects: int = 1  # objects per image, lower bound
-    max_objects: int = 4  # objects per image, upper bound (at most 4)
+    # "standard" or "hard" (docs/datasets.md): the defaults of the five settings below that are None
+    preset: str = "standard"
+    min_objects: int | None = None  # objects per image, lower bound (standard 1, hard 3)
+    max_objects: int | None = None  # objects per image, upper bound, at most 4 (standard 4, hard 4)
+    # each description names at least this many of (shape, colour, size, position) (standard 1, hard 3)
+    min_attributes: int | None = None
+    count_caption_rate: float | None = None  # share of counting captions, "two red shapes" (standard 0.1, hard 0)
+    pixel_noise: float | None = None  # std of Gaussian pixel noise, 0-255 scale (standard 0, hard 24)
     # (colour, shape) combinations that appear only in "test_unseen"
     unseen_combinations: tuple[str, ...] = ("yellow circle", "purple square", "cyan triangle", "red diamond",
                                             "green cross")
@@ -37,6 +52,26 @@ class ShapesConfig:
     cache_dir: str | None = None  # default: $PCMR_CACHE, else $XDG_CACHE_HOME/pcmr, else ~/.cache/pcmr
 
     def __post_init__(self) -> None:
+        if not isinstance(self.preset, str) or self.preset not in SHAPES_PRESETS:
+            raise DataError(f"preset={self.preset!r}", location="shapes config 'preset'",
+                            expected=f"one of {sorted(SHAPES_PRESETS)}")
+        for name, value in SHAPES_PRESETS[self.preset].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        for name in ("count_caption_rate", "pixel_noise"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a number")
+            setattr(self, name, float(value))
+        if not 0.0 <= self.count_caption_rate <= 1.0:
+            raise DataError(f"count_caption_rate={self.count_caption_rate!r}",
+                            location="shapes config 'count_caption_rate'", expected="a number in [0, 1]")
+        if not 0.0 <= self.pixel_noise <= 255.0:
+            raise DataError(f"pixel_noise={self.pixel_noise!r}", location="shapes config 'pixel_noise'",
+                            expected="a number in [0, 255]")
+        if isinstance(self.min_attributes, bool) or self.min_attributes not in (1, 2, 3, 4):
+            raise DataError(f"min_attributes={self.min_attributes!r}", location="shapes config 'min_attributes'",
+                            expected="an integer in 1..4")
         kinds = {"min_objects": (int, "an integer"), "max_objects": (int, "an integer"), "seed": (int, "an integer"),
                  "cache": (bool, "true or false"), "cache_dir": ((str, type(None)), "a folder path or null"),
                  "unseen_combinations": ((list, tuple), "a list of 'colour shape' strings")}

@@ -30,7 +30,7 @@ from pcmr.data.shapes.config import SHAPES_SPLITS, ShapesConfig, split_seed
 from pcmr.data.shapes.controlled import generate_binary_selection
 from pcmr.data.shapes.grammar import caption_text, sample_captions
 from pcmr.data.shapes.matching import shapes_relevance
-from pcmr.data.shapes.render import render_scenes
+from pcmr.data.shapes.render import add_pixel_noise, render_scenes
 from pcmr.data.shapes.scene import (
     Scenes,
     combination_labels,
@@ -61,10 +61,16 @@ def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
     else:
         scenes = sample_scenes(_split_size(config, split), rng, min_objects=config.min_objects,
                                max_objects=config.max_objects, allowed=~held_out)
-    preds, count = sample_captions(scenes.objects, config.captions_per_image, np.random.default_rng(caption_seed))
+    preds, count = sample_captions(scenes.objects, config.captions_per_image, np.random.default_rng(caption_seed),
+                                   min_attributes=config.min_attributes,
+                                   count_caption_rate=config.count_caption_rate)
     relevance = shapes_relevance(scenes.objects, preds, count)
+    pixels = render_scenes(scenes, config.image_size)
+    if config.pixel_noise > 0:  # from its own stream: the scenes and captions are those of the noiseless data
+        noise_rng = np.random.default_rng(split_seed(config.seed, split).spawn(3)[2])
+        pixels = add_pixel_noise(pixels, config.pixel_noise, noise_rng)
     return {
-        "pixels": render_scenes(scenes, config.image_size),
+        "pixels": pixels,
         "objects": scenes.objects, "jitter": scenes.jitter, "background": scenes.background,
         "caption_preds": preds, "caption_count": count,
         "caption_image": np.repeat(np.arange(len(scenes), dtype=np.int64), config.captions_per_image),

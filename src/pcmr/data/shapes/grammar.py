@@ -86,12 +86,23 @@ def caption_text(preds: np.ndarray, count: int) -> str:
     return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
 
 
-def _random_description(obj: np.ndarray, u: np.ndarray) -> tuple[int, int, int, int, int]:
+def _attribute_count_cdf(min_attributes: int) -> np.ndarray:
+    """CDF of how many attribute groups a description names, conditioned on at least ``min_attributes``."""
+    if min_attributes == 1:  # the unconditioned distribution (the first entry is already 0)
+        return _ATTRIBUTE_COUNT_CDF
+    probs = _ATTRIBUTE_COUNT_PROBS.copy()
+    probs[:min_attributes] = 0.0
+    return np.cumsum(probs / probs.sum())[:-1]
+
+
+def _random_description(obj: np.ndarray, u: np.ndarray,
+                        count_cdf: np.ndarray = _ATTRIBUTE_COUNT_CDF) -> tuple[int, int, int, int, int]:
     """Describe one object by a random subset of its attribute groups (shape, colour, size, position).
 
-    ``u``: 6 uniform numbers in [0, 1) (how many groups, the weighted draw of groups, the position wording).
+    ``u``: 6 uniform numbers in [0, 1) (how many groups, the weighted draw of groups, the position wording);
+    ``count_cdf``: the CDF of how many groups are named (:func:`_attribute_count_cdf`).
     """
-    number = int(np.searchsorted(_ATTRIBUTE_COUNT_CDF, u[0], side="right"))
+    number = int(np.searchsorted(count_cdf, u[0], side="right"))
     # weighted sampling without replacement (Efraimidis & Spirakis): the largest u^(1/w) win
     groups = np.argsort(-(u[1:5] ** (1.0 / _GROUP_WEIGHTS)))[:number]
     pred = [-1, -1, -1, -1, -1]
@@ -114,12 +125,16 @@ def _random_description(obj: np.ndarray, u: np.ndarray) -> tuple[int, int, int, 
     return tuple(pred)  # type: ignore[return-value]
 
 
-def sample_captions(objects: np.ndarray, per_image: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def sample_captions(objects: np.ndarray, per_image: int, rng: np.random.Generator, *, min_attributes: int = 1,
+                    count_caption_rate: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
     """Sample ``per_image`` true captions of each scene.
 
+    ``min_attributes``: each description names at least this many of the object's attribute groups
+    (shape, colour, size, position); ``count_caption_rate``: the share of counting captions.
     Returns ``preds`` int32 ``[N * per_image, 3]`` and ``count`` int32 ``[N * per_image]``; caption
     ``n * per_image + j`` was written for scene ``n``.
     """
+    count_cdf = _attribute_count_cdf(min_attributes)
     total = objects.shape[0] * per_image
     preds = np.full((total, MAX_DESCRIPTIONS), -1, dtype=np.int32)
     count = np.full(total, -1, dtype=np.int32)
@@ -130,7 +145,7 @@ def sample_captions(objects: np.ndarray, per_image: int, rng: np.random.Generato
         for j in range(per_image):
             c = n * per_image + j
             u = draws[c]
-            if u[0] < 0.1:  # counting caption, at most one attribute
+            if u[0] < count_caption_rate:  # counting caption, at most one attribute
                 field = (-1, SHAPE, COLOUR, SIZE)[int(u[1] * 4)]
                 pred = [-1, -1, -1, -1, -1]
                 if field >= 0:
@@ -141,5 +156,6 @@ def sample_captions(objects: np.ndarray, per_image: int, rng: np.random.Generato
             described = 3 if (k >= 3 and u[0] > 0.9) else (2 if (k >= 2 and u[0] > 0.65) else 1)
             chosen = np.argsort(u[1:1 + k])[:described]  # distinct objects, uniformly
             for slot, index in enumerate(chosen):
-                preds[c, slot] = encode_predicate(_random_description(present[index], u[3 + 6 * slot: 9 + 6 * slot]))
+                preds[c, slot] = encode_predicate(_random_description(present[index], u[3 + 6 * slot: 9 + 6 * slot],
+                                                                      count_cdf))
     return preds, count

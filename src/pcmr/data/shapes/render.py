@@ -6,7 +6,7 @@ import numpy as np
 
 from pcmr.data.shapes.scene import COLOUR, COLOUR_RGB, COLUMN, GRID, ROW, SHAPE, SIZE, Scenes
 
-__all__ = ["render_scenes", "shape_mask", "SIZE_RADIUS"]
+__all__ = ["render_scenes", "shape_mask", "add_pixel_noise", "SIZE_RADIUS"]
 
 SIZE_RADIUS = (0.26, 0.44)  # half-extent of small / large objects, as a fraction of the cell side
 
@@ -56,3 +56,10 @@ def render_scenes(scenes: Scenes, image_size: int = 64) -> np.ndarray:
             canvas[y0:y1, x0:x1][mask] = COLOUR_RGB[obj[COLOUR]] * shade
         images[n] = canvas.astype(np.uint8)
     return images
+
+
+def add_pixel_noise(images: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
+    """uint8 ``images [N, S, S, 3]`` plus independent Gaussian noise of ``std`` (0-255 scale), clipped to
+    [0, 255] and rounded. The objects' attributes, hence the relevance, do not change."""
+    noisy = images.astype(np.float32) + rng.normal(0.0, std, images.shape).astype(np.float32)
+    return np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
