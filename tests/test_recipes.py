@@ -36,7 +36,7 @@ EXPECTED = (
 
 
 def test_every_method_has_a_recipe():
-    assert sorted(p.stem for p in CONFIGS) == sorted(EXPECTED)
+    assert set(EXPECTED) <= {p.stem for p in CONFIGS}  # the papers' methods; further recipes are tested alike
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -95,7 +95,7 @@ def test_recipes_are_package_data_and_user_folders_shadow_them(tmp_path, monkeyp
 
     monkeypatch.chdir(tmp_path)  # no ./configs here
     monkeypatch.delenv("PCMR_CONFIGS", raising=False)
-    assert sorted(list_recipes()) == sorted(EXPECTED)
+    assert sorted(list_recipes()) == sorted(p.stem for p in CONFIGS) and set(EXPECTED) <= set(list_recipes())
     assert find_recipe("pcme") == shipped_recipe_dir() / "pcme.yaml"
 
     (tmp_path / "configs").mkdir()
