@@ -109,8 +109,9 @@ def main() -> None:
     print()
     print(trained_report)
     print()
-    same = all(torch_report[name][key] == value or (value != value and torch_report[name][key] != torch_report[name][key])
-               for name, row_values in report.rows.items() for key, value in row_values.items())
+    same = all(torch_report[row["name"]][key] == value
+               or (value != value and torch_report[row["name"]][key] != torch_report[row["name"]][key])
+               for row in report for key, value in row.items())
     print(f"torch-only path gives the same values as the compiled path: {same}")
     print(f"machine: {platform.machine()} {platform.processor() or ''}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, compiled pass: {numba_enabled()}")

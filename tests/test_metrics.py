@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 
@@ -10,7 +9,6 @@ import pytest
 import torch
 
 from pcmr.metrics import (
-    MetricsReport,
     first_positive_ranks,
     per_query_metrics,
     recall_at_k_from_topk,
@@ -169,23 +167,3 @@ def test_recall_at_k_from_topk_errors():
         recall_at_k_from_topk(torch.zeros(2, 3), [[0], [1]])
     with pytest.raises(ValueError, match="outside"):
         recall_at_k_from_topk(torch.full((2, 3), 9), torch.ones(2, 4, dtype=torch.bool))
-
-
-def test_metrics_report_table_json_csv(tmp_path):
-    report = MetricsReport({"i2t": {"R@1": 52.125, "num_skipped": 0}, "total": {"rsum": 400.5}}, title="demo")
-    report.add("nan row", {"R@1": float("nan")})
-    text = str(report)
-    assert "demo" in text and "52.12" in text and "rsum" in text
-    report.save_json(tmp_path / "m.json")
-    loaded = MetricsReport.load_json(tmp_path / "m.json")
-    assert loaded.rows["i2t"] == report.rows["i2t"] and math.isnan(loaded["nan row"]["R@1"])
-    json.loads((tmp_path / "m.json").read_text())  # strict JSON (no bare NaN)
-    report.save_csv(tmp_path / "m.csv")
-    lines = (tmp_path / "m.csv").read_text().splitlines()
-    assert lines[0] == "row,R@1,num_skipped,rsum"
-    assert lines[2] == "total,,,400.5"
-    with pytest.raises(KeyError, match="rows"):
-        report["missing"]
-    (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ValueError, match="bad.json"):
-        MetricsReport.load_json(tmp_path / "bad.json")

@@ -60,7 +60,7 @@ def compare_with_eccv_caption(num_images: int, seed: int) -> None:
         i2t, t2i, target_metrics=("coco_1k_recalls", "coco_5k_recalls", "cxc_recalls", "eccv_r1",
                                   "eccv_map_at_r", "eccv_rprecision"), Ks=(1, 5, 10))
     report = evaluate_coco(scores, image_ids, caption_ids, missing="count")
-    rows = list(report.rows)
+    rows = [row["name"] for row in report]
     full, folds = rows[0].rsplit(" ", 1)[0], rows[3].rsplit(" ", 1)[0]
     for direction in ("i2t", "t2i"):
         for k in (1, 5, 10):

@@ -11,7 +11,8 @@ from typing import Any
 
 from pcmr.atomic import atomic_write_text
 from pcmr.cli.train import start_run
-from pcmr.evaluation import EvaluationResult, evaluate_model, format_table, merge_rows
+from pcmr.evaluation import evaluate_model
+from pcmr.report import Report, format_table, merge_rows
 from pcmr.train.run import load_run, load_run_split
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
@@ -89,7 +90,7 @@ def _prepare(out: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def evaluate_run(run_dir: Path, out_dir: Path, progress: bool | None = None) -> EvaluationResult:
+def evaluate_run(run_dir: Path, out_dir: Path, progress: bool | None = None) -> Report:
     """Evaluate a run's selected model on its test split (``eval`` section of its config)."""
 
     trained = load_run(run_dir)

@@ -1,5 +1,5 @@
 """Evaluation of a trained model on a retrieval split: the table of retrieval metrics (docs/metrics.md) for every
-requested similarity x re-ranker, saved as Markdown, CSV, JSON and PNG plots.
+requested similarity x re-ranker, a :class:`pcmr.report.Report` saved as Markdown, CSV, JSON and PNG plots.
 
     from pcmr.evaluation import evaluate_model
     result = evaluate_model(model, test_split, vocab, val_split=val_split,
@@ -19,21 +19,17 @@ from pcmr.evaluation.evaluate import (
     evaluate_embeddings,
     evaluate_model,
 )
-from pcmr.evaluation.report import EvaluationResult, format_table, merge_rows
 from pcmr.evaluation.scoring import rerank_topk, score_matrix, unsupported_reason
 
 __all__ = [
     "DEFAULT_LAMBDA_GRID",
     "DEFAULT_RERANKERS",
     "DEFAULT_SIMILARITIES",
-    "EvaluationResult",
     "encode_image_files",
     "encode_split",
     "encode_texts",
     "evaluate_embeddings",
     "evaluate_model",
-    "format_table",
-    "merge_rows",
     "rerank_topk",
     "score_matrix",
     "unsupported_reason",

@@ -34,14 +34,14 @@ from pcmr.evaluation.figures import (
     occurrence_histogram,
 )
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
-from pcmr.evaluation.report import EvaluationResult
 from pcmr.evaluation.scoring import check_names, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
-from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, MetricsReport, evaluate_directions, load_extra_positives
+from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, evaluate_directions, load_extra_positives
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.models.model import RetrievalModel
 from pcmr.point_set import uncertainty_measure_for
+from pcmr.report import Report
 from pcmr.similarity import list_similarities
 
 __all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
@@ -82,7 +82,7 @@ def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str
     return out
 
 
-def _table_row(report: MetricsReport, ks: Sequence[int], extra_positives: Sequence[Any], lists: bool,
+def _table_row(report: Report, ks: Sequence[int], extra_positives: Sequence[Any], lists: bool,
                num_folds: int | None) -> dict[str, Any]:
     """The flat table columns of one driver report (``None`` where a metric needs a full ranking)."""
     row: dict[str, Any] = {}
@@ -123,7 +123,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         rerank_options: dict[str, dict[str, Any]] | None = None,
                         ks: Sequence[int] = DEFAULT_KS, lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
                         uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
-                        num_folds: int | None = None, meta: dict[str, Any] | None = None) -> EvaluationResult:
+                        num_folds: int | None = None, meta: dict[str, Any] | None = None) -> Report:
     """The evaluation table of already encoded embeddings.
 
     Args:
@@ -161,7 +161,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         image_labels, caption_labels = image_labels.to(device), caption_labels.to(device)
     else:
         image_labels = caption_labels = None
-    result = EvaluationResult(meta={**(meta or {}), "num_images": images.num, "num_captions": captions.num,
+    result = Report(title="pcmr evaluation", meta={**(meta or {}), "num_images": images.num, "num_captions": captions.num,
                                     "uncertainty_measure": uncertainty_measure,
                                     "similarity_options": {}, "selected_lambda": {}, "notes": []})
     notes = result.meta["notes"]
@@ -242,7 +242,7 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
                    extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
                    meta: dict[str, Any] | None = None,
-                   relevance: Sequence[str] | None = None) -> EvaluationResult:
+                   relevance: Sequence[str] | None = None) -> Report:
     """Encode ``split`` (and ``val_split``) with ``model`` and build the evaluation table.
 
     Similarities the model cannot support are skipped with a reason; RGM's lambda is selected on

@@ -7,7 +7,7 @@ reports both: ``exact`` (the dataset's relation) and ``source`` (only the writte
 so a reader sees how the COCO-style protocol ranks methods differently. A split whose relation is
 just the written pairs (COCO, Flickr30k) has one mode, ``source``.
 
-Each row of an :class:`~pcmr.evaluation.EvaluationResult` carries its mode in the ``relevance``
+Each row of an :class:`~pcmr.report.Report` of an evaluation carries its mode in the ``relevance``
 column.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from torch import Tensor
 
 from pcmr.data.split import RetrievalSplit
-from pcmr.evaluation.report import EvaluationResult
+from pcmr.report import Report
 
 __all__ = ["EVAL_RELEVANCE_MODES", "relevance_modes", "merge_relevance_results"]
 
@@ -58,11 +58,11 @@ def _tagged(row: dict[str, Any], mode: str) -> dict[str, Any]:
     return out
 
 
-def merge_relevance_results(results: Sequence[tuple[str, EvaluationResult]]) -> EvaluationResult:
+def merge_relevance_results(results: Sequence[tuple[str, Report]]) -> Report:
     """One result from one result per mode: every row tagged with its ``relevance``; meta, skipped
     pairs and figures from the first (primary) mode."""
     first = results[0][1]
-    merged = EvaluationResult(meta=dict(first.meta), skipped=list(first.skipped), figures=dict(first.figures))
+    merged = Report(title=first.title, meta=dict(first.meta), skipped=list(first.skipped), figures=dict(first.figures))
     for mode, result in results:
         merged.rows.extend(_tagged(row, mode) for row in result.rows)
     modes = [mode for mode, _ in results]

@@ -22,7 +22,6 @@ from pcmr.metrics.hubness import hubness_skewness, hubness_sum, k_occurrence, k_
 from pcmr.metrics.pmrp import pmrp
 from pcmr.metrics.protocols import evaluate_coco, evaluate_retrieval, fold_indices
 from pcmr.metrics.ranking import first_positive_ranks, per_query_metrics, retrieval_metrics
-from pcmr.metrics.report import MetricsReport
 from pcmr.metrics.scan import PerQueryMetrics
 from pcmr.metrics.topk import recall_at_k_from_topk
 from pcmr.metrics.uncertainty import binary_selection_accuracy, recall_by_uncertainty
@@ -32,7 +31,6 @@ __all__ = [
     "HUBNESS_KS",
     "DirectionsResult",
     "ExtraPositives",
-    "MetricsReport",
     "PerQueryMetrics",
     "SparseRelevance",
     "binary_selection_accuracy",

@@ -2,7 +2,7 @@
 
 ``evaluate_directions`` evaluates an image-caption score matrix ``S [N_img, N_cap]`` both ways --
 image->text on the rows of ``S``, text->image on the rows of ``S.T`` -- optionally through a
-re-ranker, and returns a :class:`MetricsReport`: rows ``"i2t"``, ``"t2i"``, ``"total"`` (rsum,
+re-ranker, and returns a :class:`pcmr.report.Report`: rows ``"i2t"``, ``"t2i"``, ``"total"`` (rsum,
 hs_sum), with folds ``"folds i2t"``, ``"folds t2i"``, ``"folds total"``, and ``"<set> i2t"`` /
 ``"<set> t2i"`` per extra positive set. It serves ``pcmr.metrics.evaluate_retrieval`` and the COCO
 protocol, ``pcmr.evaluation.evaluate_embeddings`` (one call per similarity x re-ranker), training
@@ -30,10 +30,10 @@ from pcmr.metrics.extra_positives import ExtraPositives
 from pcmr.metrics.hubness import skewness_by_k
 from pcmr.metrics.pmrp import pmrp
 from pcmr.metrics.ranking import check_ks, summarize
-from pcmr.metrics.report import MetricsReport
 from pcmr.metrics.scan import Target, scan
 from pcmr.metrics.topk import recall_at_k_from_topk
 from pcmr.ranking.checks import check_scores
+from pcmr.report import Report
 
 #: cut-offs K of R@K (rsum sums them over both directions) and of the hubness skewness (hs-sum)
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
@@ -61,7 +61,7 @@ class DirectionsResult:
     """What :func:`evaluate_directions` computed: the report and the k-occurrence counts
     ``{"i2t": {k: N_k [G]}, "t2i": ...}`` of the full matrices (for hubness plots)."""
 
-    report: MetricsReport
+    report: Report
     k_occurrence: dict[str, dict[int, Tensor]] = field(default_factory=dict)
 
 
@@ -177,7 +177,7 @@ def evaluate_directions(
     labels = {"i2t": (image_labels, caption_labels), "t2i": (caption_labels, image_labels)}
     with_labels = image_labels is not None and caption_labels is not None
     directions = {"i2t": (scores, i2t_rel), "t2i": (scores.T, i2t_rel.transpose())}
-    report = MetricsReport(title=title)
+    report = Report(title=title)
     result = DirectionsResult(report)
     skews: dict[str, dict[str, float]] = {}
     all_scores = True
@@ -252,7 +252,7 @@ def fold_indices(relevance: SparseRelevance, num_folds: int,
     return folds
 
 
-def _folds(report: MetricsReport, scores: Tensor, i2t_rel: SparseRelevance,
+def _folds(report: Report, scores: Tensor, i2t_rel: SparseRelevance,
            reranker: RerankerLike | Mapping[str, RerankerLike] | None, num_folds: int,
            caption_folds: Tensor | None, ks: Sequence[int], block_size: int | None) -> None:
     """Rows ``"folds i2t"``, ``"folds t2i"``, ``"folds total"``: metrics averaged over the folds."""

@@ -15,7 +15,7 @@ from torch import Tensor
 from pcmr.metrics._relevance import RelevanceInput, check_scores
 from pcmr.metrics.driver import DEFAULT_KS, HUBNESS_KS, RerankerLike, evaluate_directions, fold_indices
 from pcmr.metrics.extra_positives import ExtraPositives, coco_5k_test_ids, load_extra_positives
-from pcmr.metrics.report import MetricsReport
+from pcmr.report import Report
 
 __all__ = ["evaluate_coco", "evaluate_retrieval", "fold_indices"]
 
@@ -32,7 +32,7 @@ def evaluate_retrieval(
     block_size: int | None = None,
     title: str = "",
     reranker: RerankerLike | Mapping[str, RerankerLike] | None = None,
-) -> MetricsReport:
+) -> Report:
     """Image->text and text->image metrics of ``scores [N_img, N_cap]`` (``evaluate_directions``'s report).
 
     Args:
@@ -46,7 +46,7 @@ def evaluate_retrieval(
         hubness_ks: ks of the hubness skewness; hs-sum adds them over both directions (empty: none).
         reranker: evaluate through a re-ranker (``pcmr.inference.get_reranker``; see ``evaluate_directions``).
 
-    Returns a :class:`MetricsReport` with rows ``"i2t"``, ``"t2i"`` (``retrieval_metrics`` keys,
+    Returns a :class:`pcmr.report.Report` with rows ``"i2t"``, ``"t2i"`` (``retrieval_metrics`` keys,
     plus ``skew@k``), ``"total"`` (``rsum``, ``hs_sum``), with folds ``"folds i2t"``,
     ``"folds t2i"``, ``"folds total"``, and ``"<name> i2t"`` / ``"<name> t2i"`` per extra set.
     """
@@ -67,7 +67,7 @@ def evaluate_coco(
     num_folds: int = 5,
     hubness_ks: Sequence[int] = HUBNESS_KS,
     block_size: int | None = None,
-) -> MetricsReport:
+) -> Report:
     """The COCO 5K-test evaluation: 5K and 1K R@K / ranks / R-P / MAP@R, CxC, ECCV Caption, hs-sum.
 
     Args:
@@ -101,7 +101,5 @@ def evaluate_coco(
     small = f"{fold_size // 1000}K" if fold_size % 1000 == 0 else f"{fold_size} images"
     names = {"i2t": f"COCO {big} i2t", "t2i": f"COCO {big} t2i", "total": f"COCO {big}",
              "folds i2t": f"COCO {small} i2t", "folds t2i": f"COCO {small} t2i", "folds total": f"COCO {small}"}
-    renamed = MetricsReport(title=report.title)
-    for name, row in report.rows.items():
-        renamed.add(names.get(name, name), row)
-    return renamed
+    report.rows = [{**row, "name": names.get(row["name"], row["name"])} for row in report.rows]
+    return report

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, check_scores
 from pcmr.metrics.ranking import per_query_metrics
-from pcmr.metrics.report import MetricsReport
+from pcmr.report import Report
 
 
 def recall_by_uncertainty(
@@ -18,7 +18,7 @@ def recall_by_uncertainty(
     num_bins: int = 10,
     k: int = 1,
     block_size: int | None = None,
-) -> MetricsReport:
+) -> Report:
     """R@k of the queries in each of ``num_bins`` equal-size uncertainty bins (PCME §4.4, Fig. 6).
 
     Queries with a positive are sorted by ``uncertainty [Q]`` (ascending; e.g.
@@ -41,7 +41,7 @@ def recall_by_uncertainty(
     values = uncertainty.to(device=scores.device, dtype=torch.float64)[valid]
     hits = ((per_query.ranks[valid] >= 1) & (per_query.ranks[valid] <= k)).to(torch.float64)
     order = torch.sort(values, stable=True).indices
-    report = MetricsReport(title=f"R@{k} by uncertainty bin")
+    report = Report(title=f"R@{k} by uncertainty bin")
     for b, chunk in enumerate(torch.tensor_split(order, num_bins), start=1):
         report.add(f"bin {b}", {
             "uncertainty_min": float(values[chunk].min()),

@@ -1,6 +1,6 @@
 """PNG figures of an evaluation, drawn from small numeric series (no pyplot, no global backend).
 
-Each function takes the JSON-ready series stored in :attr:`EvaluationResult.figures` and writes one
+Each function takes the JSON-ready series stored in :attr:`pcmr.report.Report.figures` and writes one
 PNG with matplotlib's Agg canvas, so it works headless and never changes the user's backend.
 
 - ``uncertainty_r1``: R@1 per uncertainty decile of the queries, both directions (PCME Fig. 6).

@@ -1,0 +1,17 @@
+"""The one result type of pcmr: :class:`Report` (ordered rows of metrics, ``meta``, ``skipped``,
+``figures``), its Markdown tables, CSV / JSON files and PNG figures.
+
+Every evaluation returns a ``Report``: the metrics layer (rows named ``"i2t"``, ``"t2i"``,
+``"total"``, ...) and the evaluation (rows keyed by similarity, re-ranker and relevance mode)::
+
+    from pcmr.report import Report
+    report = Report.load("eval/")          # a folder written by report.save("eval/")
+    print(report.row("cosine", "nns")["rsum"])
+"""
+
+from __future__ import annotations
+
+from pcmr.report.plots import FIGURES, save_figures
+from pcmr.report.table import COLUMN_TITLES, ID_COLUMNS, Report, format_table, merge_rows
+
+__all__ = ["COLUMN_TITLES", "FIGURES", "ID_COLUMNS", "Report", "format_table", "merge_rows", "save_figures"]
