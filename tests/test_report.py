@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from pcmr.report import FIGURES, Report, format_table, merge_rows, save_figures
+from pcmr.report import FIGURES, Report, column_title, format_table, merge_rows, save_figures
 
 ROWS = [
     {"similarity": "cosine", "rerank": "nns", "i2t_R@1": 50.0, "rsum": 300.126, "i2t_r_precision": None,
@@ -202,3 +202,8 @@ def test_csv_round_trip_with_missing_cells():
             else:
                 assert float(cell) == pytest.approx(value, nan_ok=True) and (float(cell) == value or value != value)
     assert report.columns() == ["name", "R@1", "num_skipped", "skew@10", "rsum", "lambda"]
+
+
+def test_recall_columns_are_titled_for_any_k():
+    assert column_title("i2t_R@20") == "i2t R@20" and column_title("folds_t2i_R@1") == "t2i R@1"
+    assert column_title("rerank") == "re-ranker" and column_title("my_metric") == "my_metric"

@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from pcmr.data import ENCODE_BATCH_SIZE
+from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.train.config import ConfigError, RunConfig, apply_overrides, load_config, parse_override
 from pcmr.train.schedules import build_optimizer, learning_rate_factor
 
@@ -24,6 +26,15 @@ def test_defaults_and_sections(tmp_path):
     assert config.train.epochs == 3 and config.train.lr == pytest.approx(2e-4)
     assert config.data.name == "shapes"
     assert RunConfig.from_dict(config.to_dict()) == config
+
+
+def test_eval_defaults_come_from_the_library():
+    config = RunConfig()
+    assert config.eval.similarities == list(DEFAULT_SIMILARITIES)
+    assert config.eval.rerankers == list(DEFAULT_RERANKERS)
+    assert config.eval.batch_size == config.data.eval_batch_size == ENCODE_BATCH_SIZE
+    config.eval.similarities.append("kl")  # a fresh list per config: the library tuple is untouched
+    assert RunConfig().eval.similarities == list(DEFAULT_SIMILARITIES)
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from pcmr.atomic import atomic_write_json, atomic_write_safetensors
-from pcmr.data import Vocabulary
+from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.data.split import RetrievalSplit
 from pcmr.evaluation.encode import (
     encode_image_files,
@@ -186,7 +186,7 @@ class GalleryIndex:
 
     # ----------------------------------------------------------------- building
     @classmethod
-    def build(cls, model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = 256,
+    def build(cls, model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
               device: torch.device | str | None = None, similarity_options: dict[str, dict[str, Any]] | None = None,
               meta: dict[str, Any] | None = None, progress: bool | None = False) -> GalleryIndex:
         """Encode every image and caption of a retrieval split with ``model`` (eval mode, no grad).

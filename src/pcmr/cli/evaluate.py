@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.config import ConfigError, parse_override
-from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
+from pcmr.data import ENCODE_BATCH_SIZE, RetrievalSplit, Vocabulary, list_datasets, load_dataset
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
 from pcmr.evaluation.checks import check_finite_tensors, check_model_vocabulary
 from pcmr.inference import get_reranker, list_rerankers
@@ -192,14 +192,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--similarity",
         action="append",
         metavar="NAMES",
-        help="comma-separated similarity names or 'all' (default: the run's eval.similarities: "
-        "cosine,wasserstein,match_prob,elk,kl); repeatable",
+        help="comma-separated similarity names or 'all' (default: the run's eval.similarities, "
+        f"else {','.join(DEFAULT_SIMILARITIES)}); repeatable",
     )
     parser.add_argument(
         "--rerank",
         action="append",
         metavar="NAMES",
-        help="comma-separated re-ranker names or 'all' (default: nns,is,csls,csls+rgm); repeatable",
+        help=f"comma-separated re-ranker names or 'all' (default: {','.join(DEFAULT_RERANKERS)}); repeatable",
     )
     parser.add_argument(
         "--option",
@@ -224,7 +224,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="DIR",
         help="output folder (default: RUN/eval-SPLIT for a run, ./eval-SPLIT otherwise)",
     )
-    parser.add_argument("--batch-size", type=int, default=None, help="items per encoding batch (default 256)")
+    parser.add_argument("--batch-size", type=int, default=None, help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     parser.add_argument("--progress", action="store_const", const=True, default=None,
                         help="progress bars while encoding even when output is not a terminal "
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     needs_val = any(_selects_on_validation(r, rerank_options.get(r, {})) for r in rerankers)
     split = split_of(split_name)
     val_split = split_of(val_name) if needs_val else None
-    batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else 256)
+    batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else ENCODE_BATCH_SIZE)
     out = (
         Path(args.out)
         if args.out

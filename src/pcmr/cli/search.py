@@ -21,6 +21,7 @@ from typing import Any
 
 from pcmr.cli.evaluate import load_run_or_model, load_split
 from pcmr.config import ConfigError, parse_override
+from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.gaussian import Gaussian
 from pcmr.index import GalleryIndex
 from pcmr.search.ann import ANN_SCORES
@@ -60,7 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     build.add_argument("--split", default="test", help="split encoded as the gallery (default: test)")
     build.add_argument("--vocab", default=None, help="vocab.json of the training run (model folders only)")
-    build.add_argument("--batch-size", type=int, default=256, help="items per encoding batch (default 256)")
+    build.add_argument("--batch-size", type=int, default=ENCODE_BATCH_SIZE,
+                       help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
     build.add_argument("--from-embeddings", metavar="FILE", default=None,
                        help="build INDEX from saved embeddings (safetensors: image_mean, image_logvar, "
                        "caption_mean, caption_logvar) instead of a model; queries then need Gaussians")

@@ -23,9 +23,12 @@ from pcmr.data.text import PAD_ID, Vocabulary
 from pcmr.relevance import Relevance
 
 __all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "ImageDataset", "CaptionDataset",
-           "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader"]
+           "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE"]
 
 SAMPLERS = ("captions", "one_per_image")
+
+#: items per batch when encoding images or captions (evaluation, validation, figures, search indexes)
+ENCODE_BATCH_SIZE = 256
 
 
 def pad_captions(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -249,13 +252,13 @@ def train_loader(
                       num_workers=num_workers)
 
 
-def image_loader(split: RetrievalSplit, batch_size: int = 256, *, num_workers: int = 0) -> DataLoader:
+def image_loader(split: RetrievalSplit, batch_size: int = ENCODE_BATCH_SIZE, *, num_workers: int = 0) -> DataLoader:
     """Images in split order: batches ``{"images", "image_index"}``."""
     return DataLoader(ImageDataset(split), batch_size=batch_size, shuffle=False,
                       collate_fn=collate_images, num_workers=num_workers)
 
 
-def caption_loader(split: RetrievalSplit, vocab: Vocabulary, batch_size: int = 256, *,
+def caption_loader(split: RetrievalSplit, vocab: Vocabulary, batch_size: int = ENCODE_BATCH_SIZE, *,
                    num_workers: int = 0) -> DataLoader:
     """Captions in split order: batches ``{"captions", "caption_lengths", "caption_texts", "caption_index"}``."""
     return DataLoader(CaptionDataset(split, vocab), batch_size=batch_size, shuffle=False,

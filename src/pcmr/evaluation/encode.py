@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from pcmr.data.batching import caption_loader, image_loader
+from pcmr.data.batching import ENCODE_BATCH_SIZE, caption_loader, image_loader
 from pcmr.data.images import FileImages
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
@@ -84,7 +84,7 @@ def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key
     return _collect(pieces, total, what)
 
 
-def encode_images(model: RetrievalModel, split: RetrievalSplit, *, batch_size: int = 256, device: torch.device | str | None = None,
+def encode_images(model: RetrievalModel, split: RetrievalSplit, *, batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
                   progress: bool = False) -> Gaussian:
     """All images of ``split`` as ``Gaussian [N_img, D]`` on ``device``."""
     dev = model_device(model, device)
@@ -92,7 +92,7 @@ def encode_images(model: RetrievalModel, split: RetrievalSplit, *, batch_size: i
                    dev, progress, "images")
 
 
-def encode_captions(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = 256,
+def encode_captions(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
                     device: torch.device | str | None = None, progress: bool = False) -> Gaussian:
     """All captions of ``split`` as ``Gaussian [N_cap, D]`` on ``device``."""
     dev = model_device(model, device)
@@ -100,7 +100,7 @@ def encode_captions(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabul
                    split.num_captions, dev, progress, "captions")
 
 
-def encode_split(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = 256,
+def encode_split(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
                  device: torch.device | str | None = None, progress: bool = False) -> tuple[Gaussian, Gaussian]:
     """Encode every image and caption of a retrieval split (model in eval mode, no grad).
 
@@ -132,7 +132,7 @@ def caption_batch(vocab: Vocabulary, texts: Sequence[str]) -> dict[str, Any]:
 
 
 def encode_texts(model: RetrievalModel, vocab: Vocabulary, texts: Sequence[str], *, device: torch.device | str | None = None,
-                 batch_size: int = 256) -> Gaussian:
+                 batch_size: int = ENCODE_BATCH_SIZE) -> Gaussian:
     """Encode raw caption texts with ``model`` -> ``Gaussian [len(texts), D]`` on ``device``."""
     dev = model_device(model, device)
     pieces = []

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.checks import check_finite_embeddings, coco_id_problem, naming_source
@@ -37,7 +38,7 @@ from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_m
 from pcmr.evaluation.scoring import check_names, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
-from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, evaluate_directions, load_extra_positives
+from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, evaluate_directions, load_extra_positives
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.models.model import RetrievalModel
 from pcmr.point_set import uncertainty_measure_for
@@ -235,7 +236,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
 def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, similarities: Sequence[str] = DEFAULT_SIMILARITIES,
                    rerankers: Sequence[str] = DEFAULT_RERANKERS,
                    similarity_options: dict[str, dict[str, Any]] | None = None, val_split: RetrievalSplit | None = None,
-                   batch_size: int = 256, device: torch.device | str | None = None,
+                   batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
                    out_dir: str | os.PathLike[str] | None = None,
                    progress: bool = False, ks: Sequence[int] = DEFAULT_KS,
                    rerank_options: dict[str, dict[str, Any]] | None = None,
@@ -272,7 +273,7 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
             "val_split": getattr(val_split, "split", None), "device": str(images.device), **(meta or {})}
     extras, extra_note = _load_extra_positives(split, extra_positives)
     if num_folds is None and getattr(split, "name", "") == "coco" and images.num == 5000:
-        num_folds = 5
+        num_folds = COCO_NUM_FOLDS
     per_mode = []
     for position, (mode, matrix) in enumerate(modes.items()):  # the first mode gets labels, extras and folds
         primary = position == 0

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from pcmr.data import occlusion_series, word_erasure_series
-from pcmr.data.batching import image_loader
+from pcmr.data.batching import ENCODE_BATCH_SIZE, image_loader
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.encode import encode_texts, eval_mode, model_device
@@ -76,7 +76,7 @@ CORRUPTION_RATIOS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
 def corruption_series(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, measure: str, *, max_items: int = 256,
-                      ratios: tuple[float, ...] = CORRUPTION_RATIOS, batch_size: int = 256, device: torch.device | str | None = None,
+                      ratios: tuple[float, ...] = CORRUPTION_RATIOS, batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
                       seed: int = 0) -> dict[str, Any] | None:
     """Mean uncertainty of the model's embeddings against the occlusion ratio of images and the
     word-erasure ratio of captions (PCME Fig. 7), on the first ``max_items`` images / captions of the

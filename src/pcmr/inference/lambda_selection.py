@@ -14,7 +14,7 @@ from torch import Tensor
 
 from pcmr.inference.rerankers import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
-from pcmr.metrics.driver import DEFAULT_KS
+from pcmr.metrics.defaults import DEFAULT_KS
 
 __all__ = ["DEFAULT_LAMBDA_GRID", "LambdaSelection", "select_lambda"]
 

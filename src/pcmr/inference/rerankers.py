@@ -33,6 +33,7 @@ from torch import Tensor
 from pcmr.inference.matching import check_lam, relaxed_greedy_matching
 from pcmr.inference.rescoring import csls, inverted_softmax
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
+from pcmr.metrics.defaults import DEFAULT_KS
 from pcmr.metrics.driver import recall_from_lists
 from pcmr.ranking.backend import BACKENDS
 from pcmr.ranking.checks import check_positive_int, check_scores
@@ -262,7 +263,7 @@ class Reranker:
             return ordered_topk(rescored, k)
         return self.matcher.topk(rescored, k)
 
-    def recall(self, scores: Tensor, relevant: RelevanceInput | SparseRelevance, ks: Iterable[int] = (1, 5, 10)) -> dict[str, float]:
+    def recall(self, scores: Tensor, relevant: RelevanceInput | SparseRelevance, ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
         """``{"R@K": percent}`` for each K in ``ks``, one direction (``pcmr.metrics.driver.recall_from_lists``).
 
         ``relevant``: dense BoolTensor ``[Q, G]`` or a list of Q lists of positive gallery indices.
@@ -271,7 +272,7 @@ class Reranker:
         return self.recall_rescored(self.rescore(scores), relevant, ks)
 
     def recall_rescored(self, rescored: Tensor, relevant: RelevanceInput | SparseRelevance,
-                        ks: Iterable[int] = (1, 5, 10)) -> dict[str, float]:
+                        ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
         """``recall`` for scores already re-weighted by ``self.rescore`` (re-weight once, match many times)."""
         return recall_from_lists(self, rescored, relevant, ks)
 

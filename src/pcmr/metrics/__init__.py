@@ -9,9 +9,8 @@ eccv-caption: docs/metrics.md.
 from __future__ import annotations
 
 from pcmr.metrics._relevance import SparseRelevance
+from pcmr.metrics.defaults import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS
 from pcmr.metrics.driver import (
-    DEFAULT_KS,
-    HUBNESS_KS,
     DirectionsResult,
     evaluate_directions,
     recall_from_lists,
@@ -27,6 +26,7 @@ from pcmr.metrics.topk import recall_at_k_from_topk
 from pcmr.metrics.uncertainty import binary_selection_accuracy, recall_by_uncertainty
 
 __all__ = [
+    "COCO_NUM_FOLDS",
     "DEFAULT_KS",
     "HUBNESS_KS",
     "DirectionsResult",

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse
+from pcmr.metrics.defaults import DEFAULT_KS, HUBNESS_KS
 from pcmr.metrics.extra_positives import ExtraPositives
 from pcmr.metrics.hubness import skewness_by_k
 from pcmr.metrics.pmrp import pmrp
@@ -36,8 +37,6 @@ from pcmr.ranking.checks import check_scores
 from pcmr.report import Report
 
 #: cut-offs K of R@K (rsum sums them over both directions) and of the hubness skewness (hs-sum)
-DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
-HUBNESS_KS: tuple[int, ...] = (1, 5, 10)
 #: PMRP's Hamming thresholds (PCME App. C.1)
 PMRP_ZETAS: tuple[int, ...] = (0, 1, 2)
 DIRECTIONS = ("i2t", "t2i")

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import check_scores
+from pcmr.metrics.defaults import HUBNESS_KS
 from pcmr.metrics.ranking import check_ks
 from pcmr.metrics.scan import scan
 
@@ -53,7 +54,7 @@ def skewness_by_k(occurrences: dict[int, Tensor], prefix: str = "") -> dict[str,
     return {f"{prefix}skew@{k}": skewness(counts) for k, counts in occurrences.items()}
 
 
-def hubness_sum(scores: Tensor, ks: Sequence[int] = (1, 5, 10), *, block_size: int | None = None) -> dict[str, float]:
+def hubness_sum(scores: Tensor, ks: Sequence[int] = HUBNESS_KS, *, block_size: int | None = None) -> dict[str, float]:
     """hs-sum of an image-caption matrix ``S [N_img, N_cap]``: skewness summed over ks and directions.
 
     Image->text uses the rows of S (gallery: captions), text->image the rows of ``S.T``. Returns

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from torch import Tensor
 
 from pcmr.metrics._relevance import RelevanceInput, check_scores
+from pcmr.metrics.defaults import COCO_NUM_FOLDS
 from pcmr.metrics.driver import DEFAULT_KS, HUBNESS_KS, RerankerLike, evaluate_directions, fold_indices
 from pcmr.metrics.extra_positives import ExtraPositives, coco_5k_test_ids, load_extra_positives
 from pcmr.report import Report
@@ -64,7 +65,7 @@ def evaluate_coco(
     ks: Sequence[int] = DEFAULT_KS,
     extra: Sequence[str] = ("cxc", "eccv"),
     missing: str = "count",
-    num_folds: int = 5,
+    num_folds: int = COCO_NUM_FOLDS,
     hubness_ks: Sequence[int] = HUBNESS_KS,
     block_size: int | None = None,
 ) -> Report:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse, check_scores
+from pcmr.metrics.defaults import DEFAULT_KS
 from pcmr.metrics.scan import PerQueryMetrics, Target, scan
 
 
@@ -32,7 +33,7 @@ def _median(values: Tensor) -> float:
     return float((ordered[(n - 1) // 2] + ordered[n // 2]) / 2)
 
 
-def summarize(per_query: PerQueryMetrics, ks: Sequence[int] = (1, 5, 10), *,
+def summarize(per_query: PerQueryMetrics, ks: Sequence[int] = DEFAULT_KS, *,
               precision: bool = True) -> dict[str, float]:
     """Average per-query results into a metrics dict (R@K, R-Precision and MAP@R in percent).
 
@@ -76,7 +77,7 @@ def per_query_metrics(scores: Tensor, relevant: RelevanceInput | SparseRelevance
 def retrieval_metrics(
     scores: Tensor,
     relevant: RelevanceInput | SparseRelevance,
-    ks: Sequence[int] = (1, 5, 10),
+    ks: Sequence[int] = DEFAULT_KS,
     *,
     block_size: int | None = None,
 ) -> dict[str, float]:

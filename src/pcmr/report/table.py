@@ -21,6 +21,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +30,12 @@ from typing import Any
 from pcmr.atomic import atomic_write_text
 from pcmr.report.plots import save_figures
 
-__all__ = ["COLUMN_TITLES", "ID_COLUMNS", "Report", "format_table", "merge_rows"]
+__all__ = ["COLUMN_TITLES", "ID_COLUMNS", "Report", "column_title", "format_table", "merge_rows"]
 
 #: identifying columns, in the order they lead a row (every other column is a metric)
 ID_COLUMNS = ("model", "name", "similarity", "rerank", "relevance")
 
-#: Printed header of each known column (unknown columns print under their own key).
+#: Printed header of each known column other than recall (see :func:`column_title`).
 COLUMN_TITLES: dict[str, str] = {
     "model": "model",
     "name": "",
@@ -45,8 +46,6 @@ COLUMN_TITLES: dict[str, str] = {
     "hs_sum": "hs-sum",
 }
 for _d in ("i2t", "t2i"):
-    COLUMN_TITLES.update({f"{_d}_R@{k}": f"{_d} R@{k}" for k in (1, 5, 10)})
-    COLUMN_TITLES.update({f"folds_{_d}_R@{k}": f"{_d} R@{k}" for k in (1, 5, 10)})
     COLUMN_TITLES.update({
         f"{_d}_r_precision": f"{_d} R-P", f"{_d}_map_at_r": f"{_d} MAP@R",
         **{f"{_d}_pmrp_{z}": f"{_d} PMRP{z}" for z in (0, 1, 2)}, f"{_d}_pmrp_mean": f"{_d} PMRP",
@@ -55,6 +54,18 @@ for _d in ("i2t", "t2i"):
         f"{_d}_lambda": f"{_d} λ",
     })
 COLUMN_TITLES["folds_rsum"] = "rsum"
+
+#: recall columns of either direction (``i2t_R@5``, ``folds_t2i_R@10``), titled ``i2t R@5``, ``t2i R@10``
+_RECALL_COLUMN = re.compile(r"^(?:folds_)?(i2t|t2i)_R@(\d+)$")
+
+
+def column_title(column: str) -> str:
+    """The printed header of ``column``: ``COLUMN_TITLES``, recall columns as ``i2t R@K``, else the key."""
+    if column in COLUMN_TITLES:
+        return COLUMN_TITLES[column]
+    recall = _RECALL_COLUMN.match(column)
+    return f"{recall.group(1)} R@{recall.group(2)}" if recall else column
+
 
 #: Markdown tables of an evaluation: recall (and rsum, hubness, lambdas) first, fold-averaged recall
 #: (``folds_*``) second, every other metric third. Rows without direction-prefixed recall columns
@@ -108,7 +119,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
         unknown = [c for c in columns if c not in known]
         if rows and unknown:
             raise ValueError(f"unknown column(s) {unknown}; the rows have columns {sorted(known)}")
-    header = [COLUMN_TITLES.get(c, c) for c in columns]
+    header = [column_title(c) for c in columns]
     body = [[_format_value(r.get(c), digits) for c in columns] for r in rows]
     numeric = [
         any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows) for c in columns

@@ -30,6 +30,8 @@ import yaml
 
 from pcmr.atomic import atomic_write_text
 from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
+from pcmr.data import ENCODE_BATCH_SIZE
+from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 
 __all__ = [
     "ConfigError",
@@ -60,7 +62,7 @@ class DataConfig:
     # negatives included) or "true" (the dataset's known relation: shapes grammar, CUB classes);
     # YAML reads a bare `true` as a boolean, which is accepted as "true"
     train_relevance: str | bool = "true"
-    eval_batch_size: int = 256  # items per encoding batch during validation
+    eval_batch_size: int = ENCODE_BATCH_SIZE  # items per encoding batch during validation
     num_workers: int = 0  # DataLoader workers; 0 keeps mid-epoch resume bit-exact
     options: dict[str, Any] = field(default_factory=dict)  # passed to load_dataset (e.g. size, seed)
     loader_options: dict[str, Any] = field(default_factory=dict)  # passed to split.train_loader
@@ -104,12 +106,10 @@ class TrainConfig:
 class EvalConfig:
     """What ``pcmr evaluate`` reports for this run by default."""
 
-    similarities: list[str] = field(
-        default_factory=lambda: ["cosine", "wasserstein", "match_prob", "elk", "kl"]
-    )
-    rerankers: list[str] = field(default_factory=lambda: ["nns", "is", "csls", "csls+rgm"])
+    similarities: list[str] = field(default_factory=lambda: list(DEFAULT_SIMILARITIES))
+    rerankers: list[str] = field(default_factory=lambda: list(DEFAULT_RERANKERS))
     split: str = "test"
-    batch_size: int = 256
+    batch_size: int = ENCODE_BATCH_SIZE
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.encode import encode_split
@@ -28,7 +29,7 @@ def validate(
     *,
     similarity: str,
     similarity_options: dict[str, Any] | None = None,
-    batch_size: int = 256,
+    batch_size: int = ENCODE_BATCH_SIZE,
     seed: int = 0,
 ) -> dict[str, float]:
     """Retrieval metrics of ``model`` on ``split`` under one pairwise score.
