@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from pcmr import Gaussian
+from pcmr.config import ConfigError
 from pcmr.losses import create_loss, get_loss_entry, list_losses
 from pcmr.similarity import list_similarities
 
@@ -98,7 +99,7 @@ def test_every_loss_finite_at_extreme_embeddings(name):
 
 
 def test_unknown_key_and_name_and_fixed_field_raise():
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['margn'\] for loss 'triplet_max'"):
+    with pytest.raises(ValueError, match=r"unknown loss 'triplet_max' key 'margn'; accepted keys: .*\bmargin\b"):
         create_loss("triplet_max", margn=0.1)
     with pytest.raises(ValueError, match="unknown loss 'triplet'; expected one of"):
         create_loss("triplet")
@@ -133,3 +134,11 @@ def test_learned_parameters_save_and_load_through_state_dict():
     clone = create_loss("pcme")
     clone.load_state_dict(loss_fn.state_dict())
     assert clone.similarity_options() == pytest.approx({"a": 7.0, "b": 3.0})
+
+
+def test_loss_options_go_through_the_one_config_loader():
+    with pytest.raises(ConfigError, match=r"loss 'triplet_max' key 'margin' expects a number, got 'wide'"):
+        create_loss("triplet_max", margin="wide")
+    with pytest.raises(ConfigError, match=r"loss 'pcme' key 'num_samples' expects an integer, got 2.5"):
+        create_loss("pcme", num_samples=2.5)
+    assert create_loss("triplet_max", margin=1).config.margin == 1.0  # an integer is a number

@@ -319,7 +319,7 @@ def test_pcme_family_starts_with_small_variances():
 
 
 def test_bad_logvar_init_names_the_field():
-    with pytest.raises(ValueError, match=r"'caption_head.logvar_init' must be a finite number"):
+    with pytest.raises(ValueError, match=r"'caption_head.logvar_init' expects float or null, got 'small'"):
         create_model("pcme", **{"caption_head.logvar_init": "small"})
     with pytest.raises(ValueError, match=r"'image_head.logvar_init' must be a finite number"):
         create_model("pcme", **{"image_head.logvar_init": float("nan")})

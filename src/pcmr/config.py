@@ -1,8 +1,8 @@
 """The one configuration layer: typed dataclasses built from plain mappings, and ``key.sub=value`` overrides.
 
-Every configuration in pcmr (the model configs of :mod:`pcmr.models.config`, the run configs of
-``pcmr.train.config`` and the command line's ``--set`` / ``--option`` flags) goes through the
-functions here:
+Every configuration in pcmr (the model configs of :mod:`pcmr.models.config`, the loss configs of
+:func:`pcmr.losses.create_loss`, the run configs of ``pcmr.train.config`` and the command line's
+``--set`` / ``--option`` flags) goes through the functions here:
 
 - :func:`parse_override` splits ``"train.lr=1e-3"`` into ``(["train", "lr"], 0.001)``; the value is
   read as YAML (``3`` int, ``1e-3`` float, ``true`` bool, ``none``/``null`` None, ``[a, b]`` list,
@@ -163,7 +163,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
+def _coerce(value: Any, tp: Any, key: str, label: str = "config") -> Any:
     """Return ``value`` checked (and losslessly converted) against type ``tp``; raise ConfigError."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -176,65 +176,66 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, key)
+                return _coerce(value, arg, key, label)
             except ConfigError:
                 continue
-        raise ConfigError(f"config key '{key}' expects {_type_name(tp)}, got {value!r}")
+        raise ConfigError(f"{label} key '{key}' expects {_type_name(tp)}, got {value!r}")
     if origin is Literal:
         if value in args:
             return value
-        raise ConfigError(f"config key '{key}' expects {_type_name(tp)}, got {value!r}")
+        raise ConfigError(f"{label} key '{key}' expects {_type_name(tp)}, got {value!r}")
     if dataclasses.is_dataclass(tp):
-        return build_dataclass(tp, value, where=key)
+        return build_dataclass(tp, value, where=key, label=label)
     if origin in (list, tuple):
         if isinstance(value, str):  # "--set eval.similarities=cosine,kl"
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"config key '{key}' expects a list, got {value!r}")
+            raise ConfigError(f"{label} key '{key}' expects a list, got {value!r}")
         inner = args[0] if args else Any
-        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_coerce(v, inner, f"{key}[{i}]", label) for i, v in enumerate(value)]
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"config key '{key}' expects a mapping, got {value!r}")
+            raise ConfigError(f"{label} key '{key}' expects a mapping, got {value!r}")
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"config key '{key}' expects true or false, got {value!r}")
+        raise ConfigError(f"{label} key '{key}' expects true or false, got {value!r}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise ConfigError(f"config key '{key}' expects an integer, got {value!r}")
+        raise ConfigError(f"{label} key '{key}' expects an integer, got {value!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
             return float(value)
-        raise ConfigError(f"config key '{key}' expects a number, got {value!r}")
+        raise ConfigError(f"{label} key '{key}' expects a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"config key '{key}' expects a string, got {value!r}")
+        raise ConfigError(f"{label} key '{key}' expects a string, got {value!r}")
     if isinstance(tp, type) and isinstance(value, tp):
         return value
-    raise ConfigError(f"config key '{key}' expects {_type_name(tp)}, got {value!r}")
+    raise ConfigError(f"{label} key '{key}' expects {_type_name(tp)}, got {value!r}")
 
 
-def build_dataclass(cls: type, raw: Mapping[str, Any] | None, where: str = "") -> Any:
+def build_dataclass(cls: type, raw: Mapping[str, Any] | None, where: str = "", label: str = "config") -> Any:
     """Instantiate dataclass ``cls`` from mapping ``raw``, rejecting unknown keys and wrong types.
 
     Args:
         cls: a dataclass type whose annotations give the accepted types.
         raw: a mapping (``None`` means all defaults).
         where: dotted prefix used in error messages (e.g. ``"train"``).
+        label: how errors name the configuration (``"config"``, ``"model config"``).
     """
-    label = where or "the config"
+    section = where or f"the {label}"
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"config section '{label}' must be a mapping of keys to values, got {raw!r}")
+        raise ConfigError(f"{label} section '{section}' must be a mapping of keys to values, got {raw!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -242,9 +243,10 @@ def build_dataclass(cls: type, raw: Mapping[str, Any] | None, where: str = "") -
         full = f"{where}.{key}" if where else str(key)
         if key not in fields:
             raise ConfigError(
-                f"unknown config key '{full}'; accepted keys in {label}: {', '.join(sorted(fields))}"
+                f"unknown {label} key '{full}'; accepted keys{' in ' + where if where else ''}: "
+                f"{', '.join(sorted(fields))}"
             )
-        kwargs[key] = _coerce(value, hints[key], full)
+        kwargs[key] = _coerce(value, hints[key], full, label)
     return cls(**kwargs)
 
 

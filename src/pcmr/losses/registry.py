@@ -7,10 +7,10 @@ The table is explicit: the registry is the list below.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pcmr.config import build_dataclass
 from pcmr.losses.base import RetrievalLoss
 from pcmr.losses.calibrated import CalibratedConfig, CalibratedTripletLoss
 from pcmr.losses.csd import CsdConfig, CsdLoss
@@ -73,8 +73,10 @@ def get_loss_entry(name: str) -> LossEntry:
 def create_loss(name: str, **config: Any) -> RetrievalLoss:
     """Build a registered loss from its name and config overrides.
 
-    ``None`` values are dropped (unset command-line flags never override defaults).
-    Unknown keys, or a change to a field the name fixes, raise ``ValueError``.
+    ``None`` values are dropped (unset command-line flags never override defaults). The config
+    dataclass is built by :func:`pcmr.config.build_dataclass`, the loader of every pcmr config: an
+    unknown key or a wrong type raises ``pcmr.config.ConfigError`` (a ``ValueError``) naming the key
+    and the accepted keys or type; a change to a field the name fixes raises ``ValueError``.
 
     Example:
         >>> loss_fn = create_loss("triplet_max", margin=0.2, similarity="cosine")
@@ -83,10 +85,6 @@ def create_loss(name: str, **config: Any) -> RetrievalLoss:
     """
     entry = get_loss_entry(name)
     overrides = {key: value for key, value in config.items() if value is not None}
-    known = [f.name for f in dataclasses.fields(entry.config)]
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise ValueError(f"unknown config key(s) {unknown} for loss {name!r}; expected a subset of {known}")
     for key, value in entry.fixed.items():
         if key in overrides and overrides[key] != value:
             raise ValueError(
@@ -94,4 +92,4 @@ def create_loss(name: str, **config: Any) -> RetrievalLoss:
                 f"choose the loss by name instead (one of {list_losses()})"
             )
     resolved = {**overrides, **entry.fixed}
-    return entry.module(entry.config(**resolved))
+    return entry.module(build_dataclass(entry.config, resolved, label=f"loss {name!r}"))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pcmr.config import apply_overrides, load_mapping
+from pcmr.config import apply_overrides, build_dataclass, load_mapping
 
 __all__ = [
     "ImageEncoderConfig",
@@ -155,14 +155,6 @@ class ModelConfig:
     caption_head: HeadConfig = field(default_factory=HeadConfig)
 
 
-_NESTED = {
-    "image_encoder": ImageEncoderConfig,
-    "text_encoder": TextEncoderConfig,
-    "image_head": HeadConfig,
-    "caption_head": HeadConfig,
-}
-
-
 # --------------------------------------------------------------------------- dict conversion
 def config_to_dict(config: ModelConfig) -> dict[str, Any]:
     """A JSON-serialisable plain dict of ``config`` (nested dicts, lists, numbers, strings)."""
@@ -171,80 +163,20 @@ def config_to_dict(config: ModelConfig) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def _accepted(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
-def _section_from_dict(cls: type, data: Mapping[str, Any], where: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise ValueError(f"model config field {where!r} must be a mapping, got {type(data).__name__}")
-    accepted = _accepted(cls)
-    for key in data:
-        if key not in accepted:
-            raise ValueError(
-                f"unknown model config key {where + '.' + str(key) if where else key!r}; "
-                f"accepted keys{' of ' + repr(where) if where else ''}: {', '.join(accepted)}"
-            )
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        full = f"{where}.{key}" if where else key
-        if key in _NESTED and cls is ModelConfig:
-            values[key] = _section_from_dict(_NESTED[key], value, full)
-        else:
-            values[key] = value
-    config = cls(**values)
-    _check_types(config, where)
-    return config
-
-
 def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
     """Build and validate a :class:`ModelConfig` from a (possibly partial) plain dict.
 
-    Missing fields take their defaults. Raises ``ValueError`` naming an unknown key (and the
-    accepted keys) or a field with a wrong type or value.
+    Missing fields take their defaults. Keys and types are checked by
+    :func:`pcmr.config.build_dataclass` (the one loader of every pcmr config); raises
+    ``pcmr.config.ConfigError`` (a ``ValueError``) naming an unknown key (and the accepted keys) or a
+    field with a wrong type, and ``ValueError`` naming a field whose value is not accepted.
     """
-    config = _section_from_dict(ModelConfig, data, "")
+    config = build_dataclass(ModelConfig, data, label="model config")
     validate_config(config)
     return config
 
 
 # --------------------------------------------------------------------------- validation
-def _check_types(section: Any, where: str) -> None:
-    for f in dataclasses.fields(section):
-        value = getattr(section, f.name)
-        name = f"{where}.{f.name}" if where else f.name
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if dataclasses.is_dataclass(default):
-            continue
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, str):
-            ok = isinstance(value, str)
-        elif isinstance(default, list):
-            ok = isinstance(value, (list, tuple)) and all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value
-            )
-            if ok:
-                setattr(section, f.name, [int(v) for v in value])
-        elif f.name == "variance_bounds":
-            ok = value is None or (
-                isinstance(value, (list, tuple))
-                and len(value) == 2
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-            )
-            if ok and value is not None:
-                setattr(section, f.name, [float(v) for v in value])
-        else:
-            ok = True
-        if not ok:
-            raise ValueError(
-                f"model config field {name!r} has the wrong type: got {value!r}; expected the type of "
-                f"its default {default!r}"
-            )
-
-
 def _check_choice(value: str, choices: tuple[str, ...], name: str) -> None:
     if value not in choices:
         raise ValueError(f"model config field {name!r} is {value!r}; expected one of: {', '.join(choices)}")
