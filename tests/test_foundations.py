@@ -16,6 +16,7 @@ from pcmr.atomic import (
     atomic_write_npz,
     atomic_write_safetensors,
     atomic_write_text,
+    atomic_write_via_path,
     write_folder,
 )
 from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
@@ -127,6 +128,23 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
         atomic_write(target, crash)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_path_writer_is_atomic_too(tmp_path):
+    """For writers that take a file name (faiss.write_index): the temporary file is moved into place,
+    and a writer that fails leaves the old file and no temporary."""
+    target = tmp_path / "index.bin"
+    atomic_write_via_path(target, lambda path: path.write_bytes(b"first"))
+    assert target.read_bytes() == b"first"
+
+    def crash(path):
+        path.write_bytes(b"ha")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write_via_path(target, crash)
+    assert target.read_bytes() == b"first"
+    assert [p.name for p in tmp_path.iterdir()] == ["index.bin"]
 
 
 # --------------------------------------------------------------------------- relevance

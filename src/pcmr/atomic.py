@@ -30,6 +30,7 @@ __all__ = [
     "atomic_write_npz",
     "atomic_write_safetensors",
     "atomic_write_text",
+    "atomic_write_via_path",
     "fsync_dir",
     "write_folder",
 ]
@@ -67,6 +68,28 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_via_path(path: PathLike, write: Callable[[Path], None]) -> Path:
+    """Like :func:`atomic_write` for writers that take a file name, not a handle (e.g.
+    ``faiss.write_index``): ``write(temp_path)`` writes a temporary file next to ``path``, which is
+    then fsync'ed and moved into place; a failed write removes it and leaves ``path`` untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
         raise
     fsync_dir(path.parent)
     return path

@@ -41,7 +41,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
-from pcmr.atomic import atomic_write_json, atomic_write_safetensors
+from pcmr.atomic import atomic_write_json, atomic_write_safetensors, atomic_write_via_path
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.data.split import RetrievalSplit
 from pcmr.evaluation.encode import (
@@ -313,9 +313,7 @@ class GalleryIndex:
         ann_info = {}
         for modality, ann in self.ann.items():
             name = f"ann-{modality}.faiss"
-            tmp_ann = out / (name + ".tmp")
-            ann.write(str(tmp_ann))
-            os.replace(tmp_ann, out / name)
+            atomic_write_via_path(out / name, lambda tmp, ann=ann: ann.write(str(tmp)))
             ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
                                   "layout": ann.layout, "dim": ann.dim, "ntotal": ann.ntotal, "params": ann.params}
         hubness_info = {}

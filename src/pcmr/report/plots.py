@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pcmr.atomic import atomic_write
+
 __all__ = [
     "plot_uncertainty_deciles",
     "plot_k_occurrence",
@@ -41,8 +43,7 @@ def _save(figure, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
-    figure.savefig(path, format="png")
-    return path
+    return atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
 
 
 _DIRECTIONS = (("i2t", "image → text (queries: images)"), ("t2i", "text → image (queries: captions)"))
