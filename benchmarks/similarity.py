@@ -23,36 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 import torch
+
+from _measure import peak_rss_bytes, timed
 
 SMALL = (1000, 5000, 512)
 COCO = (5000, 25000, 1024)
 CLOSED_AT_COCO = ["cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "wasserstein", "mahalanobis_caption",
                   "mahalanobis_image", "csd"]
 BLOCK_BYTES = 256 * 2**20
-
-
-def peak_rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return -1
-
-
-def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def make_inputs(n: int, m: int, d: int, seed: int = 0):
