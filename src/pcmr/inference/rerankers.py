@@ -22,6 +22,7 @@ matching once per K. Formulas: docs/inference.md.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from collections.abc import Callable, Iterable
@@ -47,29 +48,31 @@ def _parameters(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-class Reweighting:
+class Reweighting(abc.ABC):
     """A re-weighting of one direction's scores ``[Q, G] -> [Q, G]``; subclasses are frozen dataclasses."""
 
     name: ClassVar[str]
     identity: ClassVar[bool] = False  # True only for "no re-weighting" (not listed in compositions)
 
+    @abc.abstractmethod
     def rescore(self, scores: Tensor) -> Tensor:
-        raise NotImplementedError
+        """The re-weighted scores ``[Q, G]`` of one direction's ``scores [Q, G]``."""
 
     def fitted(self, size: tuple[int, int]) -> Reweighting:
         """This re-weighting for a problem of ``size = (Q, G)`` (e.g. a neighbourhood clamped to it)."""
         return self
 
 
-class Matching:
+class Matching(abc.ABC):
     """Ranked lists ``[Q, k]`` from (re-weighted) scores ``[Q, G]``; subclasses are frozen dataclasses."""
 
     name: ClassVar[str]
     tuned_parameter: ClassVar[str | None] = None  # chosen on validation data from lambda_grid
     lambda_grid: ClassVar[tuple[float, ...]] = ()
 
+    @abc.abstractmethod
     def topk(self, rescored: Tensor, k: int) -> Tensor:
-        raise NotImplementedError
+        """Ranked gallery indices ``[Q, k]`` (best first) of already re-weighted ``rescored [Q, G]``."""
 
 
 _REWEIGHTINGS: dict[str, type[Reweighting]] = {}
