@@ -21,6 +21,8 @@ from typing import Any
 from pcmr.atomic import atomic_write
 
 __all__ = [
+    "new_figure",
+    "save_figure",
     "plot_uncertainty_deciles",
     "plot_k_occurrence",
     "plot_uncertainty_vs_corruption",
@@ -30,7 +32,8 @@ __all__ = [
 ]
 
 
-def _new_figure(width: float, height: float):
+def new_figure(width: float, height: float):
+    """A matplotlib Figure on its own Agg canvas (no pyplot state; headless)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -39,7 +42,8 @@ def _new_figure(width: float, height: float):
     return figure
 
 
-def _save(figure, path: str | os.PathLike[str]) -> Path:
+def save_figure(figure, path: str | os.PathLike[str]) -> Path:
+    """Lay out ``figure`` and write it to ``path`` as PNG, atomically; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
@@ -55,7 +59,7 @@ def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str])
     ``data = {"measure": str, "series": {label: {"i2t": [R@1 per bin], "t2i": [...]}}}``; bin 1 holds
     the least uncertain tenth of the queries.
     """
-    figure = _new_figure(9.0, 3.6)
+    figure = new_figure(9.0, 3.6)
     axes = figure.subplots(1, 2, sharey=True)
     for ax, (direction, title) in zip(axes, _DIRECTIONS):
         for label, series in data["series"].items():
@@ -69,7 +73,7 @@ def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str])
     axes[0].set_ylabel("R@1 (%)")
     axes[0].legend(fontsize=8)
     figure.suptitle("R@1 per uncertainty decile", fontsize=11)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -81,7 +85,7 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
     """
     from matplotlib.ticker import NullFormatter
 
-    figure = _new_figure(9.0, 3.6)
+    figure = new_figure(9.0, 3.6)
     axes = figure.subplots(1, 2)
     galleries = {"i2t": "gallery: captions", "t2i": "gallery: images"}
     for ax, (direction, title) in zip(axes, _DIRECTIONS):
@@ -104,7 +108,7 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     figure.suptitle(f"k-occurrence distribution (k = {data['k']}), log-log", fontsize=11)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_uncertainty_vs_corruption(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -116,7 +120,7 @@ def plot_uncertainty_vs_corruption(data: dict[str, Any], path: str | os.PathLike
     """
     panels = [(m, t) for m, t in (("image", "images: occlusion"), ("caption", "captions: word erasure"))
               if data.get(m)]
-    figure = _new_figure(4.5 * max(len(panels), 1), 3.6)
+    figure = new_figure(4.5 * max(len(panels), 1), 3.6)
     axes = figure.subplots(1, max(len(panels), 1), squeeze=False)[0]
     for ax, (modality, title) in zip(axes, panels):
         series = data[modality]
@@ -126,7 +130,7 @@ def plot_uncertainty_vs_corruption(data: dict[str, Any], path: str | os.PathLike
         ax.set_ylabel(f"mean uncertainty ({data.get('measure', 'uncertainty')})")
         ax.grid(alpha=0.3)
     figure.suptitle("uncertainty vs corruption", fontsize=11)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_embedding_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -137,7 +141,7 @@ def plot_embedding_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) 
     """
     from matplotlib.patches import Ellipse
 
-    figure = _new_figure(6.0, 6.0)
+    figure = new_figure(6.0, 6.0)
     ax = figure.subplots()
     for modality, color, marker in (("image", "C0", "s"), ("caption", "C1", "o")):
         series = data.get(modality)
@@ -160,7 +164,7 @@ def plot_embedding_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) 
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     ax.set_title("2-D embeddings: means and 1-std ellipses", fontsize=11)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 #: figure name -> drawing function; the PNG is saved as ``<name>.png``.

@@ -30,6 +30,7 @@ import torch
 
 from pcmr.study import backend
 from pcmr.study.claims import judge_claims
+from pcmr.study.plots import plot_claims, plot_recipes
 from pcmr.study.report import claims_markdown, results_csv, summary_markdown
 from pcmr.study.spec import StudyError, StudyRun, StudySpec
 
@@ -211,7 +212,8 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
 
 
 def collect(spec: StudySpec, out: str | Path) -> list[Path]:
-    """Write ``results.csv``, ``summary.md`` and ``claims.md`` from the finished runs of ``spec``."""
+    """Write ``results.csv``, ``summary.md``, ``claims.md`` and the figures ``claims.png`` (every claim's
+    interval) and ``recipes.png`` (the first summary metric of every recipe) from the finished runs."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -222,11 +224,15 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
             missing.append(run.name)
         else:
             rows.extend(marker["rows"])
-    written = {"results": out / "results.csv", "summary": out / "summary.md", "claims": out / "claims.md"}
+    written = {"results": out / "results.csv", "summary": out / "summary.md", "claims": out / "claims.md",
+               "claims_plot": out / "claims.png", "recipes_plot": out / "recipes.png"}
     backend.write_text(written["results"], results_csv(rows))
     backend.write_text(written["summary"], summary_markdown(rows, spec.summary_metrics, title=spec.name,
                                                             level=spec.level, seeds=spec.seeds, missing=missing))
     judgements, errors = judge_claims(spec.claims, rows, spec.level)
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
                                                           errors=errors))
+    plot_claims(judgements, written["claims_plot"])
+    plot_recipes(rows, written["recipes_plot"], metric=spec.summary_metrics[0],
+                 variants=spec.default_variants or tuple(spec.variants), level=spec.level)
     return list(written.values())

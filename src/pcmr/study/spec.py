@@ -87,6 +87,7 @@ class StudySpec:
     claims: tuple[Claim, ...] = ()
     description: str = ""
     source: Path | None = None
+    default_variants: tuple[str, ...] = ()  # the variants of a recipe that lists none
 
     def runs(self) -> list[StudyRun]:
         """The numbered runs: recipes in file order, then variants, then seeds."""
@@ -213,7 +214,7 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
                      overrides=_overrides(raw.get("set"), f"{where}: set"), seed_key=seed_key, relevance=relevance,
                      analysis=_analysis(raw.get("analysis"), f"{where}: analysis"), summary_metrics=summary,
                      level=float(level), claims=parse_claims(raw.get("claims"), f"{where}: claims"),
-                     description=description)
+                     description=description, default_variants=tuple(default))
     labels = [e.label for e in recipes]
     for claim in spec.claims:
         for side in (claim.a, claim.b):

@@ -1,0 +1,118 @@
+"""The study's figures: ``claims.png`` (every judged claim with its interval) and ``recipes.png``
+(one metric of every recipe, mean and interval over seeds, under each training-relevance variant
+and each evaluation relevance mode).
+
+Both are drawn with matplotlib's Agg canvas through :mod:`pcmr.report.plots` (headless, written
+atomically).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pcmr.report.plots import new_figure, save_figure
+from pcmr.study.claims import NO_DATA, Judgement
+from pcmr.study.stats import mean_interval
+
+__all__ = ["VERDICT_COLOURS", "plot_claims", "plot_recipes", "recipe_metric_table"]
+
+#: colour of each verdict in ``claims.png``
+VERDICT_COLOURS = {"holds": "#2a7f3f", "reversed": "#b8322a", "inconclusive": "#7a7a7a", NO_DATA: "#c9c9c9"}
+
+
+def _label(judgement: Judgement) -> str:
+    condition = ", ".join(f"eval {v}" if k == "relevance" else str(v) for k, v in judgement.condition.items())
+    return judgement.claim.id + (f" [{condition}]" if condition else "")
+
+
+def plot_claims(judgements: Sequence[Judgement], path: str | os.PathLike[str]) -> Path:
+    """Forest plot of ``judgements``: per claim and condition, the mean paired difference a - b as a
+    dot and its interval as a bar, coloured by verdict, on a symmetric-log axis (the claims' metrics
+    have different units: rsum points, R-Precision points, slopes, rank correlations)."""
+    shown = list(judgements)
+    figure = new_figure(9.0, max(2.5, 0.22 * len(shown) + 1.2))
+    ax = figure.subplots()
+    for row, judgement in enumerate(reversed(shown)):
+        interval = judgement.interval
+        colour = VERDICT_COLOURS.get(judgement.verdict, "#000000")
+        if not math.isnan(interval.half_width):
+            ax.plot([interval.low, interval.high], [row, row], color=colour, linewidth=2.0)
+        if not math.isnan(interval.mean):
+            ax.plot([interval.mean], [row], "o", color=colour, markersize=4)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(shown)))
+    ax.set_yticklabels([_label(j) for j in reversed(shown)], fontsize=6)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("mean of a - b over paired seeds, with its interval (metric units, symmetric log axis)")
+    handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in VERDICT_COLOURS.items()
+               if any(j.verdict == v for j in shown)]
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="lower right")
+    ax.set_title("claims of the papers: paired-seed differences", fontsize=9)
+    return save_figure(figure, path)
+
+
+def recipe_metric_table(rows: Sequence[dict[str, Any]], metric: str, level: float = 0.95,
+                        rerank: str = "nns") -> dict[tuple[str, str, str], tuple[float, float, int]]:
+    """``(recipe, variant, relevance) -> (mean, half-width, seeds)`` of ``metric`` for each recipe's
+    first evaluated similarity (the first that appears in ``rows`` for that recipe) under ``rerank``.
+
+    The half-width is NaN with a single seed; rows without the metric are left out.
+    """
+    first_similarity: dict[str, str] = {}
+    for row in rows:
+        first_similarity.setdefault(str(row["recipe"]), str(row["similarity"]))
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for row in rows:
+        recipe = str(row["recipe"])
+        value = row.get(metric)
+        if (str(row["similarity"]) != first_similarity[recipe] or str(row["rerank"]) != rerank
+                or not isinstance(value, (int, float)) or math.isnan(float(value))):
+            continue
+        values.setdefault((recipe, str(row["variant"]), str(row["relevance"])), []).append(float(value))
+    table = {}
+    for key, series in values.items():
+        interval = mean_interval(series, level)
+        table[key] = (interval.mean, interval.half_width, interval.n)
+    return table
+
+
+def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *, metric: str = "rsum",
+                 variants: Sequence[str] = ("exact", "source"), level: float = 0.95) -> Path:
+    """``metric`` of every recipe (its first similarity, NNS): one panel per evaluation relevance
+    mode, one marker per training variant in ``variants``, mean with its interval over seeds.
+    Recipes are sorted by the first panel's first variant, so a different order in the next panel
+    is a different ranking of the methods."""
+    table = recipe_metric_table(rows, metric, level)
+    modes = list(dict.fromkeys(str(r["relevance"]) for r in rows)) or ["-"]
+    recipes = sorted({key[0] for key in table},
+                     key=lambda r: table.get((r, variants[0] if variants else "", modes[0]), (-math.inf,))[0])
+    figure = new_figure(4.2 * len(modes) + 1.5, max(2.5, 0.24 * len(recipes) + 1.2))
+    axes = figure.subplots(1, len(modes), sharey=True, squeeze=False)[0]
+    markers = ("o", "s", "^", "D", "v")
+    for ax, mode in zip(axes, modes):
+        for number, variant in enumerate(variants):
+            offset = (number - (len(variants) - 1) / 2) * 0.22
+            colour, label = f"C{number}", f"trained on {variant}"
+            for position, recipe in enumerate(recipes):
+                cell = table.get((recipe, variant, mode))
+                if cell is None:
+                    continue
+                mean, half, _ = cell
+                if not math.isnan(half):
+                    ax.plot([mean - half, mean + half], [position + offset] * 2, color=colour, linewidth=1.5)
+                ax.plot([mean], [position + offset], markers[number % len(markers)], color=colour, markersize=4,
+                        label=label)
+                label = None  # one legend entry per variant
+        ax.set_title(f"evaluated with {mode} relevance", fontsize=9)
+        ax.set_xlabel(f"{metric} (mean and {100 * level:g} % interval over seeds)", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+        if ax.get_legend_handles_labels()[1]:
+            ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_yticks(range(len(recipes)))
+    axes[0].set_yticklabels(recipes, fontsize=7)
+    return save_figure(figure, path)
