@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -21,10 +25,19 @@ def reference(scores: torch.Tensor, relevant: torch.Tensor, width: int) -> tuple
     return tops, ranks
 
 
+@pytest.fixture(params=[1, 2], ids=["serial", "parallel"])
+def torch_threads(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Torch's thread count, which picks the one-thread (serial) or the parallel compiled loops."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(previous)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("block_size", [1, 5, None])
-def test_fused_scan_matches_torch_path_and_reference(dtype, transposed, block_size):
+def test_fused_scan_matches_torch_path_and_reference(dtype, transposed, block_size, torch_threads):
     generator = torch.Generator().manual_seed(11)
     base = torch.randint(0, 4, (29, 13), generator=generator).to(dtype)  # many ties
     base[3, 5] = float("inf")
@@ -47,7 +60,7 @@ def test_fused_scan_matches_torch_path_and_reference(dtype, transposed, block_si
 
 
 @pytest.mark.parametrize("width", [0, 1, 6, 17])
-def test_kernel_top_lists_and_counts_follow_tie_rule(width):
+def test_kernel_top_lists_and_counts_follow_tie_rule(width, torch_threads):
     generator = torch.Generator().manual_seed(2)
     scores = torch.randint(0, 3, (7, 17), generator=generator).float()
     relevant = torch.rand(7, 17, generator=generator) < 0.3
@@ -70,3 +83,29 @@ def test_kernel_top_lists_and_counts_follow_tie_rule(width):
     wanted = torch.randint(0, 17, (7, 5), generator=generator)
     expected = relevant.gather(1, wanted)
     assert torch.equal(_kernel.contains(rel.indptr, rel.indices, torch.arange(7), wanted), expected)
+
+
+ONE_THREAD_SCAN = """
+import torch
+torch.set_num_threads(1)
+from pcmr.metrics._relevance import as_sparse
+from pcmr.metrics.scan import Target, scan
+import numba
+scores = torch.rand(300, 40)
+scan(scores, [Target(as_sparse(torch.eye(300, 40, dtype=torch.bool), 300, 40))], hubness_ks=(1,))
+scan(scores.T, [Target(as_sparse(torch.eye(40, 300, dtype=torch.bool), 40, 300))], hubness_ks=(1,))
+try:
+    numba.threading_layer()
+except ValueError:
+    print("pool not started")
+else:
+    print("pool started")
+"""
+
+
+def test_one_thread_process_never_starts_numbas_thread_pool():
+    """A started OpenMP pool keeps an idle worker spinning, which slowed concurrent one-thread
+    processes (study workers, DDP on CPU) up to 13x: a one-thread process must not start it."""
+    result = subprocess.run([sys.executable, "-c", ONE_THREAD_SCAN], capture_output=True, text=True, timeout=300,
+                            check=True)
+    assert result.stdout.strip() == "pool not started", result.stderr

@@ -1,5 +1,5 @@
-"""The study's figures: the per-recipe table behind ``recipes.png`` against a direct computation,
-and both figures written as PNG for full, single-seed and empty inputs."""
+"""The per-recipe table behind ``recipes.md`` / ``recipes.png`` against a direct computation, and
+the study's figures written as PNG for full, single-seed and empty inputs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from scipy import stats as sps
 
 from pcmr.study.claims import judge_claims, parse_claims
-from pcmr.study.plots import plot_claims, plot_recipes, recipe_metric_table
+from pcmr.study.plots import plot_claims, plot_recipes
+from pcmr.study.report import recipe_metric_table, recipes_markdown
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -71,3 +72,22 @@ def test_figures_are_written_as_png(tmp_path: Path, seeds: int) -> None:
 def test_figures_of_an_empty_study(tmp_path: Path) -> None:
     assert plot_claims([], tmp_path / "c.png").read_bytes()[:8] == PNG
     assert plot_recipes([], tmp_path / "r.png").read_bytes()[:8] == PNG
+
+
+def test_recipes_markdown_one_line_per_recipe_and_variant() -> None:
+    text = recipes_markdown(_rows(), ["rsum", "i2t_R@1"], title="t")
+    assert "## Relevance: exact" in text and "## Relevance: source" in text
+    assert "i2t_R@1" not in text  # no value anywhere: the column is left out
+    mean, half, _ = recipe_metric_table(_rows(), "rsum")[("pcme", "source", "exact")]
+    assert f"| pcme | source | match_prob | 3 | {mean:.2f} ± {half:.2f} |" in text
+    assert text.count("| vsepp_sum | exact | cosine | 3 |") == 2
+    assert "(no finished runs)" in recipes_markdown([], ["rsum"], title="t")
+
+
+def test_headline_similarity_replaces_the_first_evaluated_one() -> None:
+    rows = _rows()
+    plain = recipe_metric_table(rows, "rsum")
+    chosen = recipe_metric_table(rows, "rsum", headline={"pcme": "avg_l2"})
+    assert chosen[("pcme", "exact", "exact")][0] == pytest.approx(plain[("pcme", "exact", "exact")][0] + 5.0)
+    assert chosen[("vsepp_sum", "exact", "exact")] == plain[("vsepp_sum", "exact", "exact")]
+    assert "| pcme | exact | avg_l2 | 3 |" in recipes_markdown(rows, ["rsum"], title="t", headline={"pcme": "avg_l2"})

@@ -82,6 +82,7 @@ def test_results_summary_and_claims(finished: Path) -> None:
     for claim_id in ("pcme-vs-vsepp", "decile-drop", "occlusion"):
         assert f"| {claim_id} |" in claims
     assert (finished / "runs" / "pcme-base-s0" / "eval-exact" / "results.json").is_file()
+    assert "| pcme | base | match_prob | 2 |" in (finished / "recipes.md").read_text()
     for figure in ("claims.png", "recipes.png"):
         assert (finished / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure
     assert len(list((finished / "logs").iterdir())) == 6  # one child process per run

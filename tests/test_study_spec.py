@@ -35,6 +35,13 @@ def test_default_variants() -> None:
     assert [(r.label, r.variant) for r in spec.runs()[::2]] == [("pcme", "slow"), ("hal", "base"), ("hal", "slow")]
 
 
+def test_headline_similarity_and_default_variants_are_kept() -> None:
+    spec = parse_study(_raw(recipes={"pcme": {"similarities": ["cosine", "kl"], "headline": "kl"}, "hal": None},
+                            default_variants=["slow"]))
+    assert [(e.label, e.headline) for e in spec.recipes] == [("pcme", "kl"), ("hal", None)]
+    assert spec.default_variants == ("slow",)
+
+
 def test_recipe_alias_and_defaults() -> None:
     spec = parse_study(_raw(recipes={"small_pcme": {"recipe": "pcme", "rerankers": "nns,is"}}, variants=None))
     (run,) = spec.runs()[:1]
@@ -55,6 +62,8 @@ def test_recipe_alias_and_defaults() -> None:
     ({"set": ["train.epochs=1"]}, "set"),
     ({"default_variants": ["nope"]}, "default_variants"),
     ({"colour": 1}, "unknown key"),
+    ({"recipes": {"pcme": {"similarities": ["cosine"], "headline": "kl"}}}, "pcme.headline"),
+    ({"recipes": {"pcme": {"headline": 3}}}, "pcme.headline"),
     ({"claims": [{"id": "c", "paper": "p", "statement": "s", "metric": "rsum", "expect": "greater",
                   "a": {"recipe": "gce"}}]}, "not in the study's recipes"),
 ])

@@ -1,6 +1,6 @@
 """Every numba-compiled loop of pcmr, in one module (imported only when numba is enabled).
 
-- ``scan_rows`` / ``scan_cols``: the fused metrics pass. For each query it streams the gallery
+- ``scan_rows`` / ``scan_cols`` (and their one-thread twins ``*_serial``): the fused metrics pass. For each query it streams the gallery
   scores once, in increasing gallery index, and keeps the ordered top ``width`` items under the tie
   rule (an item enters a full list only if it beats the last entry *strictly*, since an equal score
   has a higher index, and is inserted after every entry with a score ``>=`` its own) and, for each
@@ -95,6 +95,14 @@ def scan_cols(S, thr, best_idx, top_val, top_idx, counts, chunk):
                         _insert(top_val, top_idx, lo + j, width - 1, row[j], g)
                         last[j] = top_val[lo + j, width - 1]
         counts[lo:hi] = count.T
+
+
+#: The same two loops compiled without ``parallel``, for a process that runs one thread: calling a
+#: parallel loop starts numba's OpenMP thread pool, whose idle worker keeps spinning on a core, and
+#: with one such process per core (study workers, DDP on CPU, pytest-xdist) each training ran up to
+#: 13x slower. A one-thread caller uses these and never starts the pool.
+scan_rows_serial = numba.njit(cache=True, nogil=True)(scan_rows.py_func)
+scan_cols_serial = numba.njit(cache=True, nogil=True)(scan_cols.py_func)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -21,13 +21,26 @@ from pcmr.ranking.backend import numba_enabled
 _MAX_COLUMN_CHUNK = 4096
 
 
+def thread_count() -> int:
+    """Threads for the compiled loops: as many as torch uses (the user's choice), at most numba's pool
+    size. Reading it does not start numba's thread pool."""
+    import numba
+
+    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+
+
 @contextlib.contextmanager
 def _threads() -> Iterator[int]:
-    """Run numba's parallel loops on as many threads as torch uses (the user's choice), then restore."""
+    """Run numba's parallel loops on :func:`thread_count` threads, then restore. With one thread
+    nothing touches numba's thread pool (the caller runs the ``*_serial`` loops): starting it leaves
+    a spinning idle worker that slows every other process on the machine."""
+    threads = thread_count()
+    if threads == 1:
+        yield 1
+        return
     import numba
 
     previous = numba.get_num_threads()
-    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(threads)
     try:
         yield threads
@@ -80,9 +93,11 @@ def fused_scan(scores: Tensor, query_ids: Tensor, width: int, thr: Tensor, best_
         matrix = matrix[:, int(ids[0]):int(ids[0]) + num] if contiguous else matrix[:, ids]  # [G, b]
         with _threads() as threads:
             chunk = min(_MAX_COLUMN_CHUNK, -(-num // threads))
-            kernels.scan_cols(matrix, thr, best_idx, top_val, top_idx, counts, chunk)
+            loop = kernels.scan_cols if threads > 1 else kernels.scan_cols_serial
+            loop(matrix, thr, best_idx, top_val, top_idx, counts, chunk)
     else:
         matrix = scores.numpy() if scores.stride(1) == 1 else scores.contiguous().numpy()
-        with _threads():
-            kernels.scan_rows(matrix, ids, thr, best_idx, top_val, top_idx, counts)
+        with _threads() as threads:
+            loop = kernels.scan_rows if threads > 1 else kernels.scan_rows_serial
+            loop(matrix, ids, thr, best_idx, top_val, top_idx, counts)
     return torch.from_numpy(top_idx), torch.from_numpy(counts)

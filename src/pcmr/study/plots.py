@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pcmr.report.plots import new_figure, save_figure
 from pcmr.study.claims import NO_DATA, Judgement
-from pcmr.study.stats import mean_interval
+from pcmr.study.report import recipe_metric_table
 
-__all__ = ["VERDICT_COLOURS", "plot_claims", "plot_recipes", "recipe_metric_table"]
+__all__ = ["VERDICT_COLOURS", "plot_claims", "plot_recipes"]
 
 #: colour of each verdict in ``claims.png``
 VERDICT_COLOURS = {"holds": "#2a7f3f", "reversed": "#b8322a", "inconclusive": "#7a7a7a", NO_DATA: "#c9c9c9"}
@@ -56,38 +56,15 @@ def plot_claims(judgements: Sequence[Judgement], path: str | os.PathLike[str]) -
     return save_figure(figure, path)
 
 
-def recipe_metric_table(rows: Sequence[dict[str, Any]], metric: str, level: float = 0.95,
-                        rerank: str = "nns") -> dict[tuple[str, str, str], tuple[float, float, int]]:
-    """``(recipe, variant, relevance) -> (mean, half-width, seeds)`` of ``metric`` for each recipe's
-    first evaluated similarity (the first that appears in ``rows`` for that recipe) under ``rerank``.
-
-    The half-width is NaN with a single seed; rows without the metric are left out.
-    """
-    first_similarity: dict[str, str] = {}
-    for row in rows:
-        first_similarity.setdefault(str(row["recipe"]), str(row["similarity"]))
-    values: dict[tuple[str, str, str], list[float]] = {}
-    for row in rows:
-        recipe = str(row["recipe"])
-        value = row.get(metric)
-        if (str(row["similarity"]) != first_similarity[recipe] or str(row["rerank"]) != rerank
-                or not isinstance(value, (int, float)) or math.isnan(float(value))):
-            continue
-        values.setdefault((recipe, str(row["variant"]), str(row["relevance"])), []).append(float(value))
-    table = {}
-    for key, series in values.items():
-        interval = mean_interval(series, level)
-        table[key] = (interval.mean, interval.half_width, interval.n)
-    return table
-
-
 def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *, metric: str = "rsum",
-                 variants: Sequence[str] = ("exact", "source"), level: float = 0.95) -> Path:
-    """``metric`` of every recipe (its first similarity, NNS): one panel per evaluation relevance
+                 variants: Sequence[str] = ("exact", "source"), level: float = 0.95,
+                 headline: Mapping[str, str] | None = None) -> Path:
+    """``metric`` of every recipe (its headline similarity, see
+    :func:`pcmr.study.report.first_similarities`; NNS): one panel per evaluation relevance
     mode, one marker per training variant in ``variants``, mean with its interval over seeds.
     Recipes are sorted by the first panel's first variant, so a different order in the next panel
     is a different ranking of the methods."""
-    table = recipe_metric_table(rows, metric, level)
+    table = recipe_metric_table(rows, metric, level, headline=headline)
     modes = list(dict.fromkeys(str(r["relevance"]) for r in rows)) or ["-"]
     recipes = sorted({key[0] for key in table},
                      key=lambda r: table.get((r, variants[0] if variants else "", modes[0]), (-math.inf,))[0])

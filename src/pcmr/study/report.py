@@ -1,4 +1,4 @@
-"""The study's outputs: ``results.csv``, ``summary.md`` and ``claims.md``.
+"""The study's tables: ``results.csv``, ``summary.md``, ``recipes.md`` and ``claims.md``.
 
 ``results.csv`` has one row per run x similarity x re-ranker x relevance mode: the identifying
 columns :data:`ID_COLUMNS`, then every metric (empty cell where a metric does not apply).
@@ -9,13 +9,14 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pcmr.study.claims import NO_DATA, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
 
-__all__ = ["ID_COLUMNS", "claims_markdown", "read_results_csv", "results_csv", "summary_markdown"]
+__all__ = ["ID_COLUMNS", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
+           "recipes_markdown", "results_csv", "summary_markdown"]
 
 ID_COLUMNS = ("run", "recipe", "variant", "seed", "similarity", "rerank", "relevance")
 GROUP_COLUMNS = ("recipe", "variant", "similarity", "rerank")
@@ -103,6 +104,69 @@ def summary_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, 
                 values = [v for v in (_number(r.get(metric)) for r in group) if v is not None]
                 cells.append(_format_interval(values, level))
             lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    if not rows:
+        lines += ["(no finished runs)", ""]
+    return "\n".join(lines)
+
+
+def first_similarities(rows: Sequence[dict[str, Any]], headline: Mapping[str, str] | None = None) -> dict[str, str]:
+    """recipe -> its headline similarity: ``headline[recipe]`` where given, else the first that
+    appears in ``rows`` for that recipe."""
+    first: dict[str, str] = {k: v for k, v in (headline or {}).items() if v is not None}
+    for row in rows:
+        first.setdefault(str(row["recipe"]), str(row["similarity"]))
+    return first
+
+
+def recipe_metric_table(rows: Sequence[dict[str, Any]], metric: str, level: float = 0.95, rerank: str = "nns",
+                        headline: Mapping[str, str] | None = None) -> dict[tuple[str, str, str], tuple[float, float, int]]:
+    """``(recipe, variant, relevance) -> (mean, half-width, seeds)`` of ``metric`` for each recipe's
+    headline similarity (see :func:`first_similarities`) under ``rerank``.
+
+    The half-width is NaN with a single seed; rows without the metric are left out.
+    """
+    first_similarity = first_similarities(rows, headline)
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for row in rows:
+        recipe = str(row["recipe"])
+        value = row.get(metric)
+        if (str(row["similarity"]) != first_similarity[recipe] or str(row["rerank"]) != rerank
+                or not isinstance(value, (int, float)) or math.isnan(float(value))):
+            continue
+        values.setdefault((recipe, str(row["variant"]), str(row["relevance"])), []).append(float(value))
+    table = {}
+    for key, series in values.items():
+        interval = mean_interval(series, level)
+        table[key] = (interval.mean, interval.half_width, interval.n)
+    return table
+
+
+def recipes_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, title: str,
+                     level: float = 0.95, rerank: str = "nns", headline: Mapping[str, str] | None = None) -> str:
+    """The headline table: one line per recipe x variant with the recipe's headline similarity
+    (see :func:`first_similarities`) under ``rerank``, mean ± half-width over seeds of each metric,
+    one table per evaluation relevance mode."""
+    first = first_similarities(rows, headline)
+    tables = {metric: recipe_metric_table(rows, metric, level, rerank, headline) for metric in metrics}
+    shown = [m for m in metrics if tables[m]]
+    keys = list(dict.fromkeys((str(r["recipe"]), str(r["variant"])) for r in rows))
+    lines = [f"# {title}: every recipe", "",
+             f"Each recipe's headline similarity (the study's `headline`, else its first evaluated one) under {rerank.upper()}: mean ± half-width of the "
+             f"two-sided {100 * level:g} % t-interval over seeds. All similarities and re-rankers are in "
+             "`summary.md` and `results.csv`.", ""]
+    for mode in dict.fromkeys(str(r["relevance"]) for r in rows):
+        lines += [f"## Relevance: {mode}", "",
+                  "| recipe | variant | similarity | seeds | " + " | ".join(shown) + " |",
+                  "|---|---|---|---:|" + "---:|" * len(shown)]
+        for recipe, variant in keys:
+            cells = [tables[m].get((recipe, variant, mode)) for m in shown]
+            if all(c is None for c in cells):
+                continue
+            seeds = max(c[2] for c in cells if c is not None)
+            text = ["-" if c is None else (f"{c[0]:.2f}" if math.isnan(c[1]) else f"{c[0]:.2f} ± {c[1]:.2f}")
+                    for c in cells]
+            lines.append(f"| {recipe} | {variant} | {first[recipe]} | {seeds} | " + " | ".join(text) + " |")
         lines.append("")
     if not rows:
         lines += ["(no finished runs)", ""]

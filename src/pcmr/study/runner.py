@@ -31,7 +31,7 @@ import torch
 from pcmr.study import backend
 from pcmr.study.claims import judge_claims
 from pcmr.study.plots import plot_claims, plot_recipes
-from pcmr.study.report import claims_markdown, results_csv, summary_markdown
+from pcmr.study.report import claims_markdown, recipes_markdown, results_csv, summary_markdown
 from pcmr.study.spec import StudyError, StudyRun, StudySpec
 
 __all__ = ["MARKER", "StudyOutcome", "collect", "execute_run", "read_marker", "run_study", "threads_per_worker"]
@@ -130,7 +130,8 @@ def _die_with_parent() -> None:
 
 def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: int, threads: int,
                   outcome: StudyOutcome, echo: Callable[[str], None]) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "NUMBA_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
     logs = Path(out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     queue = list(pending)
@@ -212,7 +213,7 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
 
 
 def collect(spec: StudySpec, out: str | Path) -> list[Path]:
-    """Write ``results.csv``, ``summary.md``, ``claims.md`` and the figures ``claims.png`` (every claim's
+    """Write ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md`` and the figures ``claims.png`` (every claim's
     interval) and ``recipes.png`` (the first summary metric of every recipe) from the finished runs."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -224,15 +225,18 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
             missing.append(run.name)
         else:
             rows.extend(marker["rows"])
-    written = {"results": out / "results.csv", "summary": out / "summary.md", "claims": out / "claims.md",
-               "claims_plot": out / "claims.png", "recipes_plot": out / "recipes.png"}
+    written = {"results": out / "results.csv", "summary": out / "summary.md", "recipes": out / "recipes.md",
+               "claims": out / "claims.md", "claims_plot": out / "claims.png", "recipes_plot": out / "recipes.png"}
     backend.write_text(written["results"], results_csv(rows))
     backend.write_text(written["summary"], summary_markdown(rows, spec.summary_metrics, title=spec.name,
                                                             level=spec.level, seeds=spec.seeds, missing=missing))
+    headline = {entry.label: entry.headline for entry in spec.recipes if entry.headline}
+    backend.write_text(written["recipes"], recipes_markdown(rows, spec.summary_metrics, title=spec.name,
+                                                            level=spec.level, headline=headline))
     judgements, errors = judge_claims(spec.claims, rows, spec.level)
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
                                                           errors=errors))
     plot_claims(judgements, written["claims_plot"])
     plot_recipes(rows, written["recipes_plot"], metric=spec.summary_metrics[0],
-                 variants=spec.default_variants or tuple(spec.variants), level=spec.level)
+                 variants=spec.default_variants or tuple(spec.variants), level=spec.level, headline=headline)
     return list(written.values())

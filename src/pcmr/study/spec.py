@@ -25,7 +25,7 @@ DEFAULT_SUMMARY_METRICS = ("rsum", "i2t_R@1", "t2i_R@1", "i2t_r_precision", "t2i
 _LABEL = re.compile(r"^[A-Za-z0-9_.+]+$")
 _TOP_KEYS = ("name", "description", "seeds", "seed_key", "set", "variants", "default_variants", "recipes",
              "relevance", "analysis", "summary_metrics", "level", "claims")
-_RECIPE_KEYS = ("recipe", "similarities", "rerankers", "variants", "set")
+_RECIPE_KEYS = ("recipe", "similarities", "rerankers", "variants", "set", "headline")
 
 
 class StudyError(ValueError):
@@ -53,6 +53,7 @@ class RecipeEntry:
     rerankers: tuple[str, ...] | None  # None: the recipe's eval.rerankers
     variants: tuple[str, ...]
     overrides: dict[str, Any]
+    headline: str | None = None  # the similarity of recipes.md / recipes.png (None: the first evaluated)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,11 @@ def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], def
         raise _fail(f"{where}.recipe", f"expected a recipe name or YAML path, got {recipe!r}")
     sims = _names(raw["similarities"], f"{where}.similarities") if raw.get("similarities") is not None else None
     reranks = _names(raw["rerankers"], f"{where}.rerankers") if raw.get("rerankers") is not None else None
-    return RecipeEntry(label, recipe, sims, reranks, chosen, _overrides(raw.get("set"), f"{where}.set"))
+    headline = raw.get("headline")
+    if headline is not None and (not isinstance(headline, str) or (sims is not None and headline not in sims)):
+        raise _fail(f"{where}.headline", f"expected one of the recipe's similarities {list(sims or [])}, "
+                                         f"got {headline!r}")
+    return RecipeEntry(label, recipe, sims, reranks, chosen, _overrides(raw.get("set"), f"{where}.set"), headline)
 
 
 def _analysis(raw: Any, where: str) -> AnalysisOptions:
