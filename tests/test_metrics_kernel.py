@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -85,9 +86,10 @@ def test_kernel_top_lists_and_counts_follow_tie_rule(width, torch_threads):
     assert torch.equal(_kernel.contains(rel.indptr, rel.indices, torch.arange(7), wanted), expected)
 
 
-ONE_THREAD_SCAN = """
+SCAN_THEN_REPORT_POOL = """
+import sys
 import torch
-torch.set_num_threads(1)
+torch.set_num_threads(int(sys.argv[1]))
 from pcmr.metrics._relevance import as_sparse
 from pcmr.metrics.scan import Target, scan
 import numba
@@ -103,9 +105,19 @@ else:
 """
 
 
-def test_one_thread_process_never_starts_numbas_thread_pool():
+def _scan_in_subprocess(threads: int, cache_dir) -> str:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "NUMBA_NUM_THREADS": "2"}
+    result = subprocess.run([sys.executable, "-c", SCAN_THEN_REPORT_POOL, str(threads)], capture_output=True,
+                            text=True, timeout=300, check=True, env=env)
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("parallel_first", [False, True], ids=["fresh-cache", "parallel-loops-cached-first"])
+def test_one_thread_process_never_starts_numbas_thread_pool(tmp_path, parallel_first):
     """A started OpenMP pool keeps an idle worker spinning, which slowed concurrent one-thread
-    processes (study workers, DDP on CPU) up to 13x: a one-thread process must not start it."""
-    result = subprocess.run([sys.executable, "-c", ONE_THREAD_SCAN], capture_output=True, text=True, timeout=300,
-                            check=True)
-    assert result.stdout.strip() == "pool not started", result.stderr
+    processes (study workers, DDP on CPU) up to 13x: a one-thread process must not start it, also
+    when another process has already compiled and cached the parallel loops (numba's cache keys a
+    function by name and line, not by its flags, so a twin of the same function would load them)."""
+    if parallel_first:
+        assert _scan_in_subprocess(2, tmp_path) == "pool started"
+    assert _scan_in_subprocess(1, tmp_path) == "pool not started"

@@ -18,6 +18,8 @@ Callers go through ``pcmr.ranking.fused_scan`` and ``pcmr.inference`` (switch:
 
 from __future__ import annotations
 
+import types
+
 import numba
 import numpy as np
 from numba import prange
@@ -101,8 +103,21 @@ def scan_cols(S, thr, best_idx, top_val, top_idx, counts, chunk):
 #: parallel loop starts numba's OpenMP thread pool, whose idle worker keeps spinning on a core, and
 #: with one such process per core (study workers, DDP on CPU, pytest-xdist) each training ran up to
 #: 13x slower. A one-thread caller uses these and never starts the pool.
-scan_rows_serial = numba.njit(cache=True, nogil=True)(scan_rows.py_func)
-scan_cols_serial = numba.njit(cache=True, nogil=True)(scan_cols.py_func)
+def _serial_twin(parallel_loop: numba.core.registry.CPUDispatcher, name: str) -> numba.core.registry.CPUDispatcher:
+    """``parallel_loop``'s Python source compiled without ``parallel``, cached under its own name.
+
+    numba's on-disk cache keys a function by qualified name and first line, not by its flags: a twin
+    compiled from the same function object would share the parallel loop's cache file and could load
+    the parallel machine code from it (and so start the pool). A copy renamed ``name`` gets its own file.
+    """
+    source = parallel_loop.py_func
+    twin = types.FunctionType(source.__code__, source.__globals__, name, source.__defaults__, source.__closure__)
+    twin.__qualname__ = name
+    return numba.njit(cache=True, nogil=True)(twin)
+
+
+scan_rows_serial = _serial_twin(scan_rows, "scan_rows_serial")
+scan_cols_serial = _serial_twin(scan_cols, "scan_cols_serial")
 
 
 @numba.njit(cache=True, nogil=True)
