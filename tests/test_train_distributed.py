@@ -223,3 +223,26 @@ def test_one_process_context_joins_nothing(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "two")
     with pytest.raises(ValueError, match="WORLD_SIZE='two' must be an integer"):
         init_distributed("cpu")
+
+
+def _flag_worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    from pcmr.train.distributed import all_true, any_flag
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    context = init_distributed("cpu")
+    # a non-finite loss on rank 1 only; on no rank; finite everywhere but rank 1; finite everywhere
+    answers = [any_flag(context, rank == 1), any_flag(context, False), all_true(context, rank != 1),
+               all_true(context, True)]
+    save_file({"answers": torch.tensor(answers)}, os.path.join(out_dir, f"flags{rank}.safetensors"))
+    shutdown_distributed()
+
+
+def test_every_process_takes_the_same_skip_decision(tmp_path):
+    """A non-finite step is skipped by every process when any one of them sees it (else the others
+    would wait forever in the gradient all-reduce): the flag is agreed across 2 gloo processes."""
+    mp.spawn(_flag_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    for rank in range(2):
+        answers = load_file(str(tmp_path / f"flags{rank}.safetensors"))["answers"].tolist()
+        assert answers == [True, False, False, True], f"rank {rank}"

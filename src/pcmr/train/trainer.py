@@ -121,10 +121,10 @@ class _NoLog:
     """The log of processes other than rank 0: writes nothing."""
 
     def write(self, event: str, **fields: Any) -> None:
-        pass
+        """Discard the event (only rank 0 keeps the run's log)."""
 
     def close(self) -> None:
-        pass
+        """Nothing to close."""
 
 
 class Trainer:
