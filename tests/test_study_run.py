@@ -83,6 +83,8 @@ def test_results_summary_and_claims(finished: Path) -> None:
         assert f"| {claim_id} |" in claims
     assert (finished / "runs" / "pcme-base-s0" / "eval-exact" / "results.json").is_file()
     assert "| pcme | base | match_prob | 2 |" in (finished / "recipes.md").read_text()
+    times = (finished / "times.md").read_text()
+    assert "| pcme | 2 |" in times and "| vsepp_sum | 4 |" in times and "All 6 runs" in times
     for figure in ("claims.png", "recipes.png"):
         assert (finished / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure
     assert len(list((finished / "logs").iterdir())) == 6  # one child process per run

@@ -1,4 +1,4 @@
-"""The study's tables: ``results.csv``, ``summary.md``, ``recipes.md`` and ``claims.md``.
+"""The study's tables: ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md`` and ``times.md``.
 
 ``results.csv`` has one row per run x similarity x re-ranker x relevance mode: the identifying
 columns :data:`ID_COLUMNS`, then every metric (empty cell where a metric does not apply).
@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from pcmr.study.claims import NO_DATA, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
 
 __all__ = ["ID_COLUMNS", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
-           "recipes_markdown", "results_csv", "summary_markdown"]
+           "recipes_markdown", "results_csv", "summary_markdown", "times_markdown"]
 
 ID_COLUMNS = ("run", "recipe", "variant", "seed", "similarity", "rerank", "relevance")
 GROUP_COLUMNS = ("recipe", "variant", "similarity", "rerank")
@@ -209,4 +210,36 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
     lines.append("")
     if errors:
         lines += ["Claims not judged:", ""] + [f"- {claim_id}: {reason}" for claim_id, reason in errors.items()] + [""]
+    return "\n".join(lines)
+
+
+def times_markdown(markers: Sequence[Mapping[str, Any]], *, title: str) -> str:
+    """The time table: per recipe, the number of finished runs, the median and range of their
+    training seconds, the median evaluation seconds and the total; then the sum over every run.
+
+    ``markers`` are the finished runs' records (``runs/<name>/study.json``: ``recipe``,
+    ``train_seconds``, ``eval_seconds``). The times are each run's own, measured in its process;
+    the study's wall time also depends on ``--workers`` and process start-up."""
+    by_recipe: dict[str, list[tuple[float, float]]] = {}
+    for marker in markers:
+        train, evaluate = _number(marker.get("train_seconds")), _number(marker.get("eval_seconds"))
+        if train is not None and evaluate is not None:  # a record without its times is left out
+            by_recipe.setdefault(str(marker.get("recipe")), []).append((train, evaluate))
+    lines = [f"# {title}: time per run", "",
+             "Seconds measured by each run (training, then evaluation), summed per recipe. The study's "
+             "wall time is about the total divided by `--workers`, plus process start-up.", "",
+             "| recipe | runs | train s (median) | train s (range) | eval s (median) | total s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    total = 0.0
+    for recipe in sorted(by_recipe):
+        train = [t for t, _ in by_recipe[recipe]]
+        evaluate = [e for _, e in by_recipe[recipe]]
+        seconds = sum(train) + sum(evaluate)
+        total += seconds
+        lines.append(f"| {recipe} | {len(train)} | {statistics.median(train):.0f} | {min(train):.0f}-{max(train):.0f} "
+                     f"| {statistics.median(evaluate):.0f} | {seconds:.0f} |")
+    if not by_recipe:
+        lines.append("| (no finished runs) | 0 | - | - | - | 0 |")
+    runs = sum(len(v) for v in by_recipe.values())
+    lines += ["", f"All {runs} runs: {total:.0f} s ({total / 3600:.2f} h) of run time.", ""]
     return "\n".join(lines)

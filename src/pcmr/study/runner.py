@@ -1,6 +1,6 @@
 """Running a study: each run trains and evaluates into ``OUT/runs/<name>``, finished runs are
 skipped, and the results of every finished run are collected into ``OUT/results.csv``,
-``OUT/summary.md`` and ``OUT/claims.md``.
+``OUT/summary.md``, ``OUT/claims.md`` and the other tables and figures (:func:`collect`).
 
 A run is finished when its marker ``OUT/runs/<name>/study.json`` (the run's result rows) exists:
 it is written atomically after training and evaluation, so a study killed at any moment resumes
@@ -31,7 +31,7 @@ import torch
 from pcmr.study import backend
 from pcmr.study.claims import judge_claims
 from pcmr.study.plots import plot_claims, plot_recipes
-from pcmr.study.report import claims_markdown, recipes_markdown, results_csv, summary_markdown
+from pcmr.study.report import claims_markdown, recipes_markdown, results_csv, summary_markdown, times_markdown
 from pcmr.study.spec import StudyError, StudyRun, StudySpec
 
 __all__ = ["MARKER", "StudyOutcome", "collect", "execute_run", "read_marker", "run_study", "threads_per_worker"]
@@ -213,20 +213,23 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
 
 
 def collect(spec: StudySpec, out: str | Path) -> list[Path]:
-    """Write ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md`` and the figures ``claims.png`` (every claim's
+    """Write ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md``, ``times.md`` and the figures ``claims.png`` (every claim's
     interval) and ``recipes.png`` (the first summary metric of every recipe) from the finished runs."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    markers: list[dict[str, Any]] = []
     missing = []
     for run in spec.runs():
         marker = read_marker(run_folder(out, run))
         if marker is None:
             missing.append(run.name)
         else:
+            markers.append(marker)
             rows.extend(marker["rows"])
     written = {"results": out / "results.csv", "summary": out / "summary.md", "recipes": out / "recipes.md",
-               "claims": out / "claims.md", "claims_plot": out / "claims.png", "recipes_plot": out / "recipes.png"}
+               "claims": out / "claims.md", "times": out / "times.md", "claims_plot": out / "claims.png",
+               "recipes_plot": out / "recipes.png"}
     backend.write_text(written["results"], results_csv(rows))
     backend.write_text(written["summary"], summary_markdown(rows, spec.summary_metrics, title=spec.name,
                                                             level=spec.level, seeds=spec.seeds, missing=missing))
@@ -236,6 +239,7 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     judgements, errors = judge_claims(spec.claims, rows, spec.level)
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
                                                           errors=errors))
+    backend.write_text(written["times"], times_markdown(markers, title=spec.name))
     plot_claims(judgements, written["claims_plot"])
     plot_recipes(rows, written["recipes_plot"], metric=spec.summary_metrics[0],
                  variants=spec.default_variants or tuple(spec.variants), level=spec.level, headline=headline)
