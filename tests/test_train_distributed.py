@@ -136,11 +136,16 @@ def loss_and_gradients(name: str, context: DistributedContext, captions: list[in
     return terms, gradients
 
 
-def _worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
+def _join(rank: int, world_size: int, port: int) -> DistributedContext:
+    """Join the process group of a spawned test worker (gloo on this host, one thread)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    context = init_distributed("cpu")
+    return init_distributed("cpu")
+
+
+def _worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    context = _join(rank, world_size, port)
     shard = len(BATCH_CAPTIONS) // world_size
     results = {}
     for name in list_losses():
@@ -228,10 +233,7 @@ def test_one_process_context_joins_nothing(monkeypatch):
 def _flag_worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
     from pcmr.train.distributed import all_true, any_flag
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
-    torch.set_num_threads(1)
-    context = init_distributed("cpu")
+    context = _join(rank, world_size, port)
     # a non-finite loss on rank 1 only; on no rank; finite everywhere but rank 1; finite everywhere
     answers = [any_flag(context, rank == 1), any_flag(context, False), all_true(context, rank != 1),
                all_true(context, True)]
