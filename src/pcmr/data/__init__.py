@@ -7,7 +7,7 @@ image-caption pair and PMRP labels); :func:`train_loader`,
 :class:`Vocabulary` and :func:`tokenize` handle text.
 """
 
-from pcmr.data.augment import drop_words, erase_image, occlusion_series, word_erasure_series
+from pcmr.data.augment import drop_words, erase_image, occlusion_series, random_erase, word_erasure_series
 from pcmr.data.batching import ENCODE_BATCH_SIZE, caption_loader, image_loader, train_loader
 from pcmr.data.errors import DataError, MissingDataError, SkippedItem
 from pcmr.data.images import ArrayImages, FeatureImages, FileImages, ImageSource
@@ -18,6 +18,6 @@ from pcmr.relevance import Relevance
 
 __all__ = ["load_dataset", "list_datasets", "RetrievalSplit", "Relevance", "Vocabulary", "tokenize",
            "SPECIAL_TOKENS", "DataError", "MissingDataError", "SkippedItem", "ImageSource", "ArrayImages",
-           "FileImages", "FeatureImages", "erase_image", "drop_words", "occlusion_series", "word_erasure_series",
+           "FileImages", "FeatureImages", "erase_image", "random_erase", "drop_words", "occlusion_series", "word_erasure_series",
            "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE"]
 

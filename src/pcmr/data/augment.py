@@ -1,10 +1,16 @@
 """Augmentations of PCME (§4.1, App. C.2) and the controlled corruption series of PCME Fig. 7.
 
-- :func:`erase_image`: Cutout / random erasing (DeVries & Taylor 2017) of one
-  square covering ``ratio`` of the image (PCME: 0.2), filled with 0 = the mean
-  colour after normalisation. On precomputed features the same ratio of regions
-  (``[R, F]``) or of dimensions (``[F]``) is zeroed.
-- :func:`drop_words`: random caption word dropping (PCME: probability 0.1).
+- :func:`erase_image`: Cutout (DeVries & Taylor 2017) of one square covering exactly
+  ``ratio`` of the image, filled with 0 = the mean colour after normalisation. On
+  precomputed features the same ratio of regions (``[R, F]``) or of dimensions
+  (``[F]``) is zeroed.
+- :func:`random_erase`: random erasing as the PCME release applies it (Zhong et al.
+  2020): with probability ``prob`` one rectangle whose area is drawn uniformly in
+  ``[min_area, max_area]`` of the image and whose aspect ratio is log-uniform in
+  ``[min_aspect, 1 / min_aspect]`` (release: 0.2, 2-33 %, 0.3), filled with 0.
+- :func:`drop_words`: random caption word dropping, either the PCME release's rule
+  (``"unk_then_delete"``: each word becomes ``<unk>`` with probability ``prob``, then
+  ``floor(prob * L)`` words are deleted) or independent deletion (``"delete"``).
 - :func:`occlusion_series`, :func:`word_erasure_series`: the same item corrupted at
   fixed ratios, nested (what is erased at a ratio is erased at every larger one).
 
@@ -19,9 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from pcmr.data.text import END_ID, START_ID, tokenize
+from pcmr.data.text import END_ID, START_ID, UNK_ID, tokenize
 
-__all__ = ["erase_image", "drop_words", "occlusion_series", "word_erasure_series"]
+__all__ = ["erase_image", "random_erase", "drop_words", "WORD_DROPOUT_RULES", "occlusion_series", "word_erasure_series"]
 
 
 def _check_ratio(ratio: float, name: str = "ratio") -> None:
@@ -57,14 +63,79 @@ def erase_image(image: torch.Tensor, ratio: float, rng: np.random.Generator) -> 
     return out
 
 
-def drop_words(ids: Sequence[int], prob: float, rng: np.random.Generator) -> list[int]:
-    """Drop each word of ``[<start>, w..., <end>]`` with probability ``prob``; at least one word stays."""
+#: word dropping rules of :func:`drop_words`
+WORD_DROPOUT_RULES = ("delete", "unk_then_delete")
+
+#: attempts at drawing a rectangle that fits the image (the release's random erasing gives up after 10)
+_ERASE_ATTEMPTS = 10
+
+
+def random_erase(image: torch.Tensor, rng: np.random.Generator, *, prob: float, min_area: float,
+                 max_area: float, min_aspect: float = 0.3) -> torch.Tensor:
+    """Random erasing as in the PCME release; returns a copy of ``image``.
+
+    Images ``[3, H, W]``: with probability ``prob``, up to 10 attempts draw a target area
+    ``A ~ U(min_area, max_area) * H * W`` and an aspect ratio ``r`` log-uniform in
+    ``[min_aspect, 1 / min_aspect]``; the rectangle ``h = round(sqrt(A r))``, ``w = round(sqrt(A / r))``
+    is kept when ``h < H`` and ``w < W``, placed uniformly and filled with 0 (the mean colour after
+    normalisation); when no attempt fits, nothing is erased. Precomputed features (``[R, F]`` /
+    ``[F]``): with probability ``prob``, ``round(f * R)`` rows (or dimensions) are zeroed, with
+    ``f ~ U(min_area, max_area)`` (no aspect ratio).
+    """
     _check_ratio(prob, "prob")
+    _check_ratio(min_area, "min_area")
+    _check_ratio(max_area, "max_area")
+    if min_area > max_area:
+        raise ValueError(f"min_area={min_area} must not exceed max_area={max_area}")
+    if not 0.0 < min_aspect <= 1.0:
+        raise ValueError(f"min_aspect={min_aspect} must lie in (0, 1] (the aspect ratio is drawn in "
+                         f"[min_aspect, 1 / min_aspect])")
+    out = image.clone()
+    if prob == 0.0 or rng.random() >= prob:
+        return out
+    if out.ndim != 3:
+        count = out.shape[0]
+        erased = rng.permutation(count)[: int(round(rng.uniform(min_area, max_area) * count))]
+        out[torch.from_numpy(erased)] = 0.0
+        return out
+    _, height, width = out.shape
+    log_aspect = (math.log(min_aspect), -math.log(min_aspect))
+    for _ in range(_ERASE_ATTEMPTS):
+        target_area = rng.uniform(min_area, max_area) * height * width
+        aspect = math.exp(rng.uniform(*log_aspect))
+        h = int(round(math.sqrt(target_area * aspect)))
+        w = int(round(math.sqrt(target_area / aspect)))
+        if w < width and h < height:
+            top = int(rng.integers(0, height - h + 1))
+            left = int(rng.integers(0, width - w + 1))
+            out[:, top: top + h, left: left + w] = 0.0
+            break
+    return out
+
+
+def drop_words(ids: Sequence[int], prob: float, rng: np.random.Generator, rule: str = "delete") -> list[int]:
+    """Word dropping of ``[<start>, w..., <end>]`` (the special tokens stay); at least one word stays.
+
+    ``rule="delete"``: each word is deleted independently with probability ``prob``.
+    ``rule="unk_then_delete"`` (the PCME release's caption dropping): each word is replaced by
+    ``<unk>`` with probability ``prob``, then ``floor(prob * L)`` of the ``L`` words, chosen
+    uniformly without replacement, are deleted (at most ``L - 1``).
+    """
+    _check_ratio(prob, "prob")
+    if rule not in WORD_DROPOUT_RULES:
+        raise ValueError(f"word dropout rule {rule!r} is not one of {WORD_DROPOUT_RULES}")
     ids = list(ids)
     start = 1 if ids and ids[0] == START_ID else 0
     end = len(ids) - 1 if len(ids) > start and ids[-1] == END_ID else len(ids)
     words = ids[start:end]
-    if prob == 0.0 or len(words) <= 1:
+    if prob == 0.0 or not words:
+        return ids
+    if rule == "unk_then_delete":
+        replaced = [UNK_ID if unk else w for w, unk in zip(words, rng.random(len(words)) < prob)]
+        deleted = set(rng.choice(len(words), size=min(int(len(words) * prob), len(words) - 1),
+                                 replace=False).tolist())
+        return ids[:start] + [w for i, w in enumerate(replaced) if i not in deleted] + ids[end:]
+    if len(words) <= 1:
         return ids
     keep = rng.random(len(words)) >= prob
     if not keep.any():

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from pcmr.data.augment import drop_words, erase_image
+from pcmr.data.augment import WORD_DROPOUT_RULES, drop_words, erase_image, random_erase
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import PAD_ID, Vocabulary
 from pcmr.relevance import Relevance
@@ -46,23 +46,46 @@ class PairDataset(Dataset):
     """``dataset[(caption_index, item_seed)]`` -> one (source image, caption) training item.
 
     No augmentation unless asked: ``erase_ratio`` (Cutout) and ``word_dropout`` default to 0; each
-    recipe states its paper's values (PCME: 0.2 and 0.1)."""
+    recipe states its paper's values. Cutout: ``erase_ratio`` a number erases a square of exactly that
+    fraction; a pair ``[min, max]`` erases a rectangle of a fraction drawn uniformly in it, with aspect
+    ratio log-uniform in ``[erase_aspect, 1 / erase_aspect]`` (default 0.3), as the PCME release does
+    (:func:`pcmr.data.augment.random_erase`); either form applies to an item with probability
+    ``erase_prob``. ``word_dropout_rule``: ``"delete"`` or ``"unk_then_delete"`` (the PCME release's,
+    :func:`pcmr.data.augment.drop_words`)."""
 
-    def __init__(self, split: RetrievalSplit, vocab: Vocabulary, *, augment: bool = True, erase_ratio: float = 0.0,
-                 word_dropout: float = 0.0, num_views: int = 0) -> None:
+    def __init__(self, split: RetrievalSplit, vocab: Vocabulary, *, augment: bool = True,
+                 erase_ratio: float | Sequence[float] = 0.0, erase_prob: float = 1.0,
+                 erase_aspect: float | None = None, word_dropout: float = 0.0, word_dropout_rule: str = "delete",
+                 num_views: int = 0) -> None:
         if not isinstance(vocab, Vocabulary):
             raise TypeError(f"vocab must be a pcmr.data.Vocabulary, got {type(vocab).__name__}")
         if num_views < 0:
             raise ValueError(f"num_views={num_views} must be >= 0")
-        for name, value in (("erase_ratio", erase_ratio), ("word_dropout", word_dropout)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value} must lie in [0, 1]")
+        self.erase_range = _erase_range(erase_ratio, erase_aspect)
+        for name, value in (("erase_prob", erase_prob), ("word_dropout", word_dropout)):
+            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value!r} must be a number in [0, 1]")
+        if word_dropout_rule not in WORD_DROPOUT_RULES:
+            raise ValueError(f"word_dropout_rule={word_dropout_rule!r} is not one of {WORD_DROPOUT_RULES}")
         self.split, self.vocab = split, vocab
         self.augment, self.erase_ratio, self.word_dropout, self.num_views = augment, erase_ratio, word_dropout, num_views
+        self.erase_prob, self.erase_aspect = float(erase_prob), 0.3 if erase_aspect is None else float(erase_aspect)
+        self.word_dropout_rule = word_dropout_rule
         self.encoded = [vocab.encode(text) for text in split.caption_texts]
 
     def __len__(self) -> int:
         return self.split.num_captions
+
+    def _cutout(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        if self.erase_range is not None:
+            return random_erase(image, rng, prob=self.erase_prob, min_area=self.erase_range[0],
+                                max_area=self.erase_range[1], min_aspect=self.erase_aspect)
+        if self.erase_prob < 1.0 and rng.random() >= self.erase_prob:
+            return image.clone()
+        return erase_image(image, float(self.erase_ratio), rng)  # type: ignore[arg-type]  # a number here
+
+    def _drop_words(self, ids: list[int], rng: np.random.Generator) -> list[int]:
+        return drop_words(ids, self.word_dropout, rng, self.word_dropout_rule)
 
     def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
         caption_index, item_seed = key
@@ -73,16 +96,36 @@ class PairDataset(Dataset):
         item: dict[str, Any] = {"image_index": image_index, "caption_index": int(caption_index),
                                 "caption_text": self.split.caption_texts[caption_index]}
         if self.augment:
-            image = erase_image(image, self.erase_ratio, rng)
-            ids = drop_words(ids, self.word_dropout, rng)
+            image = self._cutout(image, rng)
+            ids = self._drop_words(ids, rng)
         item["image"], item["caption"] = image, ids
         if self.num_views:
             clean = self.split.images.load(image_index)
-            item["image_views"] = torch.stack([erase_image(clean, self.erase_ratio, rng)
-                                               for _ in range(self.num_views)])
-            item["caption_views"] = [drop_words(self.encoded[caption_index], self.word_dropout, rng)
+            item["image_views"] = torch.stack([self._cutout(clean, rng) for _ in range(self.num_views)])
+            item["caption_views"] = [self._drop_words(self.encoded[caption_index], rng)
                                      for _ in range(self.num_views)]
         return item
+
+
+def _erase_range(erase_ratio: object, erase_aspect: object) -> tuple[float, float] | None:
+    """``None`` for a fixed ``erase_ratio`` (a number), ``(min, max)`` for a pair; checks both options."""
+    if isinstance(erase_ratio, (int, float)) and not isinstance(erase_ratio, bool):
+        if not 0.0 <= erase_ratio <= 1.0:
+            raise ValueError(f"erase_ratio={erase_ratio} must lie in [0, 1]")
+        if erase_aspect is not None:
+            raise ValueError("erase_aspect applies only to an erase_ratio range [min, max]; a single "
+                             f"erase_ratio ({erase_ratio}) erases a square")
+        return None
+    pair = list(erase_ratio) if isinstance(erase_ratio, (list, tuple)) else None
+    if (pair is None or len(pair) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  for v in pair)
+            or not 0.0 <= pair[0] <= pair[1] <= 1.0):
+        raise ValueError(f"erase_ratio={erase_ratio!r} must be a number in [0, 1] or a range [min, max] "
+                         "with 0 <= min <= max <= 1")
+    if erase_aspect is not None and (not isinstance(erase_aspect, (int, float)) or not 0.0 < erase_aspect <= 1.0):
+        raise ValueError(f"erase_aspect={erase_aspect!r} must be a number in (0, 1] (aspect ratios are drawn "
+                         "in [erase_aspect, 1 / erase_aspect])")
+    return float(pair[0]), float(pair[1])
 
 
 class PairBatchSampler(Sampler):
@@ -222,8 +265,11 @@ def train_loader(
     *,
     sampler: str = "captions",
     augment: bool = True,
-    erase_ratio: float = 0.0,
+    erase_ratio: float | Sequence[float] = 0.0,
+    erase_prob: float = 1.0,
+    erase_aspect: float | None = None,
     word_dropout: float = 0.0,
+    word_dropout_rule: str = "delete",
     num_views: int = 0,
     drop_last: bool = True,
     seed: int = 0,
@@ -236,16 +282,20 @@ def train_loader(
     ``sampler="captions"``: every caption once per epoch with its source image
     (repeated images are merged, so ``B_img <= B_cap``); ``"one_per_image"``: every
     image once per epoch with one random caption of its own (``B_img == B_cap``).
-    ``augment`` applies cutout (``erase_ratio``) and word dropout (``word_dropout``), both 0 (off)
-    by default: a recipe states its paper's augmentation (PCME: 0.2 and 0.1). On precomputed
-    features "cutout" zeroes that fraction of the regions / feature dimensions;
+    ``augment`` applies cutout (``erase_ratio``, ``erase_prob``, ``erase_aspect``) and word dropout
+    (``word_dropout``, ``word_dropout_rule``), both off by default: a recipe states its paper's
+    augmentation (the options are those of ``PairDataset``; PCME release: ``erase_prob=0.2``,
+    ``erase_ratio=[0.02, 1/3]``, ``erase_aspect=0.3``, ``word_dropout=0.1``,
+    ``word_dropout_rule="unk_then_delete"``). On precomputed features "cutout" zeroes that fraction
+    of the regions / feature dimensions;
     ``num_views = K > 0`` adds ``image_views [B_img, K, ...]``, ``caption_views
     [B_cap, K, L]`` and ``caption_view_lengths [B_cap, K]`` (independently augmented).
     ``num_replicas`` / ``rank``: this process's shard of each global batch of ``batch_size``
     (see ``PairBatchSampler``); ``"relevance"`` then covers the shard only.
     """
-    dataset = PairDataset(split, vocab, augment=augment, erase_ratio=erase_ratio,
-                          word_dropout=word_dropout, num_views=num_views)
+    dataset = PairDataset(split, vocab, augment=augment, erase_ratio=erase_ratio, erase_prob=erase_prob,
+                          erase_aspect=erase_aspect, word_dropout=word_dropout,
+                          word_dropout_rule=word_dropout_rule, num_views=num_views)
     batches = PairBatchSampler(split, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed,
                                num_replicas=num_replicas, rank=rank)
     return DataLoader(dataset, batch_sampler=batches, collate_fn=TrainCollate(split.relevance),
