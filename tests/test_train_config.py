@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+import sys
+import warnings
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ import torch
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.train.config import ConfigError, RunConfig, apply_overrides, load_config, parse_override
-from pcmr.train.schedules import build_optimizer, learning_rate_factor
+from pcmr.train.schedules import build_optimizer, learning_rate_factor, optimizer_name
 
 
 def write(tmp_path, text):
@@ -139,14 +142,67 @@ def test_build_optimizer_kinds():
         optimizer = build_optimizer(config, params)
         assert isinstance(optimizer, cls)
         assert optimizer.param_groups[0]["initial_lr"] == pytest.approx(0.01)
-    config = RunConfig.from_dict({"train": {"optimizer": "adamp"}}).train
-    try:
-        import adamp  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match="needs the optional package 'adamp'"):
-            build_optimizer(config, params)
+
+
+def test_adamp_runs_when_installed():
+    """train.optimizer=adamp builds AdamP (PCME's optimiser) with the configured lr and weight decay."""
+    adamp = pytest.importorskip("adamp", reason="the optional 'adamp' extra is not installed")
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    config = RunConfig.from_dict({"train": {"optimizer": "adamp", "lr": 0.01, "weight_decay": 0.0}}).train
+    optimizer = build_optimizer(config, params)
+    assert isinstance(optimizer, adamp.AdamP) and optimizer_name(optimizer) == "adamp"
+    assert optimizer.param_groups[0]["lr"] == 0.01 and optimizer.param_groups[0]["weight_decay"] == 0.0
+
+
+def test_adamp_falls_back_to_adamw_when_missing(monkeypatch):
+    """Without the adamp package (its import made to fail), AdamW runs with a warning that says so."""
+    monkeypatch.setitem(sys.modules, "adamp", None)  # `import adamp` now raises ImportError
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    config = RunConfig.from_dict({"train": {"optimizer": "adamp", "lr": 0.01, "weight_decay": 0.0}}).train
+    with pytest.warns(UserWarning, match="'adamp' is not installed .* training with AdamW instead"):
+        optimizer = build_optimizer(config, params)
+    assert type(optimizer) is torch.optim.AdamW and optimizer_name(optimizer) == "adamw"
+    assert optimizer.param_groups[0]["lr"] == 0.01 and optimizer.param_groups[0]["weight_decay"] == 0.0
+
+
+def test_amsgrad_reaches_adam_and_is_refused_elsewhere():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    for name in ("adam", "adamw"):
+        config = RunConfig.from_dict({"train": {"optimizer": name, "amsgrad": True}}).train
+        assert build_optimizer(config, params).param_groups[0]["amsgrad"] is True
+    assert build_optimizer(RunConfig.from_dict({}).train, params).param_groups[0]["amsgrad"] is False
+    with pytest.raises(ConfigError, match="train.amsgrad applies to train.optimizer adam or adamw, not 'sgd'"):
+        build_optimizer(RunConfig.from_dict({"train": {"optimizer": "sgd", "amsgrad": True}}).train, params)
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_run_records_the_optimizer_that_ran(tmp_path, monkeypatch, installed):
+    """run.json and the log's start line name the optimiser that ran, and the one asked for."""
+    from pcmr.train import Trainer, save_config
+
+    if installed:
+        pytest.importorskip("adamp", reason="the optional 'adamp' extra is not installed")
     else:
-        assert type(build_optimizer(config, params)).__name__ == "AdamP"
+        monkeypatch.setitem(sys.modules, "adamp", None)
+    config = load_config(None, [
+        "model.name=vsepp", "loss.name=triplet_sum", "train.optimizer=adamp", "train.epochs=1",
+        "train.progress=false", "train.validate_every=0",
+        "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
+        f"image_size: 32, cache_dir: {tmp_path / 'cache'}}}",
+        "data.batch_size=20", "model.embed_dim=8", "model.text_encoder={word_dim: 8, hidden_dim: 8}",
+        "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
+    ])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(config, run_dir / "config.yaml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        summary = Trainer(config, run_dir).fit()
+    ran = "adamp" if installed else "adamw"
+    assert summary["optimizer"] == ran and summary["optimizer_requested"] == "adamp"
+    assert json.loads((run_dir / "run.json").read_text())["optimizer"] == ran
+    start = json.loads((run_dir / "log.jsonl").read_text().splitlines()[0])
+    assert start["optimizer"] == ran and start["optimizer_requested"] == "adamp"
 
 
 def test_train_relevance_reaches_the_training_batches(tmp_path):

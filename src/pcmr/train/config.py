@@ -78,6 +78,7 @@ class TrainConfig:
     lr: float = 2e-4  # initial learning rate
     weight_decay: float = 1e-4
     momentum: float = 0.9  # sgd only
+    amsgrad: bool = False  # adam / adamw only: the AMSGrad variant (the PVSE release trains with it)
     schedule: Literal["cosine", "step", "constant"] = "cosine"
     warmup_epochs: int = 0  # PCME: epochs training the heads only, backbones frozen
     warmup_lr_factor: float = 1.0  # lr multiplier during the frozen warm-up

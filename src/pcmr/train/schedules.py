@@ -20,6 +20,7 @@ schedule.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -27,7 +28,7 @@ from torch import nn
 
 from pcmr.train.config import ConfigError, TrainConfig
 
-__all__ = ["build_optimizer", "learning_rate_factor", "set_learning_rate", "trainable_backbone_parameters"]
+__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "set_learning_rate", "trainable_backbone_parameters"]
 
 
 def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int) -> float:
@@ -75,30 +76,49 @@ def trainable_backbone_parameters(model: nn.Module) -> list[nn.Parameter]:
     return list(found.values())
 
 
-def _adamp_class() -> type:
+def _adamp_class() -> type | None:
+    """AdamP (Heo et al., ICLR 2021) from the optional ``adamp`` package, or None when not installed."""
     try:
         from adamp import AdamP
-    except ImportError as exc:
-        raise ConfigError(
-            "train.optimizer=adamp needs the optional package 'adamp' (pip install 'pcmr[adamp]'); "
-            "use train.optimizer=adamw otherwise"
-        ) from exc
+    except ImportError:
+        return None
     return AdamP
 
 
+#: ``train.optimizer`` name of each optimizer class build_optimizer creates
+_OPTIMIZER_NAMES = {"AdamW": "adamw", "AdamP": "adamp", "Adam": "adam", "SGD": "sgd"}
+
+
+def optimizer_name(optimizer: torch.optim.Optimizer) -> str:
+    """The ``train.optimizer`` name of the optimizer that actually runs (``"adamw"`` after a fallback)."""
+    return _OPTIMIZER_NAMES.get(type(optimizer).__name__, type(optimizer).__name__)
+
+
 def build_optimizer(config: TrainConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """AdamW (default), AdamP (optional ``adamp`` package, as in PCME), Adam or SGD over ``parameters``."""
+    """AdamW (default), AdamP (optional ``adamp`` package, as in PCME), Adam or SGD over ``parameters``.
+
+    ``train.optimizer=adamp`` without the ``adamp`` package installed falls back to AdamW with the
+    same learning rate and weight decay, with a warning; :func:`optimizer_name` then says
+    ``"adamw"`` (the trainer writes it to the run's log and ``run.json``).
+    """
     params = [p for p in parameters if p.requires_grad]
     if not params:
         raise ConfigError("the model and loss have no trainable parameters")
-    if config.optimizer == "adamw":
-        optimizer: torch.optim.Optimizer = torch.optim.AdamW(
-            params, lr=config.lr, weight_decay=config.weight_decay
+    if config.amsgrad and config.optimizer not in ("adam", "adamw"):
+        raise ConfigError(f"train.amsgrad applies to train.optimizer adam or adamw, not {config.optimizer!r}")
+    adamp = _adamp_class() if config.optimizer == "adamp" else None
+    if config.optimizer == "adamp" and adamp is None:
+        warnings.warn(
+            "train.optimizer=adamp: the optional package 'adamp' is not installed (pip install 'pcmr[adamp]'); "
+            "training with AdamW instead (same lr and weight decay)",
+            stacklevel=2,
         )
-    elif config.optimizer == "adamp":
-        optimizer = _adamp_class()(params, lr=config.lr, weight_decay=config.weight_decay)
+    if adamp is not None:
+        optimizer: torch.optim.Optimizer = adamp(params, lr=config.lr, weight_decay=config.weight_decay)
+    elif config.optimizer in ("adamw", "adamp"):
+        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
     elif config.optimizer == "adam":
-        optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+        optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
     else:
         optimizer = torch.optim.SGD(
             params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay

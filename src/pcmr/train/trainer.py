@@ -73,6 +73,7 @@ from pcmr.train.run import (
 from pcmr.train.schedules import (
     build_optimizer,
     learning_rate_factor,
+    optimizer_name,
     set_learning_rate,
     trainable_backbone_parameters,
 )
@@ -446,6 +447,8 @@ class Trainer:
             "trained_similarity": self.loss_fn.similarity_name,
             "validation_similarity": self.similarity,
             "select_on": self.config.train.select_on,
+            "optimizer": optimizer_name(self.optimizer),  # the one that ran (AdamW if adamp was missing)
+            "optimizer_requested": self.config.train.optimizer,
             "epochs": self.config.train.epochs,
             "world_size": self.context.world_size,
             **self._position(),
@@ -485,6 +488,7 @@ class Trainer:
             self.log.write(
                 "start", epochs=train.epochs, steps_per_epoch=self.steps_per_epoch,
                 world_size=self.context.world_size, precision=train.precision,
+                optimizer=optimizer_name(self.optimizer), optimizer_requested=train.optimizer,
             )
         self._write_summary("running")
         while self.progress["epoch"] < train.epochs:
