@@ -7,8 +7,10 @@ import pytest
 import torch
 import yaml
 
+from pcmr.data.text import UNK_ID
 from pcmr.train import Trainer, load_config, save_config
 from pcmr.train.recipes import list_recipes
+from pcmr.train.schedules import optimizer_name
 
 RECIPES = sorted(list_recipes())
 #: scores that read only the means; every other score reads the log-variances too
@@ -16,6 +18,8 @@ MEAN_ONLY_SCORES = {"cosine", "l2"}
 #: the recipes whose papers train with Cutout and word dropping (PCME 4.1; PCME++), and CalibPE,
 #: whose augmented views estimate its distributions (CalibPE 3.3)
 AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd", "calibpe"}
+#: the recipes that apply them as the PCME release does
+RELEASE_AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd"}
 
 
 def tiny_overrides(cache_dir) -> list[str]:
@@ -78,14 +82,82 @@ def test_every_parameter_behind_an_evaluated_score_gets_a_gradient(recipe, tmp_p
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_states_its_papers_augmentation(recipe):
-    """Cutout and word dropping are stated in every recipe, on only for the papers that use them."""
+    """Cutout and word dropping are stated in every recipe, on only for the papers that use them; the
+    PCME family applies them as the PCME release does (Cutout with probability 0.2 over 2-33 % of
+    the image, aspect ratio in [0.3, 1/0.3]; <unk> with probability 0.1, then floor(0.1 L) deletions)."""
     raw = yaml.safe_load(list_recipes()[recipe].read_text())
     options = raw["data"]["loader_options"]
     assert {"erase_ratio", "word_dropout"} <= set(options), recipe
-    if recipe in AUGMENTED:
+    if recipe in RELEASE_AUGMENTED:
+        assert options["erase_prob"] == 0.2 and options["erase_aspect"] == 0.3
+        assert options["erase_ratio"] == pytest.approx([0.02, 1 / 3])
+        assert (options["word_dropout"], options["word_dropout_rule"]) == (0.1, "unk_then_delete")
+    elif recipe in AUGMENTED:
         assert (options["erase_ratio"], options["word_dropout"]) == (0.2, 0.1)
     else:
         assert (options["erase_ratio"], options["word_dropout"]) == (0.0, 0.0)
+
+
+#: the optimisation each recipe states, from its paper or release (docs/losses.md, "Recipes against
+#: their papers and releases"); a recipe's values must match one setting, never a mix
+RELEASE_SETTINGS = {
+    # PCME's CUB setting (App. C.2; naver-ai/pcme config/cub/pcme_cub.yaml): AdamP, lr 1e-4, weight
+    # decay 0, lambda_KL 1e-3, lambda_unif 10, a = b = 5 in the release's sigmoid(2x), 10 here
+    "pcme": {"train.optimizer": "adamp", "train.lr": 1e-4, "train.weight_decay": 0.0, "train.schedule": "cosine",
+             "train.grad_clip": 2.0, "loss.lambda_kl": 1e-3, "loss.lambda_unif": 10.0, "loss.init_a": 10.0,
+             "loss.init_b": 10.0, "loss.num_samples": 7},
+    "pcme_mu_only": {"train.optimizer": "adamp", "train.lr": 1e-4, "train.weight_decay": 0.0,
+                     "train.schedule": "cosine", "loss.lambda_unif": 10.0, "loss.init_a": 10.0, "loss.init_b": 10.0},
+    # naver-ai/pcmepp configs/pcmepp.yaml: AdamP, lr 5e-4, wd 1e-4, x 0.1 after epoch 15 of 25, clip 2
+    "pcmepp_csd": {"train.optimizer": "adamp", "train.lr": 5e-4, "train.weight_decay": 1e-4, "train.epochs": 25,
+                   "train.schedule": "step", "train.step_epochs": 15, "train.step_gamma": 0.1, "train.grad_clip": 2.0,
+                   "loss.init_a": 5.0, "loss.init_b": 5.0, "loss.lambda_kl": 1e-4},
+    # yalesong/pvse train.py / README: Adam with AMSGrad, lr 2e-4, wd 0, clip 2, 30 epochs, margin 0.1
+    "pvse": {"train.optimizer": "adam", "train.amsgrad": True, "train.lr": 2e-4, "train.weight_decay": 0.0,
+             "train.schedule": "constant", "train.grad_clip": 2.0, "train.epochs": 30, "loss.margin": 0.1,
+             "loss.lambda_div": 0.1, "loss.lambda_mmd": 0.01},
+    # fartashf/vsepp train.py: Adam, lr 2e-4, / 10 at epoch 15, 30 epochs, clip 2, margin 0.2
+    "vsepp_max": {"train.optimizer": "adam", "train.lr": 2e-4, "train.weight_decay": 0.0, "train.schedule": "step",
+                  "train.step_epochs": 15, "train.step_gamma": 0.1, "train.epochs": 30, "train.grad_clip": 2.0,
+                  "loss.margin": 0.2},
+    # the HAL paper's SUM setting (§4): lr 1e-3, / 10 every 10 epochs
+    "vsepp_sum": {"train.optimizer": "adam", "train.lr": 1e-3, "train.weight_decay": 0.0, "train.schedule": "step",
+                  "train.step_epochs": 10, "train.step_gamma": 0.1, "train.epochs": 30, "train.grad_clip": 2.0,
+                  "loss.margin": 0.2},
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RELEASE_SETTINGS))
+def test_recipe_follows_one_setting_of_its_paper_or_release(recipe):
+    config = load_config(list_recipes()[recipe])
+    sections = {"train": config.train.__dict__, "loss": config.loss}
+    for key, expected in RELEASE_SETTINGS[recipe].items():
+        section, name = key.split(".")
+        assert sections[section].get(name) == pytest.approx(expected), f"{recipe}: {key}"
+
+
+def test_pcme_recipe_trains_with_unk_and_adamp(tmp_path, cache_dir):
+    """The pcme recipe's training batches hold <unk> (about 10 % of the words: the vocabulary comes from
+    the training captions, so nothing else is unknown) and its optimiser is AdamP where installed."""
+    config = load_config(list_recipes()["pcme"], tiny_overrides(cache_dir))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(config, run_dir / "config.yaml")
+    trainer = Trainer(config, run_dir)
+    unk = words = 0
+    for epoch in range(4):
+        trainer.loader.batch_sampler.epoch = epoch
+        for batch in trainer.loader:
+            for row, length in enumerate(batch["caption_lengths"].tolist()):
+                unk += int((batch["captions"][row, 1 : length - 1] == UNK_ID).sum())
+                words += length - 2
+    assert words > 500 and 0.05 < unk / words < 0.16
+    try:
+        import adamp
+    except ImportError:
+        assert optimizer_name(trainer.optimizer) == "adamw"
+    else:
+        assert isinstance(trainer.optimizer, adamp.AdamP)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
