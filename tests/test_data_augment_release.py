@@ -171,3 +171,12 @@ def test_fixed_cutout_with_a_probability(shapes_train):
     clean = shapes_train.images.load(int(shapes_train.caption_image[0]))
     changed = [not torch.equal(dataset[(0, seed)]["image"], clean) for seed in range(200)]
     assert np.mean(changed) == pytest.approx(0.5, abs=0.12)
+
+
+
+def test_erase_ratio_zero_switches_the_release_cutout_off(shapes_train):
+    """Overriding a PCME recipe's range with erase_ratio=0 (e.g. on precomputed features) erases nothing."""
+    dataset = PairDataset(shapes_train, Vocabulary.from_split(shapes_train), erase_ratio=0.0, erase_prob=0.2,
+                          erase_aspect=0.3)
+    clean = shapes_train.images.load(int(shapes_train.caption_image[0]))
+    assert all(torch.equal(dataset[(0, seed)]["image"], clean) for seed in range(50))

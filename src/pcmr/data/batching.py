@@ -50,7 +50,7 @@ class PairDataset(Dataset):
     fraction; a pair ``[min, max]`` erases a rectangle of a fraction drawn uniformly in it, with aspect
     ratio log-uniform in ``[erase_aspect, 1 / erase_aspect]`` (default 0.3), as the PCME release does
     (:func:`pcmr.data.augment.random_erase`); either form applies to an item with probability
-    ``erase_prob``. ``word_dropout_rule``: ``"delete"`` or ``"unk_then_delete"`` (the PCME release's,
+    ``erase_prob``, and ``erase_ratio=0`` switches Cutout off whatever the other two options. ``word_dropout_rule``: ``"delete"`` or ``"unk_then_delete"`` (the PCME release's,
     :func:`pcmr.data.augment.drop_words`)."""
 
     def __init__(self, split: RetrievalSplit, vocab: Vocabulary, *, augment: bool = True,
@@ -112,9 +112,9 @@ def _erase_range(erase_ratio: object, erase_aspect: object) -> tuple[float, floa
     if isinstance(erase_ratio, (int, float)) and not isinstance(erase_ratio, bool):
         if not 0.0 <= erase_ratio <= 1.0:
             raise ValueError(f"erase_ratio={erase_ratio} must lie in [0, 1]")
-        if erase_aspect is not None:
+        if erase_aspect is not None and erase_ratio != 0:
             raise ValueError("erase_aspect applies only to an erase_ratio range [min, max]; a single "
-                             f"erase_ratio ({erase_ratio}) erases a square")
+                             f"erase_ratio ({erase_ratio}) erases a square (0 switches Cutout off)")
         return None
     pair = list(erase_ratio) if isinstance(erase_ratio, (list, tuple)) else None
     if (pair is None or len(pair) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
