@@ -50,7 +50,8 @@ class PairDataset(Dataset):
     fraction; a pair ``[min, max]`` erases a rectangle of a fraction drawn uniformly in it, with aspect
     ratio log-uniform in ``[erase_aspect, 1 / erase_aspect]`` (default 0.3), as the PCME release does
     (:func:`pcmr.data.augment.random_erase`); either form applies to an item with probability
-    ``erase_prob``, and ``erase_ratio=0`` switches Cutout off whatever the other two options. ``word_dropout_rule``: ``"delete"`` or ``"unk_then_delete"`` (the PCME release's,
+    ``erase_prob``, and ``erase_ratio=0`` switches Cutout off whatever the other two options.
+    ``word_dropout_rule``: ``"delete"`` or ``"unk_then_delete"`` (the PCME release's,
     :func:`pcmr.data.augment.drop_words`)."""
 
     def __init__(self, split: RetrievalSplit, vocab: Vocabulary, *, augment: bool = True,
@@ -69,6 +70,7 @@ class PairDataset(Dataset):
             raise ValueError(f"word_dropout_rule={word_dropout_rule!r} is not one of {WORD_DROPOUT_RULES}")
         self.split, self.vocab = split, vocab
         self.augment, self.erase_ratio, self.word_dropout, self.num_views = augment, erase_ratio, word_dropout, num_views
+        self.erase_fixed = float(erase_ratio) if self.erase_range is None else 0.0  # type: ignore[arg-type]
         self.erase_prob, self.erase_aspect = float(erase_prob), 0.3 if erase_aspect is None else float(erase_aspect)
         self.word_dropout_rule = word_dropout_rule
         self.encoded = [vocab.encode(text) for text in split.caption_texts]
@@ -82,7 +84,7 @@ class PairDataset(Dataset):
                                 max_area=self.erase_range[1], min_aspect=self.erase_aspect)
         if self.erase_prob < 1.0 and rng.random() >= self.erase_prob:
             return image.clone()
-        return erase_image(image, float(self.erase_ratio), rng)  # type: ignore[arg-type]  # a number here
+        return erase_image(image, self.erase_fixed, rng)
 
     def _drop_words(self, ids: list[int], rng: np.random.Generator) -> list[int]:
         return drop_words(ids, self.word_dropout, rng, self.word_dropout_rule)
