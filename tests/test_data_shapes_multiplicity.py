@@ -11,7 +11,7 @@ import torch
 from scipy.stats import spearmanr
 
 from pcmr.data import DataError, load_dataset
-from pcmr.data.shapes.confounds import multiplicity_confounds, spearman
+from pcmr.metrics.correlation import multiplicity_confounds, spearman
 
 SMALL = dict(num_train=120, num_val=17, num_test=13, num_test_unseen=11, num_binary_selection=7, image_size=30)
 SLOT_VALUES = {

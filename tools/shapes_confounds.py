@@ -11,7 +11,7 @@ import argparse
 
 from pcmr.data import load_dataset
 from pcmr.data.shapes.config import SHAPES_PRESETS
-from pcmr.data.shapes.confounds import multiplicity_confounds
+from pcmr.metrics.correlation import multiplicity_confounds
 
 
 def main() -> None:
