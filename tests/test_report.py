@@ -30,6 +30,9 @@ def _figures() -> dict:
                                       "image": {"ratios": [0.0, 0.5], "mean_uncertainty": [-2.0, -1.0]}},
         "embeddings_2d": {"image": {"mean": [[0.0, 1.0], [1.0, 0.0]], "std": [[0.1, 0.2], [0.3, 0.1]]},
                           "caption": {"mean": [[0.5, 0.5]], "std": None, "text": ["a red circle"]}},
+        "uncertainty_multiplicity": {"measure": "log_det", "image": {
+            "multiplicity": [1, 3, 40], "uncertainty": [-2.0, -1.5, -0.5], "rho": 1.0,
+            "bins": {"multiplicity": [2.0, 40.0], "uncertainty": [-1.75, -0.5]}}},
     }
 
 

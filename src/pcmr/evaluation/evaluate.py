@@ -32,6 +32,7 @@ from pcmr.evaluation.figures import (
     corruption_series,
     decile_series,
     embeddings_2d_series,
+    multiplicity_series,
     occurrence_histogram,
 )
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
@@ -219,6 +220,10 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         result.figures["k_occurrence"] = {"k": 10, "series": hub_data}
     if images.dim == 2:
         result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
+    multiplicity_measure = uncertainty_measure_for((images, captions), uncertainty_measure)
+    if multiplicity_measure is not None:
+        result.figures["uncertainty_multiplicity"] = multiplicity_series(images, captions, relevance,
+                                                                         multiplicity_measure)
     if not result.rows:
         notes.append("no (similarity, re-ranker) pair could be evaluated; see Skipped")
     notes.append("hs-sum: sum of the skewness of N_k for k = 1, 5, 10 over both directions; a constant N_k "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -13,11 +14,13 @@ from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.encode import encode_texts, eval_mode, model_device
 from pcmr.gaussian import Gaussian
+from pcmr.metrics.correlation import spearman
 from pcmr.metrics.hubness import k_occurrence
 from pcmr.metrics.uncertainty import recall_by_uncertainty
 from pcmr.models.model import RetrievalModel
 
-__all__ = ["decile_series", "k_occurrence_histogram", "embeddings_2d_series", "corruption_series"]
+__all__ = ["decile_series", "k_occurrence_histogram", "embeddings_2d_series", "corruption_series",
+           "multiplicity_series"]
 
 
 def _r1_by_decile(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> list[float]:
@@ -49,17 +52,22 @@ def occurrence_histogram(counts: Tensor) -> dict[str, list[int]]:
 
 
 def embeddings_2d_series(images: Gaussian, captions: Gaussian, relevance: Tensor, *, max_images: int = 12,
-                         caption_texts: list[str] | None = None) -> dict[str, Any]:
-    """Means and standard deviations of a few images and their relevant captions (2-D models only),
-    for the PCME Fig. 5 ellipse plot."""
+                         max_captions: int = 40, caption_texts: list[str] | None = None) -> dict[str, Any]:
+    """Means and standard deviations of 2-D embeddings for the PCME Fig. 5 ellipse plot.
+
+    ``images``/``captions``: Gaussians ``[N_img, 2]``/``[N_cap, 2]``; ``relevance``: bool ``[N_img, N_cap]``.
+    Picks the first ``max_images`` images and, among the captions, the ``max_captions / 2`` most
+    specific (fewest relevant images) and the ``max_captions / 2`` most generic (most relevant images),
+    so that the figure shows whether generic captions get the wider Gaussians (PCME §5.1). Each
+    caption carries its ``multiplicity`` (number of relevant images).
+    """
     if images.dim != 2:
         raise ValueError(f"embedding ellipses need a 2-D model, got D={images.dim}")
     picked_images = list(range(min(max_images, images.num)))
-    picked_captions: list[int] = []
-    for i in picked_images:
-        for c in relevance[i].nonzero().flatten().tolist()[:2]:
-            if c not in picked_captions:
-                picked_captions.append(c)
+    multiplicity = relevance.sum(0).cpu()  # [N_cap]
+    order = torch.argsort(multiplicity, stable=True).tolist()
+    half = max(1, max_captions // 2)
+    picked_captions = order[:half] + [c for c in order[-half:] if c not in order[:half]]
 
     def series(g: Gaussian, rows: list[int]) -> dict[str, Any]:
         sub = g[torch.tensor(rows, dtype=torch.long, device=g.device)] if rows else g[0:0]
@@ -67,8 +75,36 @@ def embeddings_2d_series(images: Gaussian, captions: Gaussian, relevance: Tensor
         return {"mean": sub.mean.detach().cpu().tolist(), "std": std}
 
     out = {"image": series(images, picked_images), "caption": series(captions, picked_captions)}
+    out["caption"]["multiplicity"] = [int(multiplicity[c]) for c in picked_captions]
     if caption_texts is not None:
         out["caption"]["text"] = [caption_texts[c] for c in picked_captions]
+    return out
+
+
+def multiplicity_series(images: Gaussian, captions: Gaussian, relevance: Tensor, measure: str, *,
+                        max_points: int = 2000, num_bins: int = 8) -> dict[str, Any]:
+    """Uncertainty against true multiplicity (number of relevant items), per modality (PCME §5.1).
+
+    ``relevance``: bool ``[N_img, N_cap]``; ``measure``: a :meth:`pcmr.Gaussian.uncertainty` measure.
+    Returns ``{"measure", "image": side, "caption": side}`` with ``side = {"multiplicity": [...],
+    "uncertainty": [...]`` (at most ``max_points`` items, evenly spaced in index order), ``"rho"``
+    (Spearman over all items; NaN when every item has the same multiplicity), ``"bins"``: ``{"multiplicity":
+    [...], "uncertainty": [...]}`` the means over ``num_bins`` groups of items of equal size after
+    sorting by multiplicity}``.
+    """
+    out: dict[str, Any] = {"measure": measure}
+    for side, gaussian, axis in (("image", images, 1), ("caption", captions, 0)):
+        counts = relevance.sum(axis).cpu().double().numpy()
+        values = gaussian.uncertainty(measure).detach().cpu().double().numpy()
+        order = np.argsort(counts, kind="stable")
+        groups = [g for g in np.array_split(order, min(num_bins, len(order))) if len(g)]
+        stride = max(1, -(-len(counts) // max_points))
+        out[side] = {
+            "multiplicity": counts[::stride].tolist(), "uncertainty": values[::stride].tolist(),
+            "rho": spearman(counts, values) if len(counts) > 1 else float("nan"),
+            "bins": {"multiplicity": [float(counts[g].mean()) for g in groups],
+                     "uncertainty": [float(values[g].mean()) for g in groups]},
+        }
     return out
 
 

@@ -8,7 +8,10 @@ PNG with matplotlib's Agg canvas, so it works headless and never changes the use
   (HAL/RGM §3.4, hubness).
 - ``uncertainty_vs_corruption``: mean uncertainty against the occlusion ratio of images and the
   word-erasure ratio of captions (PCME Fig. 7).
-- ``embeddings_2d``: means and one-standard-deviation ellipses of a 2-D model (PCME Fig. 5).
+- ``embeddings_2d``: means and one-standard-deviation ellipses of a 2-D model (PCME Fig. 5), the
+  most specific and the most generic captions in different colours.
+- ``uncertainty_multiplicity``: each item's uncertainty against its true number of relevant items,
+  images and captions (PCME §5.1: uncertainty should grow with multiplicity).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ __all__ = [
     "plot_k_occurrence",
     "plot_uncertainty_vs_corruption",
     "plot_embedding_ellipses",
+    "plot_uncertainty_multiplicity",
     "save_figures",
     "FIGURES",
 ]
@@ -137,33 +141,80 @@ def plot_embedding_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) 
     """Means and 1-std ellipses of 2-D Gaussian embeddings (PCME Fig. 5).
 
     ``data = {"image": {"mean": [[x, y], ...], "std": [[sx, sy], ...] | None},
-    "caption": {"mean": ..., "std": ..., "text": [str, ...] (optional)}}``.
+    "caption": {"mean": ..., "std": ..., "multiplicity": [int, ...] (optional), "text": [str, ...] (optional)}}``.
+    With ``multiplicity``, captions above its median are drawn as "generic", the others as "specific".
     """
     from matplotlib.patches import Ellipse
 
-    figure = new_figure(6.0, 6.0)
+    figure = new_figure(6.4, 6.0)
     ax = figure.subplots()
-    for modality, color, marker in (("image", "C0", "s"), ("caption", "C1", "o")):
-        series = data.get(modality)
-        if not series:
-            continue
-        means = series["mean"]
+    groups: list[tuple[str, dict[str, Any], list[int], str, str]] = []
+    image = data.get("image")
+    if image:
+        groups.append(("images", image, list(range(len(image["mean"]))), "C0", "s"))
+    caption = data.get("caption")
+    if caption:
+        rows = list(range(len(caption["mean"])))
+        multiplicity = caption.get("multiplicity")
+        if multiplicity:
+            cut = sorted(multiplicity)[len(multiplicity) // 2]
+            specific = [i for i in rows if multiplicity[i] < cut] or [i for i in rows if multiplicity[i] <= cut]
+            generic = [i for i in rows if i not in specific]
+            groups.append((f"specific captions ({min(multiplicity[i] for i in specific)}-"
+                           f"{max(multiplicity[i] for i in specific)} relevant images)", caption, specific, "C1", "o"))
+            if generic:
+                groups.append((f"generic captions ({min(multiplicity[i] for i in generic)}-"
+                               f"{max(multiplicity[i] for i in generic)} relevant images)", caption, generic, "C2", "^"))
+        else:
+            groups.append(("captions", caption, rows, "C1", "o"))
+    for label, series, rows, color, marker in groups:
+        means = [series["mean"][i] for i in rows]
         stds = series.get("std")
-        xs = [m[0] for m in means]
-        ys = [m[1] for m in means]
-        ax.scatter(xs, ys, s=14, c=color, marker=marker, label=f"{modality} means ({len(means)})", zorder=3)
+        ax.scatter([m[0] for m in means], [m[1] for m in means], s=14, c=color, marker=marker,
+                   label=f"{label}, n={len(rows)}", zorder=3)
         if stds:
-            for (x, y), (sx, sy) in zip(means, stds):
+            for i in rows:
+                (x, y), (sx, sy) = series["mean"][i], stds[i]
                 ax.add_patch(Ellipse((x, y), 2 * sx, 2 * sy, facecolor=color, edgecolor=color, alpha=0.12))
-        for (x, y), text in list(zip(means, series.get("text") or []))[:8]:
+    if caption and caption.get("text"):
+        for (x, y), text in list(zip(caption["mean"], caption["text"]))[:6]:
             ax.annotate(text[:28], (x, y), fontsize=6, alpha=0.8, xytext=(3, 3), textcoords="offset points")
     ax.set_aspect("equal", adjustable="datalim")
     ax.autoscale_view()
     ax.set_xlabel("dimension 1")
     ax.set_ylabel("dimension 2")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     ax.set_title("2-D embeddings: means and 1-std ellipses", fontsize=11)
+    return save_figure(figure, path)
+
+
+def plot_uncertainty_multiplicity(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Uncertainty against true multiplicity, images and captions (PCME §5.1), two panels.
+
+    ``data = {"measure": str, "image": side, "caption": side}``, ``side = {"multiplicity": [...],
+    "uncertainty": [...], "rho": float, "bins": {"multiplicity": [...], "uncertainty": [...]}}``
+    (:func:`pcmr.evaluation.figures.multiplicity_series`); items as dots, bin means as a line.
+    """
+    panels = [(m, t) for m, t in (("image", "images"), ("caption", "captions")) if data.get(m)]
+    figure = new_figure(4.6 * max(len(panels), 1), 3.8)
+    axes = figure.subplots(1, max(len(panels), 1), squeeze=False)[0]
+    for ax, (modality, title) in zip(axes, panels):
+        side = data[modality]
+        color = "C0" if modality == "image" else "C1"
+        ax.scatter(side["multiplicity"], side["uncertainty"], s=5, alpha=0.25, color=color, label="items")
+        ax.plot(side["bins"]["multiplicity"], side["bins"]["uncertainty"], marker="o", color="k",
+                linewidth=1.2, label="mean per multiplicity bin")
+        if min(side["multiplicity"], default=0) > 0 and max(side["multiplicity"]) > 10 * min(side["multiplicity"]):
+            ax.set_xscale("log")
+        rho = side["rho"]
+        ax.set_title(f"{title}: Spearman rho = {'n/a' if rho != rho else f'{rho:+.2f}'}", fontsize=10)
+        other = "images" if modality == "caption" else "captions"
+        ax.set_xlabel(f"relevant {other} (true multiplicity)")
+        ax.set_ylabel(f"uncertainty ({data.get('measure', 'uncertainty')})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    figure.suptitle("uncertainty vs multiplicity", fontsize=11)
     return save_figure(figure, path)
 
 
@@ -173,6 +224,7 @@ FIGURES: dict[str, Callable[[dict[str, Any], str | os.PathLike[str]], Path]] = {
     "k_occurrence": plot_k_occurrence,
     "uncertainty_vs_corruption": plot_uncertainty_vs_corruption,
     "embeddings_2d": plot_embedding_ellipses,
+    "uncertainty_multiplicity": plot_uncertainty_multiplicity,
 }
 
 

@@ -2,9 +2,8 @@
 
 - :func:`least_squares_slope`: slope of the least-squares line through ``(x_i, y_i)``; used on
   PCME Fig. 7's series (mean uncertainty against the occluded / erased fraction).
-- :func:`spearman`: Spearman's rank correlation with average ranks for ties; used between the
-  uncertainty of each item and its true number of relevant items.
-- :func:`relevant_count_correlation`: that correlation for images (rows) and captions (columns).
+- :func:`spearman` and :func:`relevant_count_correlation` (from :mod:`pcmr.metrics.correlation`):
+  the rank correlation between each item's uncertainty and its true number of relevant items.
 - :func:`binary_selection`: the four accuracies of the binary selection task (ProbVSE §5,
   Table 4; GCIE §3.4) from one score matrix of the controlled split.
 """
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pcmr.metrics.correlation import average_ranks, relevant_count_correlation, spearman
 from pcmr.metrics.uncertainty import binary_selection_accuracy
 
 __all__ = ["average_ranks", "binary_selection", "least_squares_slope", "relevant_count_correlation", "spearman"]
@@ -31,54 +31,6 @@ def least_squares_slope(x: Sequence[float], y: Sequence[float]) -> float:
     dx = xs - xs.mean()
     denominator = float((dx * dx).sum())
     return math.nan if denominator == 0 else float((dx * (ys - ys.mean())).sum() / denominator)
-
-
-def average_ranks(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Ranks ``1..n`` of ``values`` (ascending); tied values share the mean of their ranks."""
-    data = np.asarray(values, dtype=np.float64)
-    _, inverse, counts = np.unique(data, return_inverse=True, return_counts=True)
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # 0-based rank of each group's first member
-    return (first + (counts + 1) / 2.0)[inverse.reshape(-1)]
-
-
-def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
-    """Spearman's rank correlation: Pearson's correlation of the average ranks; NaN when either
-    side is constant."""
-    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 2:
-        raise ValueError(f"x and y must be 1-D of the same length >= 2, got {xs.shape} and {ys.shape}")
-    if np.isnan(xs).any() or np.isnan(ys).any():
-        raise ValueError("x and y must not contain NaN")
-    rx, ry = average_ranks(xs), average_ranks(ys)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    denominator = math.sqrt(float((rx * rx).sum()) * float((ry * ry).sum()))
-    return math.nan if denominator == 0 else float((rx * ry).sum() / denominator)
-
-
-def relevant_count_correlation(relevance: Tensor, image_uncertainty: Tensor | None,
-                               caption_uncertainty: Tensor | None) -> dict[str, float]:
-    """Spearman correlation between each item's uncertainty and its number of relevant items.
-
-    Args:
-        relevance: BoolTensor ``[N_img, N_cap]``.
-        image_uncertainty: ``[N_img]`` or None; caption_uncertainty: ``[N_cap]`` or None (e.g.
-            ``Gaussian.uncertainty``; None for a side without variances).
-
-    Returns ``{"image": rho, "caption": rho}`` for the sides given (NaN where every item has the
-    same count, e.g. captions under source relevance).
-    """
-    if relevance.dtype != torch.bool or relevance.dim() != 2:
-        raise ValueError(f"relevance must be a 2-D BoolTensor [N_img, N_cap], got {relevance.dtype} "
-                         f"{tuple(relevance.shape)}")
-    out = {}
-    for side, value, axis in (("image", image_uncertainty, 1), ("caption", caption_uncertainty, 0)):
-        if value is None:
-            continue
-        size = relevance.shape[1 - axis]
-        if tuple(value.shape) != (size,):
-            raise ValueError(f"{side}_uncertainty must have shape [{size}], got {tuple(value.shape)}")
-        out[side] = spearman(value.detach().double().cpu().numpy(), relevance.sum(axis).cpu().numpy())
-    return out
 
 
 def _accuracy(positive: Tensor, negative: Tensor) -> float:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from pcmr.data.errors import DataError
+from pcmr.data.shapes.grammar import CAPTION_STYLES, MAX_DESCRIPTIONS
 from pcmr.data.shapes.scene import COLOURS, SHAPES, parse_combinations, sample_scenes
 
 __all__ = ["ShapesConfig", "SHAPES_SPLITS", "SHAPES_PRESETS", "GENERATOR_VERSION", "split_seed"]
@@ -16,11 +17,16 @@ GENERATOR_VERSION = 1
 #: the settings each preset gives to the fields left at None (docs/datasets.md). "hard" makes every
 #: caption specific (3+ attributes per description, no counting captions), every scene busy (3-4
 #: objects) and every image noisy, so that retrieval does not saturate at a small training budget.
+#: "multiplicity" separates how many images a caption fits from how long it is, and how many captions
+#: an image fits from how many objects it holds: every scene has 3 objects, every caption describes 2
+#: of them in the fixed-length "slots" wording (15 words), naming 0-5 of each object's 5 attributes.
 SHAPES_PRESETS: dict[str, dict[str, Any]] = {
     "standard": {"min_objects": 1, "max_objects": 4, "min_attributes": 1, "count_caption_rate": 0.1,
-                 "pixel_noise": 0.0},
+                 "pixel_noise": 0.0, "caption_style": "natural", "descriptions_per_caption": 0},
     "hard": {"min_objects": 3, "max_objects": 4, "min_attributes": 3, "count_caption_rate": 0.0,
-             "pixel_noise": 24.0},
+             "pixel_noise": 24.0, "caption_style": "natural", "descriptions_per_caption": 0},
+    "multiplicity": {"min_objects": 3, "max_objects": 3, "min_attributes": 0, "count_caption_rate": 0.0,
+                     "pixel_noise": 24.0, "caption_style": "slots", "descriptions_per_caption": 2},
 }
 SHAPES_SPLITS = {"train": 1, "val": 2, "test": 3, "test_unseen": 4, "binary_selection": 5}
 
@@ -44,6 +50,9 @@ class ShapesConfig:
     min_attributes: int | None = None
     count_caption_rate: float | None = None  # share of counting captions, "two red shapes" (standard 0.1, hard 0)
     pixel_noise: float | None = None  # std of Gaussian pixel noise, 0-255 scale (standard 0, hard 24)
+    caption_style: str | None = None  # "natural" noun phrases or fixed-length "slots" (multiplicity preset)
+    # descriptions in every caption, 1-3 (0: 1-3 at random, the natural mixture; "slots" needs 1-3)
+    descriptions_per_caption: int | None = None
     # (colour, shape) combinations that appear only in "test_unseen"
     unseen_combinations: tuple[str, ...] = ("yellow circle", "purple square", "cyan triangle", "red diamond",
                                             "green cross")
@@ -69,9 +78,25 @@ class ShapesConfig:
         if not 0.0 <= self.pixel_noise <= 255.0:
             raise DataError(f"pixel_noise={self.pixel_noise!r}", location="shapes config 'pixel_noise'",
                             expected="a number in [0, 255]")
-        if isinstance(self.min_attributes, bool) or self.min_attributes not in (1, 2, 3, 4):
+        if self.caption_style not in CAPTION_STYLES:
+            raise DataError(f"caption_style={self.caption_style!r}", location="shapes config 'caption_style'",
+                            expected=" or ".join(CAPTION_STYLES))
+        slots = self.caption_style == "slots"
+        if isinstance(self.min_attributes, bool) or self.min_attributes not in range(0 if slots else 1, 6 if slots else 5):
             raise DataError(f"min_attributes={self.min_attributes!r}", location="shapes config 'min_attributes'",
-                            expected="an integer in 1..4")
+                            expected="an integer in 0..5 (slots captions)" if slots else "an integer in 1..4")
+        if (isinstance(self.descriptions_per_caption, bool)
+                or self.descriptions_per_caption not in range(1 if slots else 0, MAX_DESCRIPTIONS + 1)):
+            raise DataError(f"descriptions_per_caption={self.descriptions_per_caption!r}",
+                            location="shapes config 'descriptions_per_caption'",
+                            expected=f"an integer in {1 if slots else 0}..{MAX_DESCRIPTIONS}")
+        if slots and self.count_caption_rate > 0:
+            raise DataError(f"count_caption_rate={self.count_caption_rate!r}",
+                            location="shapes config 'count_caption_rate'", expected="0 with slots captions")
+        if slots and isinstance(self.min_objects, int) and self.min_objects < self.descriptions_per_caption:
+            raise DataError(f"min_objects={self.min_objects!r}", location="shapes config 'min_objects'",
+                            expected=f"at least descriptions_per_caption ({self.descriptions_per_caption}) "
+                                     "with slots captions")
         kinds = {"min_objects": (int, "an integer"), "max_objects": (int, "an integer"), "seed": (int, "an integer"),
                  "cache": (bool, "true or false"), "cache_dir": ((str, type(None)), "a folder path or null"),
                  "unseen_combinations": ((list, tuple), "a list of 'colour shape' strings")}

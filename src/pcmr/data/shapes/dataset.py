@@ -63,7 +63,8 @@ def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
                                max_objects=config.max_objects, allowed=~held_out)
     preds, count = sample_captions(scenes.objects, config.captions_per_image, np.random.default_rng(caption_seed),
                                    min_attributes=config.min_attributes,
-                                   count_caption_rate=config.count_caption_rate)
+                                   count_caption_rate=config.count_caption_rate, style=config.caption_style,
+                                   descriptions=config.descriptions_per_caption or None)
     relevance = shapes_relevance(scenes.objects, preds, count)
     pixels = render_scenes(scenes, config.image_size)
     if config.pixel_noise > 0:  # from its own stream: the scenes and captions are those of the noiseless data
@@ -75,7 +76,7 @@ def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
         "caption_preds": preds, "caption_count": count,
         "caption_image": np.repeat(np.arange(len(scenes), dtype=np.int64), config.captions_per_image),
         "relevance_bits": relevance.bits,
-        "caption_texts": [caption_text(p, int(c)) for p, c in zip(preds, count)],
+        "caption_texts": [caption_text(p, int(c), config.caption_style) for p, c in zip(preds, count)],
     }
 
 

@@ -1,0 +1,100 @@
+"""The "multiplicity" shapes preset: multiplicity varies at fixed caption length and object count."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from pcmr.data import DataError, load_dataset
+from pcmr.metrics.correlation import multiplicity_confounds, spearman
+
+SMALL = dict(num_train=120, num_val=17, num_test=13, num_test_unseen=11, num_binary_selection=7, image_size=30)
+SLOT_VALUES = {
+    1: {"small": "small", "large": "large", "anysize": None},
+    2: {c: c for c in ("red", "green", "blue", "yellow", "purple", "cyan")} | {"anycolour": None},
+    3: {s: s for s in ("circle", "square", "triangle", "diamond", "cross")} | {"shape": None},
+    5: {"left": 0, "centre": 1, "right": 2, "anycolumn": None},
+    6: {"top": 0, "middle": 1, "bottom": 2, "anyrow": None},
+}
+SLOT_KEYS = {1: "size", 2: "colour", 3: "shape", 5: "column", 6: "row"}
+
+
+def read_slots(phrase: str) -> dict:
+    """Constraint of one slots description, read word by word: 'a large anycolour circle at left anyrow'."""
+    words = phrase.split()
+    assert len(words) == 7 and words[0] == "a" and words[4] == "at", phrase
+    constraint = {}
+    for position, key in SLOT_KEYS.items():
+        value = SLOT_VALUES[position][words[position]]
+        if value is not None:
+            constraint[key] = value
+    return constraint
+
+
+def brute_force(text: str, scene: list[dict]) -> bool:
+    phrases = [read_slots(p) for p in text.split(" and ")]
+    return any(all(all(o[k] == v for k, v in c.items()) for o, c in zip(chosen, phrases))
+               for chosen in itertools.permutations(scene, len(phrases)))
+
+
+@pytest.fixture(scope="module")
+def train(tmp_path_factory):
+    return load_dataset("shapes", "train", preset="multiplicity", captions_per_image=3, seed=4,
+                        cache_dir=str(tmp_path_factory.mktemp("cache")), **SMALL)
+
+
+def test_relevance_equals_brute_force_reading_of_slot_captions(train):
+    scenes = train.info["scenes"].to_json()
+    expected = torch.tensor([[brute_force(t, s) for t in train.caption_texts] for s in scenes])
+    assert torch.equal(train.relevance_matrix(), expected)
+
+
+def test_every_caption_has_fifteen_words_and_every_scene_three_objects(train):
+    assert {len(t.split()) for t in train.caption_texts} == {15}
+    assert set(train.info["scenes"].num_objects.tolist()) == {3}
+
+
+def test_multiplicity_varies_widely_at_fixed_length(train):
+    multiplicity = np.array([len(x) for x in train.caption_to_images])
+    assert multiplicity.min() == 1 and multiplicity.max() > 30  # specific and generic captions
+    wildcards = np.array([sum(w.startswith("any") or w == "shape" for w in t.split()) for t in train.caption_texts])
+    assert spearman(wildcards, multiplicity) > 0.5  # the wildcards, not the length, decide multiplicity
+    stats = multiplicity_confounds(train)
+    assert np.isnan(stats["rho_length_caption"]) and np.isnan(stats["rho_objects_image"])
+    assert stats["caption_words_min"] == stats["caption_words_max"] == 15
+
+
+def test_hard_preset_confound_is_reported(tmp_path):
+    hard = load_dataset("shapes", "train", preset="hard", cache_dir=str(tmp_path), **SMALL)
+    stats = multiplicity_confounds(hard)
+    assert stats["rho_length_caption"] < -0.5  # longer captions fit fewer images
+    assert stats["rho_objects_image"] > 0.2  # busier scenes fit more captions
+
+
+@pytest.mark.parametrize("n", [2, 7, 31])
+def test_spearman_matches_scipy_with_ties(n):
+    rng = np.random.default_rng(n)
+    x, y = rng.integers(0, 4, n), rng.normal(size=n) + rng.integers(0, 3, n)
+    assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("caption_style", "prose", "natural or slots"), ("descriptions_per_caption", 0, "1..3"),
+    ("min_attributes", 6, "0..5"), ("min_objects", 1, "at least descriptions_per_caption"),
+    ("count_caption_rate", 0.2, "0 with slots"),
+])
+def test_bad_multiplicity_settings_name_the_field(key, value, expected):
+    with pytest.raises(DataError, match=f"{key}.*{expected}"):
+        load_dataset("shapes", "train", cache=False, preset="multiplicity", **{key: value})
+
+
+@pytest.mark.parametrize(("preset", "digest"), [("standard", "06aa5a608786ef2a"), ("hard", "ea983858f4db5f01")])
+def test_natural_presets_keep_their_captions(preset, digest):
+    """The new settings leave the existing presets' captions exactly as the generator wrote them before."""
+    data = load_dataset("shapes", "train", cache=False, seed=0, preset=preset, **SMALL)
+    assert hashlib.sha256("\n".join(data.caption_texts).encode()).hexdigest()[:16] == digest
