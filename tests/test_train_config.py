@@ -228,3 +228,31 @@ def test_train_relevance_reaches_the_training_batches(tmp_path):
     for bad in ("exact", "false"):
         with pytest.raises(ConfigError, match=r"'data.train_relevance' expects 'source' .* or 'true'"):
             load_config(None, [f"data.train_relevance={bad}"])
+
+
+def test_schedule_fractions_scale_with_the_epoch_count():
+    """A step period or warm-up given as a share of training lands at the same point of any run."""
+    from pcmr.train.schedules import learning_rate_factor
+
+    paper = RunConfig.from_dict({"train": {"epochs": 30, "schedule": "step", "step_fraction": 0.5}}).train
+    short = RunConfig.from_dict({"train": {"epochs": 6, "schedule": "step", "step_fraction": 0.5}}).train
+    assert (paper.step_period(), short.step_period()) == (15, 3)
+    factors = [learning_rate_factor(short, epoch, 0, 10) for epoch in range(6)]
+    assert factors == pytest.approx([1, 1, 1, 0.1, 0.1, 0.1])
+    warm = RunConfig.from_dict({"train": {"epochs": 6, "warmup_fraction": 0.5, "warmup_lr_factor": 0.5,
+                                          "schedule": "step", "step_fraction": 1.0}}).train
+    assert warm.warmup_epoch_count() == 3 and warm.step_period() == 3
+    assert [learning_rate_factor(warm, e, 0, 10) for e in range(6)] == pytest.approx([0.5] * 3 + [1.0] * 3)
+    assert warm.schedule_summary() == {"schedule": "step", "epochs": 6, "warmup_epochs": 3, "step_period": 3,
+                                       "step_gamma": 0.1}
+    assert paper.schedule_summary()["warmup_epochs"] == 0
+    # without fractions nothing changes
+    fixed = RunConfig.from_dict({"train": {"epochs": 6, "schedule": "step", "step_epochs": 15}}).train
+    assert fixed.step_period() == 15
+
+
+@pytest.mark.parametrize(("key", "value"), [("step_fraction", 0.0), ("step_fraction", 1.5),
+                                            ("warmup_fraction", 1.0), ("warmup_fraction", "half")])
+def test_bad_schedule_fraction_is_named(key, value):
+    with pytest.raises(ConfigError, match=f"train.{key}"):
+        RunConfig.from_dict({"train": {key: value}})

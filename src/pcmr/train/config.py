@@ -81,8 +81,13 @@ class TrainConfig:
     amsgrad: bool = False  # adam / adamw only: the AMSGrad variant (the PVSE release trains with it)
     schedule: Literal["cosine", "step", "constant"] = "cosine"
     warmup_epochs: int = 0  # PCME: epochs training the heads only, backbones frozen
+    # the warm-up as a share of `epochs` (wins over warmup_epochs): a run's epoch count scales it
+    warmup_fraction: float | None = None
     warmup_lr_factor: float = 1.0  # lr multiplier during the frozen warm-up
     step_epochs: int = 15  # step schedule (VSE++): multiply lr by step_gamma every step_epochs
+    # the step period as a share of the post-warm-up epochs (wins over step_epochs): VSE++'s "lr / 10
+    # at epoch 15 of 30" is 0.5, and stays half-way through training at any epoch count
+    step_fraction: float | None = None
     step_gamma: float = 0.1
     min_lr_factor: float = 0.0  # cosine schedule floor, as a fraction of lr
     grad_clip: float | None = 2.0  # max global gradient norm; None disables clipping
@@ -101,6 +106,39 @@ class TrainConfig:
     # null (bars only when stderr is a terminal; plain per-epoch lines otherwise)
     progress: bool | None = None
     log_every: int = 10  # steps between JSONL log lines
+
+    def __post_init__(self) -> None:
+        for name, low_open in (("warmup_fraction", False), ("step_fraction", True)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    0.0 < value <= 1.0 if low_open else 0.0 <= value < 1.0):
+                raise ConfigError(f"train.{name}={value!r}: expected a number in "
+                                  f"{'(0, 1]' if low_open else '[0, 1)'} or null")
+
+    def warmup_epoch_count(self) -> int:
+        """Epochs of the frozen warm-up: ``round(warmup_fraction * epochs)``, else ``warmup_epochs``."""
+        if self.warmup_fraction is None:
+            return self.warmup_epochs
+        return int(round(self.warmup_fraction * self.epochs))
+
+    def step_period(self) -> int:
+        """Epochs between two steps of the step schedule (>= 1): ``round(step_fraction * post-warm-up
+        epochs)``, else ``step_epochs``."""
+        if self.step_fraction is None:
+            return max(1, self.step_epochs)
+        return max(1, int(round(self.step_fraction * max(1, self.epochs - self.warmup_epoch_count()))))
+
+    def schedule_summary(self) -> dict[str, Any]:
+        """The schedule a run used, in epochs (recorded in ``run.json``; the study reports it)."""
+        out: dict[str, Any] = {"schedule": self.schedule, "epochs": self.epochs,
+                               "warmup_epochs": self.warmup_epoch_count()}
+        if self.schedule == "step":
+            out.update(step_period=self.step_period(), step_gamma=self.step_gamma)
+        if self.schedule == "cosine":
+            out["min_lr_factor"] = self.min_lr_factor
+        return out
 
 
 @dataclass

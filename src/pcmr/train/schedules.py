@@ -7,7 +7,9 @@ position and the schedule recomputes the same learning rate.
 - ``cosine`` (SGDR, Loshchilov & Hutter 2017; used by PCME §4.1 / App. C.2):
   after the warm-up, ``lr * (min + (1 - min) * 0.5 * (1 + cos(pi * t)))`` with
   ``t`` the fraction of post-warm-up steps done.
-- ``step`` (VSE++, Faghri et al. 2018): ``lr * gamma ** floor(epoch / step_epochs)``.
+- ``step`` (VSE++, Faghri et al. 2018): ``lr * gamma ** floor(epoch / period)``, the period given
+  in epochs (``step_epochs``) or as a share of the post-warm-up epochs (``step_fraction``), so that
+  a shorter run (the study) decays at the same point of its training as the paper's.
 - ``constant``.
 
 PCME schedule (PCME §4.1, App. C.2): ``warmup_epochs`` epochs train with the
@@ -33,15 +35,16 @@ __all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "set_lea
 
 def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int) -> float:
     """Multiplier of ``config.lr`` at a position in training (``epoch`` is 0-based)."""
-    if epoch < config.warmup_epochs:
+    warmup = config.warmup_epoch_count()
+    if epoch < warmup:
         return config.warmup_lr_factor
     if config.schedule == "constant":
         return 1.0
     if config.schedule == "step":
-        return config.step_gamma ** ((epoch - config.warmup_epochs) // max(1, config.step_epochs))
-    main_epochs = max(1, config.epochs - config.warmup_epochs)
+        return config.step_gamma ** ((epoch - warmup) // config.step_period())
+    main_epochs = max(1, config.epochs - warmup)
     total = main_epochs * max(1, steps_per_epoch)
-    done = (epoch - config.warmup_epochs) * max(1, steps_per_epoch) + step_in_epoch
+    done = (epoch - warmup) * max(1, steps_per_epoch) + step_in_epoch
     progress = min(1.0, done / total)
     return config.min_lr_factor + (1.0 - config.min_lr_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 

@@ -277,7 +277,7 @@ class Trainer:
         )
 
     def _set_frozen(self, epoch: int) -> None:
-        frozen = epoch < self.config.train.warmup_epochs
+        frozen = epoch < self.config.train.warmup_epoch_count()
         for parameter in self.backbone:
             parameter.requires_grad_(not frozen)
 
@@ -450,6 +450,7 @@ class Trainer:
             "optimizer": optimizer_name(self.optimizer),  # the one that ran (AdamW if adamp was missing)
             "optimizer_requested": self.config.train.optimizer,
             "epochs": self.config.train.epochs,
+            "schedule": self.config.train.schedule_summary(),  # in epochs, fractions resolved
             "world_size": self.context.world_size,
             **self._position(),
             "best_metric": self.progress["best_metric"],
