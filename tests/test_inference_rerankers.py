@@ -60,7 +60,7 @@ def test_list_and_parameters():
 
 
 def test_bad_names_and_parameters():
-    with pytest.raises(ValueError, match="unknown reranker"):
+    with pytest.raises(ValueError, match="unknown re-ranker"):
         get_reranker("hungarian")
     with pytest.raises(ValueError, match="unexpected"):
         get_reranker("is", lam=2.0)

@@ -39,6 +39,7 @@ from pcmr.metrics.driver import recall_from_lists
 from pcmr.ranking.backend import BACKENDS
 from pcmr.ranking.checks import check_positive_int, check_scores
 from pcmr.ranking.topk import ordered_topk
+from pcmr.suggest import unknown_name
 
 #: RGM's lambda candidates: from GM-like (1) to unconstrained (inf = top-k of the re-weighted scores).
 DEFAULT_LAMBDA_GRID: tuple[float, ...] = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0, math.inf)
@@ -299,7 +300,7 @@ def list_rerankers() -> list[str]:
 
 def _parts(name: str) -> tuple[type[Reweighting], type[Matching] | None]:
     if not isinstance(name, str) or name not in list_rerankers():
-        raise ValueError(f"unknown reranker {name!r}; choose one of {list_rerankers()}")
+        raise ValueError(unknown_name("re-ranker", str(name), list_rerankers()))
     if name in _REWEIGHTINGS:
         return _REWEIGHTINGS[name], None
     if name in _MATCHINGS:
