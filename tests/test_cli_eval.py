@@ -62,8 +62,8 @@ def test_evaluate_model_folder_needs_data(run_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--similarity", "dot"], "unknown similarity name(s) ['dot']; accepted: cosine"),
-    (["--rerank", "nns,hubless"], "unknown re-ranker name(s) ['hubless']; accepted: nns"),
+    (["--similarity", "dot"], "unknown similarity 'dot'; expected one of: cosine"),
+    (["--rerank", "nns,hubless"], "unknown re-ranker 'hubless'; expected one of: nns"),
     (["--option", "oops"], "expected NAME.OPTION=VALUE"),
     (["--data", "/no/such/folder"], "neither a dataset name"),
     (["--folds", "5"], "num_folds must be a positive integer dividing the 13 images"),

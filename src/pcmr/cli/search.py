@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
+from pcmr.atomic import write_folder
 from pcmr.cli.evaluate import load_run_or_model, load_split
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
@@ -66,6 +68,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--from-embeddings", metavar="FILE", default=None,
                        help="build INDEX from saved embeddings (safetensors: image_mean, image_logvar, "
                        "caption_mean, caption_logvar) instead of a model; queries then need Gaussians")
+    build.add_argument("--overwrite", action="store_true",
+                       help="replace an existing INDEX folder with --build / --from-embeddings (the new index "
+                       "is swapped in whole once complete)")
     build.add_argument("--add", metavar="FILE", default=None,
                        help="append the items of a saved-embeddings file to the existing INDEX")
     ann = parser.add_argument_group("faiss backend (building)")
@@ -146,7 +151,21 @@ def _rerank_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
+def _check_target(args: argparse.Namespace) -> None:
+    """--build / --from-embeddings never replace an existing index (or other files) without --overwrite."""
+    target = Path(args.index)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not args.overwrite:
+        raise FileExistsError(f"{target} already exists; pass --overwrite to replace it, or --add FILE to "
+                              f"append items to the index")
+
+
+def _save_new(index: Any, args: argparse.Namespace) -> None:
+    """Write a newly built index; the folder is swapped in whole, so a replaced one leaves no file behind."""
+    write_folder(args.index, index.save)
+
+
 def _build(args: argparse.Namespace) -> Any:
+    _check_target(args)
     loaded = load_run_or_model(args.build, args.vocab, args.device or "cpu")
     split = load_split(args.data, args.split, loaded.config, args.data_name)
     index = GalleryIndex.build(
@@ -159,7 +178,7 @@ def _build(args: argparse.Namespace) -> Any:
         meta={"source": str(loaded.source), "dataset": split.name, "split": args.split},
     )
     _maybe_build_ann(index, args)
-    index.save(args.index)
+    _save_new(index, args)
     print(
         f"built {args.index}: {index.images.num} images, {index.captions.num} captions "
         f"({split.name}/{args.split}, D={index.images.dim})"
@@ -168,7 +187,7 @@ def _build(args: argparse.Namespace) -> Any:
 
 
 def _from_embeddings(args: argparse.Namespace) -> Any:
-
+    _check_target(args)
     saved = read_embeddings(args.from_embeddings, shard_rows=args.shard_size, progress=None)
     present = saved.images if saved.images is not None else saved.captions
     empty = Gaussian(present.mean.new_zeros(0, present.dim),
@@ -178,7 +197,7 @@ def _from_embeddings(args: argparse.Namespace) -> Any:
                          image_ids=saved.image_ids, caption_ids=saved.caption_ids, caption_texts=saved.caption_texts,
                          image_metadata=saved.image_metadata, meta={"source": str(args.from_embeddings)})
     _maybe_build_ann(index, args)
-    index.save(args.index)
+    _save_new(index, args)
     print(f"built {args.index}: {index.images.num} images, {index.captions.num} captions from "
           f"{args.from_embeddings} (D={present.dim})")
     return index
