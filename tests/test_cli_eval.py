@@ -90,7 +90,7 @@ def test_search_build_text_and_image(run_dir, tmp_path, capsys):
     assert main(["search", str(index), "--text", "a red circle", "-k", "3", "--similarity", "kl"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("a red circle") and "[kl, nns]" in out[0]
-    assert len(out) == 2 + 3
+    assert len(out) == 2 + 3 + 2  # header, column titles, 3 hits, blank line, note on the uncertainty column
     split = load_dataset("shapes", "test", **SHAPES)
     Image.fromarray(np.asarray(split.images.pixels[0])).save(tmp_path / "query.png")
     assert main(["search", str(index), "--image", str(tmp_path / "query.png"), "-k", "2", "--rerank", "csls",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,15 @@ from pcmr.gaussian import Gaussian
 from pcmr.index import GalleryIndex
 from pcmr.search.ann import ANN_SCORES
 from pcmr.search.embeddings import read_embeddings
+from pcmr.search.presentation import (
+    UNCERTAINTY_NOTE,
+    entries_text,
+    fetch_size,
+    result_warnings,
+    shown_entries,
+    uncertainty_percentile,
+    word_vocabulary,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -241,29 +251,30 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
               f"params {ann.params}")
 
 
-def _as_json(results: Any, queries: list[str]) -> list[dict[str, Any]]:
+def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[str, Any]]:
+    """JSON-ready blocks of one search call (pcmr.search.presentation): identical captions merged,
+    uncertainty as a gallery percentile (raw value kept), warnings per query."""
+    text_queries = results.query_modality == "caption"
+    gallery_unc = None if index.gallery(results.gallery_modality).is_point else index.item_uncertainty(
+        results.gallery_modality)
+    query_unc = None if index.gallery(results.query_modality).is_point else index.item_uncertainty(
+        results.query_modality)
+    vocabulary = word_vocabulary(index.model, index.vocab) if text_queries else None
     out = []
-    for query, hits in zip(queries, results.hits):
-        out.append(
-            {
-                "query": query,
-                "similarity": results.similarity,
-                "rerank": results.rerank,
-                "results": [
-                    {
-                        "rank": h.rank,
-                        "index": h.index,
-                        "id": h.id,
-                        "score": h.score,
-                        "uncertainty": h.uncertainty,
-                        "text": h.text,
-                        "metadata": h.metadata,
-                    }
-                    for h in hits
-                ],
-            }
-        )
+    for q, (query, hits) in enumerate(zip(queries, results.hits)):
+        entries = shown_entries(hits, k, gallery_unc)
+        raw = None if results.query_uncertainty is None else float(results.query_uncertainty[q])
+        out.append({"query": query, "similarity": results.similarity, "rerank": results.rerank,
+                    "query_uncertainty": raw,
+                    "query_uncertainty_percentile": uncertainty_percentile(raw, query_unc),
+                    "results": entries, "warnings": result_warnings(entries, query, vocabulary)})
     return out
+
+
+def _block_text(entry: dict[str, Any]) -> str:
+    kind = "images" if entry["results"] and entry["results"][0].get("text") is not None else "captions"
+    return entries_text(entry["query"], f"{entry['similarity']}, {entry['rerank']}", entry["results"], [],
+                        entry["query_uncertainty_percentile"], kind)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -291,22 +302,19 @@ def run(args: argparse.Namespace) -> int:
         index = GalleryIndex.load(args.index, device=args.device)
     options = _rerank_options(args.option)
     blocks = []
-    if args.text:
-        results = index.search_text(
-            args.text, k=args.k, similarity=args.similarity, rerank=args.rerank, rerank_options=options,
-            backend=args.backend, candidates=args.candidates,
-        )
-        blocks.append((results, list(args.text)))
-    if args.image:
-        results = index.search_image(
-            args.image, k=args.k, similarity=args.similarity, rerank=args.rerank, rerank_options=options,
-            backend=args.backend, candidates=args.candidates,
-        )
-        blocks.append((results, list(args.image)))
+    for queries, modality, function in ((list(args.text), "image", index.search_text),
+                                        (list(args.image), "caption", index.search_image)):
+        if queries:
+            fetch = fetch_size(args.k, index.gallery(modality).num, modality, args.rerank)
+            results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
+                               rerank_options=options, backend=args.backend, candidates=args.candidates)
+            blocks.append(_shown(index, results, queries, args.k))
     if args.json:
-        print(
-            json.dumps([entry for r, q in blocks for entry in _as_json(r, q)], indent=2, ensure_ascii=False)
-        )
+        print(json.dumps([entry for block in blocks for entry in block], indent=2, ensure_ascii=False))
     else:
-        print("\n\n".join(r.to_text(q) for r, q in blocks))
+        print("\n\n".join(_block_text(entry) for block in blocks for entry in block))
+        print(f"\n{UNCERTAINTY_NOTE}")
+    for entry in (e for block in blocks for e in block):
+        for warning in entry["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
     return 0
