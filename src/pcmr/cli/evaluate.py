@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from pcmr.evaluation.scoring import check_names
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.models import load_model
 from pcmr.models.serialization import WEIGHTS_FILE
+from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.similarity import get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
 from pcmr.train.config import RunConfig
@@ -351,4 +353,7 @@ def run(args: argparse.Namespace) -> int:
     write_folder(out, write)  # the report is swapped in whole, so no figure of an older one stays
     print(result.to_markdown())
     print(f"wrote {', '.join(str(p) for p in written)}")
+    collapsed = collapsed_recall_warning(result.rows)
+    if collapsed:
+        print(f"warning: {collapsed}", file=sys.stderr)
     return 0
