@@ -50,6 +50,8 @@ def save_figure(figure, path: str | os.PathLike[str]) -> Path:
     return atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
 
 
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_DASHES = ("-", "--", ":", "-.")
 _DIRECTIONS = (("i2t", "image → text (queries: images)"), ("t2i", "text → image (queries: captions)"))
 
 
@@ -59,19 +61,29 @@ def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str])
     ``data = {"measure": str, "series": {label: {"i2t": [R@1 per bin], "t2i": [...]}}}``; bin 1 holds
     the least uncertain tenth of the queries.
     """
-    figure = new_figure(9.0, 3.6)
+    figure = new_figure(10.5, 3.8)
     axes = figure.subplots(1, 2, sharey=True)
+    labels = list(data["series"])
     for ax, (direction, title) in zip(axes, _DIRECTIONS):
-        for label, series in data["series"].items():
-            values = series.get(direction)
-            if values:
-                ax.plot(range(1, len(values) + 1), values, marker="o", label=label)
+        for number, label in enumerate(labels):
+            values = data["series"][label].get(direction)
+            if not values:
+                continue
+            # equal curves (common: every score ranks alike) stay visible: each line has its own marker,
+            # dash pattern and a small sideways shift within its decile
+            shift = (number - (len(labels) - 1) / 2) * min(0.08, 0.5 / max(len(labels), 1))
+            ax.plot([b + 1 + shift for b in range(len(values))], values, marker=_MARKERS[number % len(_MARKERS)],
+                    linestyle=_DASHES[number % len(_DASHES)], markersize=5, linewidth=1.3, alpha=0.9,
+                    label=label, clip_on=False, zorder=3 + number)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(f"uncertainty decile of the query ({data.get('measure', 'uncertainty')}, 1 = most certain)")
         ax.set_xticks(range(1, 11))
+        ax.set_xlim(0.5, 10.5)
+        ax.set_ylim(0.0, 100.0)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("R@1 (%)")
-    axes[0].legend(fontsize=8)
+    if labels:
+        axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     figure.suptitle("R@1 per uncertainty decile", fontsize=11)
     return save_figure(figure, path)
 
