@@ -25,6 +25,7 @@ from pcmr.evaluation.scoring import check_names
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.models import load_model
 from pcmr.models.serialization import WEIGHTS_FILE
+from pcmr.progress import phase
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.similarity import get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
@@ -350,7 +351,8 @@ def run(args: argparse.Namespace) -> int:
     def write(folder: Path) -> None:
         written.extend(out / path.relative_to(folder) for path in result.save(folder).values())
 
-    write_folder(out, write)  # the report is swapped in whole, so no figure of an older one stays
+    with phase(f"writing the report and figures to {out}"):
+        write_folder(out, write)  # the report is swapped in whole, so no figure of an older one stays
     print(result.to_markdown())
     print(f"wrote {', '.join(str(p) for p in written)}")
     collapsed = collapsed_recall_warning(result.rows)

@@ -27,6 +27,7 @@ from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.gaussian import Gaussian
 from pcmr.index import GalleryIndex
+from pcmr.progress import phase
 from pcmr.search.ann import ANN_SCORES
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.presentation import (
@@ -178,15 +179,17 @@ def _build(args: argparse.Namespace) -> Any:
     _check_target(args)
     loaded = load_run_or_model(args.build, args.vocab, args.device or "cpu")
     split = load_split(args.data, args.split, loaded.config, args.data_name)
-    index = GalleryIndex.build(
-        loaded.model,
-        split,
-        loaded.vocab,
-        batch_size=args.batch_size,
-        device=args.device,
-        similarity_options=loaded.similarity_options,
-        meta={"source": str(loaded.source), "dataset": split.name, "split": args.split},
-    )
+    with phase(f"encoding the gallery ({split.num_images} images, {split.num_captions} captions)"):
+        index = GalleryIndex.build(
+            loaded.model,
+            split,
+            loaded.vocab,
+            batch_size=args.batch_size,
+            device=args.device,
+            similarity_options=loaded.similarity_options,
+            meta={"source": str(loaded.source), "dataset": split.name, "split": args.split},
+            progress=None,
+        )
     _maybe_build_ann(index, args)
     _save_new(index, args)
     print(
@@ -242,13 +245,15 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
     params = {name: value for name, value in (("nlist", args.nlist), ("nprobe", args.nprobe),
                                                ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search))
               if value is not None}
-    built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
-                            shard_size=args.shard_size, progress=None, csls_similarity=args.csls_similarity,
-                            csls_k=args.csls_k, csls_sample=args.csls_sample, **params)
+    with phase(f"building the faiss index ({args.index_type}, score {score})"):
+        built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
+                                shard_size=args.shard_size, progress=None, csls_similarity=args.csls_similarity,
+                                csls_k=args.csls_k, csls_sample=args.csls_sample, **params)
     for modality, ann in built.items():
         how = "chosen by gallery size" if args.index_type == "auto" else "requested"
+        params_text = ", ".join(f"{key}={value}" for key, value in ann.params.items()) or "none"
         print(f"faiss index over {ann.ntotal} {modality}s: {ann.index_type} ({how}), score {ann.score}, "
-              f"params {ann.params}")
+              f"params {params_text}")
 
 
 def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[str, Any]]:
