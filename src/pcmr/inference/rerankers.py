@@ -228,7 +228,7 @@ class Reranker:
         parameters = self.parameters()
         if key in parameters:
             return parameters[key]
-        raise AttributeError(f"re-ranker {self.name!r} has no parameter {key!r}; it has {list(parameters)}")
+        raise AttributeError(f"re-ranker '{self.name}': " + unknown_name("parameter", key, list(parameters)))
 
     def with_parameters(self, **params: Any) -> Reranker:
         """A copy with some parameters replaced (each goes to the part that owns it)."""
@@ -240,8 +240,8 @@ class Reranker:
             matcher = dataclasses.replace(matcher, **theirs) if theirs else matcher
         unknown = set(params) - set(self.parameters())
         if unknown:
-            raise ValueError(f"reranker {self.name!r} takes the parameters {list(self.parameters())}, "
-                             f"got unexpected {sorted(unknown)}")
+            raise ValueError(f"re-ranker '{self.name}': " + unknown_name("parameter", sorted(unknown),
+                                                                          list(self.parameters())))
         return Reranker(self.name, weighting, matcher)
 
     def fitted(self, size: tuple[int, int]) -> Reranker:
@@ -326,7 +326,7 @@ def get_reranker(name: str, **params: object) -> Reranker:
     allowed = reranker_parameters(name)
     unknown = sorted(set(given) - set(allowed))
     if unknown:
-        raise ValueError(f"reranker {name!r} takes the parameters {list(allowed)}, got unexpected {unknown}")
+        raise ValueError(f"re-ranker '{name}': " + unknown_name("parameter", unknown, list(allowed)))
     own = {k: v for k, v in given.items() if k in _parameters(weighting)}
     matcher = None
     if matching is not None:

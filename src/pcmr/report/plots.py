@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import atomic_write
+from pcmr.suggest import unknown_name
 
 __all__ = [
     "new_figure",
@@ -192,5 +193,5 @@ def save_figures(figures: dict[str, Any], out_dir: str | os.PathLike[str]) -> di
     """Draw every known figure present in ``figures`` into ``out_dir/<name>.png``; returns the paths."""
     unknown = [name for name in figures if name not in FIGURES]
     if unknown:
-        raise ValueError(f"unknown figure name(s) {unknown}; expected some of {sorted(FIGURES)}")
+        raise ValueError(unknown_name("figure name", unknown, sorted(FIGURES)))
     return {name: FIGURES[name](data, Path(out_dir) / f"{name}.png") for name, data in figures.items() if data}

@@ -206,7 +206,7 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
     relevance = _names(raw.get("relevance", list(RELEVANCE_MODES)), f"{where}: relevance")
     bad = [r for r in relevance if r not in RELEVANCE_MODES]
     if bad:
-        raise _fail(f"{where}: relevance", f"unknown mode(s) {bad}; accepted: {', '.join(RELEVANCE_MODES)}")
+        raise _fail(f"{where}: relevance", unknown_name("mode", bad, RELEVANCE_MODES))
     level = raw.get("level", 0.95)
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1 or math.isnan(level):
         raise _fail(f"{where}: level", f"expected a confidence level between 0 and 1, got {level!r}")
