@@ -66,3 +66,15 @@ def test_yaml_error_names_line_and_column(tmp_path):
     bad_json.write_text('{"a": 1,\n}')
     with pytest.raises(ConfigError, match=r"is not valid JSON at line 2, column 1"):
         load_mapping(bad_json)
+
+
+def test_undecodable_query_image_names_the_file_once(tmp_path):
+    from pcmr.data.images import FileImages
+
+    path = tmp_path / "x.png"
+    path.write_text("not an image")
+    with pytest.raises(ValueError) as info:
+        FileImages([str(path)], image_size=8, keys=["query image"]).load(0)
+    message = str(info.value)
+    assert message.startswith(f"{path}, query image: image failed to decode (not a format Pillow recognises)")
+    assert message.count(str(path)) == 1
