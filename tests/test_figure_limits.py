@@ -96,11 +96,14 @@ def test_k_occurrence_and_ellipses_hold_their_data(tmp_path: Path, caught) -> No
     images, captions, relevance = _gaussians(30, 2, 1)
     scores = images.mean @ captions.mean.T
     hist = {"i2t": k_occurrence_histogram(scores, 10), "t2i": k_occurrence_histogram(scores.T, 10)}
-    report_plots.plot_k_occurrence({"k": 10, "series": {"cosine/nns": hist}}, tmp_path / "k.png")
+    report_plots.plot_k_occurrence({"k": 10, "series": {"cosine/nns": hist, "cosine/csls": hist}}, tmp_path / "k.png")
     for ax in caught[-1].axes:
         points = _data_points(ax)
         assert len(points) and ax.get_xscale() == "log"
         _assert_holds(ax, points)
+        lines = ax.get_lines()
+        assert len({(line.get_marker(), line.get_linestyle()) for line in lines}) == len(lines) == 2
+    _legend_clear_of_marks(caught[-1])
     report_plots.plot_embedding_ellipses(embeddings_2d_series(images, captions, relevance), tmp_path / "e.png")
     ax = caught[-1].axes[0]
     _assert_holds(ax, _data_points(ax))

@@ -98,19 +98,21 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
     """
     from matplotlib.ticker import NullFormatter
 
-    figure = new_figure(9.0, 3.6)
+    figure = new_figure(9.5, 4.6)
     axes = figure.subplots(1, 2)
     galleries = {"i2t": "gallery: captions", "t2i": "gallery: images"}
     for ax, (direction, title) in zip(axes, _DIRECTIONS):
-        for label, series in data["series"].items():
+        for number, (label, series) in enumerate(data["series"].items()):
             hist = series.get(direction)
             if not hist:
                 continue
             pairs = [(v, f) for v, f in zip(hist["values"], hist["frequency"]) if v > 0 and f > 0]
             zeros = sum(f for v, f in zip(hist["values"], hist["frequency"]) if v == 0)
-            if pairs:
+            if pairs:  # own marker and dash per series: equal histograms stay visible (smaller on top)
                 xs, ys = zip(*pairs)
-                ax.plot(xs, ys, marker="o", markersize=4, linestyle=":", linewidth=0.8, alpha=0.85, label=f"{label} ({zeros} never retrieved)")
+                ax.plot(xs, ys, marker=_MARKERS[number % len(_MARKERS)], markersize=7 - 1.2 * (number % 4),
+                        linestyle=_DASHES[number % len(_DASHES)], linewidth=0.8, alpha=0.85, zorder=3 + number,
+                        label=f"{label} ({zeros} never retrieved)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):  # minor labels of a short log range overlap
@@ -119,7 +121,8 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
         ax.set_xlabel(f"N_{data['k']} (times retrieved in a top-{data['k']} list)")
         ax.set_ylabel("number of gallery items")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[1]:  # below the panel: never over a point
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), borderaxespad=0.0)
     figure.suptitle(f"k-occurrence distribution (k = {data['k']}), log-log", fontsize=11)
     return save_figure(figure, path)
 
