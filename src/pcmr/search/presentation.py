@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from pcmr.data.text import tokenize
+from pcmr.inference import get_reranker
 
 __all__ = [
     "ShownHit",
@@ -158,8 +159,6 @@ def fetch_size(k: int, gallery_size: int, gallery_modality: str, rerank: str) ->
     """How many results to ask the index for so that ``k`` lines remain after merging identical
     captions: ``MERGE_FETCH_FACTOR * k`` for a caption gallery under a re-ranker that returns scores
     (its top-k is a prefix of its top-(5k)), else ``k``; at most the gallery size."""
-
-    from pcmr.inference import get_reranker
 
     if gallery_modality != "caption" or not get_reranker(rerank).returns_scores:
         return k
