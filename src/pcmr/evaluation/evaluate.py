@@ -251,7 +251,7 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
                    similarity_options: dict[str, dict[str, Any]] | None = None, val_split: RetrievalSplit | None = None,
                    batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
                    out_dir: str | os.PathLike[str] | None = None,
-                   progress: bool = False, ks: Sequence[int] = DEFAULT_KS,
+                   progress: bool | None = False, ks: Sequence[int] = DEFAULT_KS,
                    rerank_options: dict[str, dict[str, Any]] | None = None,
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
                    extra_positives: Sequence[str] | None = None, num_folds: int | None = None,

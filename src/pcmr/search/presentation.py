@@ -135,13 +135,14 @@ def collapsed_recall_warning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int
     """A warning when, in an evaluation table, R@K is the same for every K of ``ks`` in both directions
     for every row (a model that retrieves everything or nothing at once: collapsed scores), else None."""
 
-    flat = []
+    flat: list[list[float]] = []
     for row in rows:
         for direction in ("i2t", "t2i"):
             values = [row.get(f"{direction}_R@{k}") for k in ks]
-            if any(v is None for v in values):
+            numbers = [float(v) for v in values if isinstance(v, (int, float))]
+            if len(numbers) != len(values):
                 return None
-            flat.append(values)
+            flat.append(numbers)
     if not flat or any(max(v) - min(v) > 1e-9 for v in flat):
         return None
     recall = ", ".join(f"R@{k}" for k in ks)
