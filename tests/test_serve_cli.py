@@ -110,3 +110,13 @@ def test_bad_upload_error_is_plain_words(index_dir):
     assert message == ("the uploaded file is not an image this server can read; upload a PNG, JPEG, GIF, BMP or "
                        "WebP file")
     assert "<" not in message and "0x" not in message
+
+
+def test_validation_errors_are_plain(index_dir):
+    client = TestClient(create_app(GalleryIndex.load(index_dir)), raise_server_exceptions=False)
+    response = client.get("/api/search", params={"text": "a red circle", "k": "ten"})
+    assert response.status_code == 422
+    assert response.json()["error"] == "k: input should be a valid integer, unable to parse string as an integer " \
+                                       "(got 'ten')"
+    missing = client.post("/api/search/image").json()["error"]
+    assert missing.startswith("file: field required") and "body." not in missing

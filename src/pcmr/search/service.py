@@ -137,8 +137,8 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        parts = [f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
-        return JSONResponse({"error": "; ".join(parts) or "invalid request"}, status_code=422)
+        return JSONResponse({"error": "; ".join(_plain_validation(e) for e in exc.errors()) or "invalid request"},
+                            status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -264,6 +264,18 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         return Response(_asset(name), media_type=types[name])
 
     return app
+
+
+def _plain_validation(error: dict[str, Any]) -> str:
+    """One request-validation error in plain words: ``k: input should be a valid integer (got 'ten')``
+    (the field name without FastAPI's ``query.``/``body.`` prefix)."""
+    location = [str(x) for x in error.get("loc", ()) if x not in ("query", "body", "path")]
+    field = ".".join(location) or "request"
+    message = str(error.get("msg", "invalid value"))
+    message = message[:1].lower() + message[1:]
+    given = error.get("input")
+    shown = f" (got {given!r})" if isinstance(given, (str, int, float)) and len(str(given)) <= 40 else ""
+    return f"{field}: {message}{shown}"
 
 
 def _asset(name: str) -> str:
