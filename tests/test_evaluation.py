@@ -117,7 +117,7 @@ def test_unknown_names_list_the_accepted_ones():
     with pytest.raises(ValueError, match="needs a validation split"):
         evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine"],
                             rerankers=["rgm"])
-    with pytest.raises(ValueError, match="takes the parameters"):
+    with pytest.raises(ValueError, match="re-ranker .is.: unknown parameter .lam.; expected one of: beta"):
         evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["cosine"],
                             rerankers=["is"], rerank_options={"is": {"lam": 2.0}})
 
