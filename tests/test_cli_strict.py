@@ -78,3 +78,28 @@ def test_search_build_refuses_an_existing_index(run_dir, tmp_path, capsys):
     assert f"{index} already exists; pass --overwrite" in _error(capsys)
     assert main(["search", str(index), "--build", str(run_dir), "--overwrite"]) == 0
     assert not (index / "stale.txt").exists() and (index / "index.json").is_file()
+
+
+def test_search_output_merges_identical_captions_and_warns(run_dir, tmp_path, capsys):
+    from PIL import Image
+
+    from _search_index import SHAPES
+    from pcmr.data import load_dataset
+
+    index = tmp_path / "index"
+    assert main(["search", str(index), "--build", str(run_dir)]) == 0
+    split = load_dataset("shapes", "test", **SHAPES)
+    Image.fromarray(split.images.pixels[0]).save(tmp_path / "q.png")
+    capsys.readouterr()
+    assert main(["search", str(index), "--image", str(tmp_path / "q.png"), "-k", "65", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)[0]["results"]
+    texts = [h["text"].lower() for h in hits]
+    assert len(texts) == len(set(texts)) == len({t.lower() for t in split.caption_texts})  # 59 distinct of 65
+    assert sum(h["count"] for h in hits) == 65
+    merged = next(h for h in hits if h["count"] > 1)
+    assert len(merged["ids"]) == merged["count"] and merged["indices"][0] == merged["index"]
+    assert all(0.0 <= h["uncertainty_percentile"] <= 100.0 for h in hits)
+    assert main(["search", str(index), "--text", "zzzz qqqq", "-k", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "no word of the query 'zzzz qqqq' is in the model's vocabulary" in captured.err
+    assert "uncert.: percentile of the item's uncertainty" in captured.out
