@@ -191,7 +191,7 @@ def result_warnings(entries: Sequence[Mapping[str, Any]], query: str, vocabulary
         word_warning = query_word_warning(query, vocabulary)
         if word_warning:
             warnings.append(word_warning)
-    collapsed = collapsed_score_warning([float(e["score"]) for e in entries], f"query '{query}'")
+    collapsed = collapsed_score_warning([float(e["score"]) for e in entries], f"query '{query}'" if query else "query")
     if collapsed:
         warnings.append(collapsed)
     return warnings
