@@ -319,6 +319,9 @@ def run(args: argparse.Namespace) -> int:
         target.setdefault(owner, {})[option] = value
     needs_val = any(_selects_on_validation(r, rerank_options.get(r, {})) for r in rerankers)
     split = split_of(split_name)
+    if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
+        raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
+                         f"{split.num_images} images, got {args.folds}")
     val_split = split_of(val_name) if needs_val else None
     batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else ENCODE_BATCH_SIZE)
     out = (
