@@ -78,3 +78,12 @@ def test_undecodable_query_image_names_the_file_once(tmp_path):
     message = str(info.value)
     assert message.startswith(f"{path}, query image: image failed to decode (not a format Pillow recognises)")
     assert message.count(str(path)) == 1
+
+
+def test_study_file_yaml_error_names_line_and_column(tmp_path):
+    from pcmr.study.spec import StudyError, load_study
+
+    path = tmp_path / "study.yaml"
+    path.write_text("name: s\nseeds: [0, 1\n")
+    with pytest.raises(StudyError, match=rf"{path} is not valid YAML at line 3, column 1: "):
+        load_study(path)
