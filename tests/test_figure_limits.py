@@ -14,9 +14,16 @@ import torch
 
 import pcmr.report.plots as report_plots
 import pcmr.study.plots as study_plots
-from pcmr.evaluation.figures import decile_series, embeddings_2d_series, k_occurrence_histogram
+from _search_index import make_run
+from pcmr.evaluation.figures import (
+    corruption_series,
+    decile_series,
+    embeddings_2d_series,
+    k_occurrence_histogram,
+)
 from pcmr.gaussian import Gaussian
 from pcmr.study.claims import judge_claims, parse_claims
+from pcmr.train.run import load_run, load_run_split
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -156,3 +163,15 @@ def test_claims_labels_are_readable_and_legend_outside(tmp_path: Path, caught) -
     assert all(label.get_fontsize() >= 9 for label in ax.get_yticklabels())
     _assert_holds(ax, _data_points(ax))
     _legend_clear_of_marks(figure)
+
+
+def test_uncertainty_vs_corruption_from_a_model(tmp_path: Path, caught) -> None:
+    trained = load_run(make_run(tmp_path / "run"))
+    split = load_run_split(trained.config, "test")
+    series = corruption_series(trained.model, split, trained.vocab, "log_det", max_items=8)
+    assert series is not None and set(series) == {"measure", "image", "caption"}
+    report_plots.plot_uncertainty_vs_corruption(series, tmp_path / "c.png")
+    for ax, modality in zip(caught[-1].axes, ("image", "caption")):
+        points = _data_points(ax)
+        assert np.allclose(points[:, 1], series[modality]["mean_uncertainty"])
+        _assert_holds(ax, points)
