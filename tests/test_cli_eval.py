@@ -62,8 +62,8 @@ def test_evaluate_model_folder_needs_data(run_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--similarity", "dot"], "unknown similarity name(s) ['dot']; accepted: cosine"),
-    (["--rerank", "nns,hubless"], "unknown re-ranker name(s) ['hubless']; accepted: nns"),
+    (["--similarity", "dot"], "unknown similarity 'dot'; expected one of: cosine"),
+    (["--rerank", "nns,hubless"], "unknown re-ranker 'hubless'; expected one of: nns"),
     (["--option", "oops"], "expected NAME.OPTION=VALUE"),
     (["--data", "/no/such/folder"], "neither a dataset name"),
     (["--folds", "5"], "num_folds must be a positive integer dividing the 13 images"),
@@ -90,7 +90,7 @@ def test_search_build_text_and_image(run_dir, tmp_path, capsys):
     assert main(["search", str(index), "--text", "a red circle", "-k", "3", "--similarity", "kl"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("a red circle") and "[kl, nns]" in out[0]
-    assert len(out) == 2 + 3
+    assert len(out) == 2 + 3 + 2  # header, column titles, 3 hits, blank line, note on the uncertainty column
     split = load_dataset("shapes", "test", **SHAPES)
     Image.fromarray(np.asarray(split.images.pixels[0])).save(tmp_path / "query.png")
     assert main(["search", str(index), "--image", str(tmp_path / "query.png"), "-k", "2", "--rerank", "csls",

@@ -77,18 +77,18 @@ def test_pcme_learns_match_prob_options(tmp_path, cache_dir, capsys):
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["train.lrr=1"], "unknown config key 'train.lrr'; accepted keys in train:"),
+        (["train.lrr=1"], "unknown config key 'train.lrr' (did you mean 'lr'?); accepted keys in train:"),
         (["train.epochs=abc"], "config key 'train.epochs' expects an integer, got 'abc'"),
         (
             ["data.name=coco", "data.root=/nonexistent/coco"],
             "dataset folder /nonexistent/coco does not exist",
         ),
         (["data.name=/nonexistent/flickr"], "data.name: dataset path /nonexistent/flickr does not exist"),
-        (["data.name=flickr"], "config key 'data.name': unknown name 'flickr'; accepted:"),
+        (["data.name=flickr"], "config key 'data.name': unknown name 'flickr' (did you mean 'flickr30k'?); expected one of: coco,"),
         (["loss.similarity=cosinus"], "cosinus"),
         (["train.select_similarity=cosinus"], "config key 'train.select_similarity': unknown name 'cosinus'"),
         (["eval.similarities=[cosine, cosinus]"], "config key 'eval.similarities': unknown name 'cosinus'"),
-        (["model.name=pcmee"], "config key 'model.name': unknown name 'pcmee'; accepted:"),
+        (["model.name=pcmee"], "config key 'model.name': unknown name 'pcmee' (did you mean 'pcme'?); expected one of: gce,"),
         (["model.embed_dimm=8"], "embed_dimm"),
         (["train.optimizer=lbfgs"], "config key 'train.optimizer' expects one of"),
         (["train.device=gpu0"], "train.device: 'gpu0' is not a torch device"),

@@ -63,7 +63,7 @@ def test_string_and_mapping_overrides():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["rat=1"], "unknown config key 'rat'; accepted keys: rate, inner, options"),
+        (["rat=1"], "unknown config key 'rat' (did you mean 'rate'?); accepted keys: rate, inner, options"),
         (["other.size=1"], "unknown config key 'other.size'; dotted keys start with one of: inner, options"),
         (["rate.x=1"], "config key 'rate' is not a section; cannot set 'rate.x'"),
         ("rate=1", "overrides must be a list of key=value strings"),
@@ -78,7 +78,7 @@ def test_override_errors_name_the_key(overrides, message):
 
 
 def test_dataclass_errors_name_the_key_and_type():
-    with pytest.raises(ConfigError, match="unknown config key 'inner.sise'; accepted keys in inner: names, size"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'inner.sise' \(did you mean 'size'\?\); accepted keys in inner: names, size"):
         build_dataclass(Outer, {"inner": {"sise": 1}})
     with pytest.raises(ConfigError, match="config key 'inner.size' expects an integer, got 'x'"):
         build_dataclass(Outer, {"inner": {"size": "x"}})

@@ -115,7 +115,7 @@ def test_search_argument_errors():
         index.search(captions[0], modality="audio")
     with pytest.raises(ValueError, match="query has D=2"):
         index.search(Gaussian.point(torch.zeros(1, 2)))
-    with pytest.raises(ValueError, match="unknown reranker 'hubless'"):
+    with pytest.raises(ValueError, match="unknown re-ranker 'hubless'"):
         index.search(captions[0], rerank="hubless")
     with pytest.raises(ValueError, match="unknown similarity"):
         index.search(captions[0], similarity="dot")

@@ -60,11 +60,11 @@ def test_list_and_parameters():
 
 
 def test_bad_names_and_parameters():
-    with pytest.raises(ValueError, match="unknown reranker"):
+    with pytest.raises(ValueError, match="unknown re-ranker"):
         get_reranker("hungarian")
-    with pytest.raises(ValueError, match="unexpected"):
+    with pytest.raises(ValueError, match="re-ranker .is.: unknown parameter .lam.; expected one of: beta"):
         get_reranker("is", lam=2.0)
-    with pytest.raises(ValueError, match="unexpected"):
+    with pytest.raises(ValueError, match=r"unknown parameter .lambda_. \(did you mean .lam.\?\)"):
         get_reranker("rgm", lambda_=2.0)
     with pytest.raises(ValueError, match="lam must be > 0"):
         get_reranker("rgm", lam=0.0)

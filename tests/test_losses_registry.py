@@ -99,9 +99,9 @@ def test_every_loss_finite_at_extreme_embeddings(name):
 
 
 def test_unknown_key_and_name_and_fixed_field_raise():
-    with pytest.raises(ValueError, match=r"unknown loss 'triplet_max' key 'margn'; accepted keys: .*\bmargin\b"):
+    with pytest.raises(ValueError, match=r"unknown loss 'triplet_max' key 'margn' \(did you mean 'margin'\?\); accepted keys: .*\bmargin\b"):
         create_loss("triplet_max", margn=0.1)
-    with pytest.raises(ValueError, match="unknown loss 'triplet'; expected one of"):
+    with pytest.raises(ValueError, match=r"unknown loss 'triplet' \(did you mean 'triplet_sum'\?\); expected one of: "):
         create_loss("triplet")
     with pytest.raises(ValueError, match="fixes negatives='max'"):
         create_loss("triplet_max", negatives="sum")

@@ -83,12 +83,12 @@ def test_dotted_and_nested_overrides():
 
 def test_unknown_keys_name_the_key_and_the_accepted_keys():
     with pytest.raises(
-        ValueError, match=r"unknown model config key 'embedding_size'; accepted keys: .*embed_dim"
+        ValueError, match=r"unknown model config key 'embedding_size' \(did you mean 'embed_dim'\?\); accepted keys: .*embed_dim"
     ):
         create_model("pcme", embedding_size=3)
-    with pytest.raises(ValueError, match=r"'image_encoder.knd'; accepted keys in image_encoder: .*\bkind\b"):
+    with pytest.raises(ValueError, match=r"'image_encoder.knd' \(did you mean 'kind'\?\); accepted keys in image_encoder: .*\bkind\b"):
         create_model("pcme", **{"image_encoder.knd": "cnn"})
-    with pytest.raises(ValueError, match=r"'image_encoder.knd'; accepted keys in image_encoder: .*\bkind\b"):
+    with pytest.raises(ValueError, match=r"'image_encoder.knd' \(did you mean 'kind'\?\); accepted keys in image_encoder: .*\bkind\b"):
         create_model("pcme", image_encoder={"knd": "cnn"})
     with pytest.raises(ValueError, match="dotted keys start with one of"):
         create_model("pcme", **{"optimizer.lr": 1.0})

@@ -114,3 +114,74 @@ def test_page_shows_the_error_of_a_bad_request(server, browser):
     browser.execute_script("document.getElementById('k').removeAttribute('max')")
     browser.find_element(By.ID, "search-button").click()
     WebDriverWait(browser, 30).until(lambda d: "k must be an integer" in d.find_element(By.ID, "error").text)
+
+
+def _wait_ready(browser):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
+
+
+def test_query_and_k_live_in_the_url_and_back_returns(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, index = server
+    wait = WebDriverWait(browser, 30)
+    browser.get(url + "/?q=a%20red%20circle&k=4")  # a shared link runs its query on load
+    _wait_ready(browser)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results .card")) == 4)
+    assert browser.find_element(By.ID, "query").get_attribute("value") == "a red circle"
+    expected = index.search_text("a red circle", k=4).indices[0].tolist()
+    cards = browser.find_elements(By.CSS_SELECTOR, "#results .card")
+    assert [int(c.get_attribute("data-index")) for c in cards] == expected
+    box = browser.find_element(By.ID, "query")
+    box.clear()
+    box.send_keys("a blue square")
+    browser.find_element(By.ID, "k").clear()
+    browser.find_element(By.ID, "k").send_keys("3")
+    browser.find_element(By.ID, "search-button").click()
+    wait.until(lambda d: "q=a%20blue%20square&k=3" in d.current_url)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results .card")) == 3)
+    browser.back()
+    wait.until(lambda d: "q=a%20red%20circle&k=4" in d.current_url)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results .card")) == 4)
+    assert browser.find_element(By.ID, "query").get_attribute("value") == "a red circle"
+    assert browser.find_element(By.ID, "k").get_attribute("value") == "4"
+    cards = browser.find_elements(By.CSS_SELECTOR, "#results .card")
+    assert [int(c.get_attribute("data-index")) for c in cards] == expected
+
+
+def test_legend_preview_warning_and_plain_upload_error(server, browser, tmp_path):
+    import numpy as np
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, _ = server
+    wait = WebDriverWait(browser, 30)
+    browser.set_window_size(1200, 900)
+    browser.get(url + "/?q=zzzz%20qqqq&k=6")
+    _wait_ready(browser)
+    legend = browser.find_element(By.ID, "legend")
+    assert legend.is_displayed() and "percentile" in legend.text and "most uncertain" in legend.text
+    wait.until(lambda d: "no word of the query" in d.find_element(By.ID, "warning").text)
+    bar = browser.find_element(By.CSS_SELECTOR, "#results .card .bar")
+    assert "percentile of the gallery" in bar.get_attribute("title")
+    picture = tmp_path / "query.png"
+    Image.fromarray(np.full((16, 16, 3), 200, dtype=np.uint8)).save(picture)
+    browser.find_element(By.ID, "image-file").send_keys(str(picture))
+    preview = browser.find_element(By.ID, "upload-preview")
+    wait.until(lambda d: preview.is_displayed() and d.execute_script(
+        "const i = document.getElementById('upload-preview'); return i.complete && i.naturalWidth === 16"))
+    screenshot = os.environ.get("PCMR_SCREENSHOT")
+    if screenshot:
+        browser.save_screenshot(screenshot)
+    not_image = tmp_path / "notes.png"
+    not_image.write_text("this is text")
+    browser.find_element(By.ID, "image-file").send_keys(str(not_image))
+    browser.find_element(By.CSS_SELECTOR, "#image-form button").click()
+    wait.until(lambda d: d.find_element(By.ID, "error").text)
+    error = browser.find_element(By.ID, "error").text
+    assert error == ("the uploaded file is not an image this server can read; upload a PNG, JPEG, GIF, BMP or "
+                     "WebP file")

@@ -141,7 +141,7 @@ def test_registry_entry_is_named_and_listed_once(name):
 
 def test_unknown_name_and_option_raise():
     g = gaussian(3, 4, 4, 0)
-    with pytest.raises(ValueError, match="expected one of .*cosine"):
+    with pytest.raises(ValueError, match="expected one of: .*cosine"):
         pairwise("nope", g, g)
     with pytest.raises(ValueError, match="unknown option"):
         pairwise("kl", g, g, num_samples=3)

@@ -59,7 +59,7 @@ def test_results_summary_and_claims(finished: Path) -> None:
     assert len(rows) == 2 * 3 * 3 * 2 + 4 * 1 * 2 * 2
     assert list(rows[0])[:7] == ["run", "recipe", "variant", "seed", "similarity", "rerank", "relevance"]
     assert {(r["recipe"], r["variant"]) for r in rows} == {("pcme", "base"), ("vsepp_sum", "base"),
-                                                          ("vsepp_sum", "no_augment")}
+                                                          ("vsepp_sum", "augmented")}
     pcme_nns = [r for r in rows if r["recipe"] == "pcme" and r["rerank"] == "nns"]
     for column in ("i2t_r1_least_uncertain", "t2i_r1_most_uncertain", "binsel_i2t_union", "binsel_t2i_caption_ab",
                    "image_uncertainty_occlusion_slope", "caption_uncertainty_erasure_slope"):
@@ -101,14 +101,14 @@ def test_killed_study_resumes_to_identical_results(finished: Path, environment: 
                                                    tmp_path: Path) -> None:
     out = tmp_path / "killed"
     shutil.copytree(finished, out)  # the first four runs finished; the last two still to run
-    for name in ("vsepp_sum-no_augment-s0", "vsepp_sum-no_augment-s1"):
+    for name in ("vsepp_sum-augmented-s0", "vsepp_sum-augmented-s1"):
         shutil.rmtree(out / "runs" / name)
     shutil.rmtree(out / "logs")
     (out / "results.csv").unlink()
     process = subprocess.Popen([sys.executable, "-m", "pcmr", "study", str(STUDY), "--out", str(out),
                                 "--threads", "1"], env=environment, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    started = out / "runs" / "vsepp_sum-no_augment-s0"
+    started = out / "runs" / "vsepp_sum-augmented-s0"
     deadline = time.monotonic() + 300
     try:
         while not (started / "config.yaml").is_file():  # its training has started
@@ -122,7 +122,7 @@ def test_killed_study_resumes_to_identical_results(finished: Path, environment: 
     time.sleep(0.5)
     assert read_marker(started) is None and not (out / "results.csv").exists()
     outcome = run_study(load_study(STUDY), out, workers=1, threads=1, echo=lambda line: None)
-    assert len(outcome.skipped) == 4 and outcome.ran == ["vsepp_sum-no_augment-s0", "vsepp_sum-no_augment-s1"]
+    assert len(outcome.skipped) == 4 and outcome.ran == ["vsepp_sum-augmented-s0", "vsepp_sum-augmented-s1"]
     assert (out / "results.csv").read_text() == (finished / "results.csv").read_text()
 
 
@@ -131,7 +131,7 @@ def test_list_and_only(finished: Path, tmp_path: Path, capsys: pytest.CaptureFix
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "0\tpcme-base-s0\tfinished" and len(lines) == 6
     assert main(["study", "tiny", "--out", str(tmp_path / "none"), "--list"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[5] == "5\tvsepp_sum-no_augment-s1\tpending"
+    assert capsys.readouterr().out.strip().splitlines()[5] == "5\tvsepp_sum-augmented-s1\tpending"
     assert main(["study", str(STUDY), "--out", str(finished), "--only", "4", "--threads", "1"]) == 0  # finished
     assert main(["study", str(STUDY), "--out", str(finished), "--only", "6"]) == 2
     assert "--only 6: the study has runs 0..5" in capsys.readouterr().err

@@ -79,8 +79,8 @@ def test_overrides_apply_and_coerce(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["train.lrr=1"], "unknown config key 'train.lrr'; accepted keys in train:"),
-        (["trian.lr=1"], "unknown config key 'trian.lr'; top-level sections:"),
+        (["train.lrr=1"], "unknown config key 'train.lrr' (did you mean 'lr'?); accepted keys in train:"),
+        (["trian.lr=1"], "unknown config key 'trian.lr' (did you mean 'train'?); top-level sections:"),
         (["train.epochs=abc"], "config key 'train.epochs' expects an integer, got 'abc'"),
         (["train.epochs=2.5"], "config key 'train.epochs' expects an integer"),
         (["train.lr=fast"], "config key 'train.lr' expects a number"),

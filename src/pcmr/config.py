@@ -30,13 +30,17 @@ from typing import Any, Literal
 
 import yaml
 
+from pcmr.suggest import did_you_mean, name_list, unknown_name
+
 __all__ = [
     "ConfigError",
     "apply_overrides",
     "build_dataclass",
+    "check_known_keys",
     "load_mapping",
     "parse_override",
     "parse_value",
+    "yaml_error_text",
 ]
 
 
@@ -86,11 +90,12 @@ def _check_first_key(path: list[str], schema: type, label: str) -> None:
         if len(path) > 1 and path[0] not in sections:
             raise ConfigError(f"{label} key '{path[0]}' is not a section; cannot set '{key}'")
         return
+    hint = did_you_mean(path[0], sections if len(path) > 1 else names)
     if len(sections) == len(names):
-        raise ConfigError(f"unknown {label} key '{key}'; top-level sections: {', '.join(sorted(sections))}")
+        raise ConfigError(f"unknown {label} key '{key}'{hint}; top-level sections: {name_list(sorted(sections))}")
     if len(path) > 1:
-        raise ConfigError(f"unknown {label} key '{key}'; dotted keys start with one of: {', '.join(sections)}")
-    raise ConfigError(f"unknown {label} key '{key}'; accepted keys: {', '.join(names)}")
+        raise ConfigError(f"unknown {label} key '{key}'{hint}; dotted keys start with one of: {name_list(sections)}")
+    raise ConfigError(f"unknown {label} key '{key}'{hint}; accepted keys: {name_list(names)}")
 
 
 def _set(result: dict[str, Any], path: list[str], value: Any, label: str, merge: bool) -> None:
@@ -243,8 +248,8 @@ def build_dataclass(cls: type, raw: Mapping[str, Any] | None, where: str = "", l
         full = f"{where}.{key}" if where else str(key)
         if key not in fields:
             raise ConfigError(
-                f"unknown {label} key '{full}'; accepted keys{' in ' + where if where else ''}: "
-                f"{', '.join(sorted(fields))}"
+                f"unknown {label} key '{full}'{did_you_mean(str(key), fields)}; accepted keys"
+                f"{' in ' + where if where else ''}: {name_list(sorted(fields))}"
             )
         kwargs[key] = _coerce(value, hints[key], full, label)
     return cls(**kwargs)
@@ -259,16 +264,37 @@ def load_mapping(path: str | Path, what: str = "config file") -> dict[str, Any]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
+        raise FileNotFoundError(f"{what} {path} does not exist")
     text = path.read_text(encoding="utf-8")
     is_json = path.suffix.lower() == ".json"
     try:
         data = json.loads(text) if is_json else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        first = str(error).splitlines()[0] if str(error) else "parse error"
-        raise ConfigError(f"{what} {str(path)!r} is not valid {'JSON' if is_json else 'YAML'}: {first}") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{what} {path} is not valid JSON at line {error.lineno}, column {error.colno}: "
+                          f"{error.msg}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{what} {path} is not valid YAML {yaml_error_text(error)}") from None
     if data is None and not is_json:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys to values, got {type(data).__name__}")
+        raise ConfigError(f"{what} {path} must hold a mapping of keys to values, got {type(data).__name__}")
     return data
+
+
+def yaml_error_text(error: Exception) -> str:
+    """``at line 3, column 7: mapping values are not allowed here`` (1-based line and column of the
+    place PyYAML stopped at) for a :class:`yaml.YAMLError`; callers prefix "FILE is not valid YAML"."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or (str(error).splitlines() or ["parse error"])[0]
+    context = getattr(error, "context", None)
+    text = problem + (f" ({context})" if context else "")
+    return f"at line {mark.line + 1}, column {mark.column + 1}: {text}" if mark is not None else f"({text})"
+
+
+def check_known_keys(given: Iterable[str], known: Iterable[str], kind: str) -> None:
+    """Raise :class:`ConfigError` naming each key of ``given`` not in ``known``, with a suggestion and
+    the accepted keys (:func:`pcmr.suggest.unknown_name`); ``kind`` names them (``"shapes config key"``)."""
+    accepted = sorted(known)
+    unknown = [key for key in given if key not in accepted]
+    if unknown:
+        raise ConfigError(unknown_name(kind, unknown, accepted))

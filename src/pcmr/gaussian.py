@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from pcmr.suggest import unknown_name
+
 __all__ = ["Gaussian"]
 
 
@@ -220,7 +222,7 @@ class Gaussian:
         measures = {"log_det": self.log_det, "geometric_mean_std": self.geometric_mean_std,
                     "entropy": self.entropy}
         if measure not in measures:
-            raise ValueError(f"unknown uncertainty measure {measure!r}; expected one of {sorted(measures)}")
+            raise ValueError(unknown_name("uncertainty measure", str(measure), sorted(measures)))
         return measures[measure]()
 
     # ----------------------------------------------------------------- indexing / devices

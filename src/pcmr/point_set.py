@@ -106,7 +106,7 @@ class PointSet(Gaussian):
         point set: log-determinants and entropies need a variance)."""
         if measure not in UNCERTAINTY_MEASURES:
             raise ValueError(f"unknown uncertainty measure {measure!r} for a PointSet (K points, no variance); "
-                             f"expected one of {list(UNCERTAINTY_MEASURES)}")
+                             f"expected one of: {', '.join(UNCERTAINTY_MEASURES)}")
         return self.spread()
 
     def log_det(self) -> Tensor:

@@ -8,11 +8,14 @@ bars only when standard error is a terminal). Output redirected to a file (``pcm
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 from tqdm import tqdm
 
-__all__ = ["progress_enabled", "progress_bar", "write_line"]
+__all__ = ["progress_enabled", "progress_bar", "write_line", "status_line", "phase"]
 
 
 def _is_terminal(stream: TextIO | None) -> bool:
@@ -44,3 +47,20 @@ def write_line(line: str, *, bars: bool = False) -> None:
         tqdm.write(line, file=sys.stdout)
     else:
         print(line, flush=True)
+
+
+def status_line(line: str, enabled: bool | None = True) -> None:
+    """One progress line on stderr, on a terminal and in a redirected log alike; nothing when
+    ``enabled`` is False (library calls that did not ask for progress)."""
+    if enabled is not False:
+        print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def phase(description: str, enabled: bool | None = True) -> Iterator[None]:
+    """Start and finish lines of a long step: ``description ...`` then ``description: done in 12.3 s``
+    (:func:`status_line`), so no step of a long command passes in silence."""
+    started = time.perf_counter()
+    status_line(f"{description} ...", enabled)
+    yield
+    status_line(f"{description}: done in {time.perf_counter() - started:.1f} s", enabled)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from pcmr.atomic import atomic_write_text
 from pcmr.cli.train import start_run
 from pcmr.evaluation import evaluate_model
 from pcmr.report import Report, format_table, merge_rows
+from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.train.run import load_run, load_run_split
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
@@ -139,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         result = evaluate_run(run_dir, run_dir / "evaluation", progress=args.progress)
+        if collapsed_recall_warning(result.rows):
+            print(f"warning: {recipe}: {collapsed_recall_warning(result.rows)}", file=sys.stderr, flush=True)
         trained[recipe] = summary["trained_similarity"]
         results.append((recipe, result))
     rows = _comparison_rows(merge_rows(results), trained)

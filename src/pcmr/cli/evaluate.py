@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pcmr.atomic import write_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, RetrievalSplit, Vocabulary, list_datasets, load_dataset
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
 from pcmr.evaluation.checks import check_finite_tensors, check_model_vocabulary
+from pcmr.evaluation.scoring import check_names
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.models import load_model
 from pcmr.models.serialization import WEIGHTS_FILE
-from pcmr.similarity import list_similarities
+from pcmr.progress import phase
+from pcmr.search.presentation import collapsed_recall_warning
+from pcmr.similarity import get_similarity, list_similarities
+from pcmr.suggest import did_you_mean, name_list, unknown_name
 from pcmr.train.config import RunConfig
 from pcmr.train.run import (
     CONFIG_FILE,
@@ -33,7 +39,8 @@ from pcmr.train.run import (
     load_run_split,
 )
 
-__all__ = ["add_parser", "run", "LoadedModel", "load_run_or_model", "load_split", "parse_names"]
+__all__ = ["add_parser", "run", "LoadedModel", "load_run_or_model", "load_split", "parse_names",
+           "check_option_owners", "prepare_out"]
 
 
 @dataclass
@@ -155,6 +162,49 @@ def _parse_option(item: str) -> tuple[str, str, Any]:
     return path[0], path[1], value
 
 
+def check_option_owners(items: list[tuple[str, str, Any]], similarities: list[str], rerankers: list[str]) -> None:
+    """Each ``--option NAME.OPTION=VALUE`` must name a selected similarity or re-ranker and one of its
+    options; otherwise ValueError naming the flag, what is selected and what is accepted."""
+
+    for owner, option, value in items:
+        flag = f"--option {owner}.{option}={value}"
+        if owner in list_similarities():
+            kind, accepted = "similarity", sorted(get_similarity(owner).options)
+            selected = similarities
+        elif owner in list_rerankers():
+            kind, accepted = "re-ranker", sorted(get_reranker(owner).parameters())
+            selected = rerankers
+        else:
+            raise ValueError(f"{flag}: {unknown_name('similarity or re-ranker', owner, similarities + rerankers)}")
+        if owner not in selected:
+            raise ValueError(f"{flag}: {kind} '{owner}' is not evaluated (selected: {name_list(selected)}); "
+                             f"add it with --{'similarity' if kind == 'similarity' else 'rerank'} {owner}")
+        if not accepted:
+            raise ValueError(f"{flag}: {kind} '{owner}' takes no options")
+        if option not in accepted:
+            raise ValueError(f"{flag}: {kind} '{owner}' has no option '{option}'{did_you_mean(option, accepted)}; "
+                             f"expected one of: {name_list(accepted)}")
+
+
+def prepare_out(out: Path, overwrite: bool) -> None:
+    """Refuse to replace an earlier report in ``out`` unless ``overwrite``; never replace a folder that
+    holds other files. An empty or missing folder is fine."""
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file; expected a folder for the report")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    if not (out / "results.json").is_file():
+        raise FileExistsError(f"--out {out} holds files that are not an evaluation report "
+                              f"({', '.join(entries[:3])}); choose an empty or new folder")
+    if not overwrite:
+        raise FileExistsError(f"{out} already holds an evaluation report; pass --overwrite to replace it "
+                              f"or --out DIR to write elsewhere")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "evaluate",
@@ -224,6 +274,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="DIR",
         help="output folder (default: RUN/eval-SPLIT for a run, ./eval-SPLIT otherwise)",
     )
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier report in the output folder (the whole folder is swapped "
+                        "in at once, so no figure of the old report stays)")
     parser.add_argument("--batch-size", type=int, default=None, help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     parser.add_argument("--progress", action="store_const", const=True, default=None,
@@ -251,20 +304,24 @@ def run(args: argparse.Namespace) -> int:
     eval_cfg = config.eval if config is not None else None
     split_name = args.split or (eval_cfg.split if eval_cfg else "test")
     val_name = args.val_split or (config.data.val_split if config is not None else "val")
-    similarities = parse_names(args.similarity) or (
+    similarities = check_names("similarity", parse_names(args.similarity) or (
         list(eval_cfg.similarities) if eval_cfg else list(DEFAULT_SIMILARITIES)
-    )
-    rerankers = parse_names(args.rerank) or (
+    ), list_similarities())
+    rerankers = check_names("re-ranker", parse_names(args.rerank) or (
         list(eval_cfg.rerankers) if eval_cfg else list(DEFAULT_RERANKERS)
-    )
+    ), list_rerankers())
     similarity_options = {k: dict(v) for k, v in loaded.similarity_options.items()}
     rerank_options: dict[str, dict[str, Any]] = {}
-    for item in args.option:
-        owner, option, value = _parse_option(item)
+    given = [_parse_option(item) for item in args.option]
+    check_option_owners(given, similarities, rerankers)
+    for owner, option, value in given:
         target = similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
     needs_val = any(_selects_on_validation(r, rerank_options.get(r, {})) for r in rerankers)
     split = split_of(split_name)
+    if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
+        raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
+                         f"{split.num_images} images, got {args.folds}")
     val_split = split_of(val_name) if needs_val else None
     batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else ENCODE_BATCH_SIZE)
     out = (
@@ -272,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out
         else (loaded.source / f"eval-{split_name}" if config is not None else Path(f"eval-{split_name}"))
     )
+    prepare_out(out, args.overwrite)
     result = evaluate_model(
         loaded.model,
         split,
@@ -287,7 +345,20 @@ def run(args: argparse.Namespace) -> int:
         num_folds=args.folds,
         meta={"run": str(loaded.source)},
     )
-    written = result.save(out)
+    if not result.rows:
+        reasons = "; ".join(f"{s['similarity']}/{s['rerank']}: {s['reason']}" for s in result.skipped)
+        raise ValueError(f"no (similarity, re-ranker) pair could be evaluated ({reasons or 'nothing selected'}); "
+                         f"nothing written to {out}")
+    written: list[Path] = []
+
+    def write(folder: Path) -> None:
+        written.extend(out / path.relative_to(folder) for path in result.save(folder).values())
+
+    with phase(f"writing the report and figures to {out}"):
+        write_folder(out, write)  # the report is swapped in whole, so no figure of an older one stays
     print(result.to_markdown())
-    print(f"wrote {', '.join(str(p) for p in written.values())}")
+    print(f"wrote {', '.join(str(p) for p in written)}")
+    collapsed = collapsed_recall_warning(result.rows)
+    if collapsed:
+        print(f"warning: {collapsed}", file=sys.stderr)
     return 0

@@ -17,15 +17,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
+from pcmr.atomic import write_folder
 from pcmr.cli.evaluate import load_run_or_model, load_split
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.gaussian import Gaussian
 from pcmr.index import GalleryIndex
+from pcmr.progress import phase
 from pcmr.search.ann import ANN_SCORES
 from pcmr.search.embeddings import read_embeddings
+from pcmr.search.presentation import (
+    UNCERTAINTY_NOTE,
+    entries_text,
+    fetch_size,
+    result_warnings,
+    shown_entries,
+    uncertainty_percentile,
+    word_vocabulary,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -66,6 +79,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--from-embeddings", metavar="FILE", default=None,
                        help="build INDEX from saved embeddings (safetensors: image_mean, image_logvar, "
                        "caption_mean, caption_logvar) instead of a model; queries then need Gaussians")
+    build.add_argument("--overwrite", action="store_true",
+                       help="replace an existing INDEX folder with --build / --from-embeddings (the new index "
+                       "is swapped in whole once complete)")
     build.add_argument("--add", metavar="FILE", default=None,
                        help="append the items of a saved-embeddings file to the existing INDEX")
     ann = parser.add_argument_group("faiss backend (building)")
@@ -146,20 +162,36 @@ def _rerank_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
+def _check_target(args: argparse.Namespace) -> None:
+    """--build / --from-embeddings never replace an existing index (or other files) without --overwrite."""
+    target = Path(args.index)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not args.overwrite:
+        raise FileExistsError(f"{target} already exists; pass --overwrite to replace it, or --add FILE to "
+                              f"append items to the index")
+
+
+def _save_new(index: Any, args: argparse.Namespace) -> None:
+    """Write a newly built index; the folder is swapped in whole, so a replaced one leaves no file behind."""
+    write_folder(args.index, index.save)
+
+
 def _build(args: argparse.Namespace) -> Any:
+    _check_target(args)
     loaded = load_run_or_model(args.build, args.vocab, args.device or "cpu")
     split = load_split(args.data, args.split, loaded.config, args.data_name)
-    index = GalleryIndex.build(
-        loaded.model,
-        split,
-        loaded.vocab,
-        batch_size=args.batch_size,
-        device=args.device,
-        similarity_options=loaded.similarity_options,
-        meta={"source": str(loaded.source), "dataset": split.name, "split": args.split},
-    )
+    with phase(f"encoding the gallery ({split.num_images} images, {split.num_captions} captions)"):
+        index = GalleryIndex.build(
+            loaded.model,
+            split,
+            loaded.vocab,
+            batch_size=args.batch_size,
+            device=args.device,
+            similarity_options=loaded.similarity_options,
+            meta={"source": str(loaded.source), "dataset": split.name, "split": args.split},
+            progress=None,
+        )
     _maybe_build_ann(index, args)
-    index.save(args.index)
+    _save_new(index, args)
     print(
         f"built {args.index}: {index.images.num} images, {index.captions.num} captions "
         f"({split.name}/{args.split}, D={index.images.dim})"
@@ -168,7 +200,7 @@ def _build(args: argparse.Namespace) -> Any:
 
 
 def _from_embeddings(args: argparse.Namespace) -> Any:
-
+    _check_target(args)
     saved = read_embeddings(args.from_embeddings, shard_rows=args.shard_size, progress=None)
     present = saved.images if saved.images is not None else saved.captions
     empty = Gaussian(present.mean.new_zeros(0, present.dim),
@@ -178,7 +210,7 @@ def _from_embeddings(args: argparse.Namespace) -> Any:
                          image_ids=saved.image_ids, caption_ids=saved.caption_ids, caption_texts=saved.caption_texts,
                          image_metadata=saved.image_metadata, meta={"source": str(args.from_embeddings)})
     _maybe_build_ann(index, args)
-    index.save(args.index)
+    _save_new(index, args)
     print(f"built {args.index}: {index.images.num} images, {index.captions.num} captions from "
           f"{args.from_embeddings} (D={present.dim})")
     return index
@@ -213,38 +245,41 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
     params = {name: value for name, value in (("nlist", args.nlist), ("nprobe", args.nprobe),
                                                ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search))
               if value is not None}
-    built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
-                            shard_size=args.shard_size, progress=None, csls_similarity=args.csls_similarity,
-                            csls_k=args.csls_k, csls_sample=args.csls_sample, **params)
+    with phase(f"building the faiss index ({args.index_type}, score {score})"):
+        built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
+                                shard_size=args.shard_size, progress=None, csls_similarity=args.csls_similarity,
+                                csls_k=args.csls_k, csls_sample=args.csls_sample, **params)
     for modality, ann in built.items():
         how = "chosen by gallery size" if args.index_type == "auto" else "requested"
+        params_text = ", ".join(f"{key}={value}" for key, value in ann.params.items()) or "none"
         print(f"faiss index over {ann.ntotal} {modality}s: {ann.index_type} ({how}), score {ann.score}, "
-              f"params {ann.params}")
+              f"params {params_text}")
 
 
-def _as_json(results: Any, queries: list[str]) -> list[dict[str, Any]]:
+def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[str, Any]]:
+    """JSON-ready blocks of one search call (pcmr.search.presentation): identical captions merged,
+    uncertainty as a gallery percentile (raw value kept), warnings per query."""
+    text_queries = results.query_modality == "caption"
+    gallery_unc = None if index.gallery(results.gallery_modality).is_point else index.item_uncertainty(
+        results.gallery_modality)
+    query_unc = None if index.gallery(results.query_modality).is_point else index.item_uncertainty(
+        results.query_modality)
+    vocabulary = word_vocabulary(index.model, index.vocab) if text_queries else None
     out = []
-    for query, hits in zip(queries, results.hits):
-        out.append(
-            {
-                "query": query,
-                "similarity": results.similarity,
-                "rerank": results.rerank,
-                "results": [
-                    {
-                        "rank": h.rank,
-                        "index": h.index,
-                        "id": h.id,
-                        "score": h.score,
-                        "uncertainty": h.uncertainty,
-                        "text": h.text,
-                        "metadata": h.metadata,
-                    }
-                    for h in hits
-                ],
-            }
-        )
+    for q, (query, hits) in enumerate(zip(queries, results.hits)):
+        entries = shown_entries(hits, k, gallery_unc)
+        raw = None if results.query_uncertainty is None else float(results.query_uncertainty[q])
+        out.append({"query": query, "similarity": results.similarity, "rerank": results.rerank,
+                    "query_uncertainty": raw,
+                    "query_uncertainty_percentile": uncertainty_percentile(raw, query_unc),
+                    "results": entries, "warnings": result_warnings(entries, query, vocabulary)})
     return out
+
+
+def _block_text(entry: dict[str, Any]) -> str:
+    kind = "images" if entry["results"] and entry["results"][0].get("text") is not None else "captions"
+    return entries_text(entry["query"], f"{entry['similarity']}, {entry['rerank']}", entry["results"], [],
+                        entry["query_uncertainty_percentile"], kind)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -272,22 +307,19 @@ def run(args: argparse.Namespace) -> int:
         index = GalleryIndex.load(args.index, device=args.device)
     options = _rerank_options(args.option)
     blocks = []
-    if args.text:
-        results = index.search_text(
-            args.text, k=args.k, similarity=args.similarity, rerank=args.rerank, rerank_options=options,
-            backend=args.backend, candidates=args.candidates,
-        )
-        blocks.append((results, list(args.text)))
-    if args.image:
-        results = index.search_image(
-            args.image, k=args.k, similarity=args.similarity, rerank=args.rerank, rerank_options=options,
-            backend=args.backend, candidates=args.candidates,
-        )
-        blocks.append((results, list(args.image)))
+    for queries, modality, function in ((list(args.text), "image", index.search_text),
+                                        (list(args.image), "caption", index.search_image)):
+        if queries:
+            fetch = fetch_size(args.k, index.gallery(modality).num, modality, args.rerank)
+            results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
+                               rerank_options=options, backend=args.backend, candidates=args.candidates)
+            blocks.append(_shown(index, results, queries, args.k))
     if args.json:
-        print(
-            json.dumps([entry for r, q in blocks for entry in _as_json(r, q)], indent=2, ensure_ascii=False)
-        )
+        print(json.dumps([entry for block in blocks for entry in block], indent=2, ensure_ascii=False))
     else:
-        print("\n\n".join(r.to_text(q) for r, q in blocks))
+        print("\n\n".join(_block_text(entry) for block in blocks for entry in block))
+        print(f"\n{UNCERTAINTY_NOTE}")
+    for entry in (e for block in blocks for e in block):
+        for warning in entry["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
     return 0

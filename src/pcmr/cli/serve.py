@@ -9,6 +9,8 @@ Loopback only unless ``--host`` says otherwise. Endpoints: see ``pcmr.search.ser
 from __future__ import annotations
 
 import argparse
+import socket
+import sys
 
 from pcmr.index import GalleryIndex
 from pcmr.search.service import create_app
@@ -34,7 +36,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--candidates", type=int, default=None,
                         help="faiss backend: candidates per query re-scored exactly (default 100)")
     parser.add_argument("--device", default=None, help="torch device (default cpu)")
+    parser.add_argument("--no-access-log", dest="access_log", action="store_false",
+                        help="do not print one line per request on stderr (default: print them)")
     return parser
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; ValueError in plain words when the port is taken or the
+    address is not local, so nothing claims to be serving before the port is really held."""
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # reuse TIME_WAIT ports, never a live one
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        reason = "is already in use (another pcmr serve, or another program)" if err.errno in (98, 48) else (
+            f"cannot be opened: {err.strerror or err}")
+        raise ValueError(f"port {port} on {host} {reason}; choose another with --port") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,8 +70,14 @@ def run(args: argparse.Namespace) -> int:
 
     index = GalleryIndex.load(args.index, device=args.device)
     app = create_app(index, similarity=args.similarity, rerank=args.rerank, backend=args.backend,
-                     candidates=args.candidates)
+                     candidates=args.candidates, access_log=sys.stderr if args.access_log else None)
+    sock = bind_socket(args.host, args.port)
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"serving {args.index} ({index.images.num} images, {index.captions.num} captions) on "
-          f"http://{args.host}:{args.port}/", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+          f"http://{shown_host}:{args.port}/ (Ctrl+C to stop)", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     return 0

@@ -39,6 +39,7 @@ from pcmr.data.images import FileImages
 from pcmr.data.relevance import Relevance
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import tokenize
+from pcmr.suggest import unknown_name
 
 __all__ = ["load_cub", "CUB_SPLIT_FILES"]
 
@@ -97,7 +98,7 @@ def load_cub(
         raise MissingDataError("folder not found", path=root / "text_c10",
                                expected="Reed et al.'s text_c10/<class dir>/<image>.txt captions")
     if split not in CUB_SPLIT_FILES:
-        raise DataError(f"unknown split {split!r}", location="split", expected=f"one of {list(CUB_SPLIT_FILES)}")
+        raise DataError(unknown_name("split", str(split), CUB_SPLIT_FILES))
     split_dirs = [Path(class_split_dir)] if class_split_dir is not None else [root, cub]
     split_file = _first_existing(*(d / CUB_SPLIT_FILES[split] for d in split_dirs))
     if split_file is None:

@@ -91,8 +91,12 @@ class FileImages(ImageSource):
             with Image.open(path) as image:
                 image = image.convert("RGB").resize((self.image_size, self.image_size), Image.BICUBIC)
                 pixels = np.asarray(image, dtype=np.uint8)
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
-            raise DataError(f"image failed to decode ({err})", path=path, location=self.keys[index],
+        except UnidentifiedImageError:
+            raise DataError("image failed to decode (not a format Pillow recognises)", path=path, location=self.keys[index],
+                            expected="a JPEG/PNG image Pillow can read") from None
+        except (OSError, SyntaxError, ValueError) as err:  # a known format, damaged; the reason without the path
+            reason = str(err).replace(repr(str(path)), "the file").replace(str(path), "the file")
+            raise DataError(f"image failed to decode ({reason})", path=path, location=self.keys[index],
                             expected="a JPEG/PNG image Pillow can read") from None
         return normalize_pixels(pixels)
 

@@ -20,6 +20,7 @@ from pcmr.data.karpathy import load_karpathy
 from pcmr.data.precomputed import load_precomputed
 from pcmr.data.shapes import load_shapes
 from pcmr.data.split import RetrievalSplit
+from pcmr.suggest import unknown_name
 
 __all__ = ["DatasetSpec", "load_dataset", "list_datasets", "detect_format"]
 
@@ -112,5 +113,5 @@ def load_dataset(name: str | os.PathLike, split: str, **config: Any) -> Retrieva
             fmt = detect_format(key)
             config.setdefault("root", key)
             return _REGISTRY[fmt].loader(split, **config)
-        raise DataError(f"unknown dataset {key!r}", location="name", expected=f"one of {list_datasets()} or a path")
+        raise DataError(unknown_name("dataset", key, list_datasets()) + ", or a dataset folder")
     return _REGISTRY[key].loader(split, **config)

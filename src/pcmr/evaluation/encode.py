@@ -159,7 +159,7 @@ def encode_image_files(model: RetrievalModel, paths: Sequence[str | os.PathLike[
         raise ValueError("this model reads precomputed image features, not pixels; image-file queries need a "
                          "model trained on pixel images")
     paths = [os.fspath(p) for p in paths]
-    source = FileImages(paths, image_size=int(image_size), keys=[f"query image {p}" for p in paths])
+    source = FileImages(paths, image_size=int(image_size), keys=["query image"] * len(paths))
     pixels = torch.stack([source.load(i) for i in range(len(paths))])  # [Q, 3, H, W]
     dev = model_device(model, device)
     with eval_mode(model):

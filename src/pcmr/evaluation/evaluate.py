@@ -17,6 +17,7 @@ re-scores each direction (and each fold) with the re-ranker:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, evaluate_direct
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.models.model import RetrievalModel
 from pcmr.point_set import uncertainty_measure_for
+from pcmr.progress import phase, status_line
 from pcmr.report import Report
 from pcmr.similarity import list_similarities
 
@@ -125,7 +127,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         rerank_options: dict[str, dict[str, Any]] | None = None,
                         ks: Sequence[int] = DEFAULT_KS, lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
                         uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
-                        num_folds: int | None = None, meta: dict[str, Any] | None = None) -> Report:
+                        num_folds: int | None = None, meta: dict[str, Any] | None = None,
+                        progress: bool | None = False) -> Report:
     """The evaluation table of already encoded embeddings.
 
     Args:
@@ -144,6 +147,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         num_folds: also report R@K and rsum averaged over this many consecutive image folds
             (``folds_*`` columns; 5 on COCO 5K-test is the COCO 1K protocol), for the re-rankers
             that re-score a full matrix (matching re-rankers get ``None``).
+        progress: False (default) prints nothing; otherwise a start line and a timed finish line per
+            similarity on stderr (:func:`pcmr.progress.status_line`).
     """
 
     check_finite_embeddings(images, captions, "the embeddings given to evaluate_embeddings")
@@ -180,6 +185,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         if reason is not None:
             result.skipped.append({"similarity": name, "rerank": "*", "reason": reason})
             continue
+        started = time.perf_counter()
+        status_line(f"  {name}: scoring {images.num} images x {captions.num} captions, then "
+                    f"{', '.join(rerankers)} ...", progress)
         try:
             scores = score_matrix(name, images, captions, options)  # [N_img, N_cap]
             val_scores = score_matrix(name, val[0].to(device), val[1].to(device), options) if val else None
@@ -187,11 +195,13 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             result.skipped.append({"similarity": name, "rerank": "*", "reason": str(err)})
             continue
         result.meta["similarity_options"][name] = {k: v for k, v in options.items() if isinstance(v, (int, float))}
+        timings = [f"scores {time.perf_counter() - started:.1f} s"]
         val_dirs = None
         if val_scores is not None:
             val_relevance = val[2].to(device)
             val_dirs = {"i2t": (val_scores, val_relevance), "t2i": (val_scores.T, val_relevance.T)}
         for rerank in rerankers:
+            rerank_started = time.perf_counter()
             params = dict(rerank_options.get(rerank, {}))
             base = get_reranker(rerank, **params)
             per_direction = _tuned_directions(base, params, val_dirs, ks, lambda_grid)
@@ -211,6 +221,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             if not lists and name == result.rows[0]["similarity"]:
                 hub_data[f"{name}/{rerank}"] = {d: occurrence_histogram(evaluation.k_occurrence[d][10])
                                                 for d in DIRECTIONS}
+            tuned = " with lambda selected on validation" if lists and val_dirs is not None else ""
+            timings.append(f"{rerank}{tuned} {time.perf_counter() - rerank_started:.1f} s")
+        status_line(f"  {name}: done in {time.perf_counter() - started:.1f} s ({'; '.join(timings)})", progress)
         measure = uncertainty_measure_for((images, captions), uncertainty_measure)  # PVSE point sets: spread
         if measure is not None and deciles_possible:
             decile_data[name] = decile_series(scores, relevance, images, captions, measure)
@@ -243,7 +256,7 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
                    similarity_options: dict[str, dict[str, Any]] | None = None, val_split: RetrievalSplit | None = None,
                    batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
                    out_dir: str | os.PathLike[str] | None = None,
-                   progress: bool = False, ks: Sequence[int] = DEFAULT_KS,
+                   progress: bool | None = False, ks: Sequence[int] = DEFAULT_KS,
                    rerank_options: dict[str, dict[str, Any]] | None = None,
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
                    extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
@@ -265,14 +278,16 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
     split has, see :func:`pcmr.evaluation.relevance_modes.relevance_modes`); each row carries its
     mode in the ``relevance`` column. The first mode gets PMRP, extra positives, folds and figures.
     """
-    with naming_source(f"the embeddings of {split!r} encoded by {(meta or {}).get('run', 'the model')}"):
+    with naming_source(f"the embeddings of {split!r} encoded by {(meta or {}).get('run', 'the model')}"), \
+            phase(f"encoding the {getattr(split, 'split', '')} split", progress):
         images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
                                         progress=progress)
     modes = relevance_modes(split, relevance)
     val_images = val_captions = None
     if val_split is not None:
-        val_images, val_captions = encode_split(model, val_split, vocab, batch_size=batch_size, device=device,
-                                                progress=progress)
+        with phase(f"encoding the {getattr(val_split, 'split', '')} split (to select RGM's lambda)", progress):
+            val_images, val_captions = encode_split(model, val_split, vocab, batch_size=batch_size, device=device,
+                                                    progress=progress)
     info = {"model": getattr(getattr(model, "config", None), "name", type(model).__name__),
             "dataset": getattr(split, "name", None), "split": getattr(split, "split", None),
             "val_split": getattr(val_split, "split", None), "device": str(images.device), **(meta or {})}
@@ -282,6 +297,8 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
     per_mode = []
     for position, (mode, matrix) in enumerate(modes.items()):  # the first mode gets labels, extras and folds
         primary = position == 0
+        status_line(f"evaluating with {mode} relevance ({len(similarities)} similarities x "
+                    f"{len(rerankers)} re-rankers)", progress)
         val = None
         if val_split is not None:  # RGM's lambda is selected under the same relevance mode
             val = (val_images, val_captions, val_split.relevance_by_mode(mode).matrix())
@@ -291,17 +308,19 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
             image_labels=getattr(split, "image_labels", None) if primary else None,
             caption_labels=getattr(split, "caption_labels", None) if primary else None, val=val,
             rerank_options=rerank_options, ks=ks, lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure,
-            num_folds=num_folds if primary else None, meta=info)))
+            num_folds=num_folds if primary else None, meta=info, progress=progress)))
     result = merge_relevance_results(per_mode)
     if extra_note:
         result.meta["notes"].append(extra_note)
     if not (images.is_point and captions.is_point):
-
-        series = corruption_series(model, split, vocab, uncertainty_measure, batch_size=batch_size, device=device)
+        with phase("uncertainty under occlusion and word erasure (9 ratios x 256 items)", progress):
+            series = corruption_series(model, split, vocab, uncertainty_measure, batch_size=batch_size,
+                                       device=device)
         if series:
             result.figures["uncertainty_vs_corruption"] = series
     if out_dir is not None:
-        result.save(out_dir)
+        with phase(f"writing the report and figures to {out_dir}", progress):
+            result.save(out_dir)
     return result
 
 

@@ -18,6 +18,7 @@ from torch import Tensor
 from pcmr.gaussian import Gaussian
 from pcmr.inference import get_reranker
 from pcmr.similarity import get_similarity, pairwise
+from pcmr.suggest import unknown_name
 
 __all__ = ["score_matrix", "unsupported_reason", "check_similarity_supported", "rerank_topk", "get_method",
            "check_names", "DEFAULT_SEED"]
@@ -34,7 +35,7 @@ def check_names(kind: str, names: list[str] | tuple[str, ...], accepted: list[st
         return list(accepted)
     unknown = [n for n in names if n not in accepted]
     if unknown:
-        raise ValueError(f"unknown {kind} name(s) {unknown}; accepted: {', '.join(accepted)} (or 'all')")
+        raise ValueError(unknown_name(kind, unknown, accepted) + " (or all)")
     if not names:
         raise ValueError(f"at least one {kind} is needed; accepted: {', '.join(accepted)}")
     return list(dict.fromkeys(names))

@@ -39,6 +39,7 @@ from pcmr.metrics.driver import recall_from_lists
 from pcmr.ranking.backend import BACKENDS
 from pcmr.ranking.checks import check_positive_int, check_scores
 from pcmr.ranking.topk import ordered_topk
+from pcmr.suggest import unknown_name
 
 #: RGM's lambda candidates: from GM-like (1) to unconstrained (inf = top-k of the re-weighted scores).
 DEFAULT_LAMBDA_GRID: tuple[float, ...] = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0, math.inf)
@@ -227,7 +228,7 @@ class Reranker:
         parameters = self.parameters()
         if key in parameters:
             return parameters[key]
-        raise AttributeError(f"re-ranker {self.name!r} has no parameter {key!r}; it has {list(parameters)}")
+        raise AttributeError(f"re-ranker '{self.name}': " + unknown_name("parameter", key, list(parameters)))
 
     def with_parameters(self, **params: Any) -> Reranker:
         """A copy with some parameters replaced (each goes to the part that owns it)."""
@@ -239,8 +240,8 @@ class Reranker:
             matcher = dataclasses.replace(matcher, **theirs) if theirs else matcher
         unknown = set(params) - set(self.parameters())
         if unknown:
-            raise ValueError(f"reranker {self.name!r} takes the parameters {list(self.parameters())}, "
-                             f"got unexpected {sorted(unknown)}")
+            raise ValueError(f"re-ranker '{self.name}': " + unknown_name("parameter", sorted(unknown),
+                                                                          list(self.parameters())))
         return Reranker(self.name, weighting, matcher)
 
     def fitted(self, size: tuple[int, int]) -> Reranker:
@@ -299,7 +300,7 @@ def list_rerankers() -> list[str]:
 
 def _parts(name: str) -> tuple[type[Reweighting], type[Matching] | None]:
     if not isinstance(name, str) or name not in list_rerankers():
-        raise ValueError(f"unknown reranker {name!r}; choose one of {list_rerankers()}")
+        raise ValueError(unknown_name("re-ranker", str(name), list_rerankers()))
     if name in _REWEIGHTINGS:
         return _REWEIGHTINGS[name], None
     if name in _MATCHINGS:
@@ -325,7 +326,7 @@ def get_reranker(name: str, **params: object) -> Reranker:
     allowed = reranker_parameters(name)
     unknown = sorted(set(given) - set(allowed))
     if unknown:
-        raise ValueError(f"reranker {name!r} takes the parameters {list(allowed)}, got unexpected {unknown}")
+        raise ValueError(f"re-ranker '{name}': " + unknown_name("parameter", unknown, list(allowed)))
     own = {k: v for k, v in given.items() if k in _parameters(weighting)}
     matcher = None
     if matching is not None:

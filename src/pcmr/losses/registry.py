@@ -18,6 +18,7 @@ from pcmr.losses.hubness import HalConfig, HalLoss, HalReleasedConfig, HalReleas
 from pcmr.losses.pvse import PvseConfig, PvseLoss
 from pcmr.losses.soft_contrastive import PcmeConfig, PcmeLoss
 from pcmr.losses.triplet import TripletConfig, TripletLoss
+from pcmr.suggest import unknown_name
 
 __all__ = ["LossEntry", "create_loss", "get_loss_entry", "list_losses"]
 
@@ -66,7 +67,7 @@ def list_losses() -> list[str]:
 def get_loss_entry(name: str) -> LossEntry:
     """The :class:`LossEntry` of ``name``; ``ValueError`` listing the names otherwise."""
     if name not in _REGISTRY:
-        raise ValueError(f"unknown loss {name!r}; expected one of {list_losses()}")
+        raise ValueError(unknown_name("loss", str(name), list_losses()))
     return _REGISTRY[name]
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import SparseRelevance, from_pairs
+from pcmr.suggest import unknown_name
 
 # name -> (i2t file, t2i file) in eccv_caption/data
 POSITIVE_SETS = {
@@ -145,7 +146,7 @@ def load_extra_positives(name: str, image_ids: Sequence[int], caption_ids: Seque
             counts in R and can never be retrieved) or ``"drop"`` (ignore it).
     """
     if name not in POSITIVE_SETS:
-        raise ValueError(f"unknown positive set {name!r}; expected one of {sorted(POSITIVE_SETS)}")
+        raise ValueError(unknown_name("positive set", str(name), sorted(POSITIVE_SETS)))
     if missing not in ("count", "drop"):
         raise ValueError(f"missing must be 'count' or 'drop', got {missing!r}")
     images = _index_of(image_ids, "image_ids")

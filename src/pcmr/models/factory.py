@@ -31,6 +31,7 @@ from pcmr.models.pretrained import EfficientNetLite0Backbone, MiniLMBackbone
 from pcmr.models.pvse import PointSetTower, PVSEHead, PVSEModel
 from pcmr.models.text_encoders import GRUTextBackbone
 from pcmr.models.vsrn import VSRNReasoning
+from pcmr.suggest import unknown_name
 
 __all__ = ["list_models", "get_model_config", "resolve_config", "create_model", "build_model"]
 
@@ -56,7 +57,7 @@ def get_model_config(name: str) -> ModelConfig:
     """The :class:`ModelConfig` of the built-in family ``name``."""
     files = _family_files()
     if name not in files:
-        raise ValueError(f"unknown model {name!r}; available models: {', '.join(sorted(files))}")
+        raise ValueError(unknown_name("model", str(name), sorted(files)))
     with resources.as_file(files[name]) as path:
         return config_from_dict(load_config_file(path))
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import atomic_write
+from pcmr.suggest import unknown_name
 
 __all__ = [
     "new_figure",
@@ -54,6 +55,8 @@ def save_figure(figure, path: str | os.PathLike[str]) -> Path:
     return atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
 
 
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_DASHES = ("-", "--", ":", "-.")
 _DIRECTIONS = (("i2t", "image → text (queries: images)"), ("t2i", "text → image (queries: captions)"))
 
 
@@ -63,19 +66,29 @@ def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str])
     ``data = {"measure": str, "series": {label: {"i2t": [R@1 per bin], "t2i": [...]}}}``; bin 1 holds
     the least uncertain tenth of the queries.
     """
-    figure = new_figure(9.0, 3.6)
+    figure = new_figure(10.5, 3.8)
     axes = figure.subplots(1, 2, sharey=True)
+    labels = list(data["series"])
     for ax, (direction, title) in zip(axes, _DIRECTIONS):
-        for label, series in data["series"].items():
-            values = series.get(direction)
-            if values:
-                ax.plot(range(1, len(values) + 1), values, marker="o", label=label)
+        for number, label in enumerate(labels):
+            values = data["series"][label].get(direction)
+            if not values:
+                continue
+            # equal curves (common: every score ranks alike) stay visible: each line has its own marker,
+            # dash pattern and a small sideways shift within its decile
+            shift = (number - (len(labels) - 1) / 2) * min(0.08, 0.5 / max(len(labels), 1))
+            ax.plot([b + 1 + shift for b in range(len(values))], values, marker=_MARKERS[number % len(_MARKERS)],
+                    linestyle=_DASHES[number % len(_DASHES)], markersize=5, linewidth=1.3, alpha=0.9,
+                    label=label, clip_on=False, zorder=3 + number)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(f"uncertainty decile of the query ({data.get('measure', 'uncertainty')}, 1 = most certain)")
         ax.set_xticks(range(1, 11))
+        ax.set_xlim(0.5, 10.5)
+        ax.set_ylim(0.0, 100.0)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("R@1 (%)")
-    axes[0].legend(fontsize=8)
+    if labels:
+        axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     figure.suptitle("R@1 per uncertainty decile", fontsize=11)
     return save_figure(figure, path)
 
@@ -89,19 +102,21 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
     """
     from matplotlib.ticker import NullFormatter
 
-    figure = new_figure(9.0, 3.6)
+    figure = new_figure(9.5, 4.6)
     axes = figure.subplots(1, 2)
     galleries = {"i2t": "gallery: captions", "t2i": "gallery: images"}
     for ax, (direction, title) in zip(axes, _DIRECTIONS):
-        for label, series in data["series"].items():
+        for number, (label, series) in enumerate(data["series"].items()):
             hist = series.get(direction)
             if not hist:
                 continue
             pairs = [(v, f) for v, f in zip(hist["values"], hist["frequency"]) if v > 0 and f > 0]
             zeros = sum(f for v, f in zip(hist["values"], hist["frequency"]) if v == 0)
-            if pairs:
+            if pairs:  # own marker and dash per series: equal histograms stay visible (smaller on top)
                 xs, ys = zip(*pairs)
-                ax.plot(xs, ys, marker="o", markersize=4, linestyle=":", linewidth=0.8, alpha=0.85, label=f"{label} ({zeros} never retrieved)")
+                ax.plot(xs, ys, marker=_MARKERS[number % len(_MARKERS)], markersize=7 - 1.2 * (number % 4),
+                        linestyle=_DASHES[number % len(_DASHES)], linewidth=0.8, alpha=0.85, zorder=3 + number,
+                        label=f"{label} ({zeros} never retrieved)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):  # minor labels of a short log range overlap
@@ -110,7 +125,8 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
         ax.set_xlabel(f"N_{data['k']} (times retrieved in a top-{data['k']} list)")
         ax.set_ylabel("number of gallery items")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[1]:  # below the panel: never over a point
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), borderaxespad=0.0)
     figure.suptitle(f"k-occurrence distribution (k = {data['k']}), log-log", fontsize=11)
     return save_figure(figure, path)
 
@@ -232,5 +248,5 @@ def save_figures(figures: dict[str, Any], out_dir: str | os.PathLike[str]) -> di
     """Draw every known figure present in ``figures`` into ``out_dir/<name>.png``; returns the paths."""
     unknown = [name for name in figures if name not in FIGURES]
     if unknown:
-        raise ValueError(f"unknown figure name(s) {unknown}; expected some of {sorted(FIGURES)}")
+        raise ValueError(unknown_name("figure name", unknown, sorted(FIGURES)))
     return {name: FIGURES[name](data, Path(out_dir) / f"{name}.png") for name, data in figures.items() if data}

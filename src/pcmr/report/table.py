@@ -29,6 +29,7 @@ from typing import Any
 
 from pcmr.atomic import atomic_write_text
 from pcmr.report.plots import save_figures
+from pcmr.suggest import unknown_name
 
 __all__ = ["COLUMN_TITLES", "ID_COLUMNS", "Report", "column_title", "format_table", "merge_rows"]
 
@@ -118,7 +119,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
         known = set(_columns(rows, drop_empty=False))
         unknown = [c for c in columns if c not in known]
         if rows and unknown:
-            raise ValueError(f"unknown column(s) {unknown}; the rows have columns {sorted(known)}")
+            raise ValueError(unknown_name("column", unknown, sorted(known)))
     header = [column_title(c) for c in columns]
     body = [[_format_value(r.get(c), digits) for c in columns] for r in rows]
     numeric = [

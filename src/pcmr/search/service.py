@@ -17,15 +17,17 @@ import io
 import os
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import torch
 from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.shapes.dataset import load_shapes
 from pcmr.index import GalleryIndex
+from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
 
 __all__ = ["ServiceLimits", "create_app"]
 
@@ -89,10 +91,18 @@ def _relative_levels(values: torch.Tensor | None) -> torch.Tensor | None:
     return None if values is None else values.float().sort().values
 
 
+def access_line(client: str, method: str, target: str, status: int, seconds: float) -> str:
+    """One access-log line: UTC time, client address, request, status and duration."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return f"{stamp} {client} \"{method} {target}\" {status} {1000 * seconds:.1f} ms"
+
+
 def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str = "nns", backend: str = "auto",
-               candidates: int | None = None, limits: ServiceLimits | None = None) -> Any:
+               candidates: int | None = None, limits: ServiceLimits | None = None,
+               access_log: TextIO | None = None) -> Any:
     """A FastAPI application serving ``index`` (module docstring). ``similarity``/``rerank``/``backend``/
-    ``candidates`` are the search settings of every query."""
+    ``candidates`` are the search settings of every query; with ``access_log`` (a text stream, e.g.
+    stderr) every request writes one :func:`access_line` to it."""
     from fastapi import FastAPI, File, Query, Request, UploadFile
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -106,14 +116,29 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
               for m in ("image", "caption")}
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
 
+    if access_log is not None:
+        @app.middleware("http")
+        async def _log_request(request: Request, call_next: Any) -> Any:
+            started = time.perf_counter()
+            status = 500
+            try:
+                response = await call_next(request)
+                status = response.status_code
+                return response
+            finally:
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                client = request.client.host if request.client else "-"
+                print(access_line(client, request.method, target, status, time.perf_counter() - started),
+                      file=access_log, flush=True)
+
     @app.exception_handler(_BadRequest)
     async def _bad(request: Request, exc: _BadRequest) -> JSONResponse:
         return JSONResponse({"error": exc.message}, status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        parts = [f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
-        return JSONResponse({"error": "; ".join(parts) or "invalid request"}, status_code=422)
+        return JSONResponse({"error": "; ".join(_plain_validation(e) for e in exc.errors()) or "invalid request"},
+                            status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -136,24 +161,31 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         rank = torch.searchsorted(sorted_values, torch.tensor([value], dtype=torch.float32)).item()
         return round(rank / (len(sorted_values) - 1), 4)
 
-    def hit_json(hit: Any, modality: str) -> dict[str, Any]:
-        out = {"rank": hit.rank, "index": hit.index, "id": hit.id, "score": hit.score,
-               "uncertainty": hit.uncertainty, "uncertainty_level": level(modality, hit.uncertainty)}
+    def hit_json(entry: dict[str, Any], modality: str) -> dict[str, Any]:
+        """A shown result line (pcmr.search.presentation.shown_entries) for the page."""
+        out = {**entry, "uncertainty_level": level(modality, entry["uncertainty"])}
         if modality == "image":
-            out["metadata"] = hit.metadata
-            out["image_url"] = f"/images/{hit.index}" if images.available() else None
+            out.pop("text", None)
+            out["image_url"] = f"/images/{entry['index']}" if images.available() else None
         else:
-            out["text"] = hit.text
+            out.pop("metadata", None)
         return out
 
-    def run_search(function: Any, queries: Any, k: int, modality: str) -> list[dict[str, Any]]:
+    def run_search(function: Any, queries: Any, k: int, modality: str,
+                   text: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+        """Result lines (identical captions merged) and warnings of one query."""
+        fetch = fetch_size(k, index.gallery(modality).num, modality, rerank)
         try:
             with lock:
-                results = function(queries, k=k, similarity=similarity, rerank=rerank, backend=backend,
+                results = function(queries, k=fetch, similarity=similarity, rerank=rerank, backend=backend,
                                    candidates=candidates)
         except ValueError as err:
             raise _BadRequest(400, str(err)) from None
-        return [hit_json(h, modality) for h in results.hits[0]]
+        gallery_unc = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
+        entries = shown_entries(results.hits[0], k, gallery_unc)
+        vocabulary = word_vocabulary(index.model, index.vocab) if text is not None else None
+        warnings = result_warnings(entries, text if text is not None else "", vocabulary)
+        return [hit_json(e, modality) for e in entries], warnings
 
     @app.get("/api/health")
     def health() -> dict[str, Any]:
@@ -171,8 +203,8 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
             raise _BadRequest(400, f"text is longer than {limits.max_text_chars} characters")
         require_encoder()
         check_k(k, "image")
-        return {"query": text, "similarity": similarity, "rerank": rerank,
-                "results": run_search(index.search_text, [text], k, "image")}
+        results, warnings = run_search(index.search_text, [text], k, "image", text=text)
+        return {"query": text, "similarity": similarity, "rerank": rerank, "results": results, "warnings": warnings}
 
     @app.post("/api/search/image")
     async def search_image(file: Annotated[UploadFile, File()], k: int = 5) -> dict[str, Any]:
@@ -186,7 +218,8 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
             path = os.path.join(tmp, "query")
             with open(path, "wb") as handle:
                 handle.write(data)
-            return {"query": file.filename, "results": run_search(index.search_image, [path], k, "caption")}
+            results, warnings = run_search(index.search_image, [path], k, "caption")
+            return {"query": file.filename, "results": results, "warnings": warnings}
 
     @app.get("/api/images/{item}")
     def image_item(item: int, k: int = 5) -> dict[str, Any]:
@@ -198,8 +231,8 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
                "image_url": f"/images/{item}" if images.available() else None, "captions": []}
         if index.captions.num:
             check_k(k, "caption")
-            out["captions"] = run_search(lambda q, **kw: index.search(q, modality="image", **kw),
-                                         index.images[item], k, "caption")
+            out["captions"], out["warnings"] = run_search(lambda q, **kw: index.search(q, modality="image", **kw),
+                                                          index.images[item], k, "caption")
         return out
 
     @app.get("/api/captions/{item}")
@@ -233,6 +266,18 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     return app
 
 
+def _plain_validation(error: dict[str, Any]) -> str:
+    """One request-validation error in plain words: ``k: input should be a valid integer (got 'ten')``
+    (the field name without FastAPI's ``query.``/``body.`` prefix)."""
+    location = [str(x) for x in error.get("loc", ()) if x not in ("query", "body", "path")]
+    field = ".".join(location) or "request"
+    message = str(error.get("msg", "invalid value"))
+    message = message[:1].lower() + message[1:]
+    given = error.get("input")
+    shown = f" (got {given!r})" if isinstance(given, (str, int, float)) and len(str(given)) <= 40 else ""
+    return f"{field}: {message}{shown}"
+
+
 def _asset(name: str) -> str:
     return resources.files("pcmr.search").joinpath("web", name).read_text(encoding="utf-8")
 
@@ -244,5 +289,8 @@ def _check_image(data: bytes) -> None:
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.verify()
-    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError) as err:
-        raise _BadRequest(415, f"the upload is not an image Pillow can read ({err})") from None
+    except Image.DecompressionBombError:
+        raise _BadRequest(413, "the uploaded image has too many pixels to decode safely") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+        raise _BadRequest(415, "the uploaded file is not an image this server can read; upload a PNG, JPEG, "
+                               "GIF, BMP or WebP file") from None

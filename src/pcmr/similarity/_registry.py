@@ -19,6 +19,7 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 from pcmr.point_set import PointSet
+from pcmr.suggest import unknown_name
 
 __all__ = ["Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity"]
 
@@ -108,7 +109,7 @@ def get_similarity(name: str) -> Similarity:
     """The spec object of a score (``.name``, ``.sampled``, ``.needs_image_variance``,
     ``.needs_caption_variance``, ``.options``, ``.reference``)."""
     if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"unknown similarity {name!r}; expected one of {list_similarities()}")
+        raise ValueError(unknown_name("similarity", str(name), list_similarities()))
     return _REGISTRY[name]
 
 
@@ -144,7 +145,7 @@ def _resolve(
                          f"scores that accept points: {_point_friendly('caption')}")
     unknown = sorted(set(options) - set(spec.options))
     if unknown:
-        raise ValueError(f"{name}: unknown option(s) {unknown}; accepted options: {sorted(spec.options)}")
+        raise ValueError(f"{name}: " + unknown_name("option", unknown, sorted(spec.options)))
     resolved = {**spec.options, **options}
     spec.check_options(images, captions, resolved)
     return spec, resolved

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pcmr.study.stats import EXPECTATIONS, Interval, paired_interval, verdict
+from pcmr.suggest import unknown_name
 
 __all__ = ["Claim", "Judgement", "Selector", "judge_claim", "judge_claims", "parse_claims", "NO_DATA"]
 
@@ -80,7 +81,7 @@ def _selector(raw: Any, where: str) -> Selector:
     accepted = set(SELECT_FIELDS) | {"metric"}
     unknown = sorted(set(raw) - accepted)
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; accepted: {', '.join(sorted(accepted))}")
+        raise ValueError(f"{where}: " + unknown_name("key", unknown, sorted(accepted)))
     for key, value in raw.items():
         if not isinstance(value, str) or not value:
             raise ValueError(f"{where}.{key}: expected a name, got {value!r}")
@@ -100,7 +101,7 @@ def parse_claims(raw: Any, where: str = "claims") -> tuple[Claim, ...]:
             raise ValueError(f"{here}: expected a mapping with keys {', '.join(_CLAIM_KEYS)}, got {item!r}")
         unknown = sorted(set(item) - set(_CLAIM_KEYS))
         if unknown:
-            raise ValueError(f"{here}: unknown key(s) {unknown}; accepted: {', '.join(_CLAIM_KEYS)}")
+            raise ValueError(f"{here}: " + unknown_name("key", unknown, _CLAIM_KEYS))
         for key in ("id", "paper", "statement", "metric"):
             if not isinstance(item.get(key), str) or not item[key]:
                 raise ValueError(f"{here}.{key}: expected text, got {item.get(key)!r}")

@@ -18,10 +18,21 @@ from pcmr.report.plots import new_figure, save_figure
 from pcmr.study.claims import NO_DATA, Judgement
 from pcmr.study.report import recipe_metric_table
 
-__all__ = ["VERDICT_COLOURS", "plot_claims", "plot_recipes"]
+__all__ = ["VERDICT_COLOURS", "metric_bounds", "plot_claims", "plot_recipes"]
 
 #: colour of each verdict in ``claims.png``
 VERDICT_COLOURS = {"holds": "#2a7f3f", "reversed": "#b8322a", "inconclusive": "#7a7a7a", NO_DATA: "#c9c9c9"}
+
+
+def metric_bounds(metric: str) -> tuple[float, float] | None:
+    """The possible range of a table metric: rsum sums six recalls (0 to 600); R@K, R-Precision,
+    MAP@R and PMRP are percentages (0 to 100); None for metrics without fixed bounds."""
+    name = metric.lower()
+    if name == "rsum" or name.endswith("_rsum"):
+        return (0.0, 600.0)
+    if "r@" in name or "r_precision" in name or "map@r" in name or "pmrp" in name:
+        return (0.0, 100.0)
+    return None
 
 
 def _label(judgement: Judgement) -> str:
@@ -34,25 +45,29 @@ def plot_claims(judgements: Sequence[Judgement], path: str | os.PathLike[str]) -
     dot and its interval as a bar, coloured by verdict, on a symmetric-log axis (the claims' metrics
     have different units: rsum points, R-Precision points, slopes, rank correlations)."""
     shown = list(judgements)
-    figure = new_figure(9.0, max(2.5, 0.22 * len(shown) + 1.2))
+    figure = new_figure(11.0, max(3.0, 0.34 * len(shown) + 1.6))
     ax = figure.subplots()
     for row, judgement in enumerate(reversed(shown)):
         interval = judgement.interval
         colour = VERDICT_COLOURS.get(judgement.verdict, "#000000")
         if not math.isnan(interval.half_width):
-            ax.plot([interval.low, interval.high], [row, row], color=colour, linewidth=2.0)
+            ax.plot([interval.low, interval.high], [row, row], color=colour, linewidth=2.5)
         if not math.isnan(interval.mean):
-            ax.plot([interval.mean], [row], "o", color=colour, markersize=4)
+            ax.plot([interval.mean], [row], "o", color=colour, markersize=6)
     ax.axvline(0.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([_label(j) for j in reversed(shown)], fontsize=6)
+    ax.set_yticklabels([_label(j) for j in reversed(shown)], fontsize=10)
+    ax.set_ylim(-0.7, len(shown) - 0.3)
     ax.set_xscale("symlog", linthresh=1.0)
-    ax.set_xlabel("mean of a - b over paired seeds, with its interval (metric units, symmetric log axis)")
+    ax.tick_params(axis="x", labelsize=9)
+    ax.set_xlabel("mean of a - b over paired seeds, with its interval (metric units, symmetric log axis)",
+                  fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
     handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in VERDICT_COLOURS.items()
                if any(j.verdict == v for j in shown)]
-    if handles:
-        ax.legend(handles=handles, fontsize=7, loc="lower right")
-    ax.set_title("claims of the papers: paired-seed differences", fontsize=9)
+    if handles:  # outside the axes, so it never covers a claim
+        ax.legend(handles=handles, fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    ax.set_title("claims of the papers: paired-seed differences", fontsize=12)
     return save_figure(figure, path)
 
 
@@ -68,28 +83,48 @@ def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *
     modes = list(dict.fromkeys(str(r["relevance"]) for r in rows)) or ["-"]
     recipes = sorted({key[0] for key in table},
                      key=lambda r: table.get((r, variants[0] if variants else "", modes[0]), (-math.inf,))[0])
-    figure = new_figure(4.2 * len(modes) + 1.5, max(2.5, 0.24 * len(recipes) + 1.2))
+    figure = new_figure(4.6 * len(modes) + 2.8, max(2.8, 0.3 * len(recipes) + 1.4))
     axes = figure.subplots(1, len(modes), sharey=True, squeeze=False)[0]
     markers = ("o", "s", "^", "D", "v")
+    bounds = metric_bounds(metric)
+    low, high = (-math.inf, math.inf) if bounds is None else bounds
+    drawn: list[float] = []
     for ax, mode in zip(axes, modes):
         for number, variant in enumerate(variants):
             offset = (number - (len(variants) - 1) / 2) * 0.22
-            colour, label = f"C{number}", f"trained on {variant}"
+            colour = f"C{number}"
+            label: str | None = f"trained on {variant}"
             for position, recipe in enumerate(recipes):
                 cell = table.get((recipe, variant, mode))
                 if cell is None:
                     continue
                 mean, half, _ = cell
-                if not math.isnan(half):
-                    ax.plot([mean - half, mean + half], [position + offset] * 2, color=colour, linewidth=1.5)
-                ax.plot([mean], [position + offset], markers[number % len(markers)], color=colour, markersize=4,
-                        label=label)
+                if not math.isnan(half):  # an interval past the metric's range is cut at its bound
+                    ends = [max(low, mean - half), min(high, mean + half)]
+                    ax.plot(ends, [position + offset] * 2, color=colour, linewidth=1.5)
+                    drawn += ends
+                ax.plot([mean], [position + offset], markers[number % len(markers)], color=colour, markersize=5,
+                        label=label, clip_on=False)
+                drawn.append(mean)
                 label = None  # one legend entry per variant
-        ax.set_title(f"evaluated with {mode} relevance", fontsize=9)
-        ax.set_xlabel(f"{metric} (mean and {100 * level:g} % interval over seeds)", fontsize=8)
+        ax.set_title(f"evaluated with {mode} relevance", fontsize=10)
+        cut = "" if bounds is None else f"; intervals cut at {low:g} and {high:g}"
+        ax.set_xlabel(f"{metric} (mean and {100 * level:g} % interval over seeds{cut})", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-        if ax.get_legend_handles_labels()[1]:
-            ax.legend(fontsize=7, loc="lower right")
+    finite = [v for v in drawn if math.isfinite(v)]
+    if finite:
+        pad = max(1.0, 0.05 * (max(finite) - min(finite)))
+        axes[0].set_xlim(max(low, min(finite) - pad), min(high, max(finite) + pad))
+        for ax in axes[1:]:
+            ax.set_xlim(axes[0].get_xlim())
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:
+        more = ax.get_legend_handles_labels()
+        handles += [h for h, lab in zip(*more) if lab not in labels]
+        labels += [lab for lab in more[1] if lab not in labels]
+    if labels:  # to the right of the last panel: never over a recipe's marks
+        axes[-1].legend(handles, labels, fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     axes[0].set_yticks(range(len(recipes)))
-    axes[0].set_yticklabels(recipes, fontsize=7)
+    axes[0].set_yticklabels(recipes, fontsize=9)
+    axes[0].set_ylim(-0.6, len(recipes) - 0.4)
     return save_figure(figure, path)

@@ -136,6 +136,7 @@ def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: 
     logs.mkdir(parents=True, exist_ok=True)
     queue = list(pending)
     active: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
+    started: dict[str, float] = {}
     try:
         while queue or active:
             while queue and len(active) < workers:
@@ -144,6 +145,7 @@ def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: 
                 process = subprocess.Popen(_child_command(spec, run, out, threads), stdout=log,
                                            stderr=subprocess.STDOUT, env=env)
                 active[run.name] = (process, log)
+                started[run.name] = time.perf_counter()
                 echo(f"[{run.index}] {run.name}: started (pid {process.pid}, {threads} threads)")
             time.sleep(0.2)
             for name, (process, log) in list(active.items()):
@@ -154,7 +156,8 @@ def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: 
                 del active[name]
                 if code == 0 and read_marker(Path(out) / "runs" / name) is not None:
                     outcome.ran.append(name)
-                    echo(f"{name}: done")
+                    echo(f"{name}: done in {time.perf_counter() - started[name]:.0f} s "
+                         f"({len(outcome.ran)} of {len(pending)} finished)")
                 else:
                     outcome.failed[name] = f"exit status {code}; see {logs / (name + '.log')}"
                     echo(f"{name}: failed (exit status {code}; log {logs / (name + '.log')})")

@@ -15,7 +15,9 @@ from typing import Any
 
 import yaml
 
+from pcmr.config import yaml_error_text
 from pcmr.study.claims import Claim, parse_claims
+from pcmr.suggest import unknown_name
 
 __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
            "load_study", "parse_study", "shipped_study_dir"]
@@ -137,11 +139,11 @@ def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], def
         raise _fail(where, f"expected a mapping with keys {', '.join(_RECIPE_KEYS)} (or nothing), got {raw!r}")
     unknown = sorted(set(raw) - set(_RECIPE_KEYS))
     if unknown:
-        raise _fail(where, f"unknown key(s) {unknown}; accepted: {', '.join(_RECIPE_KEYS)}")
+        raise _fail(where, unknown_name("key", unknown, _RECIPE_KEYS))
     chosen = _names(raw["variants"], f"{where}.variants") if "variants" in raw else default
     missing = [v for v in chosen if v not in variants]
     if missing:
-        raise _fail(f"{where}.variants", f"unknown variant(s) {missing}; the study defines {', '.join(variants)}")
+        raise _fail(f"{where}.variants", unknown_name("variant", missing, variants))
     recipe = raw.get("recipe", label)
     if not isinstance(recipe, str) or not recipe:
         raise _fail(f"{where}.recipe", f"expected a recipe name or YAML path, got {recipe!r}")
@@ -164,7 +166,7 @@ def _analysis(raw: Any, where: str) -> AnalysisOptions:
     known = AnalysisOptions.__dataclass_fields__
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise _fail(where, f"unknown key(s) {unknown}; accepted: {', '.join(known)}")
+        raise _fail(where, unknown_name("key", unknown, known))
     for key, value in raw.items():
         expected = int if key == "max_items" else bool
         if not isinstance(value, expected) or isinstance(value, bool) != (expected is bool):
@@ -179,7 +181,7 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
         raise _fail(where, "a study file must hold a mapping with keys seeds, recipes, variants, ...")
     unknown = sorted(set(raw) - set(_TOP_KEYS))
     if unknown:
-        raise _fail(where, f"unknown key(s) {unknown}; accepted: {', '.join(_TOP_KEYS)}")
+        raise _fail(where, unknown_name("key", unknown, _TOP_KEYS))
     name = _label(str(raw.get("name", "study")), f"{where}: name")
     seeds = raw.get("seeds")
     if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
@@ -204,7 +206,7 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
     relevance = _names(raw.get("relevance", list(RELEVANCE_MODES)), f"{where}: relevance")
     bad = [r for r in relevance if r not in RELEVANCE_MODES]
     if bad:
-        raise _fail(f"{where}: relevance", f"unknown mode(s) {bad}; accepted: {', '.join(RELEVANCE_MODES)}")
+        raise _fail(f"{where}: relevance", unknown_name("mode", bad, RELEVANCE_MODES))
     level = raw.get("level", 0.95)
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1 or math.isnan(level):
         raise _fail(f"{where}: level", f"expected a confidence level between 0 and 1, got {level!r}")
@@ -245,8 +247,7 @@ def load_study(path: str | Path) -> StudySpec:
     except FileNotFoundError:
         raise FileNotFoundError(f"study file not found: {path}") from None
     except yaml.YAMLError as err:
-        first = str(err).splitlines()[0] if str(err) else "invalid YAML"
-        raise StudyError(f"{path}: not valid YAML ({first})") from None
+        raise StudyError(f"{path} is not valid YAML {yaml_error_text(err)}") from None
     spec = parse_study(raw, where=str(path))
     spec.source = path.resolve()
     return spec

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pcmr.suggest import unknown_name
 from pcmr.train.config import ConfigError
 
 __all__ = ["find_recipe", "list_recipes", "recipe_dirs", "shipped_recipe_dir"]
@@ -54,5 +55,6 @@ def find_recipe(name_or_path: str) -> Path:
     recipes = list_recipes()
     if name_or_path in recipes:
         return recipes[name_or_path]
-    accepted = ", ".join(recipes) or "(no recipes found; set PCMR_CONFIGS)"
-    raise ConfigError(f"unknown recipe {name_or_path!r}: give a YAML path or one of {accepted}")
+    if not recipes:
+        raise ConfigError(f"unknown recipe '{name_or_path}': no recipes found (set PCMR_CONFIGS) and no such YAML file")
+    raise ConfigError(unknown_name("recipe", name_or_path, recipes) + ", or a YAML path")

@@ -30,6 +30,7 @@ from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
 from pcmr.models import RetrievalModel, create_model, list_models, load_model, save_model
 from pcmr.similarity import list_similarities
+from pcmr.suggest import unknown_name
 from pcmr.train.config import ConfigError, RunConfig, load_config
 
 __all__ = [
@@ -123,7 +124,7 @@ def save_model_atomically(
 def _check_names(key: str, names: list[str], accepted: list[str]) -> None:
     for name in names:
         if name not in accepted:
-            raise ConfigError(f"config key '{key}': unknown name {name!r}; accepted: {', '.join(accepted)}")
+            raise ConfigError(f"config key '{key}': " + unknown_name("name", name, accepted))
 
 
 def check_config(config: RunConfig) -> None:

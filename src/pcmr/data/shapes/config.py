@@ -10,6 +10,7 @@ import numpy as np
 from pcmr.data.errors import DataError
 from pcmr.data.shapes.grammar import CAPTION_STYLES, MAX_DESCRIPTIONS
 from pcmr.data.shapes.scene import COLOURS, SHAPES, parse_combinations, sample_scenes
+from pcmr.suggest import unknown_name
 
 __all__ = ["ShapesConfig", "SHAPES_SPLITS", "SHAPES_PRESETS", "GENERATOR_VERSION", "split_seed"]
 
@@ -128,7 +129,7 @@ class ShapesConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(config) - known)
         if unknown:
-            raise DataError(f"unknown shapes config key(s) {unknown}", location="config", expected=f"keys in {sorted(known)}")
+            raise DataError(unknown_name("shapes config key", unknown, sorted(known)))
         return cls(**config)
 
     def generation_dict(self) -> dict[str, Any]:

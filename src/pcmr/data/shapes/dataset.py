@@ -40,6 +40,7 @@ from pcmr.data.shapes.scene import (
 )
 from pcmr.data.split import RetrievalSplit
 from pcmr.relevance import Relevance
+from pcmr.suggest import unknown_name
 
 __all__ = ["ShapesConfig", "SHAPES_SPLITS", "load_shapes", "generate_shapes_split", "split_seed"]
 
@@ -147,7 +148,7 @@ def load_shapes(split: str, **config: Any) -> RetrievalSplit:
         **config: fields of :class:`ShapesConfig`.
     """
     if split not in SHAPES_SPLITS:
-        raise DataError(f"unknown split {split!r}", location="split", expected=f"one of {list(SHAPES_SPLITS)}")
+        raise DataError(unknown_name("split", str(split), SHAPES_SPLITS))
     cfg = ShapesConfig.from_dict(config)
     data = None
     if cfg.cache:

@@ -1,5 +1,7 @@
 "use strict";
 // The page of `pcmr serve`: text query -> grid of images; click an image -> its nearest captions.
+// The query and k live in the URL (?q=...&k=...), so a result page can be shared and the back
+// button returns to the previous query.
 
 const $ = (id) => document.getElementById(id);
 
@@ -8,19 +10,51 @@ function showError(message) {
   $("error").hidden = !message;
 }
 
+function showWarnings(warnings) {
+  const list = warnings || [];
+  $("warning").textContent = list.join(" ");
+  $("warning").hidden = list.length === 0;
+}
+
 async function getJSON(url, options) {
-  const response = await fetch(url, options);
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+  let response;
+  try {
+    response = await fetch(url, options);
+  } catch (err) {
+    throw new Error("could not reach the search server; is pcmr serve still running?");
+  }
+  let body = null;
+  try {
+    body = await response.json();
+  } catch (err) {
+    body = null;
+  }
+  if (!response.ok) {
+    const detail = body && body.error ? body.error : `the server answered with status ${response.status}`;
+    throw new Error(detail);
+  }
   return body;
 }
 
-function uncertaintyBar(level, value) {
+function ordinal(value) {
+  const n = Math.round(value);
+  const suffix = (n % 100 >= 10 && n % 100 <= 20) ? "th" : ({ 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th");
+  return `${n}${suffix}`;
+}
+
+function uncertaintyBar(hit) {
   const bar = document.createElement("div");
   bar.className = "bar";
-  bar.title = value === null ? "no uncertainty (point embedding)" : `uncertainty ${value.toFixed(3)}`;
+  if (hit.uncertainty === null || hit.uncertainty === undefined) {
+    bar.title = "no uncertainty (point embedding)";
+    bar.classList.add("empty");
+  } else {
+    const pct = hit.uncertainty_percentile;
+    bar.title = `uncertainty: ${pct === null ? "?" : ordinal(pct)} percentile of the gallery ` +
+      `(raw value ${hit.uncertainty.toFixed(3)})`;
+  }
   const fill = document.createElement("div");
-  fill.style.width = `${Math.round(100 * (level ?? 0))}%`;
+  fill.style.width = `${Math.round(hit.uncertainty_percentile ?? 0)}%`;
   bar.appendChild(fill);
   return bar;
 }
@@ -42,9 +76,14 @@ function imageCard(hit) {
   card.appendChild(picture);
   const meta = document.createElement("div");
   meta.className = "meta";
-  meta.innerHTML = `<span>#${hit.rank}</span><span class="score">${hit.score.toFixed(4)}</span>`;
+  const rank = document.createElement("span");
+  rank.textContent = `#${hit.rank}`;
+  const score = document.createElement("span");
+  score.className = "score";
+  score.textContent = hit.score.toFixed(4);
+  meta.append(rank, score);
   card.appendChild(meta);
-  card.appendChild(uncertaintyBar(hit.uncertainty_level, hit.uncertainty));
+  card.appendChild(uncertaintyBar(hit));
   const labels = (hit.metadata && hit.metadata.labels) || [];
   if (labels.length) {
     const text = document.createElement("div");
@@ -62,7 +101,14 @@ function captionRows(captions) {
     const row = document.createElement("div");
     row.className = "caption-row";
     row.textContent = `${hit.rank}. ${hit.text}  (${hit.score.toFixed(4)})`;
-    row.appendChild(uncertaintyBar(hit.uncertainty_level, hit.uncertainty));
+    if (hit.count > 1) {
+      const times = document.createElement("span");
+      times.className = "count";
+      times.textContent = ` ×${hit.count}`;
+      times.title = `${hit.count} captions with this text (ids ${hit.ids.join(", ")})`;
+      row.appendChild(times);
+    }
+    row.appendChild(uncertaintyBar(hit));
     box.appendChild(row);
   }
   return box;
@@ -93,20 +139,61 @@ async function showImage(index) {
   }
 }
 
-async function search(event) {
-  event.preventDefault();
-  const text = $("query").value;
-  const k = $("k").value;
+async function runSearch(text, k) {
   try {
     const data = await getJSON(`/api/search?text=${encodeURIComponent(text)}&k=${encodeURIComponent(k)}`);
     const grid = $("results");
     grid.innerHTML = "";
     for (const hit of data.results) grid.appendChild(imageCard(hit));
     grid.dataset.query = data.query;
+    showWarnings(data.warnings);
     showError("");
   } catch (err) {
+    showWarnings([]);
     showError(err.message);
   }
+}
+
+function queryFromURL() {
+  const params = new URLSearchParams(window.location.search);
+  return { text: params.get("q") || "", k: params.get("k") || "" };
+}
+
+async function applyURL() {
+  const { text, k } = queryFromURL();
+  if (k) $("k").value = k;
+  $("query").value = text;
+  if (text.trim()) {
+    await runSearch(text, $("k").value);
+  } else {
+    $("results").innerHTML = "";
+    delete $("results").dataset.query;
+    showWarnings([]);
+    showError("");
+  }
+}
+
+async function search(event) {
+  event.preventDefault();
+  const text = $("query").value;
+  const k = $("k").value;
+  const url = `?q=${encodeURIComponent(text)}&k=${encodeURIComponent(k)}`;
+  if (url !== window.location.search) history.pushState({ text, k }, "", url);
+  await runSearch(text, k);
+}
+
+function previewUpload() {
+  const file = $("image-file").files[0];
+  const preview = $("upload-preview");
+  if (preview.src) URL.revokeObjectURL(preview.src);
+  if (!file) {
+    preview.hidden = true;
+    preview.removeAttribute("src");
+    return;
+  }
+  preview.src = URL.createObjectURL(file);
+  preview.alt = `preview of ${file.name}`;
+  preview.hidden = false;
 }
 
 async function searchImage(event) {
@@ -118,9 +205,13 @@ async function searchImage(event) {
   try {
     const data = await getJSON("/api/search/image?k=5", { method: "POST", body: form });
     const body = $("detail-body");
-    body.innerHTML = `<h2>captions for ${file.name}</h2>`;
+    body.innerHTML = "";
+    const title = document.createElement("h2");
+    title.textContent = `captions for ${file.name}`;
+    body.appendChild(title);
     body.appendChild(captionRows(data.results));
     $("detail").hidden = false;
+    showWarnings(data.warnings);
     showError("");
   } catch (err) {
     showError(err.message);
@@ -130,7 +221,9 @@ async function searchImage(event) {
 async function init() {
   $("query-form").addEventListener("submit", search);
   $("image-form").addEventListener("submit", searchImage);
+  $("image-file").addEventListener("change", previewUpload);
   $("close-detail").addEventListener("click", () => { $("detail").hidden = true; });
+  window.addEventListener("popstate", applyURL);
   try {
     const health = await getJSON("/api/health");
     $("status").textContent = `${health.images} images, ${health.captions} captions; ` +
@@ -138,6 +231,8 @@ async function init() {
   } catch (err) {
     showError(err.message);
   }
+  await applyURL();
+  document.body.dataset.ready = "true";
 }
 
 init();

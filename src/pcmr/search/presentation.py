@@ -1,0 +1,245 @@
+"""How search results are shown to a person: pure functions over hit lists, shared by ``pcmr search``,
+the JSON API of ``pcmr serve`` and its page.
+
+- :func:`merge_identical_texts`: captions with the same text (a gallery often holds the same sentence
+  for several images) become one shown hit carrying how many there were and their ids.
+- :func:`query_word_warning`: a text query none of whose words the model's vocabulary knows is
+  encoded as unknown tokens only, so its results say nothing about the query; it gets a warning.
+- :func:`uncertainty_percentile`: an item's raw uncertainty (e.g. ``log det Sigma``, a sum over D
+  dimensions, so values like ``-1012.5`` are normal) placed as a percentile among the gallery's items
+  (0 = the most certain item, 100 = the most uncertain). The raw value stays in the JSON output.
+- :func:`collapsed_score_warning` / :func:`collapsed_recall_warning`: a model whose scores barely
+  differ between items (a collapsed embedding) ranks by ties and noise; both say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pcmr.data.text import tokenize
+from pcmr.inference import get_reranker
+
+__all__ = [
+    "ShownHit",
+    "merge_identical_texts",
+    "unknown_query_words",
+    "query_word_warning",
+    "uncertainty_percentile",
+    "collapsed_score_warning",
+    "collapsed_recall_warning",
+    "fetch_size",
+    "shown_entries",
+    "result_warnings",
+    "entries_text",
+    "UNCERTAINTY_NOTE",
+]
+
+#: relative spread of a query's top scores under which they count as one value
+COLLAPSE_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class ShownHit:
+    """One line of shown results: the best-ranked ``hit`` (a :class:`pcmr.index.SearchHit`) of a group
+    of gallery items with identical text, ``ids``/``indices`` of every item of the group (best first)
+    and the shown ``rank`` (1, 2, ... over the merged list)."""
+
+    rank: int
+    hit: Any
+    ids: list[Any] = field(default_factory=list)
+    indices: list[int] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """How many gallery items this line stands for."""
+        return len(self.indices)
+
+
+def merge_identical_texts(hits: Sequence[Any], limit: int | None = None) -> list[ShownHit]:
+    """Group ``hits`` (ranked, best first) whose ``text`` is the same after collapsing whitespace and
+    case; each group is shown once, at the place of its best hit. Hits without text (images) are never
+    merged. At most ``limit`` groups are returned (all when None)."""
+
+    groups: list[list[Any]] = []
+    by_text: dict[str, list[Any]] = {}
+    for hit in hits:
+        text = getattr(hit, "text", None)
+        key = None if text is None else " ".join(str(text).lower().split())
+        if key is not None and key in by_text:
+            by_text[key].append(hit)
+            continue
+        group = [hit]
+        groups.append(group)
+        if key is not None:
+            by_text[key] = group
+    shown = [ShownHit(rank, group[0], [h.id for h in group], [h.index for h in group])
+             for rank, group in enumerate(groups, start=1)]
+    return shown if limit is None else shown[:limit]
+
+
+def unknown_query_words(text: str, vocabulary: Iterable[str] | Any) -> list[str]:
+    """Words of ``text`` (tokenised as the captions were) that ``vocabulary`` does not hold."""
+    return [word for word in tokenize(text) if word not in vocabulary]
+
+
+def query_word_warning(text: str, vocabulary: Any) -> str | None:
+    """A warning for a text query whose words the model mostly does not know, else None: no known word
+    at all (the results do not depend on the query), or some unknown words (read as ``<unk>``)."""
+
+    words = tokenize(text)
+    unknown = unknown_query_words(text, vocabulary)
+    if not words:
+        return f"the query '{text}' holds no word; its results do not depend on it"
+    if len(unknown) == len(words):
+        return (f"no word of the query '{text}' is in the model's vocabulary; every word is read as unknown, "
+                f"so the results do not depend on the query")
+    if unknown:
+        return f"words not in the model's vocabulary, read as unknown: {', '.join(unknown)}"
+    return None
+
+
+def uncertainty_percentile(value: float | None, gallery: Tensor | None) -> float | None:
+    """Percentile (0 to 100, one decimal) of ``value`` among the uncertainties ``gallery [N]`` of the
+    gallery items: the percentage of items strictly less uncertain, with ties counted half. None for
+    point embeddings or an empty gallery."""
+
+    if value is None or gallery is None or gallery.numel() == 0:
+        return None
+    values = gallery.detach().double().flatten()
+    below = float((values < value).sum())
+    ties = float((values == value).sum())
+    return round(100.0 * (below + 0.5 * ties) / values.numel(), 1)
+
+
+def collapsed_score_warning(scores: Tensor | Sequence[float], label: str = "query") -> str | None:
+    """A warning when the top scores of one query ``scores [k]`` (k >= 2) are all equal up to
+    :data:`COLLAPSE_TOLERANCE` of their size: the ranking among them is arbitrary."""
+
+    row = torch.as_tensor(scores, dtype=torch.float64).flatten()
+    row = row[torch.isfinite(row)]
+    if row.numel() < 2:
+        return None
+    spread = float(row.max() - row.min())
+    if spread > COLLAPSE_TOLERANCE * max(1.0, float(row.abs().max())):
+        return None
+    return (f"the top {row.numel()} scores of the {label} are all {float(row[0]):.6g}: the model does not tell "
+            f"these items apart (collapsed embeddings?), so their order is arbitrary")
+
+
+def collapsed_recall_warning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1, 5, 10)) -> str | None:
+    """A warning when, in an evaluation table, R@K is the same for every K of ``ks`` in both directions
+    for every row (a model that retrieves everything or nothing at once: collapsed scores), else None."""
+
+    flat: list[list[float]] = []
+    for row in rows:
+        for direction in ("i2t", "t2i"):
+            values = [row.get(f"{direction}_R@{k}") for k in ks]
+            numbers = [float(v) for v in values if isinstance(v, (int, float))]
+            if len(numbers) != len(values):
+                return None
+            flat.append(numbers)
+    if not flat or any(max(v) - min(v) > 1e-9 for v in flat):
+        return None
+    recall = ", ".join(f"R@{k}" for k in ks)
+    if all(v[0] >= 100.0 - 1e-9 for v in flat):
+        return None  # every query finds its items at rank 1: a perfect model, not a collapsed one
+    return (f"{recall} are equal in every row and both directions: the model's scores look collapsed "
+            f"(near-constant); check the training run")
+
+
+#: how many more candidates to fetch when identical captions are merged, so k distinct lines remain
+MERGE_FETCH_FACTOR = 5
+
+
+def fetch_size(k: int, gallery_size: int, gallery_modality: str, rerank: str) -> int:
+    """How many results to ask the index for so that ``k`` lines remain after merging identical
+    captions: ``MERGE_FETCH_FACTOR * k`` for a caption gallery under a re-ranker that returns scores
+    (its top-k is a prefix of its top-(5k)), else ``k``; at most the gallery size."""
+
+    if gallery_modality != "caption" or not get_reranker(rerank).returns_scores:
+        return k
+    return max(k, min(gallery_size, MERGE_FETCH_FACTOR * k))
+
+
+def shown_entries(hits: Sequence[Any], k: int, gallery_uncertainty: Tensor | None) -> list[dict[str, Any]]:
+    """JSON-ready result lines of one query: identical captions merged (``count``, ``ids``,
+    ``indices`` of the group), the raw ``uncertainty`` and its ``uncertainty_percentile`` within the
+    gallery, at most ``k`` lines."""
+
+    entries = []
+    for shown in merge_identical_texts(hits, limit=k):
+        hit = shown.hit
+        entries.append({"rank": shown.rank, "index": hit.index, "id": hit.id, "score": hit.score,
+                        "uncertainty": hit.uncertainty,
+                        "uncertainty_percentile": uncertainty_percentile(hit.uncertainty, gallery_uncertainty),
+                        "text": hit.text, "metadata": hit.metadata, "count": shown.count, "ids": shown.ids,
+                        "indices": shown.indices})
+    return entries
+
+
+def result_warnings(entries: Sequence[Mapping[str, Any]], query: str, vocabulary: Any | None) -> list[str]:
+    """Warnings of one shown query: unknown query words (text queries with a word vocabulary) and
+    collapsed top scores."""
+
+    warnings = []
+    if vocabulary is not None:
+        word_warning = query_word_warning(query, vocabulary)
+        if word_warning:
+            warnings.append(word_warning)
+    collapsed = collapsed_score_warning([float(e["score"]) for e in entries], f"query '{query}'" if query else "query")
+    if collapsed:
+        warnings.append(collapsed)
+    return warnings
+
+
+def entries_text(query: str, header: str, entries: Sequence[Mapping[str, Any]], warnings: Sequence[str],
+                 query_percentile: float | None = None, query_kind: str = "items") -> str:
+    """A plain-text block of one query: a header line, one line per entry (uncertainty as a gallery
+    percentile; merged captions with their count and ids), then the warnings."""
+
+    unc = ("" if query_percentile is None
+           else f"  (query uncertainty: {_ordinal(query_percentile)} percentile of the stored {query_kind})")
+    lines = [f"{query}{unc}  [{header}]", f"{'rank':>4}  {'score':>10}  {'uncert.':>7}  {'id':<12} item"]
+    for e in entries:
+        pct = e.get("uncertainty_percentile")
+        u = "-" if pct is None else f"{pct:.0f}%"
+        item = e["text"] if e.get("text") is not None else _metadata_text(e.get("metadata") or {})
+        if e.get("count", 1) > 1:
+            item += f"  (x{e['count']}, ids {', '.join(str(i) for i in e['ids'])})"
+        lines.append(f"{e['rank']:>4}  {e['score']:>10.4f}  {u:>7}  {str(e['id']):<12} {item}")
+    lines += [f"warning: {w}" for w in warnings]
+    return "\n".join(lines)
+
+
+UNCERTAINTY_NOTE = ("uncert.: percentile of the item's uncertainty among the gallery's items "
+                    "(0% most certain, 100% most uncertain); raw values with --json")
+
+
+def _ordinal(value: float) -> str:
+    number = int(round(value))
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def _metadata_text(metadata: Mapping[str, Any]) -> str:
+    labels = metadata.get("labels")
+    if isinstance(labels, list) and labels:
+        return ", ".join(str(x) for x in labels)
+    return ", ".join(f"{key}={value}" for key, value in metadata.items()) or "-"
+
+
+def word_vocabulary(model: Any, vocab: Any) -> Any | None:
+    """The word vocabulary that decides which query words a model knows: ``vocab`` for models reading
+    word ids, None for a model that tokenises text itself (pretrained MiniLM) or a missing model."""
+
+    config = getattr(model, "config", None)
+    if model is None or vocab is None:
+        return None
+    if config is not None and getattr(getattr(config, "text_encoder", None), "kind", None) == "minilm":
+        return None
+    return vocab
