@@ -175,3 +175,17 @@ def test_uncertainty_vs_corruption_from_a_model(tmp_path: Path, caught) -> None:
         points = _data_points(ax)
         assert np.allclose(points[:, 1], series[modality]["mean_uncertainty"])
         _assert_holds(ax, points)
+
+
+def test_uncertainty_multiplicity_holds_its_data_legend_clear(tmp_path: Path, caught) -> None:
+    from pcmr.evaluation.figures import multiplicity_series
+
+    images, captions, relevance = _gaussians(60, 4, 2)
+    relevance |= torch.rand(relevance.shape, generator=torch.Generator().manual_seed(3)) < torch.linspace(0, 0.8, 120)
+    report_plots.plot_uncertainty_multiplicity(multiplicity_series(images, captions, relevance, "log_det"),
+                                              tmp_path / "m.png")
+    figure = caught[-1]
+    assert len(figure.axes) == 2
+    for ax in figure.axes:
+        _assert_holds(ax, _data_points(ax))
+    _legend_clear_of_marks(figure)

@@ -229,7 +229,7 @@ def plot_uncertainty_multiplicity(data: dict[str, Any], path: str | os.PathLike[
         ax.set_xlabel(f"relevant {other} (true multiplicity)")
         ax.set_ylabel(f"uncertainty ({data.get('measure', 'uncertainty')})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)  # below: never over a mark
     figure.suptitle("uncertainty vs multiplicity", fontsize=11)
     return save_figure(figure, path)
 
