@@ -141,7 +141,9 @@ def test_uniformity_matches_loop_and_pdist_form():
 
 def test_pcme_module_terms_and_release_scaling():
     image, caption, positives, leaves = make_pair(seed=4)
-    loss_fn = create_loss("pcme", num_samples=3, init_a=6.0, init_b=2.0, lambda_kl=0.01, lambda_unif=0.5).double()
+    loss_fn = create_loss(
+        "pcme", num_samples=3, init_a=6.0, init_b=2.0, lambda_kl=0.01, lambda_unif=0.5, kl_form="logvar"
+    ).double()
     gen = torch.Generator().manual_seed(0)
     image_samples, caption_samples = image.sample(3, generator=gen), caption.sample(3, generator=gen)
     terms = loss_fn(image=image, caption=caption, positives=positives,
