@@ -1,0 +1,61 @@
+"""pcmr's VSE++ and PVSE losses against the official releases (fartashf/vsepp, yalesong/pvse).
+
+Fixtures written by tools/reference/vsepp_release.py and pvse_release.py running the releases'
+own loss modules in float64; tolerances are the sidecars' (rtol 1e-10 / 1e-9).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from _reference import assert_close, load_fixture, part
+from pcmr import Gaussian
+from pcmr.losses import create_loss
+
+VSEPP, VSEPP_INFO = load_fixture("vsepp")
+PVSE, PVSE_INFO = load_fixture("pvse")
+
+
+@pytest.mark.parametrize("batch", [5, 1])
+@pytest.mark.parametrize("mode", ["sum", "max"])
+def test_triplet_loss_equals_vsepp_contrastive_loss(batch, mode):
+    inputs = {k: v.clone().requires_grad_() for k, v in part(VSEPP, f"b{batch}/input").items()}
+    loss_fn = create_loss(f"triplet_{mode}", margin=VSEPP_INFO["margin"], similarity="cosine")
+    positives = torch.eye(batch, dtype=torch.bool)
+    loss = loss_fn(Gaussian.point(inputs["images"]), Gaussian.point(inputs["captions"]), positives)["loss"]
+    tol = VSEPP_INFO["tolerance"]
+    assert_close(loss, VSEPP[f"b{batch}/{mode}/output/loss"], tol, f"VSE++ {mode} loss")
+    grads = torch.autograd.grad(loss, [inputs["images"], inputs["captions"]], allow_unused=True)
+    for name, grad in zip(("images", "captions"), grads):
+        want = VSEPP[f"b{batch}/{mode}/grad/{name}"]
+        assert_close(torch.zeros_like(want) if grad is None else grad, want, tol, f"VSE++ {mode} grad {name}")
+
+
+@pytest.mark.parametrize("k", [2, 1])
+def test_pvse_loss_equals_release(k):
+    raw = {name: value.clone().requires_grad_() for name, value in part(PVSE, f"k{k}/input").items()}
+    settings = PVSE_INFO["settings"]
+    loss_fn = create_loss("pvse", margin=settings["margin"], lambda_div=settings["div_weight"],
+                          lambda_mmd=settings["mmd_weight"])
+    points = {side: F.normalize(raw[f"{side}_points"], dim=-1) for side in ("image", "caption")}
+    batch = points["image"].shape[0]
+    terms = loss_fn(Gaussian.point(points["image"][:, 0]), Gaussian.point(points["caption"][:, 0]),
+                    torch.eye(batch, dtype=torch.bool), image_points=points["image"],
+                    caption_points=points["caption"], image_residuals=raw["image_residuals"],
+                    caption_residuals=raw["caption_residuals"])
+    tol = PVSE_INFO["tolerance"]
+    out = part(PVSE, f"k{k}/output")
+    assert_close(terms["loss"], out["loss"], tol, "PVSE total")
+    assert_close(terms["ranking"], out["ranking_loss"], tol, "PVSE ranking")
+    if k > 1:
+        assert_close(terms["diversity"], out["div_loss"], tol, "PVSE diversity")
+        assert_close(terms["mmd"], out["mmd_loss"], tol, "PVSE MMD")
+    want = part(PVSE, f"k{k}/grad")
+    names = sorted(want)
+    grads = torch.autograd.grad(terms["loss"], [raw[n] for n in names])
+    for name, grad in zip(names, grads):
+        assert_close(grad, want[name], tol, f"PVSE grad {name}")
+    assert set(want) == ({"image_points", "caption_points", "image_residuals", "caption_residuals"} if k > 1
+                         else {"image_points", "caption_points"})
