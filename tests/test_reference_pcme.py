@@ -14,6 +14,7 @@ import torch
 from _reference import assert_close, load_fixture, part
 from pcmr import Gaussian
 from pcmr.losses import create_loss
+from pcmr.losses.match_scale import inverse_softplus
 from pcmr.models.config import HeadConfig
 from pcmr.models.convert_pcme_release import image_uncertainty_state, pienet_state, text_uncertainty_state
 from pcmr.models.features import EncodedFeatures
@@ -111,6 +112,8 @@ def _release_loss(kl_form: str = "release"):
     loss_fn = create_loss("pcme", num_samples=config["num_samples"], init_a=2 * float(weights["negative_scale"]),
                           init_b=2 * float(weights["shift"]), lambda_kl=config["vib_beta"],
                           lambda_unif=config["uniform_lambda"], kl_form=kl_form).double()
+    with torch.no_grad():  # a = softplus(a_raw) exactly in float64 (the float32 init rounds a_raw)
+        loss_fn.match_scale.a_raw.fill_(inverse_softplus(2 * float(weights["negative_scale"])))
     inputs = _leaves(part(TENSORS, "loss/input"))
     gaussians = {side: Gaussian(inputs[f"{side}_mean"], 2 * inputs[f"{side}_logsigma"]) for side in ("image", "caption")}
     draws = {side: TENSORS[f"loss/draws/{side}_eps"] for side in ("image", "caption")}

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from _reference import assert_close, load_fixture, part
 from pcmr import Gaussian
 from pcmr.losses import create_loss
+from pcmr.losses.match_scale import inverse_softplus
 
 VSEPP, VSEPP_INFO = load_fixture("vsepp")
 PVSE, PVSE_INFO = load_fixture("pvse")
@@ -59,3 +60,42 @@ def test_pvse_loss_equals_release(k):
         assert_close(grad, want[name], tol, f"PVSE grad {name}")
     assert set(want) == ({"image_points", "caption_points", "image_residuals", "caption_residuals"} if k > 1
                          else {"image_points", "caption_points"})
+
+
+PCMEPP, PCMEPP_INFO = load_fixture("pcmepp")
+
+
+@pytest.mark.parametrize("run", ["full", "plain"])
+def test_csd_loss_equals_pcmepp_release(run):
+    settings = PCMEPP_INFO["runs"][run]
+    loss_fn = create_loss("pcme_csd", init_a=settings["init_negative_scale"], init_b=settings["init_shift"],
+                          lambda_kl=settings["vib_beta"], lambda_pseudo=settings["smoothness_alpha"]).double()
+    with torch.no_grad():  # a = softplus(a_raw) exactly in float64 (the float32 init rounds a_raw)
+        loss_fn.match_scale.a_raw.fill_(inverse_softplus(settings["init_negative_scale"]))
+    inputs = {k: v.clone().requires_grad_() for k, v in part(PCMEPP, "input").items()}
+    image = Gaussian(inputs["image_mean"], inputs["image_logvar"])
+    caption = Gaussian(inputs["caption_mean"], inputs["caption_logvar"])
+    positives = torch.eye(image.num, dtype=torch.bool)
+    terms = loss_fn(image, caption, positives)
+    tol = PCMEPP_INFO["tolerance"]
+    assert_close(terms["loss"], PCMEPP[f"{run}/output/loss"], tol, "PCME++ loss")
+    if settings["vib_beta"]:
+        assert_close(terms["kl_prior"], PCMEPP[f"{run}/output/vib_loss"], tol, "PCME++ KL")
+    grads = part(PCMEPP, f"{run}/grad")
+    a_raw, b = loss_fn.match_scale.a_raw, loss_fn.match_scale.b
+    got = torch.autograd.grad(terms["loss"], [*inputs.values(), a_raw, b])
+    for name, grad in zip(inputs, got):
+        assert_close(grad, grads[f"input/{name}"], tol, f"PCME++ grad {name}")
+    assert_close((got[-2] / torch.sigmoid(a_raw)).reshape(1), grads["weight/negative_scale"], tol, "grad a")
+    assert_close(got[-1].reshape(1), grads["weight/shift"], tol, "grad b")
+
+
+def test_the_fixture_has_pseudo_positives():
+    """Without pseudo-positives the loss differs from the release's (the fixture exercises them)."""
+    settings = PCMEPP_INFO["runs"]["full"]
+    loss_fn = create_loss("pcme_csd", init_a=settings["init_negative_scale"], init_b=settings["init_shift"],
+                          lambda_kl=settings["vib_beta"], lambda_pseudo=0.0).double()
+    inputs = part(PCMEPP, "input")
+    terms = loss_fn(Gaussian(inputs["image_mean"], inputs["image_logvar"]),
+                    Gaussian(inputs["caption_mean"], inputs["caption_logvar"]), torch.eye(6, dtype=torch.bool))
+    assert not torch.allclose(terms["loss"], PCMEPP["full/output/loss"], rtol=1e-6)
