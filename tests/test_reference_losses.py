@@ -1,10 +1,13 @@
-"""pcmr's VSE++ and PVSE losses against the official releases (fartashf/vsepp, yalesong/pvse).
+"""pcmr's VSE++, PVSE, PCME++ and HAL losses against the official releases
+(fartashf/vsepp, yalesong/pvse, naver-ai/pcmepp, hardyqr/HAL).
 
-Fixtures written by tools/reference/vsepp_release.py and pvse_release.py running the releases'
+Fixtures written by tools/reference/*_release.py running the releases'
 own loss modules in float64; tolerances are the sidecars' (rtol 1e-10 / 1e-9).
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -99,3 +102,26 @@ def test_the_fixture_has_pseudo_positives():
     terms = loss_fn(Gaussian(inputs["image_mean"], inputs["image_logvar"]),
                     Gaussian(inputs["caption_mean"], inputs["caption_logvar"]), torch.eye(6, dtype=torch.bool))
     assert not torch.allclose(terms["loss"], PCMEPP["full/output/loss"], rtol=1e-6)
+
+
+HAL, HAL_INFO = load_fixture("hal")
+
+
+@pytest.mark.parametrize("batch", [6, 2])
+def test_hal_released_loss_equals_the_release_up_to_its_zeroed_diagonal(batch):
+    """The release zeroes S's diagonal inside its sums, adding c = exp(-alpha eps) to each log's
+    argument; pcmr leaves the positives out. So 0 <= release - pcmr <= 2 c / alpha exactly, and the
+    gradients agree to the relative size of c (1.2e-4 at alpha 30, eps 0.3)."""
+    settings = HAL_INFO["settings"]
+    alpha, eps = settings["local_alpha"], settings["local_ep"]
+    inputs = {k: v.clone().requires_grad_() for k, v in part(HAL, f"b{batch}/input").items()}
+    loss_fn = create_loss("hal_released", alpha=alpha, eps=eps, similarity="cosine")
+    loss = loss_fn(Gaussian.point(inputs["images"]), Gaussian.point(inputs["captions"]),
+                   torch.eye(batch, dtype=torch.bool))["loss"]
+    want = HAL[f"b{batch}/output/loss"]
+    gap = float(want - loss.detach())
+    bound = 2 * math.exp(-alpha * eps) / alpha
+    assert 0.0 <= gap <= bound * (1 + 1e-9), (gap, bound)
+    grads = torch.autograd.grad(loss, [inputs["images"], inputs["captions"]])
+    for name, grad in zip(("images", "captions"), grads):
+        torch.testing.assert_close(grad, HAL[f"b{batch}/grad/{name}"], rtol=2e-4, atol=1e-6)
