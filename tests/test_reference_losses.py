@@ -17,6 +17,8 @@ from _reference import assert_close, load_fixture, part
 from pcmr import Gaussian
 from pcmr.losses import create_loss
 from pcmr.losses.match_scale import inverse_softplus
+from pcmr.models.features import EncodedFeatures
+from pcmr.models.pvse import PVSEHead
 
 VSEPP, VSEPP_INFO = load_fixture("vsepp")
 PVSE, PVSE_INFO = load_fixture("pvse")
@@ -125,3 +127,32 @@ def test_hal_released_loss_equals_the_release_up_to_its_zeroed_diagonal(batch):
     grads = torch.autograd.grad(loss, [inputs["images"], inputs["captions"]])
     for name, grad in zip(("images", "captions"), grads):
         torch.testing.assert_close(grad, HAL[f"b{batch}/grad/{name}"], rtol=2e-4, atol=1e-6)
+
+
+PIENET_NAMES = {"attention.w_1.weight": "attention.w1.weight", "attention.w_2.weight": "attention.w2.weight",
+                "fc.weight": "fc_local.weight", "fc.bias": "fc_local.bias",
+                "layer_norm.weight": "layer_norm.weight", "layer_norm.bias": "layer_norm.bias"}
+
+
+def test_pvse_head_equals_release_pienet_with_two_heads():
+    """pcmr's PVSE caption head (no layer on the bi-GRU output, attention over word embeddings)
+    against the release's PIENet(K = 2) on padded words: output before L2, residuals, gradients."""
+    inputs, weights = part(PVSE, "pienet/input"), part(PVSE, "pienet/weight")
+    embed_dim, word_dim = weights["fc.weight"].shape
+    head = PVSEHead(embed_dim, embed_dim, 2, 0, local_dim=word_dim, project_pooled=False).double()
+    head.load_state_dict({ours: weights[theirs] for theirs, ours in PIENET_NAMES.items()}, strict=True)
+    captured = []
+    head.layer_norm.register_forward_hook(lambda module, args, output: captured.append(output))
+    words, out = inputs["words"].clone().requires_grad_(), inputs["out"].clone().requires_grad_()
+    mask = torch.arange(words.shape[1]).unsqueeze(0) < inputs["lengths"].unsqueeze(1)
+    result = head(EncodedFeatures(local=words, pooled=out, mask=mask))
+    tol = PVSE_INFO["tolerance"]
+    assert_close(captured[0], PVSE["pienet/output"], tol, "PIE-Net output")
+    assert_close(result.residuals, PVSE["pienet/residual"], tol, "PIE-Net residuals")
+    assert_close(result.points, F.normalize(PVSE["pienet/output"], dim=-1), tol, "PVSE points")
+    params = dict(head.named_parameters())
+    targets = {"input/words": words, "input/out": out}
+    targets.update({f"weight/{theirs}": params[ours] for theirs, ours in PIENET_NAMES.items()})
+    grads = torch.autograd.grad((captured[0] * PVSE["pienet/cotangent"]).sum(), list(targets.values()))
+    for name, grad in zip(targets, grads):
+        assert_close(grad, PVSE[f"pienet/grad/{name}"], tol, f"PIE-Net grad {name}")

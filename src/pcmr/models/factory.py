@@ -137,9 +137,10 @@ def _tower(
     refine = make_refine(backbone.out_dim)
     out_dim = refine.out_dim if refine is not None else backbone.out_dim
     encoder = Encoder(backbone, refine, out_dim)
-    if head.kind == "pvse":
-        return PointSetTower(encoder, PVSEHead(out_dim, embed_dim, head.num_embeds, head.attention_hidden))
     local_dim = int(getattr(refine if refine is not None else backbone, "local_dim", out_dim))
+    if head.kind == "pvse":
+        return PointSetTower(encoder, PVSEHead(out_dim, embed_dim, head.num_embeds, head.attention_hidden,
+                                               local_dim, head.project_pooled))
     mean_head = build_mean_head(head, out_dim, embed_dim, local_dim)
     if not head.probabilistic:
         return Tower(encoder, mean_head)
