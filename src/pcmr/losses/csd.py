@@ -139,9 +139,10 @@ class CsdLoss(RetrievalLoss):
         total = matching + self.config.lambda_kl * kl
         terms = {"csd_matching": matching, "kl_prior": kl}
         if self.config.lambda_pseudo > 0:
-            pseudo = sum(
-                F.binary_cross_entropy_with_logits(scores, pseudo_positive_targets(scores, relation))
-                for scores, relation in ((logits, positives), (logits.t(), positives.t()))
+            pseudo = F.binary_cross_entropy_with_logits(logits, pseudo_positive_targets(logits, positives))
+            transposed = logits.t()  # text -> image
+            pseudo = pseudo + F.binary_cross_entropy_with_logits(
+                transposed, pseudo_positive_targets(transposed, positives.t())
             )
             terms["pseudo_positive"] = pseudo
             total = total + self.config.lambda_pseudo * pseudo

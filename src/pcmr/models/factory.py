@@ -126,6 +126,12 @@ def _text_backbone(config: ModelConfig) -> nn.Module:
     return MiniLMBackbone(text.finetune, text.max_length)
 
 
+def _size(module: nn.Module, name: str, default: int | None = None) -> int:
+    """A feature size an encoder part declares (``out_dim``, ``local_dim``), else ``default``."""
+    value: Any = getattr(module, name, default)
+    return int(value)
+
+
 def _tower(
     make_backbone: Callable[[], nn.Module],
     make_refine: Callable[[int], nn.Module | None],
@@ -134,10 +140,11 @@ def _tower(
     sentence_feature: str = "final_state",
 ) -> Tower:
     backbone = make_backbone()
-    refine = make_refine(backbone.out_dim)
-    out_dim = refine.out_dim if refine is not None else backbone.out_dim
+    backbone_dim = _size(backbone, "out_dim")
+    refine = make_refine(backbone_dim)
+    out_dim = _size(refine, "out_dim") if refine is not None else backbone_dim
     encoder = Encoder(backbone, refine, out_dim)
-    local_dim = int(getattr(refine if refine is not None else backbone, "local_dim", out_dim))
+    local_dim = _size(refine if refine is not None else backbone, "local_dim", out_dim)
     if head.kind == "pvse":
         return PointSetTower(encoder, PVSEHead(out_dim, embed_dim, head.num_embeds, head.attention_hidden,
                                                local_dim, head.project_pooled))
@@ -149,7 +156,7 @@ def _tower(
     if head.variance_source == "duplicate":
         # ProbVSE §4.1: duplicate the trainable part of the encoder, no shared parameters.
         variance_backbone = make_backbone() if encoder.backbone_trainable else None
-        variance_refine = make_refine(backbone.out_dim)
+        variance_refine = make_refine(backbone_dim)
         if variance_backbone is not None or variance_refine is not None:
             variance_encoder = Encoder(variance_backbone, variance_refine, out_dim)
     return Tower(encoder, mean_head, variance_head, variance_encoder)
