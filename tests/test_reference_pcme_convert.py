@@ -16,8 +16,9 @@ import torch
 
 from _reference import FIXTURES, assert_close, load_fixture, part
 from pcmr.data import Vocabulary
+from pcmr.data.text import SPECIAL_TOKENS as DATA_SPECIAL_TOKENS
 from pcmr.models import load_model
-from pcmr.models.convert_pcme_release import ReleaseCheckpointError, convert_pcme_release
+from pcmr.models.convert_pcme_release import SPECIAL_TOKENS, ReleaseCheckpointError, convert_pcme_release
 
 CHECKPOINT = FIXTURES / "pcme_release_checkpoint.pth"
 TENSORS, PROVENANCE = load_fixture("pcme")
@@ -95,3 +96,7 @@ def test_bad_checkpoints_raise_one_clear_error(tmp_path):
     torch.save(checkpoint, tmp_path / "deterministic.pth")
     with pytest.raises(ReleaseCheckpointError, match="txt_probemb"):
         convert_pcme_release(tmp_path / "deterministic.pth")
+
+
+def test_converter_orders_words_as_pcmr_vocabularies_do():
+    assert SPECIAL_TOKENS == DATA_SPECIAL_TOKENS
