@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from _reference import FIXTURES, assert_close, load_fixture, part
+from pcmr.cli.evaluate import load_run_or_model
 from pcmr.data import Vocabulary
 from pcmr.data.text import SPECIAL_TOKENS as DATA_SPECIAL_TOKENS
 from pcmr.models import load_model
@@ -77,6 +78,8 @@ def test_cli_writes_a_model_folder_pcmr_loads(tmp_path):
     options = json.loads((run / "similarity_options.json").read_text())
     assert set(options["match_prob"]) == {"a", "b"}
     assert not (run / "image_backbone.safetensors").exists()  # the stand-in backbone has no weights
+    loaded = load_run_or_model(run / "model")  # what `pcmr evaluate RUN/model` opens
+    assert loaded.vocab.words == vocab.words and loaded.similarity_options == options
 
 
 def test_bad_checkpoints_raise_one_clear_error(tmp_path):
