@@ -141,7 +141,9 @@ def test_uniformity_matches_loop_and_pdist_form():
 
 def test_pcme_module_terms_and_release_scaling():
     image, caption, positives, leaves = make_pair(seed=4)
-    loss_fn = create_loss("pcme", num_samples=3, init_a=6.0, init_b=2.0, lambda_kl=0.01, lambda_unif=0.5).double()
+    loss_fn = create_loss(
+        "pcme", num_samples=3, init_a=6.0, init_b=2.0, lambda_kl=0.01, lambda_unif=0.5, kl_form="logvar"
+    ).double()
     gen = torch.Generator().manual_seed(0)
     image_samples, caption_samples = image.sample(3, generator=gen), caption.sample(3, generator=gen)
     terms = loss_fn(image=image, caption=caption, positives=positives,
@@ -216,7 +218,7 @@ def test_csd_loss_matches_loop_values_and_gradients():
 
 def test_csd_module_release_scaling_and_extreme_logits():
     image, caption, positives, leaves = make_pair(seed=7)
-    loss_fn = create_loss("pcme_csd", init_a=3.0, init_b=1.0, lambda_kl=0.1).double()
+    loss_fn = create_loss("pcme_csd", init_a=3.0, init_b=1.0, lambda_kl=0.1, lambda_pseudo=0.0).double()
     terms = loss_fn(image=image, caption=caption, positives=positives)
     a, b = loss_fn.match_scale.a, loss_fn.match_scale.b
     matching = 2 * brute_force_csd(image, caption, positives, a, b)

@@ -305,17 +305,19 @@ def test_logvar_init_unset_keeps_default_init():
     assert torch.equal(first.fc.bias, plain.bias)
 
 
-def test_pcme_family_starts_with_small_variances():
+def test_pcme_family_starts_as_the_release_and_logvar_init_still_applies():
+    """PCME's release starts its heads at log sigma near 0 (ordinary layer init); logvar_init is an option."""
     model = create_model("pcme", vocab_size=23)
-    init = model.config.image_head.logvar_init
-    assert init is not None and init == model.config.caption_head.logvar_init and init < -4.0
+    assert model.config.image_head.logvar_init is None and model.config.caption_head.logvar_init is None
+    overridden = create_model("pcme", vocab_size=23, **{"image_head.logvar_init": -6.0,
+                                                        "caption_head.logvar_init": -6.0})
+    # the heads predict log sigma (logvar = 2 log sigma): the bias starts at logvar_init / 2
+    assert torch.equal(overridden.image_tower.variance_head.fc.bias, torch.full((128,), -3.0))
+    assert torch.equal(overridden.caption_tower.variance_head.fc_attn.bias, torch.full((128,), -3.0))
     with torch.no_grad():
-        out = model(make_batch(model.config))
+        out = overridden(make_batch(overridden.config))
     for side in ("image", "caption"):
-        logvar = out[side].logvar
-        assert abs(float(logvar.mean()) - init) < 1.0, side
-    overridden = create_model("pcme", vocab_size=23, **{"image_head.logvar_init": -2.0})
-    assert torch.equal(overridden.image_tower.variance_head.fc.bias, torch.full((128,), -2.0))
+        assert abs(float(out[side].logvar.mean()) + 6.0) < 1.5, side
 
 
 def test_bad_logvar_init_names_the_field():

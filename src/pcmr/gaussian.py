@@ -172,19 +172,34 @@ class Gaussian:
         return (0.5 * self.logvar).exp()
 
     # ----------------------------------------------------------------- sampling
-    def sample(self, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
+    def sample(
+        self, num_samples: int | None = None, generator: torch.Generator | None = None, *, draws: Tensor | None = None
+    ) -> Tensor:
         """Reparametrised samples ``z = mean + std * eps`` (PCME eq.1), differentiable
         with respect to ``mean`` and ``logvar``.
 
+        Args:
+            num_samples: ``J``; may be left out when ``draws`` is given.
+            generator: random generator of the draws.
+            draws: the standard-normal draws ``eps [N, J, D]`` to use instead of new ones (e.g.
+                those a reference implementation drew, to reproduce its samples exactly).
+
         Returns:
-            ``[N, J, D]`` with ``J = num_samples``. Point embeddings repeat their mean.
+            ``[N, J, D]``. Point embeddings repeat their mean.
         """
-        if num_samples < 1:
+        if draws is not None:
+            if not isinstance(draws, Tensor) or draws.dim() != 3 or (draws.shape[0], draws.shape[2]) != (self.num, self.dim):
+                shape = tuple(draws.shape) if isinstance(draws, Tensor) else type(draws).__name__
+                raise ValueError(f"draws must have shape [N, J, D] = [{self.num}, J, {self.dim}], got {shape}")
+            if num_samples is not None and draws.shape[1] != num_samples:
+                raise ValueError(f"draws hold {draws.shape[1]} samples per embedding, num_samples is {num_samples}")
+            num_samples = draws.shape[1]
+        if num_samples is None or num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         mean = self.mean.unsqueeze(1)  # [N, 1, D]
         if self.logvar is None:
             return mean.expand(-1, num_samples, -1)
-        eps = self.noise(num_samples, generator)
+        eps = self.noise(num_samples, generator) if draws is None else draws.to(self.mean)
         return torch.addcmul(mean, self.std.unsqueeze(1), eps)  # [N, J, D] = mean + std * eps
 
     def noise(self, num_samples: int, generator: torch.Generator | None = None) -> Tensor:

@@ -1,4 +1,5 @@
-"""The ``pcmr`` command line: ``train``, ``evaluate``, ``search``, ``serve``, ``demo``, ``list``, ``study``.
+"""The ``pcmr`` command line: ``train``, ``evaluate``, ``search``, ``serve``, ``demo``, ``list``, ``study``,
+``convert``.
 
 Each subcommand lives in its own module of this package, imported by name from
 :data:`COMMANDS`, and exposes ``add_parser(subparsers)`` (registers its parser)
@@ -33,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "demo": "demo",
     "list": "listing",
     "study": "study",
+    "convert": "convert",
 }
 
 EXIT_BAD_INPUT = 2

@@ -9,12 +9,18 @@ and the loss is a binary cross-entropy on the logit ``-a * csd + b`` for every
 pair of the batch (target 1 for relevant pairs, 0 otherwise), with a learnable
 ``a > 0`` and ``b``. The score matrix comes from ``pcmr.similarity.pairwise("csd")``
 (which returns ``-csd``), so the logit is ``a * S + b``.
+
+Pseudo-positives (PCME++ §3.3, the release's ``smoothness_alpha``): for each query, the
+candidates whose logit is at least that of its true match also count as matches in a second
+cross-entropy, weighted by ``lambda_pseudo`` and computed in both directions
+(:func:`pseudo_positive_targets`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 from torch.nn import functional as F
 
@@ -25,7 +31,27 @@ from pcmr.losses.match_scale import MatchScale
 from pcmr.losses.regularisers import kl_prior_loss
 from pcmr.similarity import pairwise
 
-__all__ = ["CsdConfig", "CsdLoss", "csd_loss"]
+__all__ = ["CsdConfig", "CsdLoss", "csd_logits", "csd_loss", "pseudo_positive_targets"]
+
+
+def csd_logits(image: Gaussian, caption: Gaussian, a: Tensor | float, b: Tensor | float) -> Tensor:
+    """``-a * csd + b`` for every pair: ``[B_img, B_cap]``."""
+    return a * pairwise("csd", image, caption) + b  # pairwise("csd") is -csd
+
+
+def pseudo_positive_targets(logits: Tensor, positives: Tensor) -> Tensor:
+    """Targets with PCME++'s pseudo-positives: ``positives`` plus, in each row that has a positive,
+    every candidate whose logit is at least the row's true-match logit (``[N, M]`` float).
+
+    The release takes the true match of a row as its one positive (the identity of a batch of
+    pairs); with several positives in a row, pcmr takes the lowest-scored one, so a candidate is a
+    pseudo-positive when it scores at least as well as some true match. A row without positives
+    is unchanged. The selection carries no gradient.
+    """
+    with torch.no_grad():
+        lowest = logits.masked_fill(~positives, float("inf")).min(dim=1, keepdim=True).values  # [N, 1]
+        pseudo = (logits >= lowest) & positives.any(dim=1, keepdim=True)  # [N, M]
+    return (positives | pseudo).to(logits.dtype)
 
 
 def csd_loss(
@@ -51,8 +77,7 @@ def csd_loss(
 
     check_gaussian_pair(image, caption, positives)
     check_choice("reduction", reduction, ("mean", "sum"))
-    negative_csd = pairwise("csd", image, caption)  # [B_img, B_cap], = -csd
-    logits = a * negative_csd + b  # [B_img, B_cap]
+    logits = csd_logits(image, caption, a, b)  # [B_img, B_cap]
     return F.binary_cross_entropy_with_logits(logits, positives.to(logits.dtype), reduction=reduction)
 
 
@@ -64,15 +89,19 @@ class CsdConfig:
         init_a / init_b: initial scale and shift of the logit ``-a * csd + b`` (PCME++: 5 / 5).
         lambda_kl: weight of the KL prior, with the KL averaged over instances and
             dimensions as in PCME++'s release (its ``vib_beta``: 1e-4).
+        lambda_pseudo: weight of the pseudo-positive cross-entropy (PCME++'s
+            ``smoothness_alpha``: 0.1; 0 switches it off).
     """
 
     init_a: float = 5.0
     init_b: float = 5.0
     lambda_kl: float = 1e-4
+    lambda_pseudo: float = 0.1
 
     def __post_init__(self) -> None:
         check_positive_number("init_a", self.init_a)
         check_positive_number("lambda_kl", self.lambda_kl, allow_zero=True)
+        check_positive_number("lambda_pseudo", self.lambda_pseudo, allow_zero=True)
 
 
 class CsdLoss(RetrievalLoss):
@@ -83,7 +112,9 @@ class CsdLoss(RetrievalLoss):
     * ``csd_matching``: the mean binary cross-entropy over all pairs, counted in both
       directions (image->text and text->image are equal; the release adds both);
     * ``kl_prior``: KL to ``N(0, I)`` averaged over instances and dimensions, image
-      term + caption term (point embeddings contribute 0).
+      term + caption term (point embeddings contribute 0);
+    * ``pseudo_positive``: the mean cross-entropy with pseudo-positive targets, image->text plus
+      text->image (only computed, and reported, when ``lambda_pseudo > 0``).
 
     Holds the learnable ``a`` (softplus-parametrised) and ``b``; the optimiser must
     include this module's parameters. The ranking score is ``csd`` (a monotone
@@ -99,11 +130,21 @@ class CsdLoss(RetrievalLoss):
     def forward(self, image: Gaussian, caption: Gaussian, positives: Tensor, **optional: object) -> dict[str, Tensor]:
         check_gaussian_pair(image, caption, positives)
         a, b = self.match_scale.a, self.match_scale.b
-        matching = 2.0 * csd_loss(image, caption, positives, a, b, reduction="mean")
+        logits = csd_logits(image, caption, a, b)  # [B_img, B_cap]
+        matching = 2.0 * F.binary_cross_entropy_with_logits(logits, positives.to(logits.dtype))
         kl = matching.new_zeros(())
         for gaussian in (image, caption):
             if not gaussian.is_point:
                 kl = kl + kl_prior_loss(gaussian, reduction="element_mean")
         total = matching + self.config.lambda_kl * kl
-        return {"loss": total, "csd_matching": matching, "kl_prior": kl, "a": a.detach(), "b": b.detach()}
+        terms = {"csd_matching": matching, "kl_prior": kl}
+        if self.config.lambda_pseudo > 0:
+            pseudo = F.binary_cross_entropy_with_logits(logits, pseudo_positive_targets(logits, positives))
+            transposed = logits.t()  # text -> image
+            pseudo = pseudo + F.binary_cross_entropy_with_logits(
+                transposed, pseudo_positive_targets(transposed, positives.t())
+            )
+            terms["pseudo_positive"] = pseudo
+            total = total + self.config.lambda_pseudo * pseudo
+        return {"loss": total, **terms, "a": a.detach(), "b": b.detach()}
 

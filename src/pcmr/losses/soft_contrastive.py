@@ -37,7 +37,16 @@ from pcmr.losses.match_scale import MatchScale
 from pcmr.losses.regularisers import kl_prior_loss, uniformity_loss
 from pcmr.similarity import sampled_pair_distances
 
-__all__ = ["PcmeConfig", "PcmeLoss", "draw_samples", "match_log_probabilities", "soft_contrastive_loss"]
+__all__ = [
+    "PcmeConfig",
+    "PcmeLoss",
+    "draw_samples",
+    "match_log_probabilities",
+    "release_kl_prior",
+    "soft_contrastive_loss",
+]
+
+KL_FORMS = ("release", "logvar")
 
 # Beyond |x| = 40 the term log1p(exp(-|x|)) (< 4.3e-18) is replaced by its value at 40.
 LOG_SIGMOID_TAIL = 40.0
@@ -148,6 +157,29 @@ def soft_contrastive_loss(
     return nll.sum() if reduction == "sum" else nll.mean()
 
 
+def release_kl_prior(gaussian: Gaussian, samples: Tensor) -> Tensor:
+    """The KL ("vib") term of PCME's release (``criterions/probemb.py``: ``kl_divergence``), summed.
+
+    The release's heads output log sigma, and its KL treats that output as a log-variance, with
+    the mean of the drawn samples in place of the mean::
+
+        0.5 * sum_{n, d} (sigma_nd + mu_hat_nd^2 - 1 - log sigma_nd),  mu_hat_n = mean_j samples_nj
+
+    With ``log sigma = logvar / 2`` this is ``0.5 sum (exp(logvar/2) + mu_hat^2 - 1 - logvar/2)``:
+    its minimum is at ``sigma = 1`` as the exact KL's, but its pull on ``logvar`` is half as strong.
+
+    Args:
+        gaussian: ``N`` Gaussians (``logvar [N, D]`` or ``[N, 1]``, broadcast).
+        samples: ``[N, J, D]`` samples drawn from it.
+
+    Returns:
+        A 0-dim tensor.
+    """
+    log_sigma = 0.5 * gaussian.expanded_logvar()  # [N, D]
+    sample_mean = samples.mean(dim=1)  # [N, D]
+    return 0.5 * (log_sigma.exp() + sample_mean.pow(2) - 1.0 - log_sigma).sum()
+
+
 @dataclass
 class PcmeConfig:
     """Configuration of ``pcme`` (PCME eq.1-3 + regularisers; defaults: PCME's CUB setting).
@@ -159,6 +191,10 @@ class PcmeConfig:
         lambda_kl: weight of the KL prior (PCME COCO 1e-5, CUB 1e-3).
         lambda_unif: weight of the uniformity loss (PCME COCO 0, CUB 10).
         uniformity_t: temperature ``t`` of the uniformity loss (2).
+        kl_form: ``"release"`` (default): the KL term PCME's release computes, with its weights
+            meaning what they mean there (:func:`release_kl_prior`); ``"logvar"``: the exact
+            ``KL(N(mean, var) || N(0, I))`` (:func:`pcmr.losses.regularisers.kl_prior_loss`),
+            which pulls log sigma twice as hard at the same ``lambda_kl``.
     """
 
     num_samples: int = 7
@@ -167,8 +203,10 @@ class PcmeConfig:
     lambda_kl: float = 1e-3
     lambda_unif: float = 10.0
     uniformity_t: float = 2.0
+    kl_form: str = "release"
 
     def __post_init__(self) -> None:
+        check_choice("kl_form", self.kl_form, KL_FORMS)
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise ValueError(f"num_samples must be an int >= 1, got {self.num_samples!r}")
         check_positive_number("init_a", self.init_a)
@@ -185,8 +223,9 @@ class PcmeLoss(RetrievalLoss):
 
     * ``soft_contrastive``: the sum of the eq.1 loss over all pairs, counted in both
       directions (image->text and text->image sums are equal, the release adds both);
-    * ``kl_prior``: the KL of every Gaussian of the batch to ``N(0, I)``, summed over
-      instances of both modalities (point embeddings contribute 0);
+    * ``kl_prior``: the KL term of every Gaussian of the batch, summed over instances of both
+      modalities (point embeddings contribute 0): by default the release's form
+      (:func:`release_kl_prior`), with ``kl_form="logvar"`` the exact KL to ``N(0, I)``;
     * ``uniformity``: Wang & Isola's log-mean-exp form of PCME eq.A.1 over all drawn
       samples of both modalities (all pairs; the release subsamples 128 points); only
       computed, and only reported, when ``lambda_unif > 0``.
@@ -227,8 +266,12 @@ class PcmeLoss(RetrievalLoss):
             image_samples=image_samples, caption_samples=caption_samples, reduction="sum",
         )
         kl = matching.new_zeros(())
-        for gaussian in (image, caption):
-            if not gaussian.is_point:
+        for gaussian, samples in ((image, image_samples), (caption, caption_samples)):
+            if gaussian.is_point:
+                continue
+            if cfg.kl_form == "release":
+                kl = kl + release_kl_prior(gaussian, samples)
+            else:
                 kl = kl + kl_prior_loss(gaussian, reduction="sum")
         terms = {"soft_contrastive": matching, "kl_prior": kl}
         total = matching + cfg.lambda_kl * kl

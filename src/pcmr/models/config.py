@@ -38,6 +38,11 @@ __all__ = [
     "HEAD_KINDS",
     "COVARIANCE_KINDS",
     "VARIANCE_SOURCES",
+    "BIDIRECTIONAL_MERGES",
+    "SENTENCE_FEATURES",
+    "TEXT_LOCAL_FEATURES",
+    "VARIANCE_OUTPUTS",
+    "text_hidden_dim",
 ]
 
 IMAGE_ENCODER_KINDS = ("global_features", "local_features", "cnn", "efficientnet_lite0")
@@ -45,7 +50,11 @@ IMAGE_REASONING_KINDS = ("none", "vsrn")
 TEXT_ENCODER_KINDS = ("gru", "minilm")
 HEAD_KINDS = ("linear", "identity", "pcme", "pvse")
 COVARIANCE_KINDS = ("ellipsoidal", "spherical_avgpool_variance", "spherical_avgpool_logvar", "spherical_one_value")
-VARIANCE_SOURCES = ("shared", "duplicate")
+VARIANCE_SOURCES = ("shared", "duplicate", "word_gru")
+BIDIRECTIONAL_MERGES = ("average", "concat")
+SENTENCE_FEATURES = ("final_state", "last_output")
+TEXT_LOCAL_FEATURES = ("gru_outputs", "word_embeddings")
+VARIANCE_OUTPUTS = ("logvar", "logsigma")
 
 
 @dataclass
@@ -83,12 +92,22 @@ class TextEncoderConfig:
     kind: str = "gru"
     # gru: size of the word embeddings (300 for GloVe files)
     word_dim: int = 300
-    # gru: hidden size of the GRU (per direction); it is the feature size F of the text side
+    # gru: the feature size F of the text side: the GRU's hidden size per direction, or with
+    # bidirectional_merge concat twice it (F / 2 per direction); 0: embed_dim (the sentence feature
+    # then has embed_dim values whatever embed_dim is set to)
     hidden_dim: int = 1024
     # gru: number of stacked GRU layers
     num_layers: int = 1
-    # gru: bi-directional GRU (PCME); forward and backward states are averaged, so F = hidden_dim
+    # gru: bi-directional GRU (PCME)
     bidirectional: bool = False
+    # gru, bi-directional: average | concat (PCME's release, hidden_dim = embed_dim) of the forward
+    # and backward halves
+    bidirectional_merge: str = "average"
+    # gru: final_state (the GRU's final hidden states) | last_output (the GRU output at the last real
+    # word for both directions, PCME's and PVSE's releases)
+    sentence_feature: str = "final_state"
+    # gru: the local features the heads attend over: gru_outputs | word_embeddings (PCME's release)
+    local_features: str = "gru_outputs"
     # minilm: train the transformer too (False: frozen, eval mode, no gradients)
     finetune: bool = False
     # minilm: longest token sequence kept (the tokenizer truncates)
@@ -110,8 +129,20 @@ class HeadConfig:
     probabilistic: bool = True
     # shared: the variance head reads the same encoder features as the mean head (PCME, GIE images);
     # duplicate: an independent copy of the trainable part of the encoder feeds the variance head
-    # (ProbVSE, GCE/GCIE captions); a frozen pretrained backbone is not copied (nothing trainable)
+    # (ProbVSE, GCE/GCIE captions); a frozen pretrained backbone is not copied (nothing trainable);
+    # word_gru (pcme caption head only, PCME eq. 4 and its release): the variance head has its own
+    # bi-GRU over the local features, in place of the pooled branch: the word embeddings for the
+    # gru text encoder (text_encoder.local_features: word_embeddings), the token features for minilm
     variance_source: str = "shared"
+    # pcme: logvar (the variance head's layers predict the log-variance) | logsigma (they predict
+    # log sigma, as PCME's release does, and logvar = 2 * that output)
+    variance_output: str = "logvar"
+    # pcme: a bias in the attention pooling's first layer (PCME's and PVSE's releases have none)
+    attention_bias: bool = True
+    # pcme mean head: a linear layer on the pooled feature (false: the pooled feature itself when it
+    # has embed_dim values, PCME's release for captions, where it is the bi-GRU's output; a pooled
+    # feature of another size, e.g. minilm's 384, is still projected)
+    project_pooled: bool = True
     # ellipsoidal (D log-variances) | spherical_avgpool_variance (log of the mean of D predicted
     # variances, [B, 1]; ProbVSE §4.1) | spherical_avgpool_logvar (mean of D predicted log-variances,
     # a geometric mean, [B, 1]; GCIE §3) | spherical_one_value (one predicted log-variance, [B, 1])
@@ -126,7 +157,8 @@ class HeadConfig:
     # pvse: K, the number of embeddings (attention heads) per item (PCME compares PVSE at K = 1, 2, 4)
     num_embeds: int = 1
     # initial log-variance: the variance head's output bias is set so that logvar starts at this
-    # value (plus the small input-dependent part of the freshly initialised weights); inside
+    # value (plus the small input-dependent part of the freshly initialised weights; a logsigma
+    # output starts at logvar_init / 2; a word_gru variance head sets the attention branch's bias); inside
     # variance_bounds when those are set. null: PyTorch's default init (logvar about 0, sigma^2
     # about 1 per dimension: sample noise of norm about sqrt(D) around unit-norm means)
     logvar_init: float | None = None
@@ -202,8 +234,14 @@ def validate_config(config: ModelConfig) -> None:
             f"integers, got {image.cnn_channels}"
         )
     _check_choice(text.kind, TEXT_ENCODER_KINDS, "text_encoder.kind")
-    for name in ("word_dim", "hidden_dim", "num_layers", "max_length"):
+    for name in ("word_dim", "num_layers", "max_length"):
         _check_positive(getattr(text, name), f"text_encoder.{name}")
+    if text.hidden_dim < 0:
+        raise ValueError(f"model config field 'text_encoder.hidden_dim' must be >= 0 (0: from embed_dim), "
+                         f"got {text.hidden_dim}")
+    _check_choice(text.bidirectional_merge, BIDIRECTIONAL_MERGES, "text_encoder.bidirectional_merge")
+    _check_choice(text.sentence_feature, SENTENCE_FEATURES, "text_encoder.sentence_feature")
+    _check_choice(text.local_features, TEXT_LOCAL_FEATURES, "text_encoder.local_features")
     if text.kind == "gru" and config.vocab_size < 4:
         raise ValueError(
             f"model config field 'vocab_size' must be >= 4 (<pad>, <unk>, <start>, <end>), got {config.vocab_size}"
@@ -219,6 +257,7 @@ def validate_config(config: ModelConfig) -> None:
             )
         _check_choice(head.covariance, COVARIANCE_KINDS, f"{side}.covariance")
         _check_choice(head.variance_source, VARIANCE_SOURCES, f"{side}.variance_source")
+        _check_choice(head.variance_output, VARIANCE_OUTPUTS, f"{side}.variance_output")
         if head.attention_hidden < 0:
             raise ValueError(
                 f"model config field '{side}.attention_hidden' must be >= 0, got {head.attention_hidden}"
@@ -235,9 +274,43 @@ def validate_config(config: ModelConfig) -> None:
         if head.kind == "pvse" and head.probabilistic:
             raise ValueError(f"model config field '{side}.probabilistic' must be false for a pvse head (K points "
                              f"per item, no variance)")
+    _check_word_gru(config)
+    if config.text_encoder.kind == "gru":
+        text_hidden_dim(config)
     if (config.image_head.kind == "pvse") != (config.caption_head.kind == "pvse"):
         raise ValueError("model config fields 'image_head.kind' and 'caption_head.kind' must both be pvse or "
                          f"neither, got {config.image_head.kind!r} and {config.caption_head.kind!r}")
+
+
+def text_hidden_dim(config: ModelConfig) -> int:
+    """The text feature size ``F``: ``text_encoder.hidden_dim``, or ``embed_dim`` when it is 0; with
+    concatenated bi-GRU halves it must be even (``F / 2`` per direction)."""
+    text = config.text_encoder
+    size = text.hidden_dim if text.hidden_dim > 0 else config.embed_dim
+    if text.bidirectional and text.bidirectional_merge == "concat" and size % 2:
+        raise ValueError(f"model config field 'text_encoder.hidden_dim' (0: embed_dim) must be even with "
+                         f"bidirectional_merge concat (half per direction), got {size}")
+    return size
+
+
+def _check_word_gru(config: ModelConfig) -> None:
+    """``variance_source: word_gru`` is PCME's caption variance head: caption side, pcme kind, an even
+    embed_dim; a gru text encoder must hand over the word embeddings (minilm: its token features)."""
+    if config.image_head.variance_source == "word_gru":
+        raise ValueError("model config field 'image_head.variance_source' word_gru is for captions only "
+                         "(a bi-GRU over the word embeddings)")
+    head, text = config.caption_head, config.text_encoder
+    if head.variance_source != "word_gru" or not head.probabilistic:
+        return
+    if head.kind != "pcme" or (text.kind == "gru" and text.local_features != "word_embeddings"):
+        raise ValueError(
+            "model config field 'caption_head.variance_source' word_gru needs caption_head.kind pcme and, "
+            "with the gru text encoder, text_encoder.local_features word_embeddings, got "
+            f"{head.kind!r}, {text.local_features!r}"
+        )
+    if config.embed_dim % 2:
+        raise ValueError(f"model config field 'embed_dim' must be even for caption_head.variance_source "
+                         f"word_gru (a bi-GRU of embed_dim / 2 per direction), got {config.embed_dim}")
 
 
 def _check_logvar_init(head: HeadConfig, side: str) -> None:

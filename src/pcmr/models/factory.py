@@ -23,6 +23,7 @@ from pcmr.models.config import (
     config_from_dict,
     config_to_dict,
     load_config_file,
+    text_hidden_dim,
 )
 from pcmr.models.heads import build_mean_head, build_variance_head
 from pcmr.models.image_encoders import GlobalFeatureBackbone, LocalFeatureBackbone, SmallCNNBackbone
@@ -119,10 +120,17 @@ def _text_backbone(config: ModelConfig) -> nn.Module:
     text = config.text_encoder
     if text.kind == "gru":
         return GRUTextBackbone(
-            config.vocab_size, text.word_dim, text.hidden_dim, text.num_layers, text.bidirectional
+            config.vocab_size, text.word_dim, text_hidden_dim(config), text.num_layers, text.bidirectional,
+            text.bidirectional_merge, text.sentence_feature, text.local_features,
         )
 
     return MiniLMBackbone(text.finetune, text.max_length)
+
+
+def _size(module: nn.Module, name: str, default: int | None = None) -> int:
+    """A feature size an encoder part declares (``out_dim``, ``local_dim``), else ``default``."""
+    value: Any = getattr(module, name, default)
+    return int(value)
 
 
 def _tower(
@@ -130,22 +138,26 @@ def _tower(
     make_refine: Callable[[int], nn.Module | None],
     head: HeadConfig,
     embed_dim: int,
+    sentence_feature: str = "final_state",
 ) -> Tower:
     backbone = make_backbone()
-    refine = make_refine(backbone.out_dim)
-    out_dim = refine.out_dim if refine is not None else backbone.out_dim
+    backbone_dim = _size(backbone, "out_dim")
+    refine = make_refine(backbone_dim)
+    out_dim = _size(refine, "out_dim") if refine is not None else backbone_dim
     encoder = Encoder(backbone, refine, out_dim)
+    local_dim = _size(refine if refine is not None else backbone, "local_dim", out_dim)
     if head.kind == "pvse":
-        return PointSetTower(encoder, PVSEHead(out_dim, embed_dim, head.num_embeds, head.attention_hidden))
-    mean_head = build_mean_head(head, out_dim, embed_dim)
+        return PointSetTower(encoder, PVSEHead(out_dim, embed_dim, head.num_embeds, head.attention_hidden,
+                                               local_dim, head.project_pooled))
+    mean_head = build_mean_head(head, out_dim, embed_dim, local_dim)
     if not head.probabilistic:
         return Tower(encoder, mean_head)
-    variance_head = build_variance_head(head, out_dim, embed_dim)
+    variance_head = build_variance_head(head, out_dim, embed_dim, local_dim, sentence_feature)
     variance_encoder = None
     if head.variance_source == "duplicate":
         # ProbVSE §4.1: duplicate the trainable part of the encoder, no shared parameters.
         variance_backbone = make_backbone() if encoder.backbone_trainable else None
-        variance_refine = make_refine(backbone.out_dim)
+        variance_refine = make_refine(backbone_dim)
         if variance_backbone is not None or variance_refine is not None:
             variance_encoder = Encoder(variance_backbone, variance_refine, out_dim)
     return Tower(encoder, mean_head, variance_head, variance_encoder)
@@ -164,7 +176,8 @@ def build_model(config: ModelConfig, load_pretrained: bool = True) -> RetrievalM
         config.embed_dim,
     )
     caption_tower = _tower(
-        lambda: _text_backbone(config), lambda in_dim: None, config.caption_head, config.embed_dim
+        lambda: _text_backbone(config), lambda in_dim: None, config.caption_head, config.embed_dim,
+        config.text_encoder.sentence_feature,
     )
     model_class = PVSEModel if config.image_head.kind == "pvse" else RetrievalModel
     return model_class(config, image_tower, caption_tower)

@@ -15,11 +15,13 @@
   the variances", ``log mean_d exp(logvar_d)``) and ``spherical_avgpool_logvar`` (GCIE §3 training
   details: "the mean of the log variances", a geometric mean of the variances);
   ``spherical_one_value`` (one predicted value).
+- PCME's caption variance head may have its own bi-GRU over the word embeddings (PCME eq. 4,
+  ``variance_source: word_gru``) and may predict log sigma (``variance_output: logsigma``, the
+  release), giving ``logvar = 2 log sigma``.
 - Optional initial log-variance ``logvar_init``: the output bias of the variance head is set so
-  that ``logvar`` starts at that value (PCME head: the bias of the pooled branch; the attention
-  branch's bias is zeroed), the weights keep their default init (an input-dependent part of a few
-  tenths). With unit-norm means in ``D`` dimensions, PyTorch's default (``logvar ~ 0``) gives
-  samples whose noise has norm ``~sqrt(D)``, far larger than the means.
+  that ``logvar`` starts at that value (PCME head: the bias of the pooled branch, or of the
+  attention branch with a word_gru), the weights keep their init (an input-dependent part of a few
+  tenths). Unset, PCME heads start as the release's (``logvar`` about 0).
 - Optional smooth variance bounds ``sigma^2 in [lo, hi]`` (ProbVSE/GCIE: [0.1, 10]):
   ``logvar = c + h * tanh((raw - c) / h)`` with ``c, h`` the centre and half-width of
   ``[log lo, log hi]``; identity near the centre (slope 1), saturating smoothly at the bounds.
@@ -35,6 +37,7 @@ from torch import Tensor, nn
 
 from pcmr.models.config import HeadConfig
 from pcmr.models.features import EncodedFeatures
+from pcmr.models.text_encoders import last_outputs, run_gru
 
 __all__ = [
     "AttentionPool",
@@ -68,12 +71,13 @@ class AttentionPool(nn.Module):
     """PVSE/PCME self-attention pooling over local features (one head).
 
     ``a = softmax_R(w2 tanh(w1 x))`` (padded positions excluded), output ``sum_r a_r x_r``.
-    ``w2`` has no bias: a constant shift cannot change a softmax.
+    ``w2`` has no bias: a constant shift cannot change a softmax. ``bias=False``: neither has ``w1``
+    (PCME's and PVSE's releases).
     """
 
-    def __init__(self, in_dim: int, hidden_dim: int) -> None:
+    def __init__(self, in_dim: int, hidden_dim: int, bias: bool = True) -> None:
         super().__init__()
-        self.w1 = nn.Linear(in_dim, hidden_dim)
+        self.w1 = nn.Linear(in_dim, hidden_dim, bias=bias)
         self.w2 = nn.Linear(hidden_dim, 1, bias=False)
 
     def forward(self, local: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -208,28 +212,58 @@ class IdentityVarianceHead(nn.Module):
 
 
 class _PCMEBranches(nn.Module):
-    """``fc(pooled)`` and ``fc_attn(attn_pool(local))``, the two branches of a PCME head."""
+    """``fc(pooled)`` and ``fc_attn(attn_pool(local))``, the two branches of a PCME head.
 
-    def __init__(self, in_dim: int, out_dim: int, attention_hidden: int) -> None:
+    Initialised as PCME's release (``models/pie_model.py``, ``models/uncertainty_module.py``): the
+    attention layers and ``fc_attn`` Xavier-uniform with a zero bias, ``fc`` PyTorch's default.
+    ``project_pooled=False``: no ``fc``, the pooled branch is the pooled feature itself (when it has
+    ``out_dim`` values, as the release's caption bi-GRU output; otherwise it is still projected).
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        attention_hidden: int,
+        local_dim: int | None = None,
+        attention_bias: bool = True,
+        project_pooled: bool = True,
+    ) -> None:
         super().__init__()
-        hidden = attention_hidden if attention_hidden > 0 else max(1, in_dim // 2)
-        self.fc = nn.Linear(in_dim, out_dim)
-        self.attention = AttentionPool(in_dim, hidden)
-        self.fc_attn = nn.Linear(in_dim, out_dim)
+        local_dim = in_dim if local_dim is None else local_dim
+        hidden = attention_hidden if attention_hidden > 0 else max(1, local_dim // 2)
+        # without project_pooled a pooled feature of another width (a pretrained encoder's) is still projected
+        self.fc = nn.Linear(in_dim, out_dim) if project_pooled or in_dim != out_dim else None
+        self.attention = AttentionPool(local_dim, hidden, bias=attention_bias)
+        self.fc_attn = nn.Linear(local_dim, out_dim)
+        nn.init.xavier_uniform_(self.attention.w1.weight)
+        nn.init.xavier_uniform_(self.attention.w2.weight)
+        nn.init.xavier_uniform_(self.fc_attn.weight)
+        nn.init.zeros_(self.fc_attn.bias)
+
+    def attention_branch(self, features: EncodedFeatures) -> Tensor:
+        return self.fc_attn(self.attention(features.local, features.mask))  # [B, out]
 
     def branches(self, features: EncodedFeatures) -> tuple[Tensor, Tensor]:
-        attended = self.attention(features.local, features.mask)  # [B, F]
-        return self.fc(features.pooled), self.fc_attn(attended)
+        pooled = self.fc(features.pooled) if self.fc is not None else features.pooled
+        return pooled, self.attention_branch(features)
 
 
 class PCMEMeanHead(_PCMEBranches):
-    """PCME mean head ``h^mu`` (PCME Fig. 3b): ``L2(LN(fc(pooled) + sigmoid(fc_attn(attn_pool(local)))))``.
-
-    Returns ``[B, D]`` rows of unit norm.
+    """PCME mean head ``h^mu`` (PCME Fig. 3b; the release's PIE-Net):
+    ``L2(LN(fc(pooled) + sigmoid(fc_attn(attn_pool(local)))))``. Returns ``[B, D]`` rows of unit norm.
     """
 
-    def __init__(self, in_dim: int, embed_dim: int, attention_hidden: int = 0) -> None:
-        super().__init__(in_dim, embed_dim, attention_hidden)
+    def __init__(
+        self,
+        in_dim: int,
+        embed_dim: int,
+        attention_hidden: int = 0,
+        local_dim: int | None = None,
+        attention_bias: bool = True,
+        project_pooled: bool = True,
+    ) -> None:
+        super().__init__(in_dim, embed_dim, attention_hidden, local_dim, attention_bias, project_pooled)
         self.layer_norm = nn.LayerNorm(embed_dim)
 
     def forward(self, features: EncodedFeatures) -> Tensor:
@@ -239,39 +273,82 @@ class PCMEMeanHead(_PCMEBranches):
 
 
 class PCMEVarianceHead(_PCMEBranches):
-    """PCME variance head ``h^sigma`` (PCME Fig. 3c): ``fc(pooled) + fc_attn(attn_pool(local))``.
+    """PCME variance head ``h^sigma`` (PCME Fig. 3c, eq. 4): ``fc(pooled) + fc_attn(attn_pool(local))``.
 
-    No sigmoid, LayerNorm or L2 (PCME §3.2, App. D). Predicts the log-variance (one
-    parametrisation, ``logvar``, everywhere in pcmr), then applies the covariance kind and the optional bounds.
-    Returns ``[B, D]`` or ``[B, 1]``.
+    No sigmoid, LayerNorm or L2 (PCME §3.2, App. D). ``variance_source: word_gru`` (captions, PCME
+    eq. 4 and the release's ``UncertaintyModuleText``): the pooled branch is the head's *own*
+    bi-GRU over the local features (the word embeddings), ``embed_dim / 2`` per direction,
+    concatenated, read as the text encoder reads its own (``sentence_feature``: the final states, or
+    the outputs at the last word as the release does). ``variance_output: logsigma`` (the release): the sum is
+    log sigma and ``logvar = 2 * sum``; ``logvar``: the sum is the log-variance. Then the covariance
+    kind and the optional bounds. Returns ``[B, D]`` or ``[B, 1]``.
     """
 
-    def __init__(self, in_dim: int, embed_dim: int, config: HeadConfig) -> None:
-        super().__init__(in_dim, _logvar_width(config, embed_dim), config.attention_hidden)
+    def __init__(
+        self,
+        in_dim: int,
+        embed_dim: int,
+        config: HeadConfig,
+        local_dim: int | None = None,
+        sentence_feature: str = "final_state",
+    ) -> None:
+        recurrent = config.variance_source == "word_gru"
+        width = _logvar_width(config, embed_dim)
+        super().__init__(
+            in_dim, width, config.attention_hidden, local_dim, config.attention_bias, project_pooled=not recurrent
+        )
         self.config = config
+        self.scale = 2.0 if config.variance_output == "logsigma" else 1.0
+        self.gru: nn.GRU | None = None
+        self.sentence_feature = sentence_feature
+        if recurrent:
+            if width % 2:
+                raise ValueError(f"a word_gru variance head needs an even width, got {width}")
+            self.gru = nn.GRU(self.fc_attn.in_features, width // 2, batch_first=True, bidirectional=True)
         raw = initial_raw_logvar(config)
         if raw is not None:
-            nn.init.constant_(self.fc.bias, raw)
-            nn.init.zeros_(self.fc_attn.bias)
+            nn.init.constant_(self.fc.bias if self.fc is not None else self.fc_attn.bias, raw / self.scale)
 
     def forward(self, features: EncodedFeatures) -> Tensor:
-        pooled_branch, attention_branch = self.branches(features)
-        return _finish_logvar(pooled_branch + attention_branch, self.config)
+        if self.gru is not None:
+            if features.mask is None:
+                raise ValueError("a word_gru variance head needs the caption padding mask")
+            lengths = features.mask.sum(dim=1)  # [B]
+            outputs, hidden = run_gru(self.gru, features.local, lengths)  # [B, L, D], [2, B, D / 2]
+            if self.sentence_feature == "last_output":
+                sentence = last_outputs(outputs, lengths)  # [B, D]
+            else:
+                sentence = torch.cat([hidden[-2], hidden[-1]], dim=1)  # [B, D]
+            raw = sentence + self.attention_branch(features)  # [B, D]
+        else:
+            pooled_branch, attention_branch = self.branches(features)
+            raw = pooled_branch + attention_branch
+        return _finish_logvar(self.scale * raw, self.config)
 
 
-def build_mean_head(config: HeadConfig, in_dim: int, embed_dim: int) -> nn.Module:
-    """The mean head named by ``config.kind`` (``linear``, ``identity`` or ``pcme``)."""
+def build_mean_head(config: HeadConfig, in_dim: int, embed_dim: int, local_dim: int | None = None) -> nn.Module:
+    """The mean head named by ``config.kind`` (``linear``, ``identity`` or ``pcme``); ``local_dim``:
+    size of the local features when it differs from the pooled ``in_dim``."""
     if config.kind == "pcme":
-        return PCMEMeanHead(in_dim, embed_dim, config.attention_hidden)
+        return PCMEMeanHead(
+            in_dim, embed_dim, config.attention_hidden, local_dim, config.attention_bias, config.project_pooled
+        )
     if config.kind == "identity":
         return IdentityMeanHead(in_dim, embed_dim, config.normalize_mean)
     return LinearMeanHead(in_dim, embed_dim, config.normalize_mean)
 
 
-def build_variance_head(config: HeadConfig, in_dim: int, embed_dim: int) -> nn.Module:
-    """The log-variance head named by ``config.kind`` (``linear``, ``identity`` or ``pcme``)."""
+def build_variance_head(
+    config: HeadConfig,
+    in_dim: int,
+    embed_dim: int,
+    local_dim: int | None = None,
+    sentence_feature: str = "final_state",
+) -> nn.Module:
+    """The log-variance head named by ``config.kind`` (``linear``, ``identity`` or ``pcme``);
+    ``sentence_feature``: how a word_gru head reads its GRU (the text encoder's setting)."""
     if config.kind == "pcme":
-        return PCMEVarianceHead(in_dim, embed_dim, config)
+        return PCMEVarianceHead(in_dim, embed_dim, config, local_dim, sentence_feature)
     if config.kind == "identity":
         return IdentityVarianceHead(in_dim, embed_dim, config)
     return LinearVarianceHead(in_dim, embed_dim, config)

@@ -71,22 +71,34 @@ class PVSEOutput:
 class PVSEHead(nn.Module):
     """PVSE's polysemous instance embedding (module docstring): features -> :class:`PVSEOutput`."""
 
-    def __init__(self, in_dim: int, embed_dim: int, num_embeds: int, attention_hidden: int = 0) -> None:
+    def __init__(
+        self,
+        in_dim: int,
+        embed_dim: int,
+        num_embeds: int,
+        attention_hidden: int = 0,
+        local_dim: int | None = None,
+        project_pooled: bool = True,
+    ) -> None:
         super().__init__()
-        hidden = attention_hidden if attention_hidden > 0 else max(1, in_dim // 2)
+        local_dim = in_dim if local_dim is None else local_dim
+        hidden = attention_hidden if attention_hidden > 0 else max(1, local_dim // 2)
         self.num_embeds = num_embeds
-        self.fc = nn.Linear(in_dim, embed_dim)
-        self.attention = MultiHeadAttentionPool(in_dim, hidden, num_embeds)
-        self.fc_local = nn.Linear(in_dim, embed_dim)
+        # project_pooled=False: the pooled feature itself when it has embed_dim values (PVSE's captions)
+        self.fc = nn.Linear(in_dim, embed_dim) if project_pooled or in_dim != embed_dim else None
+        self.attention = MultiHeadAttentionPool(local_dim, hidden, num_embeds)
+        self.fc_local = nn.Linear(local_dim, embed_dim)
         self.layer_norm = nn.LayerNorm(embed_dim)
         for layer in (self.fc, self.fc_local):
-            nn.init.xavier_uniform_(layer.weight)
-            nn.init.zeros_(layer.bias)
+            if layer is not None:
+                nn.init.xavier_uniform_(layer.weight)
+                nn.init.zeros_(layer.bias)
 
     def forward(self, features: EncodedFeatures) -> PVSEOutput:
         attended, weights = self.attention(features.local, features.mask)  # [B, K, F], [B, R, K]
         residuals = torch.sigmoid(self.fc_local(attended))  # [B, K, D]
-        combined = self.layer_norm(self.fc(features.pooled).unsqueeze(1) + residuals)  # [B, K, D]
+        pooled = self.fc(features.pooled) if self.fc is not None else features.pooled  # [B, D]
+        combined = self.layer_norm(pooled.unsqueeze(1) + residuals)  # [B, K, D]
         return PVSEOutput(F.normalize(combined, dim=-1), residuals, weights)
 
 

@@ -1,9 +1,17 @@
 """Text backbone: word embeddings + GRU (VSE++, ProbVSE, GCIE: uni-directional; PCME: bi-directional).
 
 Reads ``batch["captions"]`` (``[B, L]`` token ids, 0 = ``<pad>``) and
-``batch["caption_lengths"]`` (``[B]``, >= 1) and returns word features ``local [B, L, H]``
-with a padding mask and the sentence feature ``pooled [B, H]`` (the final GRU state; for a
-bi-directional GRU the forward and backward halves are averaged, as PCME does).
+``batch["caption_lengths"]`` (``[B]``, >= 1) and returns local features with a padding mask and
+a sentence feature ``pooled``. Three options (``TextEncoderConfig``) choose between the layouts:
+
+- ``bidirectional_merge``: ``average`` the forward and backward halves (``F = H``) or ``concat``
+  them (``H = F / 2`` per direction; PCME's release: ``F = D``);
+- ``sentence_feature``: ``final_state`` (the GRU's final hidden states) or ``last_output`` (the GRU
+  output at the last real word, ``lengths - 1``, for both directions: PCME's and PVSE's releases;
+  for the backward direction that is its first step, which has read the last word only);
+- ``local_features``: ``gru_outputs`` (the GRU output at every word) or ``word_embeddings`` (the
+  word embeddings themselves: what PCME's release attends over, in both the mean and the
+  variance head, PCME eq. 4).
 
 Word embeddings start random (uniform in [-0.1, 0.1], as VSE++) or from a GloVe-format text
 file the user supplies (:func:`load_word_vectors`).
@@ -21,7 +29,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pcmr.models.features import EncodedFeatures
 
-__all__ = ["GRUTextBackbone", "get_captions", "load_word_vectors"]
+__all__ = ["GRUTextBackbone", "get_captions", "last_outputs", "load_word_vectors", "run_gru"]
 
 
 def get_captions(batch: Mapping[str, Any], vocab_size: int) -> tuple[Tensor, Tensor]:
@@ -67,32 +75,71 @@ def get_captions(batch: Mapping[str, Any], vocab_size: int) -> tuple[Tensor, Ten
     return tokens, lengths
 
 
+def last_outputs(outputs: Tensor, lengths: Tensor) -> Tensor:
+    """The GRU output at the last real position of each sequence: ``outputs [B, L, F]`` (padded,
+    batch first), ``lengths [B]`` -> ``[B, F]``. For a bi-directional GRU with concatenated halves
+    this is PCME's / PVSE's release sentence feature (``torch.gather`` at ``lengths - 1``)."""
+    index = (lengths.to(outputs.device) - 1).view(-1, 1, 1).expand(-1, 1, outputs.shape[2])  # [B, 1, F]
+    return outputs.gather(1, index).squeeze(1)  # [B, F]
+
+
+def run_gru(gru: nn.GRU, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """``gru`` over padded ``inputs [B, L, E]`` of ``lengths [B]`` (any order): padded outputs
+    ``[B, L, H * dirs]`` (zeros past each length) and final hidden states ``[layers * dirs, B, H]``."""
+    packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    output, hidden = gru(packed)
+    padded, _ = pad_packed_sequence(output, batch_first=True, total_length=inputs.shape[1])
+    return padded, hidden
+
+
 class GRUTextBackbone(nn.Module):
     """Word embeddings + GRU.
 
     Args:
         vocab_size: number of token ids (row 0 is ``<pad>``).
         word_dim: embedding size.
-        hidden_dim: GRU hidden size per direction = output feature size ``H``.
+        hidden_dim: the feature size ``F``: the GRU's hidden size per direction, or with ``concat``
+            twice it (``F / 2`` per direction, which must be whole).
         num_layers: stacked GRU layers.
-        bidirectional: average forward and backward states (PCME).
+        bidirectional: forward and backward GRU (PCME).
+        bidirectional_merge: ``average`` (feature size ``H``) or ``concat`` (``2H``) of the halves.
+        sentence_feature: ``final_state`` or ``last_output`` (see the module docstring).
+        local_features: ``gru_outputs`` or ``word_embeddings`` (see the module docstring).
+
+    Attributes:
+        out_dim: size of ``pooled``; local_dim: size of ``local``.
     """
 
     def __init__(
-        self, vocab_size: int, word_dim: int, hidden_dim: int, num_layers: int, bidirectional: bool
+        self,
+        vocab_size: int,
+        word_dim: int,
+        hidden_dim: int,
+        num_layers: int,
+        bidirectional: bool,
+        bidirectional_merge: str = "average",
+        sentence_feature: str = "final_state",
+        local_features: str = "gru_outputs",
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, word_dim, padding_idx=0)
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
         with torch.no_grad():
             self.embedding.weight[0].zero_()
+        self.concat = bidirectional and bidirectional_merge == "concat"
+        if self.concat and hidden_dim % 2:
+            raise ValueError(f"text_encoder.hidden_dim must be even with concatenated bi-GRU halves, got {hidden_dim}")
+        per_direction = hidden_dim // 2 if self.concat else hidden_dim
         self.gru = nn.GRU(
-            word_dim, hidden_dim, num_layers=num_layers, batch_first=True, bidirectional=bidirectional
+            word_dim, per_direction, num_layers=num_layers, batch_first=True, bidirectional=bidirectional
         )
         self.vocab_size = vocab_size
-        self.hidden_dim = hidden_dim
+        self.hidden_dim = per_direction
         self.bidirectional = bidirectional
+        self.sentence_feature = sentence_feature
+        self.local_features = local_features
         self.out_dim = hidden_dim
+        self.local_dim = word_dim if local_features == "word_embeddings" else self.out_dim
 
     def pretrained_parameters(self) -> list[nn.Parameter]:
         """The parts a pretrained model supplies (the word vectors, e.g. GloVe); the GRU is not one:
@@ -103,17 +150,20 @@ class GRUTextBackbone(nn.Module):
         tokens, lengths = get_captions(batch, self.vocab_size)
         max_length = tokens.shape[1]
         embedded = self.embedding(tokens)  # [B, L, E]
-        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        output, hidden = self.gru(packed)  # hidden [layers * dirs, B, H]
-        words, _ = pad_packed_sequence(output, batch_first=True, total_length=max_length)  # [B, L, H * dirs]
-        if self.bidirectional:
-            words = 0.5 * (words[..., : self.hidden_dim] + words[..., self.hidden_dim :])  # [B, L, H]
-            sentence = 0.5 * (hidden[-2] + hidden[-1])  # [B, H]
+        words, hidden = run_gru(self.gru, embedded, lengths)  # [B, L, H * dirs], [layers * dirs, B, H]
+        if self.sentence_feature == "last_output":
+            sentence = last_outputs(words, lengths)  # [B, H * dirs]
+        elif self.bidirectional:
+            sentence = torch.cat([hidden[-2], hidden[-1]], dim=1)  # [B, 2H]
         else:
             sentence = hidden[-1]  # [B, H]
+        if self.bidirectional and not self.concat:
+            words = 0.5 * (words[..., : self.hidden_dim] + words[..., self.hidden_dim :])  # [B, L, H]
+            sentence = 0.5 * (sentence[:, : self.hidden_dim] + sentence[:, self.hidden_dim :])  # [B, H]
         positions = torch.arange(max_length, device=tokens.device)
         mask = positions.unsqueeze(0) < lengths.to(tokens.device).unsqueeze(1)  # [B, L]
-        return EncodedFeatures(local=words, pooled=sentence, mask=mask)
+        local = embedded if self.local_features == "word_embeddings" else words
+        return EncodedFeatures(local=local, pooled=sentence, mask=mask)
 
 
 def read_word_vectors(path: str | Path, words: Sequence[str], dim: int) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,58 @@
+"""``pcmr convert pcme-release CKPT.pth RUN/``: a checkpoint of PCME's official release as a pcmr model.
+
+Writes, into ``RUN/`` (created; an existing ``RUN/model`` is replaced atomically):
+
+- ``model/``: the pcmr model folder (``config.json`` + ``model.safetensors``, ``load_model``);
+- ``vocab.json``: the release's vocabulary in pcmr's id order;
+- ``similarity_options.json``: ``{"match_prob": {"a": ..., "b": ...}}`` from the release's loss;
+- ``image_backbone.safetensors`` (when the checkpoint has any): the release's ResNet weights
+  (``cnn.*``), which pcmr does not run: the converted image tower reads the ResNet's ``7 x 7``
+  feature grid (``docs/models.md``);
+- ``release_config.json``: the release's own configuration, for the record.
+
+``pcmr evaluate RUN/model --data ...`` then evaluates it on precomputed grid features.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pcmr.atomic import atomic_write_json, atomic_write_safetensors
+from pcmr.data import Vocabulary
+from pcmr.models import save_model
+from pcmr.models.convert_pcme_release import convert_pcme_release
+from pcmr.train.run import MODEL_DIR, SIMILARITY_OPTIONS_FILE, VOCAB_FILE
+
+__all__ = ["add_parser", "run"]
+
+FORMATS = ("pcme-release",)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a checkpoint of a paper's official release into a pcmr model folder",
+        description="Convert a checkpoint of an official release (pcme-release: github.com/naver-ai/pcme) "
+        "into a pcmr model folder with its vocabulary and learned similarity options.",
+    )
+    parser.add_argument("format", choices=FORMATS, help="which release wrote the checkpoint")
+    parser.add_argument("checkpoint", help="the release's checkpoint file (.pth)")
+    parser.add_argument("out", help="output folder (model/, vocab.json, similarity_options.json)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    converted = convert_pcme_release(args.checkpoint)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_model(converted.model, out / MODEL_DIR)
+    Vocabulary(converted.words).save(out / VOCAB_FILE)
+    atomic_write_json(out / SIMILARITY_OPTIONS_FILE, converted.similarity_options)
+    if converted.backbone:
+        atomic_write_safetensors(
+            out / "image_backbone.safetensors", {k: v.contiguous() for k, v in converted.backbone.items()}
+        )
+    atomic_write_json(out / "release_config.json", converted.release_config)
+    print(f"converted {args.checkpoint} -> {out} ({MODEL_DIR}/, {VOCAB_FILE}, {SIMILARITY_OPTIONS_FILE})")
+    return 0

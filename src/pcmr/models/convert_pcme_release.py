@@ -1,0 +1,208 @@
+"""Read a checkpoint of PCME's official release (github.com/naver-ai/pcme) into a pcmr model.
+
+The release saves one ``torch.save`` dict per checkpoint (``engine/base.py``, ``save_models``):
+``model`` (the ``PCME`` module's state dict), ``criterion`` (the loss's ``shift`` and
+``negative_scale``), ``optimizer``, ``lr_scheduler``, ``config`` (plain dicts), ``word2idx`` and
+``metadata``. It is read with ``torch.load(weights_only=True)``: tensors, numbers, strings and
+containers only, never code.
+
+pcmr builds the release's architecture exactly (PCME Fig. 3, eq. 4; ``docs/models.md``), with
+one part left out: the ResNet image backbone (torchvision), which pcmr does not ship. The converted
+image tower reads the ResNet's last ``C x 7 x 7`` feature grid as precomputed local features
+``[B, 49, C]`` (``image_encoder.kind: local_features``); the backbone's own weights are returned
+separately (``cnn.*`` names, as in the release) so they can be kept next to the model.
+
+Names, release -> pcmr (``img_enc`` -> ``image_tower``, ``txt_enc`` -> ``caption_tower``):
+
+- ``fc`` (image) -> ``mean_head.fc``;
+- ``pie_net.{attention.w_1, attention.w_2, fc, layer_norm}`` ->
+  ``mean_head.{attention.w1, attention.w2, fc_attn, layer_norm}``;
+- ``uncertain_net.{attention.w_1, attention.w_2, fc}`` ->
+  ``variance_head.{attention.w1, attention.w2, fc_attn}``; image ``uncertain_net.fc2`` ->
+  ``variance_head.fc``; caption ``uncertain_net.rnn`` -> ``variance_head.gru``;
+- ``txt_enc.embed`` -> ``caption_tower.encoder.backbone.embedding`` (rows reordered to pcmr's
+  vocabulary order, special tokens first), ``txt_enc.rnn`` -> ``caption_tower.encoder.backbone.gru``.
+
+The release's heads predict log sigma; pcmr's converted heads keep that output
+(``variance_output: logsigma``) and report ``logvar = 2 log sigma``. The release's match logit
+``-a d + b`` enters a softmax over ``(l, -l)``, i.e. ``sigmoid(2 l)``: pcmr's ``match_prob`` takes
+``a = 2 negative_scale``, ``b = 2 shift``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pcmr.models.config import ModelConfig, config_from_dict
+from pcmr.models.factory import build_model
+from pcmr.models.model import RetrievalModel
+
+__all__ = [
+    "ConvertedRelease",
+    "ReleaseCheckpointError",
+    "SPECIAL_TOKENS",
+    "convert_pcme_release",
+    "image_uncertainty_state",
+    "pienet_state",
+    "release_model_config",
+    "text_uncertainty_state",
+]
+
+# pcmr's vocabulary puts these first, in this order (pcmr.data.text)
+SPECIAL_TOKENS = ("<pad>", "<unk>", "<start>", "<end>")
+
+_ATTENTION = {"attention.w_1.weight": "attention.w1.weight", "attention.w_2.weight": "attention.w2.weight"}
+_PIENET = {**_ATTENTION, "fc.weight": "fc_attn.weight", "fc.bias": "fc_attn.bias",
+           "layer_norm.weight": "layer_norm.weight", "layer_norm.bias": "layer_norm.bias"}
+_IMAGE_UNCERTAINTY = {**_ATTENTION, "fc.weight": "fc_attn.weight", "fc.bias": "fc_attn.bias",
+                      "fc2.weight": "fc.weight", "fc2.bias": "fc.bias"}
+_GRU = tuple(f"{kind}_{part}_l0{suffix}" for kind in ("weight", "bias") for part in ("ih", "hh")
+             for suffix in ("", "_reverse"))
+_TEXT_UNCERTAINTY = {**_ATTENTION, "fc.weight": "fc_attn.weight", "fc.bias": "fc_attn.bias",
+                     **{f"rnn.{name}": f"gru.{name}" for name in _GRU}}
+
+
+class ReleaseCheckpointError(ValueError):
+    """A file that is not a PCME release checkpoint pcmr can convert; the message says why."""
+
+
+def _rename(state: Mapping[str, Tensor], table: Mapping[str, str], source: str, target: str,
+            where: str) -> dict[str, Tensor]:
+    missing = [f"{source}{name}" for name in table if f"{source}{name}" not in state]
+    if missing:
+        raise ReleaseCheckpointError(f"{where}: the release's state dict lacks {', '.join(missing[:4])}")
+    return {f"{target}{new}": state[f"{source}{old}"] for old, new in table.items()}
+
+
+def pienet_state(state: Mapping[str, Tensor], prefix: str = "", target: str = "",
+                 where: str = "state dict") -> dict[str, Tensor]:
+    """The release's ``PIENet`` weights (under ``prefix``) as a pcmr ``PCMEMeanHead``'s (under ``target``)."""
+    return _rename(state, _PIENET, prefix, target, where)
+
+
+def image_uncertainty_state(state: Mapping[str, Tensor], prefix: str = "", target: str = "",
+                            where: str = "state dict") -> dict[str, Tensor]:
+    """The release's ``UncertaintyModuleImage`` weights as a pcmr image ``PCMEVarianceHead``'s."""
+    return _rename(state, _IMAGE_UNCERTAINTY, prefix, target, where)
+
+
+def text_uncertainty_state(state: Mapping[str, Tensor], prefix: str = "", target: str = "",
+                           where: str = "state dict") -> dict[str, Tensor]:
+    """The release's ``UncertaintyModuleText`` weights as a pcmr word_gru ``PCMEVarianceHead``'s."""
+    return _rename(state, _TEXT_UNCERTAINTY, prefix, target, where)
+
+
+def release_model_config(embed_dim: int, feature_dim: int, word_dim: int, vocab_size: int) -> ModelConfig:
+    """The pcmr config of the release's PCME (attention and probabilistic heads on both sides)."""
+    head = {"kind": "pcme", "probabilistic": True, "attention_bias": False, "variance_output": "logsigma"}
+    return config_from_dict({
+        "name": "pcme_release",
+        "description": "PCME (Chun et al., CVPR 2021) converted from the authors' release checkpoint",
+        "embed_dim": embed_dim,
+        "vocab_size": vocab_size,
+        "image_encoder": {"kind": "local_features", "feature_dim": feature_dim},
+        "text_encoder": {"kind": "gru", "word_dim": word_dim, "hidden_dim": embed_dim, "bidirectional": True,
+                         "bidirectional_merge": "concat", "sentence_feature": "last_output",
+                         "local_features": "word_embeddings"},
+        "image_head": head,
+        "caption_head": {**head, "project_pooled": False, "variance_source": "word_gru"},
+    })
+
+
+@dataclass(frozen=True)
+class ConvertedRelease:
+    """A converted release checkpoint.
+
+    Attributes:
+        model: the pcmr model (eval mode), outputs equal to the release's for the same grid features.
+        words: pcmr's vocabulary, id order (the special tokens first, then the release's order).
+        similarity_options: ``{"match_prob": {"a": ..., "b": ...}}`` from the release's criterion.
+        backbone: the release's image backbone weights (``cnn.*``), not part of the pcmr model.
+        release_config: the release's own config dict, kept for the record.
+    """
+
+    model: RetrievalModel
+    words: list[str]
+    similarity_options: dict[str, dict[str, float]]
+    backbone: dict[str, Tensor]
+    release_config: dict[str, Any]
+
+
+def _require(checkpoint: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    value = checkpoint.get(key)
+    if not isinstance(value, kind):
+        raise ReleaseCheckpointError(
+            f"{where}: expected the release's checkpoint dict with a {kind.__name__} under {key!r} "
+            f"(keys: model, criterion, config, word2idx), got {type(value).__name__}"
+        )
+    return value
+
+
+def _words(word2idx: Mapping[str, Any], where: str) -> tuple[list[str], list[int]]:
+    """pcmr's word order and, for each pcmr id, the release's row of the embedding."""
+    by_id = sorted(word2idx.items(), key=lambda item: int(item[1]))
+    if [int(i) for _, i in by_id] != list(range(len(by_id))):
+        raise ReleaseCheckpointError(f"{where}: word2idx ids must be 0 .. N-1 without gaps")
+    missing = [token for token in SPECIAL_TOKENS if token not in word2idx]
+    if missing:
+        raise ReleaseCheckpointError(f"{where}: word2idx lacks the special token(s) {missing}")
+    words = list(SPECIAL_TOKENS) + [word for word, _ in by_id if word not in SPECIAL_TOKENS]
+    return words, [int(word2idx[word]) for word in words]
+
+
+def convert_pcme_release(path: str | Path) -> ConvertedRelease:
+    """Convert the release checkpoint at ``path`` (a ``.pth`` written by its ``save_models``)."""
+    path = Path(path)
+    where = f"PCME release checkpoint {str(path)!r}"
+    if not path.is_file():
+        raise FileNotFoundError(f"{where} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a weights-only load refuses anything that would run code
+        raise ReleaseCheckpointError(f"{where}: not a weights-only torch checkpoint ({error})") from error
+    if not isinstance(checkpoint, dict):
+        raise ReleaseCheckpointError(f"{where}: expected a dict, got {type(checkpoint).__name__}")
+    state = {k.replace("module.", ""): v for k, v in _require(checkpoint, "model", dict, where).items()}
+    criterion = _require(checkpoint, "criterion", dict, where)
+    release_config = _require(checkpoint, "config", dict, where)
+    words, rows = _words(_require(checkpoint, "word2idx", dict, where), where)
+    model_config = release_config.get("model", {})
+    for flag in ("img_attention", "txt_attention", "img_probemb", "txt_probemb"):
+        if model_config.get(flag) is False:
+            raise ReleaseCheckpointError(f"{where}: config.model.{flag} is false; pcmr converts the full "
+                                         f"PCME (attention and uncertainty modules on both sides)")
+    for key in ("img_enc.fc.weight", "txt_enc.embed.weight"):
+        if key not in state:
+            raise ReleaseCheckpointError(f"{where}: the model state dict lacks {key!r}")
+    embed_dim, feature_dim = state["img_enc.fc.weight"].shape
+    vocab_size, word_dim = state["txt_enc.embed.weight"].shape
+    if vocab_size != len(rows):
+        raise ReleaseCheckpointError(f"{where}: {vocab_size} embedding rows but {len(rows)} words in word2idx")
+    config = release_model_config(int(embed_dim), int(feature_dim), int(word_dim), int(vocab_size))
+    converted: dict[str, Tensor] = {
+        "image_tower.mean_head.fc.weight": state["img_enc.fc.weight"],
+        "image_tower.mean_head.fc.bias": state["img_enc.fc.bias"],
+        "caption_tower.encoder.backbone.embedding.weight": state["txt_enc.embed.weight"][rows],
+        **{f"caption_tower.encoder.backbone.gru.{name}": state[f"txt_enc.rnn.{name}"] for name in _GRU},
+        **pienet_state(state, "img_enc.pie_net.", "image_tower.mean_head.", where),
+        **pienet_state(state, "txt_enc.pie_net.", "caption_tower.mean_head.", where),
+        **image_uncertainty_state(state, "img_enc.uncertain_net.", "image_tower.variance_head.", where),
+        **text_uncertainty_state(state, "txt_enc.uncertain_net.", "caption_tower.variance_head.", where),
+    }
+    model = build_model(config).to(state["img_enc.fc.weight"].dtype)  # the release's dtype (float32 from training)
+    reference = model.state_dict()
+    converted = {key: value.to(reference[key].dtype) for key, value in converted.items()}
+    model.load_state_dict(converted, strict=True)
+    model.eval()
+    scale, shift = criterion.get("negative_scale"), criterion.get("shift")
+    if not isinstance(scale, Tensor) or not isinstance(shift, Tensor):
+        raise ReleaseCheckpointError(f"{where}: the criterion state lacks 'negative_scale' and 'shift'")
+    options = {"match_prob": {"a": 2.0 * float(scale.reshape(-1)[0]), "b": 2.0 * float(shift.reshape(-1)[0])}}
+    backbone = {k[len("img_enc."):]: v for k, v in state.items() if k.startswith("img_enc.cnn.")}
+    return ConvertedRelease(model, words, options, backbone, release_config)
