@@ -45,6 +45,10 @@ def pad_captions(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torc
 class PairDataset(Dataset):
     """``dataset[(caption_index, item_seed)]`` -> one (source image, caption) training item.
 
+    A third key element ``holds_image`` (several processes, see :class:`PairBatchSampler`) is False
+    when an earlier process of the same global batch holds the item's image; the collate then
+    leaves the image out of this process's batch. The augmentation draws do not depend on it.
+
     No augmentation unless asked: ``erase_ratio`` (Cutout) and ``word_dropout`` default to 0; each
     recipe states its paper's values (PCME: 0.2 and 0.1)."""
 
@@ -64,14 +68,15 @@ class PairDataset(Dataset):
     def __len__(self) -> int:
         return self.split.num_captions
 
-    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
-        caption_index, item_seed = key
+    def __getitem__(self, key: tuple[int, int] | tuple[int, int, bool]) -> dict[str, Any]:
+        caption_index, item_seed = key[0], key[1]
         rng = np.random.default_rng(item_seed)
         image_index = int(self.split.caption_image[caption_index])
         image = self.split.images.load(image_index)
         ids = self.encoded[caption_index]
         item: dict[str, Any] = {"image_index": image_index, "caption_index": int(caption_index),
-                                "caption_text": self.split.caption_texts[caption_index]}
+                                "caption_text": self.split.caption_texts[caption_index],
+                                "holds_image": bool(key[2]) if len(key) > 2 else True}
         if self.augment:
             image = erase_image(image, self.erase_ratio, rng)
             ids = drop_words(ids, self.word_dropout, rng)
@@ -94,7 +99,11 @@ class PairBatchSampler(Sampler):
     Several processes (``num_replicas > 1``): ``batch_size`` is the global batch. Every
     process draws the same global batches (from ``[seed, epoch]``) and yields its own
     contiguous shard of each, ``batch_size / num_replicas`` items (``rank``-th slice), so
-    the shards are disjoint and together are exactly the one-process batch.
+    the shards are disjoint and together are exactly the one-process batch. Each key then
+    carries a third element, ``holds_image``: true for the first item of the global batch with
+    that image only, so an image repeated in several shards is encoded by one process (the one
+    of its first occurrence) and the processes' images together are the one-process images,
+    in the same order.
     """
 
     def __init__(self, split: RetrievalSplit, batch_size: int, *, mode: str = "captions", shuffle: bool = True,
@@ -114,6 +123,7 @@ class PairBatchSampler(Sampler):
         self.mode, self.batch_size, self.shuffle, self.drop_last, self.seed = mode, batch_size, shuffle, drop_last, seed
         self.num_replicas, self.rank = num_replicas, rank
         self.num_captions = split.num_captions
+        self.caption_image = np.asarray(split.caption_image, dtype=np.int64)
         self.source_captions = [np.asarray(c, dtype=np.int64) for c in split.source_captions if len(c)]
         self.epoch = 0
 
@@ -128,7 +138,7 @@ class PairBatchSampler(Sampler):
         count = self.num_captions if self.mode == "captions" else len(self.source_captions)
         return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+    def __iter__(self) -> Iterator[list[tuple[int, int]] | list[tuple[int, int, bool]]]:
         rng = np.random.default_rng([self.seed, self.epoch])
         self.epoch += 1
         items = self._epoch_items(rng)
@@ -137,11 +147,24 @@ class PairBatchSampler(Sampler):
         for start in range(0, len(self), 1):
             chunk = slice(start * self.batch_size, (start + 1) * self.batch_size)
             batch = [(int(c), int(s)) for c, s in zip(items[chunk], seeds[chunk])]
-            yield batch if self.num_replicas == 1 else batch[self.rank * shard : (self.rank + 1) * shard]
+            if self.num_replicas == 1:
+                yield batch
+                continue
+            seen: set[int] = set()
+            keys = []
+            for caption, item_seed in batch:  # the first item of the global batch with an image holds it
+                image = int(self.caption_image[caption])
+                keys.append((caption, item_seed, image not in seen))
+                seen.add(image)
+            yield keys[self.rank * shard : (self.rank + 1) * shard]
 
 
 class TrainCollate:
-    """Stack training items into the training batch; ``"relevance"`` from the split's true relation."""
+    """Stack training items into the training batch; ``"relevance"`` from the split's true relation.
+
+    Images repeated in the batch are kept once (their first item); an item whose image another
+    process holds (``holds_image`` false) contributes its caption only.
+    """
 
     def __init__(self, relevance: Relevance) -> None:
         self.relevance = relevance
@@ -149,14 +172,15 @@ class TrainCollate:
     def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         first: dict[int, int] = {}
         for position, item in enumerate(items):
-            first.setdefault(item["image_index"], position)
+            if item.get("holds_image", True):
+                first.setdefault(item["image_index"], position)
         image_rows = list(first.values())  # one row per distinct image, in order of first appearance
         image_index = torch.tensor([items[p]["image_index"] for p in image_rows], dtype=torch.long)  # [B_img]
         caption_index = torch.tensor([item["caption_index"] for item in items], dtype=torch.long)  # [B_cap]
         captions, lengths = pad_captions([item["caption"] for item in items])  # [B_cap, L], [B_cap]
         relevance = self.relevance.submatrix(image_index.numpy(), caption_index.numpy())  # [B_img, B_cap]
         batch = {
-            "images": torch.stack([items[p]["image"] for p in image_rows]),  # [B_img, 3, H, W] | [B_img, (R,) F]
+            "images": _stack_rows(items, "image", image_rows),  # [B_img, 3, H, W] | [B_img, (R,) F]
             "captions": captions,
             "caption_lengths": lengths,
             "caption_texts": [item["caption_text"] for item in items],
@@ -165,12 +189,20 @@ class TrainCollate:
             "caption_index": caption_index,
         }
         if "image_views" in items[0]:
-            batch["image_views"] = torch.stack([items[p]["image_views"] for p in image_rows])  # [B_img, K, ...]
+            batch["image_views"] = _stack_rows(items, "image_views", image_rows)  # [B_img, K, ...]
             num_views = len(items[0]["caption_views"])
             flat, flat_lengths = pad_captions([ids for item in items for ids in item["caption_views"]])
             batch["caption_views"] = flat.view(len(items), num_views, -1)  # [B_cap, K, L]
             batch["caption_view_lengths"] = flat_lengths.view(len(items), num_views)  # [B_cap, K]
         return batch
+
+
+def _stack_rows(items: list[dict[str, Any]], key: str, rows: list[int]) -> torch.Tensor:
+    """``items[p][key]`` stacked over ``rows`` (an empty ``[0, ...]`` tensor of the right shape when
+    another process holds every image of this shard)."""
+    if rows:
+        return torch.stack([items[p][key] for p in rows])
+    return torch.stack([items[0][key]])[:0]
 
 
 class ImageDataset(Dataset):
