@@ -26,7 +26,7 @@ DEMO_RECIPES = ("pcme", "pcme_mu_only")
 # data's exact relation, which it knows and COCO does not.
 DEMO_OVERRIDES = [
     "data.options={num_train: 1000, num_val: 200, num_test: 500}",
-    "data.train_relevance=true",
+    "data.train_relevance=exact",
     "data.batch_size=128",
     "train.epochs=6",
     "train.lr=0.001",

@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
+from pcmr.relevance import RELEVANCE_MODES
 from pcmr.study.claims import Claim, parse_claims
 
 __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
            "load_study", "parse_study", "shipped_study_dir"]
 
-RELEVANCE_MODES = ("exact", "source")
 DEFAULT_SUMMARY_METRICS = ("rsum", "i2t_R@1", "t2i_R@1", "i2t_r_precision", "t2i_r_precision", "hs_sum")
 _LABEL = re.compile(r"^[A-Za-z0-9_.+]+$")
 _TOP_KEYS = ("name", "description", "seeds", "seed_key", "set", "variants", "default_variants", "recipes",
