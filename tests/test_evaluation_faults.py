@@ -130,7 +130,7 @@ def test_ids_that_are_not_coco_ids_are_never_matched_to_cxc_or_eccv():
     from pcmr.data import RetrievalSplit
     from pcmr.data.images import FeatureImages
     from pcmr.evaluation.checks import coco_id_problem
-    from pcmr.evaluation.evaluate import _load_extra_positives
+    from pcmr.evaluation.evaluator import _load_extra_positives
 
     def split(**info):
         return RetrievalSplit(name="coco", split="test", images=FeatureImages(torch.zeros(2, 3).numpy()),
