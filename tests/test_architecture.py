@@ -219,3 +219,13 @@ def test_function_local_imports_only_for_optional_dependencies():
             continue
         bad.append(f"{module}:{line}: {statement}")
     assert not bad, f"function-local imports that belong at the top ({len(bad)} of {len(local)}):\n" + "\n".join(bad)
+
+
+def test_cli_modules_import_no_other_cli_module():
+    """A command's module is not a library: what two commands share lives in the library or in
+    ``pcmr.train`` / ``pcmr.study``. Only ``pcmr.cli`` itself (the dispatcher) loads the commands."""
+    _, every, _ = import_graph()
+    for module, targets in every.items():
+        if module.startswith("pcmr.cli."):
+            others = sorted(t for t in targets if t.startswith("pcmr.cli") and t != module)
+            assert not others, f"{module} imports {others}"

@@ -19,13 +19,13 @@ import argparse
 import json
 from typing import Any
 
-from pcmr.cli.evaluate import load_run_or_model, load_split
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.gaussian import Gaussian
 from pcmr.index import GalleryIndex
 from pcmr.search.ann import ANN_SCORES
 from pcmr.search.embeddings import read_embeddings
+from pcmr.train.loading import load_run_or_model, load_split
 
 __all__ = ["add_parser", "run"]
 
