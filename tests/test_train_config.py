@@ -182,3 +182,13 @@ def test_the_old_spelling_true_reads_as_exact_with_a_deprecation(old, caplog):
         config = load_config(None, [f"data.train_relevance={old}"])
     assert config.data.train_relevance == "exact"
     assert "old spelling of 'exact'" in caplog.text
+
+
+def test_the_training_batch_default_is_defined_once():
+    """The config's ``data.batch_size`` and ``train_loader``'s default are the same constant."""
+    import inspect
+
+    from pcmr.data.batching import TRAIN_BATCH_SIZE, train_loader
+
+    assert load_config(None).data.batch_size == TRAIN_BATCH_SIZE
+    assert inspect.signature(train_loader).parameters["batch_size"].default == TRAIN_BATCH_SIZE

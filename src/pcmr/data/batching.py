@@ -23,12 +23,16 @@ from pcmr.data.text import PAD_ID, Vocabulary
 from pcmr.relevance import Relevance
 
 __all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "ImageDataset", "CaptionDataset",
-           "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE"]
+           "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE",
+           "TRAIN_BATCH_SIZE"]
 
 SAMPLERS = ("captions", "one_per_image")
 
 #: items per batch when encoding images or captions (evaluation, validation, figures, search indexes)
 ENCODE_BATCH_SIZE = 256
+#: (image, caption) pairs per training batch when nothing else is said (``data.batch_size``; the papers'
+#: recipes state 128)
+TRAIN_BATCH_SIZE = 64
 
 
 def pad_captions(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,7 +254,7 @@ def collate_captions(items: list[tuple[int, list[int], str]]) -> dict[str, Any]:
 def train_loader(
     split: RetrievalSplit,
     vocab: Vocabulary,
-    batch_size: int = 128,
+    batch_size: int = TRAIN_BATCH_SIZE,
     *,
     sampler: str = "captions",
     augment: bool = True,

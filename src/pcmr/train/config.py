@@ -31,6 +31,7 @@ import yaml
 from pcmr.atomic import atomic_write_text
 from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
+from pcmr.data.batching import TRAIN_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.relevance import relevance_mode
 
@@ -58,7 +59,7 @@ class DataConfig:
     train_split: str = "train"
     val_split: str = "val"
     test_split: str = "test"
-    batch_size: int = 64  # (image, caption) pairs per training batch: the global batch, split over processes
+    batch_size: int = TRAIN_BATCH_SIZE  # (image, caption) pairs per training batch: the global batch, split over processes
     # in-batch positives, a pcmr.relevance.RELEVANCE_MODES name: "source" (only the pairs written
     # together, COCO/Flickr practice, false negatives included) or "exact" (the dataset's known
     # relation: shapes grammar, CUB classes); the old spelling "true" (or a bare YAML `true`) is
