@@ -172,6 +172,9 @@ def _coerce(value: Any, tp: Any, key: str, label: str = "config") -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        sections = [arg for arg in args if dataclasses.is_dataclass(arg)]
+        if isinstance(value, Mapping) and len(sections) == 1:  # a mapping for an optional section: its own errors
+            return _coerce(value, sections[0], key, label)
         for arg in args:
             if arg is type(None):
                 continue
