@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from pcmr.config import ConfigError, build_dataclass
 from pcmr.data.errors import DataError
 from pcmr.data.shapes.scene import COLOURS, SHAPES, parse_combinations, sample_scenes
 
@@ -52,41 +53,30 @@ class ShapesConfig:
     cache_dir: str | None = None  # default: $PCMR_CACHE, else $XDG_CACHE_HOME/pcmr, else ~/.cache/pcmr
 
     def __post_init__(self) -> None:
-        if not isinstance(self.preset, str) or self.preset not in SHAPES_PRESETS:
+        """Fill the preset's settings and check value ranges (types are checked by :meth:`from_dict`,
+        through ``pcmr.config.build_dataclass``)."""
+        if self.preset not in SHAPES_PRESETS:
             raise DataError(f"preset={self.preset!r}", location="shapes config 'preset'",
                             expected=f"one of {sorted(SHAPES_PRESETS)}")
         for name, value in SHAPES_PRESETS[self.preset].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
-        for name in ("count_caption_rate", "pixel_noise"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a number")
-            setattr(self, name, float(value))
+        self.count_caption_rate = float(self.count_caption_rate)  # type: ignore[arg-type]
+        self.pixel_noise = float(self.pixel_noise)  # type: ignore[arg-type]
         if not 0.0 <= self.count_caption_rate <= 1.0:
             raise DataError(f"count_caption_rate={self.count_caption_rate!r}",
                             location="shapes config 'count_caption_rate'", expected="a number in [0, 1]")
         if not 0.0 <= self.pixel_noise <= 255.0:
             raise DataError(f"pixel_noise={self.pixel_noise!r}", location="shapes config 'pixel_noise'",
                             expected="a number in [0, 255]")
-        if isinstance(self.min_attributes, bool) or self.min_attributes not in (1, 2, 3, 4):
+        if self.min_attributes not in (1, 2, 3, 4):
             raise DataError(f"min_attributes={self.min_attributes!r}", location="shapes config 'min_attributes'",
                             expected="an integer in 1..4")
-        kinds = {"min_objects": (int, "an integer"), "max_objects": (int, "an integer"), "seed": (int, "an integer"),
-                 "cache": (bool, "true or false"), "cache_dir": ((str, type(None)), "a folder path or null"),
-                 "unseen_combinations": ((list, tuple), "a list of 'colour shape' strings")}
-        for name, (kind, expected) in kinds.items():
-            value = getattr(self, name)
-            if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-                raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected=expected)
-        if not all(isinstance(item, str) for item in self.unseen_combinations):
-            raise DataError(f"unseen_combinations={self.unseen_combinations!r}",
-                            location="shapes config 'unseen_combinations'", expected="a list of 'colour shape' strings")
         self.unseen_combinations = tuple(self.unseen_combinations)
         for name in ("image_size", "captions_per_image", "num_train", "num_val", "num_test", "num_test_unseen",
                      "num_binary_selection"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < (1 if name in ("image_size", "captions_per_image") else 0):
+            if value < (1 if name in ("image_size", "captions_per_image") else 0):
                 raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a positive integer")
         try:
             held_out = parse_combinations(self.unseen_combinations)
@@ -99,12 +89,13 @@ class ShapesConfig:
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> ShapesConfig:
-        """Build from keyword settings; an unknown key raises :class:`DataError` listing the valid ones."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise DataError(f"unknown shapes config key(s) {unknown}", location="config", expected=f"keys in {sorted(known)}")
-        return cls(**config)
+        """Build from keyword settings with ``pcmr.config.build_dataclass``: an unknown key or a value of
+        the wrong type raises :class:`DataError` naming the key and what it accepts."""
+        try:
+            built: ShapesConfig = build_dataclass(cls, config, label="shapes config")
+        except ConfigError as exc:
+            raise DataError(str(exc), location="shapes config") from None
+        return built
 
     def generation_dict(self) -> dict[str, Any]:
         """The settings that determine the generated data (the cache key)."""
