@@ -11,6 +11,7 @@ from typing import Any
 
 from pcmr.atomic import atomic_write_text
 from pcmr.evaluation import RetrievalEvaluator
+from pcmr.evaluation.columns import EVALUATION_COLUMNS
 from pcmr.report import Report, format_table, merge_rows
 from pcmr.train.lifecycle import start_run
 from pcmr.train.run import load_run, load_run_split
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         results.append((recipe, result))
     rows = _comparison_rows(merge_rows(results), trained)
     present = [c for c in DEMO_COLUMNS if any(r.get(c) is not None for r in rows)]
-    table = format_table(rows, present)
+    table = format_table(rows, present, schema=EVALUATION_COLUMNS)
     atomic_write_text(
         out / "comparison.md",
         "# pcmr demo: pcme vs pcme_mu_only (shapes test split)\n\n"

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from pcmr.evaluation.checks import check_finite_embeddings
+from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number
 from pcmr.evaluation.figures import (
     decile_series,
     embeddings_2d_series,
@@ -159,7 +160,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         image_labels, caption_labels = image_labels.to(device), caption_labels.to(device)
     else:
         image_labels = caption_labels = None
-    result = Report(title="pcmr evaluation", meta={**(meta or {}), "num_images": images.num, "num_captions": captions.num,
+    result = Report(title="pcmr evaluation", schema=EVALUATION_COLUMNS, meta={**(meta or {}), "num_images": images.num, "num_captions": captions.num,
                                     "uncertainty_measure": uncertainty_measure,
                                     "similarity_options": {}, "selected_lambda": {}, "notes": []})
     notes = result.meta["notes"]
@@ -216,6 +217,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         result.figures["k_occurrence"] = {"k": 10, "series": hub_data}
     if figures and images.dim == 2:
         result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
+    result.meta["about"] = [f"lambda selected on the validation split for {name}: {format_number(value, 3)}"
+                            for name, value in result.meta["selected_lambda"].items()]
     if not result.rows:
         notes.append("no (similarity, re-ranker) pair could be evaluated; see Skipped")
     if hubness_ks:

@@ -60,7 +60,8 @@ def merge_relevance_results(results: Sequence[tuple[str, Report]]) -> Report:
     """One result from one result per mode: every row tagged with its ``relevance``; meta, skipped
     pairs and figures from the first (primary) mode."""
     first = results[0][1]
-    merged = Report(title=first.title, meta=dict(first.meta), skipped=list(first.skipped), figures=dict(first.figures))
+    merged = Report(title=first.title, meta=dict(first.meta), skipped=list(first.skipped), figures=dict(first.figures),
+                    schema=first.schema)
     for mode, result in results:
         merged.rows.extend(_tagged(row, mode) for row in result.rows)
     modes = [mode for mode, _ in results]

@@ -13,6 +13,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pcmr.evaluation.columns import EVALUATION_COLUMNS
+from pcmr.report import Column, ColumnSchema, Report, format_table
 from pcmr.study.claims import NO_DATA, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
 
@@ -21,27 +23,21 @@ __all__ = ["ID_COLUMNS", "claims_markdown", "first_similarities", "read_results_
 
 ID_COLUMNS = ("run", "recipe", "variant", "seed", "similarity", "rerank", "relevance")
 GROUP_COLUMNS = ("recipe", "variant", "similarity", "rerank")
+#: the study's rows: its identifying columns, then the evaluation's columns (titles and groups)
+STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*EVALUATION_COLUMNS.columns, Column("seeds", "seeds")),
+                             patterns=EVALUATION_COLUMNS.patterns)
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "" if math.isnan(value) else repr(value)
-    return str(value)
+def _cell(value: Any) -> Any:
+    """A CSV cell: NaN as a missing value (as every other missing metric)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def results_csv(rows: Sequence[dict[str, Any]]) -> str:
-    """CSV text of ``rows`` (full precision; columns: ids, then metrics in order of first appearance)."""
-    columns = list(ID_COLUMNS)
-    for row in rows:
-        columns += [k for k in row if k not in columns]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_cell(row.get(c)) for c in columns])
-    return buffer.getvalue()
+    """CSV text of ``rows`` (full precision; columns: ids, then metrics in order of first appearance),
+    written by the one result type, :class:`pcmr.report.Report`."""
+    return Report(rows=[{key: _cell(value) for key, value in row.items()} for row in rows],
+                  schema=STUDY_COLUMNS).to_csv()
 
 
 def read_results_csv(text: str) -> list[dict[str, Any]]:
@@ -97,15 +93,14 @@ def summary_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, 
                 groups.setdefault(tuple(str(row[c]) for c in GROUP_COLUMNS), []).append(row)
         shown = [m for m in metrics if any(_number(r.get(m)) is not None for g in groups.values() for r in g)]
         lines += [f"## Relevance: {mode}", ""]
-        header = ["recipe", "variant", "similarity", "re-ranker", "seeds", *shown]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * 5 + "---:|" * len(shown)]
+        table = []
         for key, group in groups.items():
-            cells = [*key, str(len({r["seed"] for r in group}))]
+            cells: dict[str, Any] = {**dict(zip(GROUP_COLUMNS, key)), "seeds": len({r["seed"] for r in group})}
             for metric in shown:
                 values = [v for v in (_number(r.get(metric)) for r in group) if v is not None]
-                cells.append(_format_interval(values, level))
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
+                cells[metric] = _format_interval(values, level)
+            table.append(cells)
+        lines += [format_table(table, [*GROUP_COLUMNS, "seeds", *shown], schema=STUDY_COLUMNS), ""]
     if not rows:
         lines += ["(no finished runs)", ""]
     return "\n".join(lines)
