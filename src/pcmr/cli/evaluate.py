@@ -16,7 +16,7 @@ from typing import Any
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
-from pcmr.inference import get_reranker, list_rerankers
+from pcmr.evaluation.evaluator import needs_validation
 from pcmr.similarity import list_similarities
 from pcmr.train.loading import LoadedModel, load_run_or_model, load_split
 
@@ -120,15 +120,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _selects_on_validation(name: str, options: dict[str, Any]) -> bool:
-    """Whether re-ranker ``name`` (unknown names: no) tunes a parameter not fixed in ``options``."""
-
-    if name not in list_rerankers():
-        return False  # evaluate_model rejects it with the list of accepted names
-    tuned = get_reranker(name).tuned_parameter
-    return tuned is not None and tuned not in options
-
-
 def run(args: argparse.Namespace) -> int:
     loaded = load_run_or_model(args.run_or_model, args.vocab, args.device or "cpu")
     config = loaded.config
@@ -151,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         owner, option, value = _parse_option(item)
         target = similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
-    needs_val = any(_selects_on_validation(r, rerank_options.get(r, {})) for r in rerankers)
+    needs_val = needs_validation(rerankers, rerank_options)
     split = split_of(split_name)
     val_split = split_of(val_name) if needs_val else None
     batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else ENCODE_BATCH_SIZE)
