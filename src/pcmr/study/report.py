@@ -1,5 +1,9 @@
 """The study's tables: ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md`` and ``times.md``.
 
+Every table is printed by the one result layer (:func:`pcmr.report.format_table`, and
+:class:`pcmr.report.Report` for ``results.csv``), metric columns titled by the evaluation's column
+schema (:data:`STUDY_COLUMNS`).
+
 ``results.csv`` has one row per run x similarity x re-ranker x relevance mode: the identifying
 columns :data:`ID_COLUMNS`, then every metric (empty cell where a metric does not apply).
 """
@@ -26,6 +30,11 @@ GROUP_COLUMNS = ("recipe", "variant", "similarity", "rerank")
 #: the study's rows: its identifying columns, then the evaluation's columns (titles and groups)
 STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*EVALUATION_COLUMNS.columns, Column("seeds", "seeds")),
                              patterns=EVALUATION_COLUMNS.patterns)
+
+
+#: the columns of claims.md and times.md (titled by their keys)
+CLAIM_COLUMNS = ("claim", "paper", "statement", "condition", "a", "b", "expect", "n", "mean a-b", "CI", "verdict")
+TIME_COLUMNS = ("recipe", "runs", "train s (median)", "train s (range)", "eval s (median)", "total s")
 
 
 def _cell(value: Any) -> Any:
@@ -152,18 +161,18 @@ def recipes_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, 
              f"two-sided {100 * level:g} % t-interval over seeds. All similarities and re-rankers are in "
              "`summary.md` and `results.csv`.", ""]
     for mode in dict.fromkeys(str(r["relevance"]) for r in rows):
-        lines += [f"## Relevance: {mode}", "",
-                  "| recipe | variant | similarity | seeds | " + " | ".join(shown) + " |",
-                  "|---|---|---|---:|" + "---:|" * len(shown)]
+        table: list[dict[str, Any]] = []
         for recipe, variant in keys:
             cells = [tables[m].get((recipe, variant, mode)) for m in shown]
             if all(c is None for c in cells):
                 continue
             seeds = max(c[2] for c in cells if c is not None)
-            text = ["-" if c is None else (f"{c[0]:.2f}" if math.isnan(c[1]) else f"{c[0]:.2f} ± {c[1]:.2f}")
+            text = [None if c is None else (f"{c[0]:.2f}" if math.isnan(c[1]) else f"{c[0]:.2f} ± {c[1]:.2f}")
                     for c in cells]
-            lines.append(f"| {recipe} | {variant} | {first[recipe]} | {seeds} | " + " | ".join(text) + " |")
-        lines.append("")
+            table.append({"recipe": recipe, "variant": variant, "similarity": first[recipe], "seeds": seeds,
+                          **dict(zip(shown, text))})
+        columns = ["recipe", "variant", "similarity", "seeds", *shown]
+        lines += [f"## Relevance: {mode}", "", format_table(table, columns, schema=STUDY_COLUMNS), ""]
     if not rows:
         lines += ["(no finished runs)", ""]
     return "\n".join(lines)
@@ -187,9 +196,8 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
              "interval lies inside (-m, m), `reversed` when it lies entirely outside [-m, m]; "
              f"otherwise `inconclusive` (always with fewer than two seeds); `{NO_DATA}`: no seed was "
              "measured on both sides. See docs/study.md.", "",
-             "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()), "",
-             "| claim | paper | statement | condition | a | b | expect | n | mean a-b | CI | verdict |",
-             "|---|---|---|---|---|---|---|---:|---:|---|---|"]
+             "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()), ""]
+    table: list[dict[str, Any]] = []
     for j in judgements:
         claim = j.claim
         a = j.a.describe(claim.metric)
@@ -200,9 +208,10 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
         condition = ", ".join(f"{k}={v}" for k, v in j.condition.items()) or "-"
         interval = j.interval
         ci = "-" if math.isnan(interval.half_width) else f"[{_fmt(interval.low)}, {_fmt(interval.high)}]"
-        lines.append(f"| {claim.id} | {claim.paper} | {claim.statement} | {condition} | {a} | {b} | {expect} | "
-                     f"{interval.n} | {_fmt(interval.mean)} | {ci} | {j.verdict} |")
-    lines.append("")
+        table.append({"claim": claim.id, "paper": claim.paper, "statement": claim.statement, "condition": condition,
+                      "a": a, "b": b, "expect": expect, "n": interval.n, "mean a-b": _fmt(interval.mean), "CI": ci,
+                      "verdict": j.verdict})
+    lines += [format_table(table, CLAIM_COLUMNS), ""]
     if errors:
         lines += ["Claims not judged:", ""] + [f"- {claim_id}: {reason}" for claim_id, reason in errors.items()] + [""]
     return "\n".join(lines)
@@ -222,19 +231,22 @@ def times_markdown(markers: Sequence[Mapping[str, Any]], *, title: str) -> str:
             by_recipe.setdefault(str(marker.get("recipe")), []).append((train, evaluate))
     lines = [f"# {title}: time per run", "",
              "Seconds measured by each run (training, then evaluation), summed per recipe. The study's "
-             "wall time is about the total divided by `--workers`, plus process start-up.", "",
-             "| recipe | runs | train s (median) | train s (range) | eval s (median) | total s |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "wall time is about the total divided by `--workers`, plus process start-up.", ""]
+    table: list[dict[str, Any]] = []
     total = 0.0
     for recipe in sorted(by_recipe):
-        train = [t for t, _ in by_recipe[recipe]]
-        evaluate = [e for _, e in by_recipe[recipe]]
-        seconds = sum(train) + sum(evaluate)
+        train_times = [t for t, _ in by_recipe[recipe]]
+        eval_times = [e for _, e in by_recipe[recipe]]
+        seconds = sum(train_times) + sum(eval_times)
         total += seconds
-        lines.append(f"| {recipe} | {len(train)} | {statistics.median(train):.0f} | {min(train):.0f}-{max(train):.0f} "
-                     f"| {statistics.median(evaluate):.0f} | {seconds:.0f} |")
+        table.append({"recipe": recipe, "runs": len(train_times),
+                      "train s (median)": round(statistics.median(train_times)),
+                      "train s (range)": f"{min(train_times):.0f}-{max(train_times):.0f}",
+                      "eval s (median)": round(statistics.median(eval_times)), "total s": round(seconds)})
     if not by_recipe:
-        lines.append("| (no finished runs) | 0 | - | - | - | 0 |")
+        table.append({"recipe": "(no finished runs)", "runs": 0, "train s (median)": None, "train s (range)": None,
+                      "eval s (median)": None, "total s": 0})
+    lines.append(format_table(table, TIME_COLUMNS))
     runs = sum(len(v) for v in by_recipe.values())
     lines += ["", f"All {runs} runs: {total:.0f} s ({total / 3600:.2f} h) of run time.", ""]
     return "\n".join(lines)
