@@ -21,7 +21,7 @@ import pytest
 from pcmr.data import load_dataset
 from pcmr.data.batching import PairBatchSampler
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHAPES = {"num_train": 64, "num_val": 16, "num_test": 16, "num_test_unseen": 8, "num_binary_selection": 4,
           "image_size": 32}
 SETTINGS = ["data.batch_size=16", "train.epochs=1", "train.log_every=1", "train.max_steps_per_epoch=3",
