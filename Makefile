@@ -37,7 +37,7 @@ test: lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-browser: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m browser tests/test_serve_browser.py
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m browser tests/search/test_serve_browser.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/similarity.py

@@ -219,3 +219,42 @@ def test_function_local_imports_only_for_optional_dependencies():
             continue
         bad.append(f"{module}:{line}: {statement}")
     assert not bad, f"function-local imports that belong at the top ({len(bad)} of {len(local)}):\n" + "\n".join(bad)
+
+
+def test_cli_modules_import_no_other_cli_module():
+    """A command's module is not a library: what two commands share lives in the library or in
+    ``pcmr.train`` / ``pcmr.study``. Only ``pcmr.cli`` itself (the dispatcher) loads the commands."""
+    _, every, _ = import_graph()
+    for module, targets in every.items():
+        if module.startswith("pcmr.cli."):
+            others = sorted(t for t in targets if t.startswith("pcmr.cli") and t != module)
+            assert not others, f"{module} imports {others}"
+
+
+def _calls(module_path: Path, names: set[str]) -> list[int]:
+    """Lines of ``module_path`` calling ``os.<name>`` for a name in ``names``."""
+    tree = ast.parse(module_path.read_text(encoding="utf-8"))
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "os"]
+
+
+def test_every_rename_into_place_goes_through_pcmr_atomic():
+    """docs/architecture.md: everything is written through pcmr.atomic (temporary file, fsync, one
+    rename): no other module renames files itself."""
+    offenders = {name: lines for name, (path, _) in _modules().items() if name != "pcmr.atomic"
+                 for lines in [_calls(path, {"replace", "rename", "renames"})] if lines}
+    assert not offenders, f"os.replace / os.rename outside pcmr.atomic: {offenders}"
+
+
+def test_every_configuration_error_comes_from_build_dataclass():
+    """docs/architecture.md: one unknown-key and wrong-type error path. The readers of run configs,
+    study files, claims, shapes options and dataset settings all call build_dataclass."""
+    readers = ("pcmr.train.config", "pcmr.study.spec", "pcmr.study.claims", "pcmr.data.shapes.config",
+               "pcmr.data.errors", "pcmr.models.config")
+    modules = _modules()
+    for name in readers:
+        tree = ast.parse(modules[name][0].read_text(encoding="utf-8"))
+        called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and isinstance(node.func, ast.Name)}
+        assert "build_dataclass" in called, f"{name} reads its configuration without build_dataclass"

@@ -6,10 +6,13 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
+import pcmr.report.table
+from pcmr.evaluation.columns import EVALUATION_COLUMNS
 from pcmr.report import FIGURES, Report, column_title, format_table, merge_rows, save_figures
 
 ROWS = [
@@ -37,13 +40,14 @@ def _figures() -> dict:
 
 
 def test_format_table_values_and_empty_columns():
-    table = format_table(ROWS)
+    table = format_table(ROWS, schema=EVALUATION_COLUMNS)
     lines = table.splitlines()
     assert lines[0] == "| similarity | re-ranker | i2t R@1 | rsum | hs-sum |"  # all-None column dropped
     assert lines[1] == "|---|---|---:|---:|---:|"
     assert lines[2] == "| cosine | nns | 50.00 | 300.13 | nan |"
     assert lines[3] == "| kl | csls+rgm | 12.35 | 100.00 | 1.50 |"
     assert format_table(ROWS, columns=["rerank", "rsum"], digits=1).splitlines()[2] == "| nns | 300.1 |"
+    assert format_table(ROWS).splitlines()[0] == "| similarity | re-ranker | i2t_R@1 | rsum | hs_sum |"  # no schema
     with pytest.raises(ValueError, match="unknown column"):
         format_table(ROWS, columns=["R@1000"])
 
@@ -136,7 +140,7 @@ def test_row_lookup_by_key_prefix_and_columns():
     assert result.row("kl", "csls+rgm")["relevance"] == "exact"  # first match
     assert result["kl", "csls+rgm", "source"] is result.rows[3]
     assert result.row(similarity="cosine", relevance="source") is result.rows[2]
-    assert Report.key(result.rows[1]) == ("kl", "csls+rgm", "exact")
+    assert result.key(result.rows[1]) == ("kl", "csls+rgm", "exact")
     assert ("cosine", "nns") in result and ("cosine", "gm") not in result
     with pytest.raises(KeyError, match="relevance='other'"):
         result.row("cosine", relevance="other")
@@ -155,7 +159,7 @@ def test_metrics_rows_print_as_one_table_with_missing_cells():
 
 
 def test_evaluation_rows_print_grouped_tables_with_meta():
-    result = Report(rows=[dict(r) for r in ROWS], title="pcmr evaluation",
+    result = Report(rows=[dict(r) for r in ROWS], title="pcmr evaluation", schema=EVALUATION_COLUMNS,
                     meta={"model": "pcme", "split": "test", "notes": ["a note"]},
                     skipped=[{"similarity": "elk", "rerank": "*", "reason": "needs variances"}])
     lines = result.to_markdown().splitlines()
@@ -208,5 +212,15 @@ def test_csv_round_trip_with_missing_cells():
 
 
 def test_recall_columns_are_titled_for_any_k():
-    assert column_title("i2t_R@20") == "i2t R@20" and column_title("folds_t2i_R@1") == "t2i R@1"
-    assert column_title("rerank") == "re-ranker" and column_title("my_metric") == "my_metric"
+    schema = EVALUATION_COLUMNS
+    assert column_title("i2t_R@20", schema) == "i2t R@20" and column_title("folds_t2i_R@1", schema) == "t2i R@1"
+    assert column_title("rerank", schema) == "re-ranker" and column_title("my_metric", schema) == "my_metric"
+    assert schema.group("folds_t2i_R@1") == "folds" and schema.group("i2t_lambda") == "recall"
+    assert column_title("i2t_R@20") == "i2t_R@20" and column_title("rerank") == "re-ranker"  # generic schema
+
+
+def test_the_foundation_report_knows_no_evaluation_column_by_name():
+    """The evaluation's columns live in pcmr.evaluation.columns and are passed to Report."""
+    source = (Path(pcmr.report.table.__file__)).read_text(encoding="utf-8").lower()
+    for name in ("pmrp", "cxc", "eccv", "lambda"):
+        assert name not in source, name

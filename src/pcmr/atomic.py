@@ -32,6 +32,7 @@ __all__ = [
     "atomic_write_text",
     "atomic_write_via_path",
     "fsync_dir",
+    "move_into_place",
     "write_folder",
 ]
 
@@ -51,6 +52,17 @@ def fsync_dir(path: PathLike) -> None:
         os.close(fd)
 
 
+def move_into_place(source: PathLike, destination: PathLike) -> Path:
+    """Move the complete, already synced file or folder ``source`` to ``destination`` in one rename
+    (``os.replace``; an existing file is replaced) and ``fsync`` the destination's folder, so the
+    rename survives a power cut. Both must be on one file system (e.g. ``source`` in the same folder).
+    pcmr's only rename into place: every writer here and the checkpoints and run lock use it."""
+    destination = Path(destination)
+    os.replace(source, destination)
+    fsync_dir(destination.parent)
+    return destination
+
+
 def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """Call ``write(handle)`` on a binary temp file next to ``path``, then move it into place.
 
@@ -64,13 +76,11 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        return move_into_place(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
-    return path
 
 
 def atomic_write_via_path(path: PathLike, write: Callable[[Path], None]) -> Path:
@@ -86,13 +96,11 @@ def atomic_write_via_path(path: PathLike, write: Callable[[Path], None]) -> Path
         write(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        return move_into_place(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    fsync_dir(path.parent)
-    return path
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
@@ -143,12 +151,11 @@ def write_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
         old = None
         if path.exists():
             old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old")  # unique: named after the temp folder
-            os.replace(path, old)
-        os.replace(tmp, path)
+            move_into_place(path, old)
+        move_into_place(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    fsync_dir(path.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return path

@@ -18,6 +18,7 @@ what is accepted. The syntax is described in ``docs/configuration.md``.
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import dataclasses
 import json
@@ -177,6 +178,9 @@ def _coerce(value: Any, tp: Any, key: str, label: str = "config") -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        sections = [arg for arg in args if dataclasses.is_dataclass(arg)]
+        if isinstance(value, Mapping) and len(sections) == 1:  # a mapping for an optional section: its own errors
+            return _coerce(value, sections[0], key, label)
         for arg in args:
             if arg is type(None):
                 continue
@@ -191,6 +195,11 @@ def _coerce(value: Any, tp: Any, key: str, label: str = "config") -> Any:
         raise ConfigError(f"{label} key '{key}' expects {_type_name(tp)}, got {value!r}")
     if dataclasses.is_dataclass(tp):
         return build_dataclass(tp, value, where=key, label=label)
+    if origin is collections.abc.Sequence:  # a sequence argument: a list or tuple, never a string
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{label} key '{key}' expects a list, got {value!r}")
+        inner = args[0] if args else Any
+        return [_coerce(v, inner, f"{key}[{i}]", label) for i, v in enumerate(value)]
     if origin in (list, tuple):
         if isinstance(value, str):  # "--set eval.similarities=cosine,kl"
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -223,6 +232,8 @@ def _coerce(value: Any, tp: Any, key: str, label: str = "config") -> Any:
             return value
         raise ConfigError(f"{label} key '{key}' expects a string, got {value!r}")
     if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    if isinstance(origin, type) and isinstance(value, origin):  # os.PathLike[str] and other generic classes
         return value
     raise ConfigError(f"{label} key '{key}' expects {_type_name(tp)}, got {value!r}")
 

@@ -20,12 +20,47 @@ vectorised look-ups.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from functools import cached_property
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-__all__ = ["Relevance"]
+__all__ = ["Relevance", "RELEVANCE_MODES", "RelevanceMode", "relevance_mode"]
+
+#: Which pairs count as relevant, in training (``data.train_relevance``), in evaluation reports
+#: (the ``relevance`` column) and in study files:
+#:
+#: - ``exact``: the dataset's known relation (the shapes grammar, CUB classes): every caption that
+#:   fits an image;
+#: - ``source``: only an image and the captions written for it (what COCO / Flickr30k annotate, so
+#:   a caption that fits another image counts as a negative there).
+RELEVANCE_MODES: tuple[str, ...] = ("exact", "source")
+RelevanceMode = Literal["exact", "source"]
+#: the older spelling of ``exact`` in training configs (``true``, also YAML's bare boolean)
+_OLD_SPELLINGS: dict[Any, str] = {"true": "exact", True: "exact"}
+_LOG = logging.getLogger("pcmr")
+
+
+def relevance_mode(value: Any, where: str = "relevance mode") -> str:
+    """``value`` as one of :data:`RELEVANCE_MODES`.
+
+    The older spelling ``"true"`` (or the boolean ``true``) is read as ``"exact"`` with a
+    ``DeprecationWarning`` and a logged warning; anything else raises ``ValueError`` naming
+    ``where`` and the accepted modes.
+    """
+    if isinstance(value, (str, bool)) and value in _OLD_SPELLINGS and value is not False:
+        message = (f"{where}: {value!r} is the old spelling of 'exact' (the dataset's relation); "
+                   f"write 'exact'")
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        _LOG.warning(message)
+        return _OLD_SPELLINGS[value]
+    if isinstance(value, str) and value in RELEVANCE_MODES:
+        return value
+    raise ValueError(f"{where} expects one of {', '.join(repr(m) for m in RELEVANCE_MODES)} ('exact': the "
+                     f"dataset's relation; 'source': only the pairs written together), got {value!r}")
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 

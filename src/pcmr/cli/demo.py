@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import atomic_write_text
-from pcmr.cli.train import start_run
-from pcmr.evaluation import evaluate_model
+from pcmr.evaluation import RetrievalEvaluator
+from pcmr.evaluation.columns import EVALUATION_COLUMNS
 from pcmr.report import Report, format_table, merge_rows
 from pcmr.search.presentation import collapsed_recall_warning
+from pcmr.train.lifecycle import start_run
 from pcmr.train.run import load_run, load_run_split
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
@@ -28,7 +29,7 @@ DEMO_RECIPES = ("pcme", "pcme_mu_only")
 # data's exact relation, which it knows and COCO does not.
 DEMO_OVERRIDES = [
     "data.options={num_train: 1000, num_val: 200, num_test: 500}",
-    "data.train_relevance=true",
+    "data.train_relevance=exact",
     "data.batch_size=128",
     "train.epochs=6",
     "train.lr=0.001",
@@ -93,25 +94,21 @@ def _prepare(out: Path) -> None:
 
 
 def evaluate_run(run_dir: Path, out_dir: Path, progress: bool | None = None) -> Report:
-    """Evaluate a run's selected model on its test split (``eval`` section of its config)."""
+    """Evaluate a run's selected model on its test split (``eval`` section of its config) with
+    :class:`pcmr.evaluation.RetrievalEvaluator`; the report is saved under ``out_dir``."""
 
     trained = load_run(run_dir)
     config = trained.config
-    test_split = load_run_split(config, config.eval.split)
-    val_split = load_run_split(config, config.data.val_split)
-    return evaluate_model(
-        trained.model,
-        test_split,
-        trained.vocab,
+    evaluator = RetrievalEvaluator(
+        load_run_split(config, config.eval.split),
+        val_split=load_run_split(config, config.data.val_split),
         similarities=tuple(config.eval.similarities),
         rerankers=tuple(config.eval.rerankers),
-        similarity_options=trained.similarity_options,
-        val_split=val_split,
         batch_size=config.eval.batch_size,
-        out_dir=out_dir,
         progress=progress,
         meta={"run": str(run_dir)},
     )
+    return evaluator.evaluate(trained.model, trained.vocab, trained.similarity_options, out_dir=out_dir)
 
 
 def _comparison_rows(rows: list[dict[str, Any]], trained: dict[str, str]) -> list[dict[str, Any]]:
@@ -147,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         results.append((recipe, result))
     rows = _comparison_rows(merge_rows(results), trained)
     present = [c for c in DEMO_COLUMNS if any(r.get(c) is not None for r in rows)]
-    table = format_table(rows, present)
+    table = format_table(rows, present, schema=EVALUATION_COLUMNS)
     atomic_write_text(
         out / "comparison.md",
         "# pcmr demo: pcme vs pcme_mu_only (shapes test split)\n\n"

@@ -10,136 +10,24 @@ re-rankers come from the run's config; flags override them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import write_folder
 from pcmr.config import ConfigError, parse_override
-from pcmr.data import ENCODE_BATCH_SIZE, RetrievalSplit, Vocabulary, list_datasets, load_dataset
+from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
-from pcmr.evaluation.checks import check_finite_tensors, check_model_vocabulary
+from pcmr.evaluation.evaluator import needs_validation
 from pcmr.evaluation.scoring import check_names
 from pcmr.inference import get_reranker, list_rerankers
-from pcmr.models import load_model
-from pcmr.models.serialization import WEIGHTS_FILE
 from pcmr.progress import phase
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.similarity import get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
-from pcmr.train.config import RunConfig
-from pcmr.train.run import (
-    CONFIG_FILE,
-    MODEL_DIR,
-    SIMILARITY_OPTIONS_FILE,
-    VOCAB_FILE,
-    load_run,
-    load_run_split,
-)
+from pcmr.train.loading import load_run_or_model, load_split
 
-__all__ = ["add_parser", "run", "LoadedModel", "load_run_or_model", "load_split", "parse_names",
-           "check_option_owners", "prepare_out"]
-
-
-@dataclass
-class LoadedModel:
-    """A model ready for evaluation or indexing, with what its run knows about it."""
-
-    model: Any
-    vocab: Any
-    similarity_options: dict[str, dict[str, Any]]
-    config: Any  # pcmr.train.config.RunConfig or None for a bare model folder
-    source: Path
-
-
-def _read_options(path: Path) -> dict[str, dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(
-            f"{path} is not valid JSON ({err}); expected {{similarity: {{option: value}}}}"
-        ) from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ValueError(
-            f"{path} must map similarity names to option dicts, e.g. "
-            f'{{"match_prob": {{"a": 12.0, "b": 4.0}}}}'
-        )
-    return data
-
-
-def load_run_or_model(
-    path: str | Path, vocab_path: str | Path | None = None, device: str | None = None
-) -> LoadedModel:
-    """Load a run folder (``config.yaml`` + ``model/``, via ``pcmr.train.run.load_run``) or a bare
-    model folder (vocabulary: ``vocab_path``, else ``vocab.json`` in the folder or next to it;
-    learned options: ``similarity_options.json`` next to it, if any)."""
-
-    source = Path(path).expanduser()
-    if not source.is_dir():
-        raise FileNotFoundError(
-            f"RUN_OR_MODEL: folder not found: {source} (expected a run folder from "
-            f"`pcmr train` or a model folder from pcmr.models.save_model)"
-        )
-    map_location = device or "cpu"
-    if (source / CONFIG_FILE).is_file():
-        trained = load_run(source, map_location=map_location)
-        vocab = Vocabulary.load(vocab_path) if vocab_path is not None else trained.vocab
-        _check_loaded(trained.model, vocab, source / MODEL_DIR, vocab_path or source / VOCAB_FILE)
-        return LoadedModel(trained.model, vocab, dict(trained.similarity_options), trained.config, source)
-    model = load_model(source, map_location=map_location)
-    candidates = (
-        [Path(vocab_path)] if vocab_path is not None else [source / VOCAB_FILE, source.parent / VOCAB_FILE]
-    )
-    vocab_file = next((p for p in candidates if p.is_file()), None)
-    if vocab_file is None:
-        raise FileNotFoundError(
-            f"vocabulary not found (looked for {', '.join(map(str, candidates))}); "
-            f"pass --vocab PATH to the vocab.json of the training run"
-        )
-    options_file = source.parent / SIMILARITY_OPTIONS_FILE
-    options = _read_options(options_file) if options_file.is_file() else {}
-    vocab = Vocabulary.load(vocab_file)
-    _check_loaded(model, vocab, source, vocab_file)
-    return LoadedModel(model, vocab, options, None, source)
-
-
-def _check_loaded(model: Any, vocab: Any, model_dir: Path, vocab_file: str | Path) -> None:
-    """Finite weights, and the vocabulary the model was trained with (pcmr.evaluation.checks)."""
-
-    check_finite_tensors(model.state_dict(), model_dir / WEIGHTS_FILE)
-    check_model_vocabulary(model, vocab, model_dir, vocab_file)
-
-
-def load_split(data: str | None, split: str, config: RunConfig | None,
-               data_name: str | None = None) -> RetrievalSplit:
-    """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
-    (format ``data_name``, default: detected from its files); None, or the run's own dataset name,
-    uses the run config's data section (same root and options as training)."""
-
-    opts: dict[str, Any] = {}
-    if data is None or (config is not None and data == config.data.name and data_name is None):
-        if config is None:
-            raise ValueError(
-                "--data is required when RUN_OR_MODEL is a model folder "
-                f"(a dataset name: {', '.join(list_datasets())}, or a dataset folder)"
-            )
-
-        return load_run_split(config, split)
-    if data in list_datasets():
-        name = data
-    elif Path(data).expanduser().exists():
-        path = str(Path(data).expanduser())
-        if data_name is None:  # format detected from the folder's files
-            return load_dataset(path, split)
-        name, opts = data_name, {"root": path}
-    else:
-        raise ValueError(
-            f"--data {data!r} is neither a dataset name ({', '.join(list_datasets())}) nor an "
-            f"existing file or folder"
-        )
-    return load_dataset(name, split, **opts)
+__all__ = ["add_parser", "run", "parse_names", "check_option_owners", "prepare_out"]
 
 
 def parse_names(values: list[str] | None) -> list[str] | None:
@@ -285,15 +173,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _selects_on_validation(name: str, options: dict[str, Any]) -> bool:
-    """Whether re-ranker ``name`` (unknown names: no) tunes a parameter not fixed in ``options``."""
-
-    if name not in list_rerankers():
-        return False  # evaluate_model rejects it with the list of accepted names
-    tuned = get_reranker(name).tuned_parameter
-    return tuned is not None and tuned not in options
-
-
 def run(args: argparse.Namespace) -> int:
     loaded = load_run_or_model(args.run_or_model, args.vocab, args.device or "cpu")
     config = loaded.config
@@ -317,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     for owner, option, value in given:
         target = similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
-    needs_val = any(_selects_on_validation(r, rerank_options.get(r, {})) for r in rerankers)
+    needs_val = needs_validation(rerankers, rerank_options)
     split = split_of(split_name)
     if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
         raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "

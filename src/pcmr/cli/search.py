@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import write_folder
-from pcmr.cli.evaluate import load_run_or_model, load_split
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.gaussian import Gaussian
@@ -39,6 +38,7 @@ from pcmr.search.presentation import (
     uncertainty_percentile,
     word_vocabulary,
 )
+from pcmr.train.loading import load_run_or_model, load_split
 
 __all__ = ["add_parser", "run"]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sys
 import time
 import warnings
@@ -25,18 +24,15 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun_main
 
 import pcmr
-from pcmr.config import parse_override
-from pcmr.train import ConfigError, Trainer, check_config, load_config, save_config
-from pcmr.train.distributed import broadcast_object, init_distributed, shutdown_distributed
-from pcmr.train.lock import RunLock
+from pcmr.train import ConfigError
+from pcmr.train.distributed import shutdown_distributed
+from pcmr.train.lifecycle import RESUME_OVERRIDABLE, resume_run
+from pcmr.train.lifecycle import start_run as lifecycle_start_run
 from pcmr.train.preemption import TrainingInterrupted, resume_command
 from pcmr.train.recipes import find_recipe
-from pcmr.train.run import CONFIG_FILE
 
 __all__ = ["RESUME_OVERRIDABLE", "add_parser", "launch", "run", "start_run"]
 
-# keys that may change when resuming (they do not change the computation)
-RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "data.root", "data.num_workers")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -104,54 +100,16 @@ def start_run(
     out: str | Path = "runs",
     name: str | None = None,
 ) -> tuple[dict[str, Any], Path]:
-    """Resolve the config, prepare the run folder, train; return ``(summary, run_dir)``."""
+    """A new run (:func:`pcmr.train.lifecycle.start_run`) or ``--resume RUN``
+    (:func:`pcmr.train.lifecycle.resume_run`); returns ``(summary, run_dir)``."""
 
     if resume is not None:
         if recipe is not None:
             raise ConfigError("give either CONFIG (a new run) or --resume RUN (continue a run), not both")
-        run_dir = Path(resume)
-        if not (run_dir / CONFIG_FILE).is_file():
-            raise ConfigError(f"--resume {run_dir}: not a run folder (no {CONFIG_FILE} in it)")
-        for item in overrides:
-            if ".".join(parse_override(item)[0]) not in RESUME_OVERRIDABLE:
-                raise ConfigError(
-                    f"--set {item} cannot change a run being resumed; allowed keys: {', '.join(RESUME_OVERRIDABLE)}"
-                )
-        config = load_config(run_dir / CONFIG_FILE, overrides)
-        check_config(config)
-        with RunLock(run_dir):  # one training process per run folder
-            return Trainer(config, run_dir, resume=True).fit(), run_dir
-
+        return resume_run(resume, overrides), Path(resume)
     if recipe is None:
         raise ConfigError("give a recipe (e.g. `pcmr train pcme`, see `pcmr list recipes`) or --resume RUN")
-
-    path = find_recipe(recipe)
-    config = load_config(path, overrides)
-    check_config(config)
-    context = init_distributed(config.train.device)
-    run_dir = Path(out) / (name or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-    error = None
-    if context.is_main:  # rank 0 makes the folder; the others learn its name (or the error)
-        if run_dir.exists() and any(run_dir.iterdir()):
-            error = f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
-        else:
-            run_dir.mkdir(parents=True, exist_ok=True)
-    run_dir, error = broadcast_object(context, (run_dir, error))
-    if error is not None:
-        raise ConfigError(error)
-    with RunLock(run_dir):  # one training run per run folder (rank 0 holds the lock)
-        if context.is_main:
-            save_config(config, run_dir / CONFIG_FILE)
-        try:
-            trainer = Trainer(config, run_dir, context=context)
-        except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
-            if context.is_main:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-        if context.is_main:
-            where = f" in {context.world_size} processes" if context.enabled else ""
-            print(f"training {path.stem} into {run_dir}{where}", file=sys.stderr, flush=True)
-        return trainer.fit(), run_dir
+    return lifecycle_start_run(recipe, overrides, out=out, name=name)
 
 
 @contextlib.contextmanager

@@ -23,12 +23,16 @@ from pcmr.data.text import PAD_ID, Vocabulary
 from pcmr.relevance import Relevance
 
 __all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "ImageDataset", "CaptionDataset",
-           "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE"]
+           "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE",
+           "TRAIN_BATCH_SIZE"]
 
 SAMPLERS = ("captions", "one_per_image")
 
 #: items per batch when encoding images or captions (evaluation, validation, figures, search indexes)
 ENCODE_BATCH_SIZE = 256
+#: (image, caption) pairs per training batch when nothing else is said (``data.batch_size``; the papers'
+#: recipes state 128)
+TRAIN_BATCH_SIZE = 64
 
 
 def pad_captions(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,6 +48,10 @@ def pad_captions(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torc
 
 class PairDataset(Dataset):
     """``dataset[(caption_index, item_seed)]`` -> one (source image, caption) training item.
+
+    A third key element ``holds_image`` (several processes, see :class:`PairBatchSampler`) is False
+    when an earlier process of the same global batch holds the item's image; the collate then
+    leaves the image out of this process's batch. The augmentation draws do not depend on it.
 
     No augmentation unless asked: ``erase_ratio`` (Cutout) and ``word_dropout`` default to 0; each
     recipe states its paper's values. Cutout: ``erase_ratio`` a number erases a square of exactly that
@@ -89,14 +97,15 @@ class PairDataset(Dataset):
     def _drop_words(self, ids: list[int], rng: np.random.Generator) -> list[int]:
         return drop_words(ids, self.word_dropout, rng, self.word_dropout_rule)
 
-    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
-        caption_index, item_seed = key
+    def __getitem__(self, key: tuple[int, int] | tuple[int, int, bool]) -> dict[str, Any]:
+        caption_index, item_seed = key[0], key[1]
         rng = np.random.default_rng(item_seed)
         image_index = int(self.split.caption_image[caption_index])
         image = self.split.images.load(image_index)
         ids = self.encoded[caption_index]
         item: dict[str, Any] = {"image_index": image_index, "caption_index": int(caption_index),
-                                "caption_text": self.split.caption_texts[caption_index]}
+                                "caption_text": self.split.caption_texts[caption_index],
+                                "holds_image": bool(key[2]) if len(key) > 2 else True}
         if self.augment:
             image = self._cutout(image, rng)
             ids = self._drop_words(ids, rng)
@@ -139,7 +148,11 @@ class PairBatchSampler(Sampler):
     Several processes (``num_replicas > 1``): ``batch_size`` is the global batch. Every
     process draws the same global batches (from ``[seed, epoch]``) and yields its own
     contiguous shard of each, ``batch_size / num_replicas`` items (``rank``-th slice), so
-    the shards are disjoint and together are exactly the one-process batch.
+    the shards are disjoint and together are exactly the one-process batch. Each key then
+    carries a third element, ``holds_image``: true for the first item of the global batch with
+    that image only, so an image repeated in several shards is encoded by one process (the one
+    of its first occurrence) and the processes' images together are the one-process images,
+    in the same order.
     """
 
     def __init__(self, split: RetrievalSplit, batch_size: int, *, mode: str = "captions", shuffle: bool = True,
@@ -159,6 +172,7 @@ class PairBatchSampler(Sampler):
         self.mode, self.batch_size, self.shuffle, self.drop_last, self.seed = mode, batch_size, shuffle, drop_last, seed
         self.num_replicas, self.rank = num_replicas, rank
         self.num_captions = split.num_captions
+        self.caption_image = np.asarray(split.caption_image, dtype=np.int64)
         self.source_captions = [np.asarray(c, dtype=np.int64) for c in split.source_captions if len(c)]
         self.epoch = 0
 
@@ -173,7 +187,7 @@ class PairBatchSampler(Sampler):
         count = self.num_captions if self.mode == "captions" else len(self.source_captions)
         return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+    def __iter__(self) -> Iterator[list[tuple[int, int]] | list[tuple[int, int, bool]]]:
         rng = np.random.default_rng([self.seed, self.epoch])
         self.epoch += 1
         items = self._epoch_items(rng)
@@ -182,11 +196,24 @@ class PairBatchSampler(Sampler):
         for start in range(0, len(self), 1):
             chunk = slice(start * self.batch_size, (start + 1) * self.batch_size)
             batch = [(int(c), int(s)) for c, s in zip(items[chunk], seeds[chunk])]
-            yield batch if self.num_replicas == 1 else batch[self.rank * shard : (self.rank + 1) * shard]
+            if self.num_replicas == 1:
+                yield batch
+                continue
+            seen: set[int] = set()
+            keys = []
+            for caption, item_seed in batch:  # the first item of the global batch with an image holds it
+                image = int(self.caption_image[caption])
+                keys.append((caption, item_seed, image not in seen))
+                seen.add(image)
+            yield keys[self.rank * shard : (self.rank + 1) * shard]
 
 
 class TrainCollate:
-    """Stack training items into the training batch; ``"relevance"`` from the split's true relation."""
+    """Stack training items into the training batch; ``"relevance"`` from the split's true relation.
+
+    Images repeated in the batch are kept once (their first item); an item whose image another
+    process holds (``holds_image`` false) contributes its caption only.
+    """
 
     def __init__(self, relevance: Relevance) -> None:
         self.relevance = relevance
@@ -194,14 +221,15 @@ class TrainCollate:
     def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         first: dict[int, int] = {}
         for position, item in enumerate(items):
-            first.setdefault(item["image_index"], position)
+            if item.get("holds_image", True):
+                first.setdefault(item["image_index"], position)
         image_rows = list(first.values())  # one row per distinct image, in order of first appearance
         image_index = torch.tensor([items[p]["image_index"] for p in image_rows], dtype=torch.long)  # [B_img]
         caption_index = torch.tensor([item["caption_index"] for item in items], dtype=torch.long)  # [B_cap]
         captions, lengths = pad_captions([item["caption"] for item in items])  # [B_cap, L], [B_cap]
         relevance = self.relevance.submatrix(image_index.numpy(), caption_index.numpy())  # [B_img, B_cap]
         batch = {
-            "images": torch.stack([items[p]["image"] for p in image_rows]),  # [B_img, 3, H, W] | [B_img, (R,) F]
+            "images": _stack_rows(items, "image", image_rows),  # [B_img, 3, H, W] | [B_img, (R,) F]
             "captions": captions,
             "caption_lengths": lengths,
             "caption_texts": [item["caption_text"] for item in items],
@@ -210,12 +238,20 @@ class TrainCollate:
             "caption_index": caption_index,
         }
         if "image_views" in items[0]:
-            batch["image_views"] = torch.stack([items[p]["image_views"] for p in image_rows])  # [B_img, K, ...]
+            batch["image_views"] = _stack_rows(items, "image_views", image_rows)  # [B_img, K, ...]
             num_views = len(items[0]["caption_views"])
             flat, flat_lengths = pad_captions([ids for item in items for ids in item["caption_views"]])
             batch["caption_views"] = flat.view(len(items), num_views, -1)  # [B_cap, K, L]
             batch["caption_view_lengths"] = flat_lengths.view(len(items), num_views)  # [B_cap, K]
         return batch
+
+
+def _stack_rows(items: list[dict[str, Any]], key: str, rows: list[int]) -> torch.Tensor:
+    """``items[p][key]`` stacked over ``rows`` (an empty ``[0, ...]`` tensor of the right shape when
+    another process holds every image of this shard)."""
+    if rows:
+        return torch.stack([items[p][key] for p in rows])
+    return torch.stack([items[0][key]])[:0]
 
 
 class ImageDataset(Dataset):
@@ -263,7 +299,7 @@ def collate_captions(items: list[tuple[int, list[int], str]]) -> dict[str, Any]:
 def train_loader(
     split: RetrievalSplit,
     vocab: Vocabulary,
-    batch_size: int = 128,
+    batch_size: int = TRAIN_BATCH_SIZE,
     *,
     sampler: str = "captions",
     augment: bool = True,

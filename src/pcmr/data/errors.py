@@ -10,6 +10,7 @@ for each and warn once with a summary.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -17,6 +18,9 @@ import typing
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from pcmr.config import ConfigError, build_dataclass
 
 __all__ = ["DataError", "MissingDataError", "SkippedItem", "warn_skipped", "check_on_error", "require_file",
            "require_dir", "read_text_lines", "read_json", "require_key", "check_settings", "require_nonempty"]
@@ -144,54 +148,28 @@ def require_key(record: object, key: str, kind: type | tuple[type, ...], *, path
     return value
 
 
-def _runtime_kinds(hint: object) -> tuple[type, ...] | None:
-    """The classes a value of type ``hint`` may be an instance of; None when that cannot be told."""
-    origin = typing.get_origin(hint)
-    if origin is typing.Union or type(hint).__name__ == "UnionType":
-        kinds: list[type] = []
-        for arg in typing.get_args(hint):
-            sub = _runtime_kinds(arg)
-            if sub is None:
-                return None
-            kinds.extend(sub)
-        return tuple(kinds)
-    if hint is None or hint is type(None):
-        return (type(None),)
-    if hint is float:
-        return (float, int)
-    if origin is not None:  # Sequence[...], list[...], os.PathLike[...]
-        hint = origin
-    if hint is Sequence or hint is typing.Sequence:
-        return (list, tuple)
-    return (hint,) if isinstance(hint, type) else None
-
-
 def check_settings(loader: Callable[..., object], settings: dict[str, object], *, dataset: str,
                    fixed: Sequence[str] = ("split",)) -> None:
     """Refuse loader settings that ``loader`` does not take, or whose type does not match its signature.
 
-    Raises :class:`DataError` naming the setting and listing the accepted settings (instead of the
-    ``TypeError`` of a bad keyword argument); ``fixed`` are parameters given by the caller, not settings.
+    The settings are read by ``pcmr.config.build_dataclass`` (the one configuration engine) against a
+    dataclass made from ``loader``'s keyword parameters and annotations; its error becomes a
+    :class:`DataError` naming the setting and what it accepts (instead of the ``TypeError`` of a bad
+    keyword argument). ``fixed`` are parameters given by the caller, not settings.
     """
     signature = inspect.signature(loader)
     try:
         hints = typing.get_type_hints(loader)
     except (NameError, TypeError):  # an annotation that cannot be resolved: names are still checked
         hints = {}
-    accepted = [name for name, p in signature.parameters.items()
+    accepted = [(name, hints.get(name, Any), dataclasses.field(default=None))
+                for name, p in signature.parameters.items()
                 if name not in fixed and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    for key, value in settings.items():
-        if key not in accepted:
-            raise DataError(f"unknown {dataset} setting {key!r}", location=f"setting {key!r}",
-                            expected=f"one of {accepted}")
-        kinds = _runtime_kinds(hints.get(key))
-        if kinds is None:
-            continue
-        bad_bool = isinstance(value, bool) and bool not in kinds
-        if bad_bool or not isinstance(value, kinds):
-            names = " or ".join(sorted({"None" if k is type(None) else k.__name__ for k in kinds}))
-            raise DataError(f"{dataset} setting {key!r} is {value!r} ({type(value).__name__})",
-                            location=f"setting {key!r}", expected=names)
+    schema = dataclasses.make_dataclass(f"{dataset}_settings", accepted)
+    try:
+        build_dataclass(schema, settings, label=f"{dataset} setting")
+    except ConfigError as exc:
+        raise DataError(str(exc)) from None
 
 
 def require_nonempty(num_images: int, num_captions: int, *, path: str | os.PathLike, split: str,

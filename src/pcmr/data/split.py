@@ -15,15 +15,11 @@ import torch
 
 from pcmr.data.errors import SkippedItem
 from pcmr.data.images import ImageSource
-from pcmr.relevance import Relevance
+from pcmr.relevance import RELEVANCE_MODES, Relevance, relevance_mode
 
 __all__ = ["RetrievalSplit", "TRAINING_SPLITS", "RELEVANCE_MODES"]
 
 TRAINING_SPLITS = ("train", "trainval", "train+restval", "train_minus_val")
-#: which pairs count as relevant: ``source`` (only an image and the captions written for it, the
-#: COCO / Flickr30k practice, false negatives included) or ``true`` (the dataset's known relation:
-#: the shapes grammar, CUB classes; ``exact`` is a synonym used by the evaluation reports)
-RELEVANCE_MODES = ("source", "true", "exact")
 
 
 class RetrievalSplit:
@@ -126,14 +122,14 @@ class RetrievalSplit:
         return Relevance.from_source(self.caption_image, self.num_images)
 
     def relevance_by_mode(self, mode: str) -> Relevance:
-        """``"source"``: :meth:`source_relevance`; ``"true"`` / ``"exact"``: the split's relation."""
-        if mode not in RELEVANCE_MODES:
-            raise ValueError(f"relevance mode {mode!r} is not one of {', '.join(RELEVANCE_MODES)}")
+        """``"source"``: :meth:`source_relevance`; ``"exact"``: the split's relation (one of
+        :data:`pcmr.relevance.RELEVANCE_MODES`)."""
+        mode = relevance_mode(mode)
         return self.source_relevance() if mode == "source" else self.relevance
 
     def with_relevance(self, mode: str) -> RetrievalSplit:
         """This split with :meth:`relevance_by_mode` as its relation (a shallow copy sharing the
-        images and captions; ``self`` itself for ``"true"`` / ``"exact"``). Training on
+        images and captions; ``self`` itself for ``"exact"``). Training on
         ``with_relevance("source")`` makes the in-batch positives the written pairs only."""
         relevance = self.relevance_by_mode(mode)
         if relevance is self.relevance:

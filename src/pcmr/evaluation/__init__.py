@@ -1,10 +1,13 @@
 """Evaluation of a trained model on a retrieval split: the table of retrieval metrics (docs/metrics.md) for every
 requested similarity x re-ranker, a :class:`pcmr.report.Report` saved as Markdown, CSV, JSON and PNG plots.
 
-    from pcmr.evaluation import evaluate_model
-    result = evaluate_model(model, test_split, vocab, val_split=val_split,
-                            similarity_options={"match_prob": {"a": 12.0, "b": 4.0}})
+    from pcmr.evaluation import RetrievalEvaluator
+    evaluator = RetrievalEvaluator(test_split, val_split=val_split)
+    result = evaluator.evaluate(model, vocab, {"match_prob": {"a": 12.0, "b": 4.0}})
     print(result.to_markdown()); result.save("eval/")
+
+Training validation, ``pcmr evaluate``, ``pcmr demo`` and ``pcmr study`` all evaluate through
+:class:`RetrievalEvaluator` (``evaluate_model`` is a one-call shorthand for it).
 
 The library part of pcmr: it never imports ``pcmr.train`` or ``pcmr.cli``.
 """
@@ -17,14 +20,17 @@ from pcmr.evaluation.evaluate import (
     DEFAULT_RERANKERS,
     DEFAULT_SIMILARITIES,
     evaluate_embeddings,
-    evaluate_model,
 )
+from pcmr.evaluation.evaluator import EncodedEvaluation, ExtraColumns, RetrievalEvaluator, evaluate_model
 from pcmr.evaluation.scoring import rerank_topk, score_matrix, unsupported_reason
 
 __all__ = [
     "DEFAULT_LAMBDA_GRID",
     "DEFAULT_RERANKERS",
     "DEFAULT_SIMILARITIES",
+    "EncodedEvaluation",
+    "ExtraColumns",
+    "RetrievalEvaluator",
     "encode_image_files",
     "encode_split",
     "encode_texts",

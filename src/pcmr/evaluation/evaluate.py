@@ -16,7 +16,6 @@ re-scores each direction (and each fold) with the re-ranker:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -24,31 +23,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pcmr.data.batching import ENCODE_BATCH_SIZE
-from pcmr.data.split import RetrievalSplit
-from pcmr.data.text import Vocabulary
-from pcmr.evaluation.checks import check_finite_embeddings, coco_id_problem, naming_source
-from pcmr.evaluation.encode import encode_split
+from pcmr.evaluation.checks import check_finite_embeddings
+from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number
 from pcmr.evaluation.figures import (
-    corruption_series,
     decile_series,
     embeddings_2d_series,
     multiplicity_series,
     occurrence_histogram,
 )
-from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
-from pcmr.evaluation.scoring import check_names, score_matrix, unsupported_reason
+from pcmr.evaluation.scoring import DEFAULT_SEED, check_names, score_matrix, unsupported_reason
 from pcmr.gaussian import Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
-from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, evaluate_directions, load_extra_positives
+from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, evaluate_directions
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
-from pcmr.models.model import RetrievalModel
 from pcmr.point_set import uncertainty_measure_for
-from pcmr.progress import phase, status_line
+from pcmr.progress import status_line
 from pcmr.report import Report
 from pcmr.similarity import list_similarities
 
-__all__ = ["evaluate_model", "evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
+__all__ = ["evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
            "DEFAULT_LAMBDA_GRID"]
 
 DEFAULT_SIMILARITIES = ("cosine", "wasserstein", "match_prob", "elk", "kl")
@@ -128,7 +121,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         ks: Sequence[int] = DEFAULT_KS, lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
                         uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
                         num_folds: int | None = None, meta: dict[str, Any] | None = None,
-                        progress: bool | None = False) -> Report:
+                        figures: bool = True, hubness_ks: Sequence[int] = HUBNESS_KS,
+                        seed: int = DEFAULT_SEED, progress: bool | None = False) -> Report:
     """The evaluation table of already encoded embeddings.
 
     Args:
@@ -149,6 +143,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             that re-score a full matrix (matching re-rankers get ``None``).
         progress: False (default) prints nothing; otherwise a start line and a timed finish line per
             similarity on stderr (:func:`pcmr.progress.status_line`).
+        figures: compute the figures' data (uncertainty deciles, k-occurrence, 2-D embeddings).
+        hubness_ks: the k of the hubness columns (``()``: no ``hs_sum``).
+        seed: seeds the samples of sampled similarities (``match_prob``).
     """
 
     check_finite_embeddings(images, captions, "the embeddings given to evaluate_embeddings")
@@ -168,13 +165,13 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         image_labels, caption_labels = image_labels.to(device), caption_labels.to(device)
     else:
         image_labels = caption_labels = None
-    result = Report(title="pcmr evaluation", meta={**(meta or {}), "num_images": images.num, "num_captions": captions.num,
+    result = Report(title="pcmr evaluation", schema=EVALUATION_COLUMNS, meta={**(meta or {}), "num_images": images.num, "num_captions": captions.num,
                                     "uncertainty_measure": uncertainty_measure,
                                     "similarity_options": {}, "selected_lambda": {}, "notes": []})
     notes = result.meta["notes"]
     # R@1 per uncertainty decile needs 10 queries with a relevant item in each direction
-    deciles_possible = min(int(relevance.any(dim=1).sum()), int(relevance.any(dim=0).sum())) >= 10
-    if not deciles_possible:
+    deciles_possible = figures and min(int(relevance.any(dim=1).sum()), int(relevance.any(dim=0).sum())) >= 10
+    if figures and not deciles_possible:
         notes.append("no uncertainty-decile figure: it needs at least 10 queries with a relevant item in "
                      "each direction")
     decile_data: dict[str, Any] = {}
@@ -189,8 +186,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         status_line(f"  {name}: scoring {images.num} images x {captions.num} captions, then "
                     f"{', '.join(rerankers)} ...", progress)
         try:
-            scores = score_matrix(name, images, captions, options)  # [N_img, N_cap]
-            val_scores = score_matrix(name, val[0].to(device), val[1].to(device), options) if val else None
+            scores = score_matrix(name, images, captions, options, seed=seed)  # [N_img, N_cap]
+            val_scores = score_matrix(name, val[0].to(device), val[1].to(device), options, seed=seed) if val else None
         except ValueError as err:
             result.skipped.append({"similarity": name, "rerank": "*", "reason": str(err)})
             continue
@@ -211,14 +208,14 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                     result.meta["selected_lambda"][f"{name}/{rerank}/{d}"] = value
             evaluation = evaluate_directions(
                 scores, relevance, reranker={d: method for d, (method, _) in per_direction.items()}, ks=ks,
-                num_folds=num_folds, extra_positives=extra_positives, hubness_ks=HUBNESS_KS,
+                num_folds=num_folds, extra_positives=extra_positives, hubness_ks=tuple(hubness_ks),
                 image_labels=image_labels, caption_labels=caption_labels)
             lists = not base.returns_scores
             row.update(_table_row(evaluation.report, ks, extra_positives if not lists else (), lists, num_folds))
             if lists:
                 row.update({f"{d}_lambda": value for d, (_, value) in per_direction.items()})
             result.rows.append(_ordered(row, ks))
-            if not lists and name == result.rows[0]["similarity"]:
+            if figures and hubness_ks and not lists and name == result.rows[0]["similarity"]:
                 hub_data[f"{name}/{rerank}"] = {d: occurrence_histogram(evaluation.k_occurrence[d][10])
                                                 for d in DIRECTIONS}
             tuned = " with lambda selected on validation" if lists and val_dirs is not None else ""
@@ -231,16 +228,19 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
     if hub_data and min(images.num, captions.num) > 10:
         result.figures["k_occurrence"] = {"k": 10, "series": hub_data}
-    if images.dim == 2:
+    if figures and images.dim == 2:
         result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
     multiplicity_measure = uncertainty_measure_for((images, captions), uncertainty_measure)
-    if multiplicity_measure is not None:
+    if figures and multiplicity_measure is not None:
         result.figures["uncertainty_multiplicity"] = multiplicity_series(images, captions, relevance,
                                                                          multiplicity_measure)
+    result.meta["about"] = [f"lambda selected on the validation split for {name}: {format_number(value, 3)}"
+                            for name, value in result.meta["selected_lambda"].items()]
     if not result.rows:
         notes.append("no (similarity, re-ranker) pair could be evaluated; see Skipped")
-    notes.append("hs-sum: sum of the skewness of N_k for k = 1, 5, 10 over both directions; a constant N_k "
-                 "(no hubs at all) counts as skewness 0")
+    if hubness_ks:
+        notes.append("hs-sum: sum of the skewness of N_k for k = 1, 5, 10 over both directions; a constant N_k "
+                     "(no hubs at all) counts as skewness 0")
     if num_folds is not None:
         result.meta["num_folds"] = num_folds
         notes.append(f"folds: R@K and rsum averaged over {num_folds} consecutive folds of {images.num // num_folds} "
@@ -249,103 +249,3 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         notes.append("matching re-rankers (gm/rgm) return top-k lists: R@K from the run with k = K; "
                      "R-Precision, MAP@R and PMRP need a full ranking and are left empty")
     return result
-
-
-def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, similarities: Sequence[str] = DEFAULT_SIMILARITIES,
-                   rerankers: Sequence[str] = DEFAULT_RERANKERS,
-                   similarity_options: dict[str, dict[str, Any]] | None = None, val_split: RetrievalSplit | None = None,
-                   batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
-                   out_dir: str | os.PathLike[str] | None = None,
-                   progress: bool | None = False, ks: Sequence[int] = DEFAULT_KS,
-                   rerank_options: dict[str, dict[str, Any]] | None = None,
-                   lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
-                   extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
-                   meta: dict[str, Any] | None = None,
-                   relevance: Sequence[str] | None = None) -> Report:
-    """Encode ``split`` (and ``val_split``) with ``model`` and build the evaluation table.
-
-    Similarities the model cannot support are skipped with a reason; RGM's lambda is selected on
-    ``val_split``; PMRP is reported where the split has class labels; the uncertainty-vs-corruption
-    figure is drawn from occlusion / word-erasure series of the split's items. ``extra_positives``
-    names positive sets of ``pcmr.metrics.load_extra_positives`` (``"cxc"``, ``"eccv"``); None means
-    both for a COCO split whose ids are those of COCO 5K-test when the ``eccv-caption`` package is
-    installed (otherwise a note says why they are absent). ``num_folds`` adds fold-averaged R@K
-    (see :func:`evaluate_embeddings`); None means 5 folds for a COCO split of 5000 images (the
-    COCO 1K protocol) and none otherwise. With ``out_dir`` the result is also saved there
-    (Markdown, CSV, JSON, PNG). See :func:`evaluate_embeddings`.
-
-    ``relevance`` names the relevance modes to report (``exact``, ``source``; None: every mode the
-    split has, see :func:`pcmr.evaluation.relevance_modes.relevance_modes`); each row carries its
-    mode in the ``relevance`` column. The first mode gets PMRP, extra positives, folds and figures.
-    """
-    with naming_source(f"the embeddings of {split!r} encoded by {(meta or {}).get('run', 'the model')}"), \
-            phase(f"encoding the {getattr(split, 'split', '')} split", progress):
-        images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
-                                        progress=progress)
-    modes = relevance_modes(split, relevance)
-    val_images = val_captions = None
-    if val_split is not None:
-        with phase(f"encoding the {getattr(val_split, 'split', '')} split (to select RGM's lambda)", progress):
-            val_images, val_captions = encode_split(model, val_split, vocab, batch_size=batch_size, device=device,
-                                                    progress=progress)
-    info = {"model": getattr(getattr(model, "config", None), "name", type(model).__name__),
-            "dataset": getattr(split, "name", None), "split": getattr(split, "split", None),
-            "val_split": getattr(val_split, "split", None), "device": str(images.device), **(meta or {})}
-    extras, extra_note = _load_extra_positives(split, extra_positives)
-    if num_folds is None and getattr(split, "name", "") == "coco" and images.num == 5000:
-        num_folds = COCO_NUM_FOLDS
-    per_mode = []
-    for position, (mode, matrix) in enumerate(modes.items()):  # the first mode gets labels, extras and folds
-        primary = position == 0
-        status_line(f"evaluating with {mode} relevance ({len(similarities)} similarities x "
-                    f"{len(rerankers)} re-rankers)", progress)
-        val = None
-        if val_split is not None:  # RGM's lambda is selected under the same relevance mode
-            val = (val_images, val_captions, val_split.relevance_by_mode(mode).matrix())
-        per_mode.append((mode, evaluate_embeddings(
-            images, captions, matrix, extra_positives=extras if primary else (), similarities=similarities,
-            rerankers=rerankers, similarity_options=similarity_options,
-            image_labels=getattr(split, "image_labels", None) if primary else None,
-            caption_labels=getattr(split, "caption_labels", None) if primary else None, val=val,
-            rerank_options=rerank_options, ks=ks, lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure,
-            num_folds=num_folds if primary else None, meta=info, progress=progress)))
-    result = merge_relevance_results(per_mode)
-    if extra_note:
-        result.meta["notes"].append(extra_note)
-    if not (images.is_point and captions.is_point):
-        with phase("uncertainty under occlusion and word erasure (9 ratios x 256 items)", progress):
-            series = corruption_series(model, split, vocab, uncertainty_measure, batch_size=batch_size,
-                                       device=device)
-        if series:
-            result.figures["uncertainty_vs_corruption"] = series
-    if out_dir is not None:
-        with phase(f"writing the report and figures to {out_dir}", progress):
-            result.save(out_dir)
-    return result
-
-
-def _load_extra_positives(split: RetrievalSplit, names: Sequence[str] | None) -> tuple[list[Any], str | None]:
-    """CxC / ECCV Caption positives for ``split`` (see :func:`evaluate_model`) and a note, if any."""
-
-    requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"
-                                                         else [])
-    problem = coco_id_problem(split) if requested else None  # ids that are not COCO ids would mislabel
-    if problem is not None:
-        if names is not None:
-            raise ValueError(problem)
-        return [], f"CxC / ECCV Caption metrics not reported ({problem})"
-    extras, problems = [], []
-    for name in requested:
-        try:
-            extra = load_extra_positives(name, split.image_ids, split.caption_ids)
-        except (ImportError, ValueError, TypeError) as err:
-            if names is not None:
-                raise
-            problems.append(f"{name}: {err}")
-            continue
-        if int(extra.i2t.indptr[-1]) == 0 and int(extra.t2i.indptr[-1]) == 0:
-            problems.append(f"{name}: no image or caption id of the split is in COCO 5K-test")
-            continue
-        extras.append(extra)
-    note = f"CxC / ECCV Caption metrics not reported ({'; '.join(problems)})" if problems else None
-    return extras, note

@@ -19,11 +19,10 @@ from typing import Any
 from torch import Tensor
 
 from pcmr.data.split import RetrievalSplit
+from pcmr.relevance import relevance_mode
 from pcmr.report import Report
 
-__all__ = ["EVAL_RELEVANCE_MODES", "relevance_modes", "merge_relevance_results"]
-
-EVAL_RELEVANCE_MODES = ("exact", "source")
+__all__ = ["relevance_modes", "merge_relevance_results"]
 
 
 def relevance_modes(split: RetrievalSplit, requested: Sequence[str] | None = None) -> dict[str, Tensor]:
@@ -38,9 +37,8 @@ def relevance_modes(split: RetrievalSplit, requested: Sequence[str] | None = Non
     modes = {"exact": exact, "source": source} if not bool((exact == source).all()) else {"source": source}
     if requested is None:
         return modes
+    requested = [relevance_mode(mode) for mode in requested]
     for mode in requested:
-        if mode not in EVAL_RELEVANCE_MODES:
-            raise ValueError(f"relevance mode {mode!r} is not one of {', '.join(EVAL_RELEVANCE_MODES)}")
         if mode not in modes:
             raise ValueError(
                 f"relevance mode {mode!r}: split {getattr(split, 'name', '?')}/{getattr(split, 'split', '?')} "
@@ -62,7 +60,8 @@ def merge_relevance_results(results: Sequence[tuple[str, Report]]) -> Report:
     """One result from one result per mode: every row tagged with its ``relevance``; meta, skipped
     pairs and figures from the first (primary) mode."""
     first = results[0][1]
-    merged = Report(title=first.title, meta=dict(first.meta), skipped=list(first.skipped), figures=dict(first.figures))
+    merged = Report(title=first.title, meta=dict(first.meta), skipped=list(first.skipped), figures=dict(first.figures),
+                    schema=first.schema)
     for mode, result in results:
         merged.rows.extend(_tagged(row, mode) for row in result.rows)
     modes = [mode for mode, _ in results]

@@ -12,6 +12,16 @@ Every evaluation returns a ``Report``: the metrics layer (rows named ``"i2t"``, 
 from __future__ import annotations
 
 from pcmr.report.plots import FIGURES, save_figures
-from pcmr.report.table import COLUMN_TITLES, ID_COLUMNS, Report, column_title, format_table, merge_rows
+from pcmr.report.table import (
+    GENERIC_COLUMNS,
+    ID_COLUMNS,
+    Column,
+    ColumnSchema,
+    Report,
+    column_title,
+    format_table,
+    merge_rows,
+)
 
-__all__ = ["COLUMN_TITLES", "FIGURES", "ID_COLUMNS", "Report", "column_title", "format_table", "merge_rows", "save_figures"]
+__all__ = ["Column", "ColumnSchema", "FIGURES", "GENERIC_COLUMNS", "ID_COLUMNS", "Report", "column_title", "format_table",
+           "merge_rows", "save_figures"]

@@ -31,48 +31,69 @@ from pcmr.atomic import atomic_write_text
 from pcmr.report.plots import save_figures
 from pcmr.suggest import unknown_name
 
-__all__ = ["COLUMN_TITLES", "ID_COLUMNS", "Report", "column_title", "format_table", "merge_rows"]
+__all__ = ["Column", "ColumnSchema", "GENERIC_COLUMNS", "ID_COLUMNS", "Report", "column_title", "format_table",
+           "merge_rows"]
 
 #: identifying columns, in the order they lead a row (every other column is a metric)
 ID_COLUMNS = ("model", "name", "similarity", "rerank", "relevance")
 
-#: Printed header of each known column other than recall (see :func:`column_title`).
-COLUMN_TITLES: dict[str, str] = {
-    "model": "model",
-    "name": "",
-    "similarity": "similarity",
-    "rerank": "re-ranker",
-    "relevance": "relevance",
-    "rsum": "rsum",
-    "hs_sum": "hs-sum",
-}
-for _d in ("i2t", "t2i"):
-    COLUMN_TITLES.update({
-        f"{_d}_r_precision": f"{_d} R-P", f"{_d}_map_at_r": f"{_d} MAP@R",
-        **{f"{_d}_pmrp_{z}": f"{_d} PMRP{z}" for z in (0, 1, 2)}, f"{_d}_pmrp_mean": f"{_d} PMRP",
-        f"{_d}_cxc_r_precision": f"{_d} RPC²", f"{_d}_eccv_R@1": f"{_d} ECCV R@1",
-        f"{_d}_eccv_r_precision": f"{_d} ECCV R-P", f"{_d}_eccv_map_at_r": f"{_d} ECCV MAP@R",
-        f"{_d}_lambda": f"{_d} λ",
-    })
-COLUMN_TITLES["folds_rsum"] = "rsum"
 
-#: recall columns of either direction (``i2t_R@5``, ``folds_t2i_R@10``), titled ``i2t R@5``, ``t2i R@10``
-_RECALL_COLUMN = re.compile(r"^(?:folds_)?(i2t|t2i)_R@(\d+)$")
+@dataclass(frozen=True)
+class Column:
+    """One column of a result row: its ``key``, the ``title`` printed above it and the ``group`` of
+    the Markdown table it prints in (``"id"``, ``"recall"``, ``"folds"`` or ``"other"``)."""
+
+    key: str
+    title: str
+    group: str = "other"
 
 
-def column_title(column: str) -> str:
-    """The printed header of ``column``: ``COLUMN_TITLES``, recall columns as ``i2t R@K``, else the key."""
-    if column in COLUMN_TITLES:
-        return COLUMN_TITLES[column]
-    recall = _RECALL_COLUMN.match(column)
-    return f"{recall.group(1)} R@{recall.group(2)}" if recall else column
+@dataclass(frozen=True)
+class ColumnSchema:
+    """The columns a kind of result knows: titles and table groups. The layer that makes the rows
+    (e.g. ``pcmr.evaluation.EVALUATION_COLUMNS``) defines its schema and passes it to its
+    :class:`Report`; this module knows none of them by name.
+
+    Attributes:
+        id_columns: identifying columns, in the order they lead a row.
+        columns: columns known by key.
+        patterns: ``(regex, title, group)`` for families of columns (``title`` may use the regex's
+            groups, as ``re.Match.expand`` does); the first full match wins.
+    """
+
+    id_columns: tuple[str, ...] = ID_COLUMNS
+    columns: tuple[Column, ...] = ()
+    patterns: tuple[tuple[str, str, str], ...] = ()
+
+    def column(self, key: str) -> Column:
+        """The :class:`Column` of ``key`` (an unknown metric: titled by its key, group ``"other"``)."""
+        for column in self.columns:
+            if column.key == key:
+                return column
+        for pattern, title, group in self.patterns:
+            match = re.fullmatch(pattern, key)
+            if match:
+                return Column(key, match.expand(title), group)
+        return Column(key, key, "id" if key in self.id_columns else "other")
+
+    def title(self, key: str) -> str:
+        return self.column(key).title
+
+    def group(self, key: str) -> str:
+        return self.column(key).group
 
 
-#: Markdown tables of an evaluation: recall (and rsum, hubness, lambdas) first, fold-averaged recall
-#: (``folds_*``) second, every other metric third. Rows without direction-prefixed recall columns
-#: (the metrics layer's) print as one table.
-RECALL_COLUMNS = ("i2t_R@", "t2i_R@", "rsum", "hs_sum", "i2t_lambda", "t2i_lambda")
-FOLD_COLUMNS = ("folds_",)
+#: the schema of rows nobody describes: identifying columns titled, metrics by their key
+GENERIC_COLUMNS = ColumnSchema(columns=(Column("model", "model", "id"), Column("name", "", "id"),
+                                        Column("similarity", "similarity", "id"),
+                                        Column("rerank", "re-ranker", "id"),
+                                        Column("relevance", "relevance", "id")))
+
+
+def column_title(column: str, schema: ColumnSchema = GENERIC_COLUMNS) -> str:
+    """The printed header of ``column`` under ``schema``."""
+    return schema.title(column)
+
 
 #: ``meta`` entries shown above the tables of :meth:`Report.to_markdown`, in this order
 META_SHOWN = ("model", "run", "dataset", "split", "num_images", "num_captions", "device",
@@ -95,32 +116,34 @@ def _format_value(value: Any, digits: int) -> str:
     return str(value)
 
 
-def _columns(rows: Sequence[Mapping[str, Any]], drop_empty: bool) -> list[str]:
+def _columns(rows: Sequence[Mapping[str, Any]], drop_empty: bool,
+             id_columns: Sequence[str] = ID_COLUMNS) -> list[str]:
     """Column order: id columns, then metric columns in order of first appearance."""
-    order: list[str] = [c for c in ID_COLUMNS if any(c in r for r in rows)]
+    order: list[str] = [c for c in id_columns if any(c in r for r in rows)]
     for row in rows:
         for key in row:
             if key not in order:
                 order.append(key)
     if drop_empty:
-        order = [c for c in order if c in ID_COLUMNS or any(r.get(c) is not None for r in rows)]
+        order = [c for c in order if c in id_columns or any(r.get(c) is not None for r in rows)]
     return order
 
 
-def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 2) -> str:
+def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 2,
+                 schema: ColumnSchema = GENERIC_COLUMNS) -> str:
     """A GitHub-flavoured Markdown table of ``rows`` (numbers with ``digits`` decimals, ``None`` as ``-``).
 
-    ``columns`` picks and orders the columns (default: every column that has a value in some row).
-    Raises ValueError naming an unknown column.
+    ``columns`` picks and orders the columns (default: every column that has a value in some row);
+    ``schema`` gives their titles. Raises ValueError naming an unknown column.
     """
     if columns is None:
-        columns = _columns(rows, drop_empty=True)
+        columns = _columns(rows, drop_empty=True, id_columns=schema.id_columns)
     else:
-        known = set(_columns(rows, drop_empty=False))
+        known = set(_columns(rows, drop_empty=False, id_columns=schema.id_columns))
         unknown = [c for c in columns if c not in known]
         if rows and unknown:
             raise ValueError(unknown_name("column", unknown, sorted(known)))
-    header = [column_title(c) for c in columns]
+    header = [schema.title(c) for c in columns]
     body = [[_format_value(r.get(c), digits) for c in columns] for r in rows]
     numeric = [
         any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows) for c in columns
@@ -132,7 +155,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
 
 
 def _json_safe(value: Any) -> Any:
-    """NaN (not valid JSON) -> None, +-inf -> "inf" / "-inf" (e.g. an RGM lambda of infinity),
+    """NaN (not valid JSON) -> None, +-inf -> "inf" / "-inf" (a parameter selected as infinity),
     recursively; tuples become lists."""
     if isinstance(value, float) and math.isnan(value):
         return None
@@ -172,12 +195,14 @@ class Report:
     Attributes:
         rows: the rows, in order; each a flat dict, identifying columns first.
         title: heading of the Markdown form (empty: none).
-        meta: what was evaluated: model, dataset, split, sizes, similarity options, selected lambdas,
-            notes ...; the entries of ``META_SHOWN``, ``similarity_options``, ``selected_lambda`` and
-            ``notes`` are printed above and below the tables.
+        meta: what was evaluated: model, dataset, split, sizes, similarity options, notes ...; the
+            entries of ``META_SHOWN``, ``similarity_options``, ``about`` (lines) and ``notes`` are
+            printed above and below the tables.
         skipped: ``{"similarity", "rerank", "reason"}`` for each requested row that was not evaluated
             (``rerank`` is ``"*"`` when a whole similarity was skipped).
         figures: small numeric series behind the plots (``pcmr.report.plots.FIGURES``), saved as PNG.
+        schema: the titles and table groups of the columns (:class:`ColumnSchema`, given by the layer
+            that made the rows; not saved).
 
     Example::
 
@@ -193,6 +218,7 @@ class Report:
     meta: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
+    schema: ColumnSchema = field(default=GENERIC_COLUMNS, compare=False, repr=False)
 
     # ---- rows ---------------------------------------------------------------------------------------
     def add(self, name: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -207,10 +233,9 @@ class Report:
         self.rows.append(row)
         return row
 
-    @staticmethod
-    def key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The identifying values of ``row``, in ``ID_COLUMNS`` order (those it has)."""
-        return tuple(row[c] for c in ID_COLUMNS if c in row)
+    def key(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The identifying values of ``row``, in the schema's ``id_columns`` order (those it has)."""
+        return tuple(row[c] for c in self.schema.id_columns if c in row)
 
     def row(self, *values: Any, **columns: Any) -> dict[str, Any]:
         """The first row whose identifying values start with ``values`` and whose ``columns`` equal
@@ -242,7 +267,7 @@ class Report:
     def columns(self, drop_empty: bool = False) -> list[str]:
         """Every column (identifying ones first, then metrics in order of first appearance);
         ``drop_empty`` leaves out metric columns missing in every row."""
-        return _columns(self.rows, drop_empty)
+        return _columns(self.rows, drop_empty, self.schema.id_columns)
 
     # ---- text ---------------------------------------------------------------------------------------
     def to_markdown(self, columns: Sequence[str] | None = None, digits: int = 2) -> str:
@@ -256,8 +281,7 @@ class Report:
             if options:
                 shown = ", ".join(f"{k}={_format_value(v, 4)}" for k, v in options.items())
                 about.append(f"- options of {name}: {shown}")
-        for name, lam in (self.meta.get("selected_lambda") or {}).items():
-            about.append(f"- lambda selected on the validation split for {name}: {_format_value(lam, 3)}")
+        about += [f"- {line}" for line in self.meta.get("about") or []]
         lines += [*about, ""] if about else []
         lines += self._tables(columns, digits)
         notes = self.meta.get("notes") or []
@@ -272,24 +296,26 @@ class Report:
     def _tables(self, columns: Sequence[str] | None, digits: int) -> list[str]:
         if not self.rows:
             return ["(no rows)", ""]
+        schema = self.schema
         if columns is not None:
-            return [format_table(self.rows, columns, digits), ""]
-        present = _columns(self.rows, drop_empty=True)
-        ids = [c for c in present if c in ID_COLUMNS]
-        recall = [c for c in present if c not in ID_COLUMNS and c.startswith(RECALL_COLUMNS)]
-        folds = [c for c in present if c.startswith(FOLD_COLUMNS)]
-        other = [c for c in present if c not in ID_COLUMNS and c not in recall and c not in folds]
-        if not any(c.startswith(("i2t_R@", "t2i_R@")) for c in recall):
-            return [format_table(self.rows, present, digits), ""]
-        out = ["Recall (percent), rsum, hubness:", "", format_table(self.rows, ids + recall, digits), ""]
+            return [format_table(self.rows, columns, digits, schema), ""]
+        present = _columns(self.rows, drop_empty=True, id_columns=schema.id_columns)
+        ids = [c for c in present if c in schema.id_columns]
+        metrics = [c for c in present if c not in schema.id_columns]
+        recall = [c for c in metrics if schema.group(c) == "recall"]
+        folds = [c for c in metrics if schema.group(c) == "folds"]
+        other = [c for c in metrics if c not in recall and c not in folds]
+        if not recall:
+            return [format_table(self.rows, present, digits, schema), ""]
+        out = ["Recall (percent), rsum, hubness:", "", format_table(self.rows, ids + recall, digits, schema), ""]
         fold_rows = [r for r in self.rows if any(r.get(c) is not None for c in folds)]
         if folds and fold_rows:
             size = self.meta.get("num_images", 0) // max(1, self.meta.get("num_folds") or 1)
             out += [f"Recall (percent) averaged over {self.meta.get('num_folds')} folds of {size} images:", "",
-                    format_table(fold_rows, ids + folds, digits), ""]
+                    format_table(fold_rows, ids + folds, digits, schema), ""]
         rows = [r for r in self.rows if any(r.get(c) is not None for c in other)]  # not top-k-only rows
         if other and rows:
-            out += ["Precision-type metrics (percent):", "", format_table(rows, ids + other, digits), ""]
+            out += ["Precision-type metrics (percent):", "", format_table(rows, ids + other, digits, schema), ""]
         return out
 
     def __str__(self) -> str:
@@ -297,7 +323,7 @@ class Report:
 
     def to_csv(self) -> str:
         """CSV text: every column of every row (full precision; empty cell for ``None``)."""
-        columns = _columns(self.rows, drop_empty=False)
+        columns = _columns(self.rows, drop_empty=False, id_columns=self.schema.id_columns)
         handle = io.StringIO(newline="")
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
@@ -312,7 +338,7 @@ class Report:
                            "figures": self.figures})
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "report") -> Report:
+    def from_dict(cls, data: Any, where: str = "report", schema: ColumnSchema = GENERIC_COLUMNS) -> Report:
         """Inverse of :meth:`to_dict` (infinities read back as floats; NaN stays a missing cell).
         ValueError naming ``where`` if ``data`` is not such a mapping."""
         if not isinstance(data, Mapping) or not isinstance(data.get("rows"), list) or not all(
@@ -323,7 +349,7 @@ class Report:
                 raise ValueError(f"{where}: '{key}' must be a {kind.__name__}, got {type(data[key]).__name__}")
         rows = [{str(c): _read_cell(str(c), v) for c, v in r.items()} for r in data["rows"]]
         return cls(rows=rows, title=data.get("title", ""), meta=dict(data.get("meta", {})),
-                   skipped=list(data.get("skipped", [])), figures=dict(data.get("figures", {})))
+                   skipped=list(data.get("skipped", [])), figures=dict(data.get("figures", {})), schema=schema)
 
     # ---- files --------------------------------------------------------------------------------------
     def save(self, out_dir: str | os.PathLike[str], plots: bool = True) -> dict[str, Path]:
@@ -341,8 +367,9 @@ class Report:
         return written
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Report:
-        """Read a ``results.json`` written by :meth:`save` (a folder holding one is accepted)."""
+    def load(cls, path: str | os.PathLike[str], schema: ColumnSchema = GENERIC_COLUMNS) -> Report:
+        """Read a ``results.json`` written by :meth:`save` (a folder holding one is accepted);
+        ``schema`` titles its columns (it is not saved)."""
         path = Path(path)
         if path.is_dir():
             path = path / "results.json"
@@ -352,7 +379,7 @@ class Report:
             raise FileNotFoundError(f"results file not found: {path}") from None
         except json.JSONDecodeError as err:
             raise ValueError(f"{path} is not valid JSON ({err}); expected a results.json written by pcmr") from None
-        return cls.from_dict(data, where=str(path))
+        return cls.from_dict(data, where=str(path), schema=schema)
 
 
 _MISSING = object()

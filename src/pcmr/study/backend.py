@@ -8,31 +8,35 @@ only, so a change in those APIs touches one file.
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from pcmr.atomic import atomic_write_text
-from pcmr.evaluation import encode_split, evaluate_embeddings, score_matrix, unsupported_reason
+from pcmr.config import ConfigError
+from pcmr.evaluation import (
+    EncodedEvaluation,
+    RetrievalEvaluator,
+    encode_split,
+    score_matrix,
+    unsupported_reason,
+)
+from pcmr.evaluation.evaluator import needs_validation
 from pcmr.evaluation.figures import corruption_series
 from pcmr.study.analysis import binary_selection, least_squares_slope, relevant_count_correlation
 from pcmr.study.spec import AnalysisOptions, StudyError
-from pcmr.train import Trainer, check_config, load_config, save_config
+from pcmr.train import check_config, load_config
+from pcmr.train.lifecycle import start_or_resume
 from pcmr.train.recipes import find_recipe
-from pcmr.train.run import CONFIG_FILE, RUN_FILE, load_run, load_run_split
+from pcmr.train.run import load_run, load_run_split
 
 __all__ = ["UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "resolve_config", "train_run", "write_text"]
 
 UNCERTAINTY_MEASURE = "log_det"
-#: config keys that may differ between a run folder's config and the study's without changing results
-_FREE_KEYS = (("train", "device"), ("train", "progress"), ("train", "log_every"), ("data", "num_workers"))
 
 
 def write_text(path: Path, text: str) -> None:
@@ -61,56 +65,20 @@ def resolve_config(recipe: str, overrides: Mapping[str, Any]) -> Any:
     return config
 
 
-def _comparable(config: Any) -> dict[str, Any]:
-    data = config.to_dict()
-    for section, key in _FREE_KEYS:
-        data.get(section, {}).pop(key, None)
-    return data
-
-
-def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            if a.get(key) != b.get(key):
-                return _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
-    return f"{prefix.rstrip('.')}: {a!r} in the run folder, {b!r} in the study"
-
-
 def train_run(recipe: str, overrides: Mapping[str, Any], run_dir: Path) -> float:
-    """Train into ``run_dir``: a new run, the continuation of an interrupted one (pcmr's resume from
-    the newest complete checkpoint), or nothing when its training finished. Returns seconds spent."""
+    """Train into ``run_dir`` through pcmr's run lifecycle (:func:`pcmr.train.lifecycle.start_or_resume`,
+    under the run lock): a new run, the continuation of an interrupted one from its newest complete
+    checkpoint, or nothing when its training finished. Returns seconds spent."""
 
     start = time.perf_counter()
     config = resolve_config(recipe, overrides)
-    saved_path = run_dir / CONFIG_FILE
-    if run_dir.exists() and not saved_path.is_file():  # killed before its config was written: start afresh
-        shutil.rmtree(run_dir)
-    if saved_path.is_file():
-        saved = load_config(saved_path)
-        if _comparable(saved) != _comparable(config):
-            raise StudyError(f"run folder {run_dir} was trained with another config "
-                             f"({_first_difference(_comparable(saved), _comparable(config))}); "
-                             f"delete the folder to train it again with the study's config")
-        summary = run_dir / RUN_FILE
-        if summary.is_file() and json.loads(summary.read_text(encoding="utf-8")).get("status") == "finished":
-            return 0.0
-        Trainer(saved, run_dir, resume=True).fit()
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, saved_path)
-        Trainer(config, run_dir).fit()
+    try:
+        start_or_resume(config, run_dir)
+    except ConfigError as exc:
+        if "another config" not in str(exc):
+            raise
+        raise StudyError(f"{exc} (the study's config)") from None
     return time.perf_counter() - start
-
-
-def _source_relevance(split: Any) -> torch.Tensor:
-    """BoolTensor ``[N_img, N_cap]``: each caption relevant to the image it was written for only."""
-    matrix = torch.zeros(split.num_images, split.num_captions, dtype=torch.bool)
-    matrix[torch.as_tensor(split.caption_image, dtype=torch.long), torch.arange(split.num_captions)] = True
-    return matrix
-
-
-def _relevance(split: Any, mode: str) -> torch.Tensor:
-    return split.relevance_matrix() if mode == "exact" else _source_relevance(split)
 
 
 def _has_variance(embeddings: Any) -> bool:
@@ -156,9 +124,65 @@ def _binary_selection_columns(trained: Any, similarities: Sequence[str], device:
     return out
 
 
+class _AnalysisColumns:
+    """The study's analysis columns (``docs/study.md``) as extras of the evaluator: per run the
+    uncertainty-vs-corruption slopes, per relevance mode the correlation of uncertainty with the
+    number of relevant items, and on the ``nns`` rows R@1 of the least / most uncertain decile and
+    binary-selection accuracy."""
+
+    def __init__(self, trained: Any, similarities: Sequence[str], analysis: AnalysisOptions) -> None:
+        self.trained, self.similarities, self.analysis = trained, list(similarities), analysis
+        self._run: dict[str, Any] | None = None
+        self._modes: dict[str, dict[str, Any]] = {}
+        self._binary: dict[str, dict[str, float]] | None = None
+
+    def _run_columns(self, evaluation: EncodedEvaluation) -> dict[str, Any]:
+        if self._run is None:
+            self._run = {}
+            if self.analysis.corruption and (_has_variance(evaluation.images) or _has_variance(evaluation.captions)):
+                self._run.update(_corruption_columns(evaluation.model, evaluation.split, evaluation.vocab,
+                                                     evaluation.device, evaluation.batch_size, self.analysis))
+        return self._run
+
+    def _mode_columns(self, evaluation: EncodedEvaluation, mode: str) -> dict[str, Any]:
+        if mode not in self._modes:
+            columns = dict(self._run_columns(evaluation))
+            images, captions = evaluation.images, evaluation.captions
+            if self.analysis.relevant_count and (_has_variance(images) or _has_variance(captions)):
+                rho = relevant_count_correlation(
+                    evaluation.relevance[mode],
+                    images.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(images) else None,
+                    captions.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(captions) else None)
+                for side, value in rho.items():
+                    columns[f"{side}_uncertainty_relevant_rho"] = _finite(value)
+            self._modes[mode] = columns
+        return self._modes[mode]
+
+    def _binary_columns(self, evaluation: EncodedEvaluation) -> dict[str, dict[str, float]]:
+        if self._binary is None:
+            self._binary = {}
+            if self.analysis.binary_selection and self.trained.config.data.name == "shapes":
+                self._binary = _binary_selection_columns(self.trained, self.similarities, evaluation.device,
+                                                         evaluation.batch_size)
+        return self._binary
+
+    def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
+        columns = dict(self._mode_columns(evaluation, mode))
+        if row["rerank"] == "nns":
+            figure = evaluation.reports[mode].figures.get("uncertainty_r1") or {}
+            series = figure.get("series", {}).get(row["similarity"]) if self.analysis.deciles else None
+            if series:
+                for direction in ("i2t", "t2i"):
+                    columns[f"{direction}_r1_least_uncertain"] = series[direction][0]
+                    columns[f"{direction}_r1_most_uncertain"] = series[direction][-1]
+            columns.update(self._binary_columns(evaluation).get(row["similarity"], {}))
+        return columns
+
+
 def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: Sequence[str] | None,
                  relevance_modes: Sequence[str], analysis: AnalysisOptions) -> list[dict[str, Any]]:
-    """Evaluate the selected model of ``run_dir`` on its test split under each relevance mode.
+    """Evaluate the selected model of ``run_dir`` on its test split under each relevance mode, with
+    :class:`pcmr.evaluation.RetrievalEvaluator` (the analysis columns are its extras).
 
     Returns one flat row per (similarity, re-ranker, relevance mode) with every metric of the
     evaluation table plus the analysis columns (``docs/study.md``). The evaluation tables are also
@@ -167,54 +191,23 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
 
     trained = load_run(run_dir)
     config = trained.config
-    device = config.train.device
-    batch_size = config.eval.batch_size
     similarities = list(similarities or config.eval.similarities)
     rerankers = list(rerankers or config.eval.rerankers)
     if "nns" not in rerankers:  # the analysis columns describe the raw scores: the nns rows carry them
         rerankers.insert(0, "nns")
-    test = load_run_split(config, config.eval.split)
-    images, captions = encode_split(trained.model, test, trained.vocab, batch_size=batch_size, device=device)
-    val = None
-    if any("rgm" in r.split("+") for r in rerankers):  # RGM's lambda is selected on the validation split
-        val_split = load_run_split(config, config.data.val_split)
-        val = (val_split, *encode_split(trained.model, val_split, trained.vocab, batch_size=batch_size,
-                                        device=device))
-    run_columns: dict[str, Any] = {}
-    if analysis.corruption and (_has_variance(images) or _has_variance(captions)):
-        run_columns.update(_corruption_columns(trained.model, test, trained.vocab, device, batch_size, analysis))
-    per_similarity: dict[str, dict[str, float]] = {}
-    if analysis.binary_selection and config.data.name == "shapes":
-        per_similarity = _binary_selection_columns(trained, similarities, device, batch_size)
+    analysis_columns = _AnalysisColumns(trained, similarities, analysis)
+    evaluator = RetrievalEvaluator(
+        load_run_split(config, config.eval.split),
+        val_split=load_run_split(config, config.data.val_split) if needs_validation(rerankers) else None,
+        similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
+        batch_size=config.eval.batch_size, device=config.train.device, uncertainty_measure=UNCERTAINTY_MEASURE,
+        extras=[analysis_columns], extra_positives=[], num_folds=None, corruption=False,
+        meta={"run": str(run_dir)})
+    reports = evaluator.evaluate_modes(trained.model, trained.vocab, trained.similarity_options)
     rows: list[dict[str, Any]] = []
-    for mode in relevance_modes:
-        relevance = _relevance(test, mode)
-        val_triplet = (val[1], val[2], _relevance(val[0], mode)) if val is not None else None
-        result = evaluate_embeddings(
-            images, captions, relevance, similarities=similarities, rerankers=rerankers,
-            similarity_options={k: dict(v) for k, v in trained.similarity_options.items()},
-            image_labels=getattr(test, "image_labels", None), caption_labels=getattr(test, "caption_labels", None),
-            val=val_triplet, uncertainty_measure=UNCERTAINTY_MEASURE,
-            meta={"run": str(run_dir), "relevance": mode})
-        result.save(run_dir / f"eval-{mode}", plots=False)
-        mode_columns = dict(run_columns)
-        if analysis.relevant_count and (_has_variance(images) or _has_variance(captions)):
-            rho = relevant_count_correlation(
-                relevance, images.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(images) else None,
-                captions.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(captions) else None)
-            for side, value in rho.items():
-                mode_columns[f"{side}_uncertainty_relevant_rho"] = _finite(value)
-        deciles = (result.figures.get("uncertainty_r1") or {}).get("series", {}) if analysis.deciles else {}
-        for row in result.rows:
-            extra: dict[str, Any] = {}
-            if row["rerank"] == "nns":
-                series = deciles.get(row["similarity"])
-                if series:
-                    for direction in ("i2t", "t2i"):
-                        extra[f"{direction}_r1_least_uncertain"] = series[direction][0]
-                        extra[f"{direction}_r1_most_uncertain"] = series[direction][-1]
-                extra.update(per_similarity.get(row["similarity"], {}))
-            rows.append({"similarity": row["similarity"], "rerank": row["rerank"], "relevance": mode,
-                         **{k: v for k, v in row.items() if k not in ("similarity", "rerank")},
-                         **mode_columns, **extra})
+    for mode, report in reports.items():
+        report.meta["relevance"] = mode
+        report.save(run_dir / f"eval-{mode}", plots=False)
+        rows.extend({"similarity": row["similarity"], "rerank": row["rerank"], "relevance": mode,
+                     **{k: v for k, v in row.items() if k not in ("similarity", "rerank")}} for row in report.rows)
     return rows

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pcmr.config import ConfigError, build_dataclass
 from pcmr.study.stats import EXPECTATIONS, Interval, paired_interval, verdict
-from pcmr.suggest import unknown_name
 
 __all__ = ["Claim", "Judgement", "Selector", "judge_claim", "judge_claims", "parse_claims", "NO_DATA"]
 
@@ -26,7 +26,6 @@ SELECT_FIELDS = ("recipe", "variant", "similarity", "rerank", "relevance")
 EXPANDED_FIELDS = ("variant", "relevance")
 #: verdict of a claim with no seed measured on both sides
 NO_DATA = "no data"
-_CLAIM_KEYS = ("id", "paper", "statement", "metric", "a", "b", "expect", "margin")
 
 
 @dataclass(frozen=True)
@@ -74,22 +73,32 @@ class Judgement:
     seeds: tuple[int, ...]
 
 
-def _selector(raw: Any, where: str) -> Selector:
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: expected a mapping with keys among {', '.join(SELECT_FIELDS + ('metric',))}, "
-                         f"got {raw!r}")
-    accepted = set(SELECT_FIELDS) | {"metric"}
-    unknown = sorted(set(raw) - accepted)
-    if unknown:
-        raise ValueError(f"{where}: " + unknown_name("key", unknown, sorted(accepted)))
-    for key, value in raw.items():
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"{where}.{key}: expected a name, got {value!r}")
-    return Selector(**raw)
+@dataclass
+class _ClaimFields:
+    """The keys of one claim of a study file (read by ``pcmr.config.build_dataclass``)."""
+
+    id: str = ""
+    paper: str = ""
+    statement: str = ""
+    metric: str = ""
+    a: Selector | None = None
+    b: Selector | None = None
+    expect: str = ""
+    margin: float = 0.0
+
+
+def _check_selector(selector: Selector | None, where: str) -> Selector:
+    if selector is None:
+        raise ValueError(f"{where}: expected a mapping with keys among {', '.join(SELECT_FIELDS + ('metric',))}")
+    for key in (*SELECT_FIELDS, "metric"):
+        if getattr(selector, key) == "":
+            raise ValueError(f"{where}.{key}: expected a name, got ''")
+    return selector
 
 
 def parse_claims(raw: Any, where: str = "claims") -> tuple[Claim, ...]:
-    """Claims from a list of mappings (the ``claims`` section of a study file)."""
+    """Claims from a list of mappings (the ``claims`` section of a study file). Unknown keys and
+    values of the wrong type are reported by ``pcmr.config.build_dataclass``."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -97,28 +106,26 @@ def parse_claims(raw: Any, where: str = "claims") -> tuple[Claim, ...]:
     claims, seen = [], set()
     for i, item in enumerate(raw):
         here = f"{where}[{i}]"
-        if not isinstance(item, dict):
-            raise ValueError(f"{here}: expected a mapping with keys {', '.join(_CLAIM_KEYS)}, got {item!r}")
-        unknown = sorted(set(item) - set(_CLAIM_KEYS))
-        if unknown:
-            raise ValueError(f"{here}: " + unknown_name("key", unknown, _CLAIM_KEYS))
+        try:
+            fields = build_dataclass(_ClaimFields, item, where=f"claims[{i}]", label="study file")
+        except ConfigError as exc:
+            raise ValueError(f"{where}: {exc}") from None
         for key in ("id", "paper", "statement", "metric"):
-            if not isinstance(item.get(key), str) or not item[key]:
-                raise ValueError(f"{here}.{key}: expected text, got {item.get(key)!r}")
-        if item["id"] in seen:
-            raise ValueError(f"{here}.id: duplicate claim id {item['id']!r}")
-        seen.add(item["id"])
-        expect = item.get("expect")
-        if expect not in EXPECTATIONS:
-            raise ValueError(f"{here}.expect: expected one of {', '.join(EXPECTATIONS)}, got {expect!r}")
-        margin = item.get("margin", 0.0)
-        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 0 or math.isinf(margin):
+            if not getattr(fields, key):
+                raise ValueError(f"{here}.{key}: expected text, got {getattr(fields, key)!r}")
+        if fields.id in seen:
+            raise ValueError(f"{here}.id: duplicate claim id {fields.id!r}")
+        seen.add(fields.id)
+        if fields.expect not in EXPECTATIONS:
+            raise ValueError(f"{here}.expect: expected one of {', '.join(EXPECTATIONS)}, got {fields.expect!r}")
+        margin = fields.margin
+        if not margin >= 0 or math.isinf(margin):
             raise ValueError(f"{here}.margin: expected a finite number >= 0, got {margin!r}")
-        if expect == "equal" and margin == 0:
+        if fields.expect == "equal" and margin == 0:
             raise ValueError(f"{here}.margin: an 'equal' claim needs a margin > 0 (equivalence within +-margin)")
-        a = _selector(item.get("a"), f"{here}.a")
-        b = _selector(item["b"], f"{here}.b") if item.get("b") is not None else None
-        claims.append(Claim(item["id"], item["paper"], item["statement"], item["metric"], a, b, expect,
+        a = _check_selector(fields.a, f"{here}.a")
+        b = _check_selector(fields.b, f"{here}.b") if fields.b is not None else None
+        claims.append(Claim(fields.id, fields.paper, fields.statement, fields.metric, a, b, fields.expect,
                             float(margin)))
     return tuple(claims)
 

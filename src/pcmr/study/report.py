@@ -1,5 +1,9 @@
 """The study's tables: ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md`` and ``times.md``.
 
+Every table is printed by the one result layer (:func:`pcmr.report.format_table`, and
+:class:`pcmr.report.Report` for ``results.csv``), metric columns titled by the evaluation's column
+schema (:data:`STUDY_COLUMNS`).
+
 ``results.csv`` has one row per run x similarity x re-ranker x relevance mode: the identifying
 columns :data:`ID_COLUMNS`, then every metric (empty cell where a metric does not apply).
 """
@@ -13,6 +17,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pcmr.evaluation.columns import EVALUATION_COLUMNS
+from pcmr.report import Column, ColumnSchema, Report, format_table
 from pcmr.study.claims import NO_DATA, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
 
@@ -21,27 +27,26 @@ __all__ = ["ID_COLUMNS", "claims_markdown", "first_similarities", "read_results_
 
 ID_COLUMNS = ("run", "recipe", "variant", "seed", "similarity", "rerank", "relevance")
 GROUP_COLUMNS = ("recipe", "variant", "similarity", "rerank")
+#: the study's rows: its identifying columns, then the evaluation's columns (titles and groups)
+STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*EVALUATION_COLUMNS.columns, Column("seeds", "seeds")),
+                             patterns=EVALUATION_COLUMNS.patterns)
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "" if math.isnan(value) else repr(value)
-    return str(value)
+#: the columns of claims.md and times.md (titled by their keys)
+CLAIM_COLUMNS = ("claim", "paper", "statement", "condition", "a", "b", "expect", "n", "mean a-b", "CI", "verdict")
+TIME_COLUMNS = ("recipe", "runs", "train s (median)", "train s (range)", "eval s (median)", "total s")
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: NaN as a missing value (as every other missing metric)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def results_csv(rows: Sequence[dict[str, Any]]) -> str:
-    """CSV text of ``rows`` (full precision; columns: ids, then metrics in order of first appearance)."""
-    columns = list(ID_COLUMNS)
-    for row in rows:
-        columns += [k for k in row if k not in columns]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_cell(row.get(c)) for c in columns])
-    return buffer.getvalue()
+    """CSV text of ``rows`` (full precision; columns: ids, then metrics in order of first appearance),
+    written by the one result type, :class:`pcmr.report.Report`."""
+    return Report(rows=[{key: _cell(value) for key, value in row.items()} for row in rows],
+                  schema=STUDY_COLUMNS).to_csv()
 
 
 def read_results_csv(text: str) -> list[dict[str, Any]]:
@@ -97,15 +102,14 @@ def summary_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, 
                 groups.setdefault(tuple(str(row[c]) for c in GROUP_COLUMNS), []).append(row)
         shown = [m for m in metrics if any(_number(r.get(m)) is not None for g in groups.values() for r in g)]
         lines += [f"## Relevance: {mode}", ""]
-        header = ["recipe", "variant", "similarity", "re-ranker", "seeds", *shown]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * 5 + "---:|" * len(shown)]
+        table = []
         for key, group in groups.items():
-            cells = [*key, str(len({r["seed"] for r in group}))]
+            cells: dict[str, Any] = {**dict(zip(GROUP_COLUMNS, key)), "seeds": len({r["seed"] for r in group})}
             for metric in shown:
                 values = [v for v in (_number(r.get(metric)) for r in group) if v is not None]
-                cells.append(_format_interval(values, level))
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
+                cells[metric] = _format_interval(values, level)
+            table.append(cells)
+        lines += [format_table(table, [*GROUP_COLUMNS, "seeds", *shown], schema=STUDY_COLUMNS), ""]
     if not rows:
         lines += ["(no finished runs)", ""]
     return "\n".join(lines)
@@ -157,18 +161,18 @@ def recipes_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, 
              f"two-sided {100 * level:g} % t-interval over seeds. All similarities and re-rankers are in "
              "`summary.md` and `results.csv`.", ""]
     for mode in dict.fromkeys(str(r["relevance"]) for r in rows):
-        lines += [f"## Relevance: {mode}", "",
-                  "| recipe | variant | similarity | seeds | " + " | ".join(shown) + " |",
-                  "|---|---|---|---:|" + "---:|" * len(shown)]
+        table: list[dict[str, Any]] = []
         for recipe, variant in keys:
             cells = [tables[m].get((recipe, variant, mode)) for m in shown]
             if all(c is None for c in cells):
                 continue
             seeds = max(c[2] for c in cells if c is not None)
-            text = ["-" if c is None else (f"{c[0]:.2f}" if math.isnan(c[1]) else f"{c[0]:.2f} ± {c[1]:.2f}")
+            text = [None if c is None else (f"{c[0]:.2f}" if math.isnan(c[1]) else f"{c[0]:.2f} ± {c[1]:.2f}")
                     for c in cells]
-            lines.append(f"| {recipe} | {variant} | {first[recipe]} | {seeds} | " + " | ".join(text) + " |")
-        lines.append("")
+            table.append({"recipe": recipe, "variant": variant, "similarity": first[recipe], "seeds": seeds,
+                          **dict(zip(shown, text))})
+        columns = ["recipe", "variant", "similarity", "seeds", *shown]
+        lines += [f"## Relevance: {mode}", "", format_table(table, columns, schema=STUDY_COLUMNS), ""]
     if not rows:
         lines += ["(no finished runs)", ""]
     return "\n".join(lines)
@@ -192,9 +196,8 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
              "interval lies inside (-m, m), `reversed` when it lies entirely outside [-m, m]; "
              f"otherwise `inconclusive` (always with fewer than two seeds); `{NO_DATA}`: no seed was "
              "measured on both sides. See docs/study.md.", "",
-             "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()), "",
-             "| claim | paper | statement | condition | a | b | expect | n | mean a-b | CI | verdict |",
-             "|---|---|---|---|---|---|---|---:|---:|---|---|"]
+             "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()), ""]
+    table: list[dict[str, Any]] = []
     for j in judgements:
         claim = j.claim
         a = j.a.describe(claim.metric)
@@ -205,9 +208,10 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
         condition = ", ".join(f"{k}={v}" for k, v in j.condition.items()) or "-"
         interval = j.interval
         ci = "-" if math.isnan(interval.half_width) else f"[{_fmt(interval.low)}, {_fmt(interval.high)}]"
-        lines.append(f"| {claim.id} | {claim.paper} | {claim.statement} | {condition} | {a} | {b} | {expect} | "
-                     f"{interval.n} | {_fmt(interval.mean)} | {ci} | {j.verdict} |")
-    lines.append("")
+        table.append({"claim": claim.id, "paper": claim.paper, "statement": claim.statement, "condition": condition,
+                      "a": a, "b": b, "expect": expect, "n": interval.n, "mean a-b": _fmt(interval.mean), "CI": ci,
+                      "verdict": j.verdict})
+    lines += [format_table(table, CLAIM_COLUMNS), ""]
     if errors:
         lines += ["Claims not judged:", ""] + [f"- {claim_id}: {reason}" for claim_id, reason in errors.items()] + [""]
     return "\n".join(lines)
@@ -227,19 +231,22 @@ def times_markdown(markers: Sequence[Mapping[str, Any]], *, title: str) -> str:
             by_recipe.setdefault(str(marker.get("recipe")), []).append((train, evaluate))
     lines = [f"# {title}: time per run", "",
              "Seconds measured by each run (training, then evaluation), summed per recipe. The study's "
-             "wall time is about the total divided by `--workers`, plus process start-up.", "",
-             "| recipe | runs | train s (median) | train s (range) | eval s (median) | total s |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "wall time is about the total divided by `--workers`, plus process start-up.", ""]
+    table: list[dict[str, Any]] = []
     total = 0.0
     for recipe in sorted(by_recipe):
-        train = [t for t, _ in by_recipe[recipe]]
-        evaluate = [e for _, e in by_recipe[recipe]]
-        seconds = sum(train) + sum(evaluate)
+        train_times = [t for t, _ in by_recipe[recipe]]
+        eval_times = [e for _, e in by_recipe[recipe]]
+        seconds = sum(train_times) + sum(eval_times)
         total += seconds
-        lines.append(f"| {recipe} | {len(train)} | {statistics.median(train):.0f} | {min(train):.0f}-{max(train):.0f} "
-                     f"| {statistics.median(evaluate):.0f} | {seconds:.0f} |")
+        table.append({"recipe": recipe, "runs": len(train_times),
+                      "train s (median)": round(statistics.median(train_times)),
+                      "train s (range)": f"{min(train_times):.0f}-{max(train_times):.0f}",
+                      "eval s (median)": round(statistics.median(eval_times)), "total s": round(seconds)})
     if not by_recipe:
-        lines.append("| (no finished runs) | 0 | - | - | - | 0 |")
+        table.append({"recipe": "(no finished runs)", "runs": 0, "train s (median)": None, "train s (range)": None,
+                      "eval s (median)": None, "total s": 0})
+    lines.append(format_table(table, TIME_COLUMNS))
     runs = sum(len(v) for v in by_recipe.values())
     lines += ["", f"All {runs} runs: {total:.0f} s ({total / 3600:.2f} h) of run time.", ""]
     return "\n".join(lines)

@@ -15,19 +15,16 @@ from typing import Any
 
 import yaml
 
-from pcmr.config import yaml_error_text
+from pcmr.config import ConfigError, build_dataclass, yaml_error_text
+from pcmr.relevance import RELEVANCE_MODES
 from pcmr.study.claims import Claim, parse_claims
 from pcmr.suggest import unknown_name
 
 __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
            "load_study", "parse_study", "shipped_study_dir"]
 
-RELEVANCE_MODES = ("exact", "source")
 DEFAULT_SUMMARY_METRICS = ("rsum", "i2t_R@1", "t2i_R@1", "i2t_r_precision", "t2i_r_precision", "hs_sum")
 _LABEL = re.compile(r"^[A-Za-z0-9_.+]+$")
-_TOP_KEYS = ("name", "description", "seeds", "seed_key", "set", "variants", "default_variants", "recipes",
-             "relevance", "analysis", "summary_metrics", "level", "claims")
-_RECIPE_KEYS = ("recipe", "similarities", "rerankers", "variants", "set", "headline")
 
 
 class StudyError(ValueError):
@@ -43,6 +40,37 @@ class AnalysisOptions:
     relevant_count: bool = True  # rank correlation of uncertainty with the number of relevant items
     binary_selection: bool = True  # binary selection accuracies (shapes data only)
     max_items: int = 256  # items of the test split used by the corruption series
+
+
+@dataclass
+class _RecipeFields:
+    """The keys of one entry of a study file's ``recipes`` (read by ``pcmr.config.build_dataclass``)."""
+
+    recipe: str | None = None
+    similarities: list[str] | None = None
+    rerankers: list[str] | None = None
+    variants: list[str] | None = None
+    set: dict[str, Any] | None = None
+    headline: str | None = None
+
+
+@dataclass
+class _StudyFields:
+    """The top-level keys of a study file (read by ``pcmr.config.build_dataclass``)."""
+
+    seeds: list[int] = field(default_factory=list)
+    recipes: dict[str, Any] = field(default_factory=dict)
+    name: str = "study"
+    description: str = ""
+    seed_key: str = "train.seed"
+    set: dict[str, Any] | None = None
+    variants: dict[str, Any] | None = None
+    default_variants: list[str] | None = None
+    relevance: list[str] = field(default_factory=lambda: list(RELEVANCE_MODES))
+    analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
+    summary_metrics: list[str] = field(default_factory=lambda: list(DEFAULT_SUMMARY_METRICS))
+    level: float = 0.95
+    claims: list[Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,10 +137,17 @@ def _fail(where: str, message: str) -> StudyError:
     return StudyError(f"{where}: {message}")
 
 
-def _names(value: Any, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+def _build(cls: type, raw: Any, where: str, section: str = "") -> Any:
+    """``build_dataclass(cls, raw)`` for the study file ``where`` (``section``: the dotted key of
+    ``raw`` in it), its error (unknown key, wrong type) raised as a :class:`StudyError`."""
+    try:
+        return build_dataclass(cls, raw, where=section, label="study file")
+    except ConfigError as exc:
+        raise StudyError(f"{where}: {exc}") from None
+
+
+def _names(value: list[str] | None, where: str) -> tuple[str, ...]:
+    if not value or not all(value):
         raise _fail(where, f"expected a non-empty list of names, got {value!r}")
     return tuple(value)
 
@@ -132,96 +167,72 @@ def _label(value: str, where: str) -> str:
 
 
 def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], default: tuple[str, ...],
-                  where: str) -> RecipeEntry:
+                  file: str) -> RecipeEntry:
+    where = f"{file}: recipes.{label}"
     label = _label(str(label), where)
-    raw = {} if raw is None else raw
-    if not isinstance(raw, dict):
-        raise _fail(where, f"expected a mapping with keys {', '.join(_RECIPE_KEYS)} (or nothing), got {raw!r}")
-    unknown = sorted(set(raw) - set(_RECIPE_KEYS))
-    if unknown:
-        raise _fail(where, unknown_name("key", unknown, _RECIPE_KEYS))
-    chosen = _names(raw["variants"], f"{where}.variants") if "variants" in raw else default
+    fields = _build(_RecipeFields, raw, file, f"recipes.{label}")
+    chosen = _names(fields.variants, f"{where}.variants") if fields.variants is not None else default
     missing = [v for v in chosen if v not in variants]
     if missing:
         raise _fail(f"{where}.variants", unknown_name("variant", missing, variants))
-    recipe = raw.get("recipe", label)
-    if not isinstance(recipe, str) or not recipe:
+    recipe = fields.recipe if fields.recipe is not None else label
+    if not recipe:
         raise _fail(f"{where}.recipe", f"expected a recipe name or YAML path, got {recipe!r}")
-    sims = _names(raw["similarities"], f"{where}.similarities") if raw.get("similarities") is not None else None
-    reranks = _names(raw["rerankers"], f"{where}.rerankers") if raw.get("rerankers") is not None else None
-    headline = raw.get("headline")
-    if headline is not None and (not isinstance(headline, str) or (sims is not None and headline not in sims)):
-        raise _fail(f"{where}.headline", f"expected one of the recipe's similarities {list(sims or [])}, "
-                                         f"got {headline!r}")
-    return RecipeEntry(label, recipe, sims, reranks, chosen, _overrides(raw.get("set"), f"{where}.set"), headline)
+    sims = _names(fields.similarities, f"{where}.similarities") if fields.similarities is not None else None
+    reranks = _names(fields.rerankers, f"{where}.rerankers") if fields.rerankers is not None else None
+    headline = fields.headline
+    if headline is not None and sims is not None and headline not in sims:
+        raise _fail(f"{where}.headline", f"expected one of the recipe's similarities {list(sims)}, got {headline!r}")
+    return RecipeEntry(label, recipe, sims, reranks, chosen, _overrides(fields.set, f"{where}.set"), headline)
 
 
-def _analysis(raw: Any, where: str) -> AnalysisOptions:
+def _analysis_mapping(raw: Any) -> Any:
+    """``analysis: true`` / nothing: every analysis; ``false``: none; otherwise the mapping as given."""
     if raw is None or raw is True:
-        return AnalysisOptions()
+        return {}
     if raw is False:
-        return AnalysisOptions(False, False, False, False)
-    if not isinstance(raw, dict):
-        raise _fail(where, f"expected true, false or a mapping of analysis switches, got {raw!r}")
-    known = AnalysisOptions.__dataclass_fields__
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise _fail(where, unknown_name("key", unknown, known))
-    for key, value in raw.items():
-        expected = int if key == "max_items" else bool
-        if not isinstance(value, expected) or isinstance(value, bool) != (expected is bool):
-            raise _fail(f"{where}.{key}", f"expected {'an integer' if expected is int else 'true or false'}, "
-                                          f"got {value!r}")
-    return AnalysisOptions(**raw)
+        return {"deciles": False, "corruption": False, "relevant_count": False, "binary_selection": False}
+    return raw
 
 
 def parse_study(raw: Any, where: str = "study") -> StudySpec:
-    """Build a :class:`StudySpec` from the mapping of a study file (``where`` names it in errors)."""
+    """Build a :class:`StudySpec` from the mapping of a study file (``where`` names it in errors).
+
+    Unknown keys and values of the wrong type are reported by ``pcmr.config.build_dataclass`` (the
+    one configuration engine), with ``where`` in front."""
     if not isinstance(raw, dict):
         raise _fail(where, "a study file must hold a mapping with keys seeds, recipes, variants, ...")
-    unknown = sorted(set(raw) - set(_TOP_KEYS))
-    if unknown:
-        raise _fail(where, unknown_name("key", unknown, _TOP_KEYS))
-    name = _label(str(raw.get("name", "study")), f"{where}: name")
-    seeds = raw.get("seeds")
-    if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                            for s in seeds) or len(set(seeds)) != len(seeds)):
-        raise _fail(f"{where}: seeds", f"expected a list of distinct integers, got {seeds!r}")
-    variants_raw = raw.get("variants") or {"base": {}}
-    if not isinstance(variants_raw, dict):
-        raise _fail(f"{where}: variants", f"expected a mapping of variant names to override mappings, "
-                                          f"got {variants_raw!r}")
+    fields = _build(_StudyFields, {**raw, "analysis": _analysis_mapping(raw.get("analysis"))}, where)
+    name = _label(str(fields.name), f"{where}: name")
+    seeds = fields.seeds
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise _fail(f"{where}: seeds", f"expected a list of distinct integers, got {raw.get('seeds')!r}")
     variants = {_label(str(k), f"{where}: variants"): _overrides(v, f"{where}: variants.{k}")
-                for k, v in variants_raw.items()}
-    default = _names(raw["default_variants"], f"{where}: default_variants") if "default_variants" in raw \
+                for k, v in (fields.variants or {"base": {}}).items()}
+    default = _names(fields.default_variants, f"{where}: default_variants") if fields.default_variants is not None \
         else tuple(variants)
     undefined = [v for v in default if v not in variants]
     if undefined:
         raise _fail(f"{where}: default_variants", f"unknown variant(s) {undefined}; the study defines "
                                                   f"{', '.join(variants)}")
-    recipes_raw = raw.get("recipes")
-    if not isinstance(recipes_raw, dict) or not recipes_raw:
-        raise _fail(f"{where}: recipes", f"expected a mapping of recipe names to options, got {recipes_raw!r}")
-    recipes = tuple(_recipe_entry(k, v, variants, default, f"{where}: recipes.{k}") for k, v in recipes_raw.items())
-    relevance = _names(raw.get("relevance", list(RELEVANCE_MODES)), f"{where}: relevance")
+    if not fields.recipes:
+        raise _fail(f"{where}: recipes", f"expected a mapping of recipe names to options, got {raw.get('recipes')!r}")
+    recipes = tuple(_recipe_entry(k, v, variants, default, where) for k, v in fields.recipes.items())
+    relevance = _names(fields.relevance, f"{where}: relevance")
     bad = [r for r in relevance if r not in RELEVANCE_MODES]
     if bad:
         raise _fail(f"{where}: relevance", unknown_name("mode", bad, RELEVANCE_MODES))
-    level = raw.get("level", 0.95)
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1 or math.isnan(level):
+    level = fields.level
+    if not 0 < level < 1 or math.isnan(level):
         raise _fail(f"{where}: level", f"expected a confidence level between 0 and 1, got {level!r}")
-    seed_key = raw.get("seed_key", "train.seed")
-    if not isinstance(seed_key, str) or "." not in seed_key:
-        raise _fail(f"{where}: seed_key", f"expected a dotted config key such as train.seed, got {seed_key!r}")
-    description = raw.get("description", "")
-    if not isinstance(description, str):
-        raise _fail(f"{where}: description", f"expected text, got {description!r}")
-    summary = _names(raw.get("summary_metrics", list(DEFAULT_SUMMARY_METRICS)), f"{where}: summary_metrics")
+    if "." not in fields.seed_key:
+        raise _fail(f"{where}: seed_key", f"expected a dotted config key such as train.seed, got {fields.seed_key!r}")
+    summary = _names(fields.summary_metrics, f"{where}: summary_metrics")
     spec = StudySpec(name=name, seeds=tuple(seeds), recipes=recipes, variants=variants,
-                     overrides=_overrides(raw.get("set"), f"{where}: set"), seed_key=seed_key, relevance=relevance,
-                     analysis=_analysis(raw.get("analysis"), f"{where}: analysis"), summary_metrics=summary,
-                     level=float(level), claims=parse_claims(raw.get("claims"), f"{where}: claims"),
-                     description=description, default_variants=tuple(default))
+                     overrides=_overrides(fields.set, f"{where}: set"), seed_key=fields.seed_key,
+                     relevance=relevance, analysis=fields.analysis, summary_metrics=summary, level=float(level),
+                     claims=parse_claims(fields.claims, f"{where}: claims"), description=fields.description,
+                     default_variants=tuple(default))
     labels = [e.label for e in recipes]
     for claim in spec.claims:
         for side in (claim.a, claim.b):

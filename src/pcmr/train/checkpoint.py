@@ -11,8 +11,8 @@ Layout of ``RUN/checkpoints/``::
     LATEST                      # one line: the name of the newest complete checkpoint folder
 
 A checkpoint is written into a temporary folder (every file fsync'ed), renamed
-into place, and only then is ``LATEST`` replaced atomically (temp file + fsync +
-``os.replace``). A process killed at any moment therefore leaves ``LATEST``
+into place (``pcmr.atomic.move_into_place``), and only then is ``LATEST`` replaced
+atomically (``pcmr.atomic.atomic_write_text``). A process killed at any moment therefore leaves ``LATEST``
 naming a complete checkpoint (or no ``LATEST`` at all). Reading verifies the
 recorded sizes and hashes, so a truncated or corrupted file gives a
 :class:`CheckpointError` naming it; older checkpoints are kept (``keep``) and are
@@ -42,7 +42,7 @@ from safetensors.torch import load as safetensors_load
 from safetensors.torch import save as safetensors_save
 from torch import Tensor
 
-from pcmr.atomic import atomic_write_bytes, atomic_write_text, fsync_dir
+from pcmr.atomic import atomic_write_bytes, atomic_write_text, fsync_dir, move_into_place
 
 __all__ = [
     "Checkpoint",
@@ -285,8 +285,7 @@ def _write_checkpoint(checkpoint_dir: Path, name: str, tmp: Path, *, weights: di
 
     if final.exists():  # left by a run killed between the rename and the LATEST update
         shutil.rmtree(final)
-    os.replace(tmp, final)
-    fsync_dir(checkpoint_dir)
+    move_into_place(tmp, final)
     atomic_write_text(checkpoint_dir / LATEST, name + "\n")
     return final
 

@@ -31,7 +31,9 @@ import yaml
 from pcmr.atomic import atomic_write_text
 from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
+from pcmr.data.batching import TRAIN_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
+from pcmr.relevance import relevance_mode
 
 __all__ = [
     "ConfigError",
@@ -57,11 +59,12 @@ class DataConfig:
     train_split: str = "train"
     val_split: str = "val"
     test_split: str = "test"
-    batch_size: int = 64  # (image, caption) pairs per training batch: the global batch, split over processes
-    # in-batch positives: "source" (only the pairs written together, COCO/Flickr practice, false
-    # negatives included) or "true" (the dataset's known relation: shapes grammar, CUB classes);
-    # YAML reads a bare `true` as a boolean, which is accepted as "true"
-    train_relevance: str | bool = "true"
+    batch_size: int = TRAIN_BATCH_SIZE  # (image, caption) pairs per training batch: the global batch, split over processes
+    # in-batch positives, a pcmr.relevance.RELEVANCE_MODES name: "source" (only the pairs written
+    # together, COCO/Flickr practice, false negatives included) or "exact" (the dataset's known
+    # relation: shapes grammar, CUB classes); the old spelling "true" (or a bare YAML `true`) is
+    # read as "exact" with a deprecation warning
+    train_relevance: str | bool = "exact"
     eval_batch_size: int = ENCODE_BATCH_SIZE  # items per encoding batch during validation
     num_workers: int = 0  # DataLoader workers; 0 keeps mid-epoch resume bit-exact
     options: dict[str, Any] = field(default_factory=dict)  # passed to load_dataset (e.g. size, seed)
@@ -188,13 +191,11 @@ class RunConfig:
                 f"data.loader_options may not set {', '.join(reserved)}; use train.seed, data.num_workers, "
                 f"data.batch_size"
             )
-        if config.data.train_relevance is True:
-            config.data.train_relevance = "true"
-        if config.data.train_relevance not in ("source", "true"):
-            raise ConfigError(
-                f"config key 'data.train_relevance' expects 'source' (only the pairs written together are "
-                f"positives) or 'true' (the dataset's relation), got {config.data.train_relevance!r}"
-            )
+        try:
+            config.data.train_relevance = relevance_mode(config.data.train_relevance,
+                                                         "config key 'data.train_relevance'")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if config.data.batch_size < 1:
             raise ConfigError(f"data.batch_size must be >= 1, got {config.data.batch_size}")
         return config

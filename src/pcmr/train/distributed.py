@@ -8,10 +8,16 @@ pcmr adds no launcher and no communication layer: processes are started by
 
 The global batch: ``data.batch_size`` items are split into equal contiguous shards
 (one per process, ``PairBatchSampler(num_replicas, rank)``). Before the loss, every
-process gathers the embeddings of all shards (:func:`gather_rows`, differentiable),
-merges images that several shards hold (keeping the first, as the one-process collate
-does) and builds the relevance matrix of the whole batch from the split's relation,
-so every loss sees exactly the batch a single process would see.
+process gathers the embeddings of all shards (:func:`gather_rows`, differentiable)
+and builds the relevance matrix of the whole batch from the split's relation, so every
+loss sees exactly the batch a single process would see. An image that several shards
+share is encoded once, by the process of its first occurrence in the global batch (the
+sampler marks it), so the gathered images are the one-process images in the same order;
+batch normalisation uses the statistics of the global batch
+(:mod:`pcmr.train.global_batchnorm`). Random draws do not depend on the process either:
+augmentation is drawn from a seed per global item (``PairBatchSampler``), and the loss's
+Monte-Carlo samples are drawn after the gather, for the whole global batch, from a
+generator reseeded from ``(seed, step)``.
 
 Gradients: every process computes the same global loss ``L``. The backward of
 :func:`gather_rows` sums the gradients of the gathered tensor over processes

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from pcmr.atomic import move_into_place
+
 try:
     import fcntl
 except ImportError:  # not POSIX: the lock file alone still refuses a second live run
@@ -124,7 +126,7 @@ class RunLock:
         tmp.write_text(json.dumps(owner) + "\n", encoding="utf-8")
         try:
             if replace:
-                os.replace(tmp, self.path)
+                move_into_place(tmp, self.path)
             else:
                 os.link(tmp, self.path)
             return True

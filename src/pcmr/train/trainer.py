@@ -56,6 +56,7 @@ from pcmr.train.distributed import (
     wrap_ddp,
 )
 from pcmr.train.faults import NonFiniteGuard
+from pcmr.train.global_batchnorm import convert_global_batchnorm
 from pcmr.train.precision import autocast_factory, grad_scaler
 from pcmr.train.preemption import StopRequest, TrainingInterrupted, resume_command
 from pcmr.train.run import (
@@ -160,8 +161,8 @@ class Trainer:
         self.device = self.context.device
         self.parts = parts if parts is not None else build_parts(config, self.run_dir)
         self.model = self.parts.model.to(self.device)
-        if self.context.enabled and self.device.type == "cuda":  # batch statistics over the global batch
-            self.model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
+        if self.context.enabled:  # batch statistics over the global batch, on every device
+            self.model = convert_global_batchnorm(self.model)
         self.loss_fn = self.parts.loss.to(self.device)
         self.optimizer = build_optimizer(train, [*self.model.parameters(), *self.loss_fn.parameters()])
         self.scaler = grad_scaler(train.precision, self.device)

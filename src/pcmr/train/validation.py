@@ -1,8 +1,9 @@
-"""Validation during training: encode the validation split, score it, compute rsum and R-Precision.
+"""Validation during training: the retrieval metrics of the validation split under one score.
 
 Model selection uses ``rsum`` (sum of R@1/5/10 in both directions, docs/metrics.md) or the mean
-``r_precision`` of both directions (PCME §4.1.1). The numbers come from the one bidirectional
-driver, ``pcmr.metrics.evaluate_directions``, without re-ranking or hubness.
+``r_precision`` of both directions (PCME Sec. 4.1.1). The numbers come from the one evaluator,
+:class:`pcmr.evaluation.RetrievalEvaluator`, with one similarity, no re-ranking, the split's exact
+relation, and neither figures nor hubness columns.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from torch import nn
 from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
-from pcmr.evaluation.encode import encode_split
-from pcmr.metrics import DEFAULT_KS, evaluate_directions
-from pcmr.similarity import get_similarity, pairwise
+from pcmr.evaluation.evaluator import RetrievalEvaluator
+from pcmr.evaluation.relevance_modes import relevance_modes
+from pcmr.metrics import DEFAULT_KS
 
 __all__ = ["validate"]
 
@@ -40,20 +41,25 @@ def validate(
     same weights always give the same numbers; the global RNG is left untouched.
     """
 
-    options = dict(similarity_options or {})
+    evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=["nns"],
+                                   relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
+                                   figures=False, corruption=False, hubness=False, extra_positives=[])
     with torch.random.fork_rng(devices=[]):
-        images, captions = encode_split(model, split, vocab, batch_size=batch_size)
-        if get_similarity(similarity).sampled and "generator" not in options:
-            generator = torch.Generator(device=images.device)
-            generator.manual_seed(seed)
-            options["generator"] = generator
-        with torch.no_grad():
-            scores = pairwise(similarity, images, captions, **options)  # [N_img, N_cap]
-    report = evaluate_directions(scores, split.image_to_captions, ks=DEFAULT_KS, hubness_ks=()).report
+        report = evaluator.evaluate(model, vocab, {similarity: dict(similarity_options or {})})
+    if not report.rows:
+        reasons = "; ".join(item["reason"] for item in report.skipped) or "no row"
+        raise ValueError(f"validation with similarity {similarity!r} is impossible: {reasons}")
+    row = report.rows[0]
     metrics: dict[str, float] = {}
     for direction in ("i2t", "t2i"):
         for key in (*(f"R@{k}" for k in DEFAULT_KS), "r_precision"):
-            metrics[f"{direction}_{key}"] = float(report[direction][key])
-    metrics["rsum"] = float(report["total"]["rsum"])
+            metrics[f"{direction}_{key}"] = float(row[f"{direction}_{key}"])
+    metrics["rsum"] = float(row["rsum"])
     metrics["r_precision"] = 0.5 * (metrics["i2t_r_precision"] + metrics["t2i_r_precision"])
     return metrics
+
+
+def _exact_mode(split: RetrievalSplit) -> str:
+    """The mode of the split's own relation (``exact``, or ``source`` where the split knows only
+    the written pairs: then both are the same relation)."""
+    return next(iter(relevance_modes(split)))

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from pcmr.config import ConfigError, build_dataclass
 from pcmr.data.errors import DataError
 from pcmr.data.shapes.grammar import CAPTION_STYLES, MAX_DESCRIPTIONS
 from pcmr.data.shapes.scene import COLOURS, SHAPES, parse_combinations, sample_scenes
-from pcmr.suggest import unknown_name
 
 __all__ = ["ShapesConfig", "SHAPES_SPLITS", "SHAPES_PRESETS", "GENERATOR_VERSION", "split_seed"]
 
@@ -62,17 +62,16 @@ class ShapesConfig:
     cache_dir: str | None = None  # default: $PCMR_CACHE, else $XDG_CACHE_HOME/pcmr, else ~/.cache/pcmr
 
     def __post_init__(self) -> None:
-        if not isinstance(self.preset, str) or self.preset not in SHAPES_PRESETS:
+        """Fill the preset's settings and check value ranges (types are checked by :meth:`from_dict`,
+        through ``pcmr.config.build_dataclass``)."""
+        if self.preset not in SHAPES_PRESETS:
             raise DataError(f"preset={self.preset!r}", location="shapes config 'preset'",
                             expected=f"one of {sorted(SHAPES_PRESETS)}")
         for name, value in SHAPES_PRESETS[self.preset].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
-        for name in ("count_caption_rate", "pixel_noise"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a number")
-            setattr(self, name, float(value))
+        self.count_caption_rate = float(self.count_caption_rate)  # type: ignore[arg-type]
+        self.pixel_noise = float(self.pixel_noise)  # type: ignore[arg-type]
         if not 0.0 <= self.count_caption_rate <= 1.0:
             raise DataError(f"count_caption_rate={self.count_caption_rate!r}",
                             location="shapes config 'count_caption_rate'", expected="a number in [0, 1]")
@@ -98,21 +97,11 @@ class ShapesConfig:
             raise DataError(f"min_objects={self.min_objects!r}", location="shapes config 'min_objects'",
                             expected=f"at least descriptions_per_caption ({self.descriptions_per_caption}) "
                                      "with slots captions")
-        kinds = {"min_objects": (int, "an integer"), "max_objects": (int, "an integer"), "seed": (int, "an integer"),
-                 "cache": (bool, "true or false"), "cache_dir": ((str, type(None)), "a folder path or null"),
-                 "unseen_combinations": ((list, tuple), "a list of 'colour shape' strings")}
-        for name, (kind, expected) in kinds.items():
-            value = getattr(self, name)
-            if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-                raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected=expected)
-        if not all(isinstance(item, str) for item in self.unseen_combinations):
-            raise DataError(f"unseen_combinations={self.unseen_combinations!r}",
-                            location="shapes config 'unseen_combinations'", expected="a list of 'colour shape' strings")
         self.unseen_combinations = tuple(self.unseen_combinations)
         for name in ("image_size", "captions_per_image", "num_train", "num_val", "num_test", "num_test_unseen",
                      "num_binary_selection"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < (1 if name in ("image_size", "captions_per_image") else 0):
+            if value < (1 if name in ("image_size", "captions_per_image") else 0):
                 raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a positive integer")
         try:
             held_out = parse_combinations(self.unseen_combinations)
@@ -125,12 +114,13 @@ class ShapesConfig:
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> ShapesConfig:
-        """Build from keyword settings; an unknown key raises :class:`DataError` listing the valid ones."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise DataError(unknown_name("shapes config key", unknown, sorted(known)))
-        return cls(**config)
+        """Build from keyword settings with ``pcmr.config.build_dataclass``: an unknown key or a value of
+        the wrong type raises :class:`DataError` naming the key and what it accepts."""
+        try:
+            built: ShapesConfig = build_dataclass(cls, config, label="shapes config")
+        except ConfigError as exc:
+            raise DataError(str(exc), location="shapes config") from None
+        return built
 
     def generation_dict(self) -> dict[str, Any]:
         """The settings that determine the generated data (the cache key)."""

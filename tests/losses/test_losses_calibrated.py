@@ -180,7 +180,7 @@ def test_negative_pairs_are_pushed_to_a_larger_w2():
 def test_the_conventions_that_depart_from_the_paper_are_documented():
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "losses.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "losses.md").read_text()
     section = text[text.index("## CalibPE"):]
     assert "The log of the hinge is dropped" in section and "eq.3" in section.lower().replace("eq. 3", "eq.3")
     assert "Sign of the distribution term for negatives" in section and "raises* its W2" in section

@@ -17,7 +17,7 @@ from pcmr.train import Trainer, load_config, save_config
 from pcmr.train import checkpoint as checkpoint_module
 from pcmr.train.checkpoint import load_latest_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def overrides(cache_dir):

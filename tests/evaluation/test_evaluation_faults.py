@@ -18,27 +18,10 @@ SHAPES = dict(image_size=16, num_train=12, num_val=6, num_test=13, num_test_unse
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(tmp_path_factory, tiny_run_factory):
     """A run folder as `pcmr train` writes it (untrained weights are enough here)."""
-    from pcmr.data import Vocabulary, load_dataset
-    from pcmr.models import create_model, save_model
-    from pcmr.train.config import RunConfig, save_config
-
-    root = tmp_path_factory.mktemp("run")
-    config = RunConfig.from_dict({
-        "model": {"name": "pcme", "embed_dim": 4, "image_encoder": {"cnn_channels": [4, 8]},
-                  "text_encoder": {"word_dim": 8, "hidden_dim": 8}},
-        "loss": {"name": "pcme"}, "data": {"name": "shapes", "options": SHAPES},
-        "eval": {"similarities": ["cosine"], "rerankers": ["nns"]},
-    })
-    save_config(config, root / "config.yaml")
-    vocab = Vocabulary.from_split(load_dataset("shapes", "train", **SHAPES))
-    vocab.save(root / "vocab.json")
-    torch.manual_seed(0)
-    model = create_model("pcme", vocab_size=len(vocab), embed_dim=4, image_encoder={"cnn_channels": [4, 8]},
-                         text_encoder={"word_dim": 8, "hidden_dim": 8})
-    save_model(model, root / "model", extra_json={"vocabulary": vocab.to_dict()})
-    return root
+    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=SHAPES,
+                            eval_section={"similarities": ["cosine"], "rerankers": ["nns"]}, vocabulary_in_model=True)
 
 
 def copy_run(run_dir, tmp_path):
@@ -130,7 +113,7 @@ def test_ids_that_are_not_coco_ids_are_never_matched_to_cxc_or_eccv():
     from pcmr.data import RetrievalSplit
     from pcmr.data.images import FeatureImages
     from pcmr.evaluation.checks import coco_id_problem
-    from pcmr.evaluation.evaluate import _load_extra_positives
+    from pcmr.evaluation.evaluator import _load_extra_positives
 
     def split(**info):
         return RetrievalSplit(name="coco", split="test", images=FeatureImages(torch.zeros(2, 3).numpy()),

@@ -82,10 +82,13 @@ def test_equivalence_claim() -> None:
     ({"expect": "bigger"}, "expect"),
     ({"expect": "equal"}, "margin > 0"),
     ({"margin": -1}, "margin"),
-    ({"a": {"recipe": "pcme", "model": "x"}}, "unknown key"),
-    ({"a": "pcme"}, "expected a mapping"),
+    ({"a": {"recipe": "pcme", "model": "x"}}, "unknown study file key 'claims\\[0\\].a.model'; accepted keys"),
+    ({"a": "pcme"}, "study file key 'claims\\[0\\].a' expects Selector or null, got 'pcme'"),
+    ({"a": {"recipe": 3}}, "study file key 'claims\\[0\\].a.recipe' expects str or null, got 3"),
+    ({"a": None}, "claims\\[0\\].a: expected a mapping"),
     ({"metric": ""}, "metric"),
-    ({"colour": 1}, "unknown key"),
+    ({"margin": "wide"}, "study file key 'claims\\[0\\].margin' expects a number"),
+    ({"colour": 1}, "unknown study file key 'claims\\[0\\].colour'; accepted keys"),
 ])
 def test_bad_claims_are_rejected(change: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

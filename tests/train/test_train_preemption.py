@@ -26,7 +26,7 @@ from pcmr.train import Trainer, load_config, save_config
 from pcmr.train.checkpoint import load_latest_checkpoint
 from pcmr.train.trainer import TrainingInterrupted
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 30  # 80 captions, global batch 8: 10 steps per epoch, 3 epochs
 WORDS = "red blue green square circle triangle big small left right above below".split()
 

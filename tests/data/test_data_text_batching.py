@@ -201,14 +201,14 @@ def test_relevance_storages_agree():
 
 def test_source_relevance_keeps_only_the_written_pairs(shapes_train):
     """``source``: only the captions written for an image are its positives (COCO practice);
-    ``true`` / ``exact``: the dataset's relation; training batches follow the split's relation."""
+    ``exact``: the dataset's relation; training batches follow the split's relation."""
     source = shapes_train.relevance_by_mode("source").matrix()
     expected = torch.zeros(37, 185, dtype=torch.bool)
     expected[torch.from_numpy(shapes_train.caption_image), torch.arange(185)] = True
     assert torch.equal(source, expected)
     exact = shapes_train.relevance_by_mode("exact").matrix()
     assert torch.equal(exact, shapes_train.relevance_matrix()) and (exact & ~source).any() and not (source & ~exact).any()
-    assert shapes_train.with_relevance("true") is shapes_train
+    assert shapes_train.with_relevance("exact") is shapes_train
     written = shapes_train.with_relevance("source")
     assert written.images is shapes_train.images and torch.equal(written.relevance_matrix(), source)
     assert torch.equal(shapes_train.relevance_matrix(), exact)  # the original split is unchanged
@@ -216,5 +216,5 @@ def test_source_relevance_keeps_only_the_written_pairs(shapes_train):
     for batch in train_loader(written, vocab, batch_size=23, seed=1):
         want = source[batch["image_index"]][:, batch["caption_index"]]
         assert torch.equal(batch["relevance"], want) and int(batch["relevance"].sum()) == 23
-    with pytest.raises(ValueError, match="relevance mode 'all' is not one of source, true, exact"):
+    with pytest.raises(ValueError, match="relevance mode expects one of 'exact', 'source' .* got 'all'"):
         shapes_train.relevance_by_mode("all")

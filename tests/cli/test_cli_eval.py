@@ -8,36 +8,16 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import TINY_SHAPES as SHAPES
 from pcmr.cli import main
-
-SHAPES = dict(image_size=16, num_train=24, num_val=11, num_test=13, num_test_unseen=1, num_binary_selection=1,
-              cache=False)
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(tmp_path_factory, tiny_run_factory):
     """A run folder as `pcmr train` writes it: config.yaml, model/, vocab.json, similarity_options.json."""
-    from pcmr.data import Vocabulary, load_dataset
-    from pcmr.models import create_model, save_model
-    from pcmr.train.config import RunConfig, save_config
-
-    root = tmp_path_factory.mktemp("run")
-    config = RunConfig.from_dict({
-        "model": {"name": "pcme", "embed_dim": 4, "image_encoder": {"cnn_channels": [4, 8]},
-                  "text_encoder": {"word_dim": 8, "hidden_dim": 8}},
-        "loss": {"name": "pcme"},
-        "data": {"name": "shapes", "options": SHAPES},
-        "eval": {"similarities": ["cosine", "kl"], "rerankers": ["nns", "csls"]},
-    })
-    save_config(config, root / "config.yaml")
-    vocab = Vocabulary.from_split(load_dataset("shapes", "train", **SHAPES))
-    vocab.save(root / "vocab.json")
-    torch.manual_seed(0)
-    model = create_model("pcme", vocab_size=len(vocab), embed_dim=4, image_encoder={"cnn_channels": [4, 8]},
-                         text_encoder={"word_dim": 8, "hidden_dim": 8})
-    save_model(model, root / "model")
-    (root / "similarity_options.json").write_text(json.dumps({"match_prob": {"a": 3.0, "b": 1.0}}))
-    return root
+    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=SHAPES,
+                            eval_section={"similarities": ["cosine", "kl"], "rerankers": ["nns", "csls"]},
+                            similarity_options={"match_prob": {"a": 3.0, "b": 1.0}})
 
 
 def test_evaluate_run_with_defaults_and_flags(run_dir, tmp_path, capsys):

@@ -11,7 +11,7 @@ import yaml
 from pcmr.cli import main
 from pcmr.train.config import RunConfig
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "src" / "pcmr" / "recipes").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "src" / "pcmr" / "recipes").glob("*.yaml"))
 EXPECTED = (
     [
         "pcme",
@@ -88,7 +88,7 @@ def test_recipes_are_package_data_and_user_folders_shadow_them(tmp_path, monkeyp
     from pcmr.train.config import ConfigError
     from pcmr.train.recipes import find_recipe, list_recipes, shipped_recipe_dir
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     package_data = [line for line in (root / "pyproject.toml").read_text().splitlines() if line.startswith("pcmr = [")]
     assert len(package_data) == 1 and '"recipes/*.yaml"' in package_data[0]
     assert shipped_recipe_dir() == root / "src" / "pcmr" / "recipes"

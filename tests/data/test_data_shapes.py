@@ -257,8 +257,8 @@ def test_preset_settings_are_defaults_an_explicit_value_wins(tmp_path):
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
-    ("preset", "easy", "one of"), ("min_attributes", 5, "an integer in 1..4"), ("min_attributes", True, "1..4"),
-    ("count_caption_rate", 1.5, r"\[0, 1\]"), ("pixel_noise", -1, r"\[0, 255\]"), ("pixel_noise", "x", "a number"),
+    ("preset", "easy", "one of"), ("min_attributes", 5, "an integer in 1..4"), ("min_attributes", True, "int or null"),
+    ("count_caption_rate", 1.5, r"\[0, 1\]"), ("pixel_noise", -1, r"\[0, 255\]"), ("pixel_noise", "x", "float or null"),
 ])
 def test_bad_preset_settings_name_the_field(key, value, expected):
     with pytest.raises(DataError, match=f"{key}.*{expected}"):

@@ -206,11 +206,11 @@ def test_run_records_the_optimizer_that_ran(tmp_path, monkeypatch, installed):
 
 
 def test_train_relevance_reaches_the_training_batches(tmp_path):
-    """data.train_relevance=source trains on the written pairs only; true on the data's relation."""
+    """data.train_relevance=source trains on the written pairs only; exact on the data's relation."""
     from pcmr.train import Trainer, save_config
 
     positives = {}
-    for mode in ("source", "true"):
+    for mode in ("source", "exact"):
         config = load_config(None, [
             "model.name=vsepp", "loss.name=triplet_sum", f"data.train_relevance={mode}",
             "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
@@ -223,10 +223,10 @@ def test_train_relevance_reaches_the_training_batches(tmp_path):
         save_config(config, run_dir / "config.yaml")
         batch = next(iter(Trainer(config, run_dir).loader))
         positives[mode] = int(batch["relevance"].sum())
-    assert positives["source"] == 20 and positives["true"] > 20
-    assert load_config(None, ["data.train_relevance=true"]).data.train_relevance == "true"  # YAML boolean
-    for bad in ("exact", "false"):
-        with pytest.raises(ConfigError, match=r"'data.train_relevance' expects 'source' .* or 'true'"):
+    assert positives["source"] == 20 and positives["exact"] > 20
+    assert load_config(None).data.train_relevance == "exact"
+    for bad in ("all", "false"):
+        with pytest.raises(ConfigError, match=r"'data.train_relevance' expects one of 'exact', 'source' .* got"):
             load_config(None, [f"data.train_relevance={bad}"])
 
 
@@ -256,3 +256,21 @@ def test_schedule_fractions_scale_with_the_epoch_count():
 def test_bad_schedule_fraction_is_named(key, value):
     with pytest.raises(ConfigError, match=f"train.{key}"):
         RunConfig.from_dict({"train": {key: value}})
+@pytest.mark.parametrize("old", ["true", "'true'"])
+def test_the_old_spelling_true_reads_as_exact_with_a_deprecation(old, caplog):
+    """``true`` (the YAML boolean or the string) was the training spelling of ``exact``: still read,
+    with a DeprecationWarning and a logged line."""
+    with pytest.warns(DeprecationWarning, match="old spelling of 'exact'"):
+        config = load_config(None, [f"data.train_relevance={old}"])
+    assert config.data.train_relevance == "exact"
+    assert "old spelling of 'exact'" in caplog.text
+
+
+def test_the_training_batch_default_is_defined_once():
+    """The config's ``data.batch_size`` and ``train_loader``'s default are the same constant."""
+    import inspect
+
+    from pcmr.data.batching import TRAIN_BATCH_SIZE, train_loader
+
+    assert load_config(None).data.batch_size == TRAIN_BATCH_SIZE
+    assert inspect.signature(train_loader).parameters["batch_size"].default == TRAIN_BATCH_SIZE

@@ -21,7 +21,7 @@ import torch
 from pcmr.train.checkpoint import load_checkpoint, load_latest_checkpoint
 from pcmr.train.lock import LOCK_FILE
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).resolve().parent / "fault_runner.py"
 
 

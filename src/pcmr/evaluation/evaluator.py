@@ -1,0 +1,271 @@
+"""``RetrievalEvaluator``: the one way pcmr evaluates a model on a retrieval split.
+
+Training validation (``pcmr.train.validation``), ``pcmr evaluate``, ``pcmr demo`` and ``pcmr study``
+all build a :class:`RetrievalEvaluator` and call :meth:`RetrievalEvaluator.evaluate` with a model;
+what differs between them is only configuration: which similarities, re-rankers and relevance
+modes, whether figures are drawn, and *extras*, callables that add columns to the rows (the
+study's analysis columns).
+
+Evaluating: the split is encoded once (``encode_split``), the validation split only when a
+re-ranker tunes a parameter on it (RGM's lambda, HAL/RGM paper Sec. 3.3) that is not fixed in
+``rerank_options``. Each relevance mode (:data:`pcmr.relevance.RELEVANCE_MODES`) gives one table
+(:func:`pcmr.evaluation.evaluate.evaluate_embeddings`, the lambda selected under the same mode);
+the tables are merged into one :class:`~pcmr.report.Report` whose rows carry their mode in the
+``relevance`` column. Class labels (PMRP, PCME Sec. 4.1.2) are used under every mode; extra
+positive sets (CxC, ECCV Caption), folds and the figures under the first mode only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import torch
+
+from pcmr.data.batching import ENCODE_BATCH_SIZE
+from pcmr.data.split import RetrievalSplit
+from pcmr.data.text import Vocabulary
+from pcmr.evaluation.checks import coco_id_problem, naming_source
+from pcmr.evaluation.encode import encode_split
+from pcmr.evaluation.evaluate import (
+    DEFAULT_LAMBDA_GRID,
+    DEFAULT_RERANKERS,
+    DEFAULT_SIMILARITIES,
+    evaluate_embeddings,
+)
+from pcmr.evaluation.figures import corruption_series
+from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
+from pcmr.gaussian import Gaussian
+from pcmr.inference import get_reranker, list_rerankers
+from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_positives
+from pcmr.progress import phase, status_line
+from pcmr.report import Report
+
+__all__ = ["EncodedEvaluation", "ExtraColumns", "RetrievalEvaluator", "evaluate_model", "needs_validation"]
+
+
+@dataclass
+class EncodedEvaluation:
+    """What an extra sees: the model, the split, its embeddings and the relevance of every mode.
+
+    Attributes:
+        model, vocab: the evaluated model and its vocabulary.
+        split: the evaluated split; images ``Gaussian [N_img, D]``, captions ``Gaussian [N_cap, D]``.
+        relevance: ``{mode: BoolTensor [N_img, N_cap]}``.
+        reports: ``{mode: Report}``, the table of each mode before merging (figures included).
+        similarity_options: the options the similarities were scored with.
+        device, batch_size: where and how the split was encoded.
+    """
+
+    model: Any
+    vocab: Vocabulary
+    split: RetrievalSplit
+    images: Gaussian
+    captions: Gaussian
+    relevance: dict[str, torch.Tensor]
+    reports: dict[str, Report]
+    similarity_options: dict[str, dict[str, Any]]
+    device: torch.device | str | None
+    batch_size: int
+
+
+#: ``extra(evaluation, mode, row) -> {column: value}``: columns added to one row (of relevance ``mode``)
+ExtraColumns = Callable[[EncodedEvaluation, str, Mapping[str, Any]], Mapping[str, Any]]
+
+
+def needs_validation(rerankers: Sequence[str], rerank_options: Mapping[str, Mapping[str, Any]] | None = None) -> bool:
+    """Whether a re-ranker of ``rerankers`` tunes a parameter (its registry entry's
+    ``tuned_parameter``) that ``rerank_options`` does not fix (unknown names: no)."""
+    options = rerank_options or {}
+    for name in rerankers:
+        if name not in list_rerankers():
+            continue  # rejected later with the list of accepted names
+        tuned = get_reranker(name).tuned_parameter
+        if tuned is not None and options.get(name, {}).get(tuned) is None:
+            return True
+    return False
+
+
+@dataclass
+class RetrievalEvaluator:
+    """How to evaluate: on which split, with which similarities, re-rankers, modes and extras.
+
+    Args:
+        split: the split to evaluate (its ``relevance`` is the exact relation).
+        val_split: where tuned re-ranker parameters are selected (needed only for those).
+        similarities, rerankers: names (``["all"]`` for every registered one).
+        relevance_modes: modes to report (None: every mode the split has, the exact relation first).
+        extras: callables adding columns to each row (see :data:`ExtraColumns`), applied in order.
+        rerank_options: parameters per re-ranker (``beta``, ``csls_k``, ``lam``).
+        batch_size, device, progress: encoding.
+        ks, lambda_grid, uncertainty_measure, seed: as :func:`evaluate_embeddings` takes them (``seed``
+            seeds sampled scores).
+        extra_positives: names of positive sets (``"cxc"``, ``"eccv"``); None: both on COCO 5K-test.
+        num_folds: fold-averaged R@K (None: 5 on COCO 5K-test, none otherwise).
+        figures: per-mode figures (uncertainty deciles, k-occurrence, 2-D embeddings);
+        corruption: the uncertainty-vs-corruption figure (re-encodes occluded items);
+        hubness: hubness columns (``hs_sum``).
+        meta: extra report metadata (e.g. ``{"run": path}``).
+    """
+
+    split: RetrievalSplit
+    val_split: RetrievalSplit | None = None
+    similarities: Sequence[str] = DEFAULT_SIMILARITIES
+    rerankers: Sequence[str] = DEFAULT_RERANKERS
+    relevance_modes: Sequence[str] | None = None
+    extras: Sequence[ExtraColumns] = ()
+    rerank_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    batch_size: int = ENCODE_BATCH_SIZE
+    device: torch.device | str | None = None
+    progress: bool | None = False  # encoding bars (None: only on a terminal)
+    ks: Sequence[int] = DEFAULT_KS
+    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID
+    uncertainty_measure: str = "log_det"
+    seed: int = 0
+    extra_positives: Sequence[str] | None = None
+    num_folds: int | None = None
+    figures: bool = True
+    corruption: bool = True
+    hubness: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def needs_validation(self) -> bool:
+        """Whether a re-ranker selects a parameter on :attr:`val_split` (see :func:`needs_validation`)."""
+        return needs_validation(self.rerankers, self.rerank_options)
+
+    def evaluate(self, model: Any, vocab: Vocabulary, similarity_options: Mapping[str, Mapping[str, Any]] | None = None,
+                 out_dir: str | os.PathLike[str] | None = None) -> Report:
+        """The merged table of every relevance mode (saved under ``out_dir`` when given)."""
+        reports, encoded = self._evaluate(model, vocab, similarity_options)
+        result = merge_relevance_results(list(reports.items()))
+        if self.corruption and not (encoded.images.is_point and encoded.captions.is_point):
+            with phase("uncertainty under occlusion and word erasure (9 ratios x 256 items)", self.progress):
+                series = corruption_series(model, self.split, vocab, self.uncertainty_measure,
+                                           batch_size=self.batch_size, device=self.device)
+            if series:
+                result.figures["uncertainty_vs_corruption"] = series
+        if out_dir is not None:
+            with phase(f"writing the report and figures to {out_dir}", self.progress):
+                result.save(out_dir)
+        return result
+
+    def evaluate_modes(self, model: Any, vocab: Vocabulary,
+                       similarity_options: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Report]:
+        """``{mode: Report}``, one table per relevance mode (the first is the primary one), every row
+        with its extra columns."""
+        return self._evaluate(model, vocab, similarity_options)[0]
+
+    def _evaluate(self, model: Any, vocab: Vocabulary, similarity_options: Mapping[str, Mapping[str, Any]] | None
+                  ) -> tuple[dict[str, Report], EncodedEvaluation]:
+        options = {name: dict(values) for name, values in (similarity_options or {}).items()}
+        split = self.split
+        source = f"the embeddings of {split!r} encoded by {self.meta.get('run', 'the model')}"
+        with naming_source(source), phase(f"encoding the {getattr(split, 'split', '')} split", self.progress):
+            images, captions = encode_split(model, split, vocab, batch_size=self.batch_size, device=self.device,
+                                            progress=cast(bool, self.progress))
+        modes = relevance_modes(split, self.relevance_modes)
+        val_embeddings = None
+        if self.val_split is not None and self.needs_validation:
+            with phase(f"encoding the {getattr(self.val_split, 'split', '')} split (to select RGM's lambda)",
+                       self.progress):
+                val_embeddings = encode_split(model, self.val_split, vocab, batch_size=self.batch_size,
+                                              device=self.device, progress=cast(bool, self.progress))
+        info = {"model": getattr(getattr(model, "config", None), "name", type(model).__name__),
+                "dataset": getattr(split, "name", None), "split": getattr(split, "split", None),
+                "val_split": getattr(self.val_split, "split", None), "device": str(images.device), **self.meta}
+        extra_sets, extra_note = _load_extra_positives(split, self.extra_positives)
+        num_folds = self.num_folds
+        if num_folds is None and getattr(split, "name", "") == "coco" and images.num == 5000:
+            num_folds = COCO_NUM_FOLDS
+        reports: dict[str, Report] = {}
+        for position, (mode, matrix) in enumerate(modes.items()):
+            primary = position == 0
+            status_line(f"evaluating with {mode} relevance ({len(self.similarities)} similarities x "
+                        f"{len(self.rerankers)} re-rankers)", self.progress)
+            val = None
+            if val_embeddings is not None and self.val_split is not None:  # lambda selected under the same mode
+                val = (*val_embeddings, self.val_split.relevance_by_mode(mode).matrix())
+            reports[mode] = evaluate_embeddings(
+                images, captions, matrix, extra_positives=extra_sets if primary else (),
+                similarities=self.similarities, rerankers=self.rerankers, similarity_options=options,
+                image_labels=split.image_labels, caption_labels=split.caption_labels, val=val,
+                rerank_options=self.rerank_options, ks=self.ks, lambda_grid=self.lambda_grid,
+                uncertainty_measure=self.uncertainty_measure, num_folds=num_folds if primary else None,
+                meta=info, figures=self.figures, hubness_ks=HUBNESS_KS if self.hubness else (), seed=self.seed,
+                progress=self.progress)
+        if extra_note:
+            next(iter(reports.values())).meta["notes"].append(extra_note)
+        encoded = EncodedEvaluation(model, vocab, split, images, captions, dict(modes), reports, options,
+                                    self.device, self.batch_size)
+        if self.extras:
+            for mode, report in reports.items():
+                rows = []
+                for row in report.rows:
+                    added: dict[str, Any] = {}
+                    for extra in self.extras:
+                        added.update(extra(encoded, mode, row))
+                    rows.append({**row, **added})
+                report.rows[:] = rows
+        return reports, encoded
+
+
+def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
+                   similarities: Sequence[str] = DEFAULT_SIMILARITIES, rerankers: Sequence[str] = DEFAULT_RERANKERS,
+                   similarity_options: Mapping[str, Mapping[str, Any]] | None = None,
+                   val_split: RetrievalSplit | None = None, batch_size: int = ENCODE_BATCH_SIZE,
+                   device: torch.device | str | None = None, out_dir: str | os.PathLike[str] | None = None,
+                   progress: bool | None = False, ks: Sequence[int] = DEFAULT_KS,
+                   rerank_options: Mapping[str, Mapping[str, Any]] | None = None,
+                   lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
+                   extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
+                   meta: Mapping[str, Any] | None = None, relevance: Sequence[str] | None = None) -> Report:
+    """Encode ``split`` (and ``val_split`` when a re-ranker tunes a parameter on it) with ``model`` and
+    build the evaluation table: :meth:`RetrievalEvaluator.evaluate` with these settings.
+
+    Similarities the model cannot support are skipped with a reason; RGM's lambda is selected on
+    ``val_split``; PMRP is reported where the split has class labels; the uncertainty-vs-corruption
+    figure is drawn from occlusion / word-erasure series of the split's items. ``extra_positives``
+    names positive sets of ``pcmr.metrics.load_extra_positives`` (``"cxc"``, ``"eccv"``); None means
+    both for a COCO split whose ids are those of COCO 5K-test when the ``eccv-caption`` package is
+    installed (otherwise a note says why they are absent). ``num_folds`` adds fold-averaged R@K
+    (see :func:`~pcmr.evaluation.evaluate.evaluate_embeddings`); None means 5 folds for a COCO split
+    of 5000 images (the COCO 1K protocol) and none otherwise. With ``out_dir`` the result is also
+    saved there (Markdown, CSV, JSON, PNG). ``relevance`` names the relevance modes to report (None:
+    every mode the split has); each row carries its mode in the ``relevance`` column.
+    """
+    evaluator = RetrievalEvaluator(
+        split, val_split=val_split, similarities=similarities, rerankers=rerankers, relevance_modes=relevance,
+        rerank_options={k: dict(v) for k, v in (rerank_options or {}).items()}, batch_size=batch_size,
+        device=device, progress=progress, ks=ks, lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure,
+        extra_positives=extra_positives, num_folds=num_folds, meta=dict(meta or {}))
+    return evaluator.evaluate(model, vocab, similarity_options, out_dir=out_dir)
+
+
+def _load_extra_positives(split: RetrievalSplit, names: Sequence[str] | None) -> tuple[list[Any], str | None]:
+    """CxC / ECCV Caption positives for ``split`` and a note, if any (see :class:`RetrievalEvaluator`)."""
+
+    requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"
+                                                         else [])
+    problem = coco_id_problem(split) if requested else None  # ids that are not COCO ids would mislabel
+    if problem is not None:
+        if names is not None:
+            raise ValueError(problem)
+        return [], f"CxC / ECCV Caption metrics not reported ({problem})"
+    extras, problems = [], []
+    for name in requested:
+        try:
+            extra = load_extra_positives(name, split.image_ids, split.caption_ids)
+        except (ImportError, ValueError, TypeError) as err:
+            if names is not None:
+                raise
+            problems.append(f"{name}: {err}")
+            continue
+        if int(extra.i2t.indptr[-1]) == 0 and int(extra.t2i.indptr[-1]) == 0:
+            problems.append(f"{name}: no image or caption id of the split is in COCO 5K-test")
+            continue
+        extras.append(extra)
+    note = f"CxC / ECCV Caption metrics not reported ({'; '.join(problems)})" if problems else None
+    return extras, note

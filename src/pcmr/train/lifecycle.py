@@ -1,0 +1,147 @@
+"""Starting, resuming and finishing a run: the one lifecycle of a run folder.
+
+``pcmr train`` (a new run, or ``--resume RUN``), ``pcmr demo`` and ``pcmr study`` all start runs
+through this module, so every training holds the run folder's lock (:class:`pcmr.train.RunLock`),
+a resumed run continues from its newest complete checkpoint, and a run folder is never trained
+with a config other than its own:
+
+- :func:`start_run`: a new run folder ``OUT/NAME`` from a recipe (refused when the folder exists
+  and is not empty); under ``torchrun`` rank 0 makes the folder and tells the others its name;
+- :func:`resume_run`: continue ``RUN`` from its own ``config.yaml``; only the keys of
+  :data:`RESUME_OVERRIDABLE` may change (they do not change the computation);
+- :func:`start_or_resume`: the study's case, a fixed run folder: a new run, the continuation of an
+  interrupted one (its saved config must equal the requested one up to
+  :data:`RESUME_OVERRIDABLE`), or nothing when its training finished.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pcmr.config import ConfigError, parse_override
+from pcmr.train.config import RunConfig, load_config, save_config
+from pcmr.train.distributed import broadcast_object, init_distributed
+from pcmr.train.lock import RunLock
+from pcmr.train.recipes import find_recipe
+from pcmr.train.run import CONFIG_FILE, RUN_FILE, check_config
+from pcmr.train.trainer import Trainer
+
+__all__ = ["RESUME_OVERRIDABLE", "config_difference", "is_finished", "resume_run", "start_or_resume", "start_run"]
+
+#: config keys that may differ when a run is resumed (they do not change the computation)
+RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "data.root", "data.num_workers")
+
+
+def _comparable(config: RunConfig) -> dict[str, Any]:
+    data = config.to_dict()
+    for key in RESUME_OVERRIDABLE:
+        section, name = key.split(".")
+        data.get(section, {}).pop(name, None)
+    return data
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+    return f"{prefix.rstrip('.')}: {a!r} in the run folder, {b!r} requested"
+
+
+def config_difference(saved: RunConfig, requested: RunConfig) -> str | None:
+    """The first key where two configs differ (ignoring :data:`RESUME_OVERRIDABLE`), or None."""
+    left, right = _comparable(saved), _comparable(requested)
+    return None if left == right else _first_difference(left, right)
+
+
+def is_finished(run_dir: Path) -> bool:
+    """Whether ``run_dir``'s summary (``run.json``) says its training finished."""
+    summary = Path(run_dir) / RUN_FILE
+    if not summary.is_file():
+        return False
+    try:
+        return json.loads(summary.read_text(encoding="utf-8")).get("status") == "finished"
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def resume_run(run_dir: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Continue ``run_dir`` from its newest complete checkpoint under the run lock; returns the
+    run summary. ``overrides`` (``key=value``) may only change :data:`RESUME_OVERRIDABLE` keys."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ConfigError(f"--resume {run_dir}: not a run folder (no {CONFIG_FILE} in it)")
+    for item in overrides:
+        if ".".join(parse_override(item)[0]) not in RESUME_OVERRIDABLE:
+            raise ConfigError(
+                f"--set {item} cannot change a run being resumed; allowed keys: {', '.join(RESUME_OVERRIDABLE)}"
+            )
+    config = load_config(run_dir / CONFIG_FILE, list(overrides))
+    check_config(config)
+    with RunLock(run_dir):  # one training process per run folder
+        return Trainer(config, run_dir, resume=True).fit()
+
+
+def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs",
+              name: str | None = None) -> tuple[dict[str, Any], Path]:
+    """Train ``recipe`` (a shipped recipe name or a YAML path) with ``overrides`` into a new run
+    folder ``out/name`` (default name: ``<recipe>-<date>-<time>``); returns ``(summary, run_dir)``."""
+    path = find_recipe(recipe)
+    config = load_config(path, list(overrides))
+    check_config(config)
+    context = init_distributed(config.train.device)
+    run_dir = Path(out) / (name or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    error = None
+    if context.is_main:  # rank 0 makes the folder; the others learn its name (or the error)
+        if run_dir.exists() and any(run_dir.iterdir()):
+            error = f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir, error = broadcast_object(context, (run_dir, error))
+    if error is not None:
+        raise ConfigError(error)
+    with RunLock(run_dir):  # one training run per run folder (rank 0 holds the lock)
+        if context.is_main:
+            save_config(config, run_dir / CONFIG_FILE)
+        try:
+            trainer = Trainer(config, run_dir, context=context)
+        except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
+            if context.is_main:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        if context.is_main:
+            where = f" in {context.world_size} processes" if context.enabled else ""
+            print(f"training {path.stem} into {run_dir}{where}", file=sys.stderr, flush=True)
+        return trainer.fit(), run_dir
+
+
+def start_or_resume(config: RunConfig, run_dir: str | Path) -> dict[str, Any] | None:
+    """Train ``config`` into the fixed folder ``run_dir``, under the run lock: a new run, or the
+    continuation of an interrupted one, or nothing when its training finished (returns None).
+
+    A folder killed before its config was written is started afresh. A folder holding another
+    config (beyond :data:`RESUME_OVERRIDABLE`) raises :class:`ConfigError` naming the first difference.
+    """
+    run_dir = Path(run_dir)
+    saved_path = run_dir / CONFIG_FILE
+    if run_dir.exists() and not saved_path.is_file():  # killed before its config was written: start afresh
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(run_dir):
+        if not saved_path.is_file():
+            save_config(config, saved_path)
+            return Trainer(config, run_dir).fit()
+        saved = load_config(saved_path)
+        difference = config_difference(saved, config)
+        if difference is not None:
+            raise ConfigError(f"run folder {run_dir} was trained with another config ({difference}); "
+                              f"delete the folder to train it again with this config")
+        if is_finished(run_dir):
+            return None
+        return Trainer(saved, run_dir, resume=True).fit()
