@@ -1,6 +1,6 @@
 """Every entry of every registry, with no table of expected names: a new score, loss, model, dataset
-or recipe is tested here the moment it is registered (re-rankers: tests/test_inference_rerankers.py;
-one training epoch of every recipe: tests/test_recipes.py)."""
+or recipe is tested here the moment it is registered (re-rankers: tests/inference/test_inference_rerankers.py;
+one training epoch of every recipe: tests/train/test_recipes.py)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def error_line(capsys, argv):
 
 
 def test_the_untouched_run_passes_the_checks(run_dir):
-    from pcmr.cli.evaluate import load_run_or_model
+    from pcmr.train.loading import load_run_or_model
 
     loaded = load_run_or_model(run_dir)
     assert len(loaded.vocab) == loaded.model.config.vocab_size

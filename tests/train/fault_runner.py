@@ -1,6 +1,6 @@
-"""Run ``pcmr`` in this process with one fault injected; used by tests/test_train_faults.py as a subprocess.
+"""Run ``pcmr`` in this process with one fault injected; used by tests/train/test_train_faults.py as a subprocess.
 
-Usage: ``python tests/fault_runner.py FAULT -- pcmr arguments...`` where FAULT is
+Usage: ``python tests/train/fault_runner.py FAULT -- pcmr arguments...`` where FAULT is
 
 - ``none``: no fault;
 - ``enospc:K``: the K-th checkpoint write runs out of disk space half way through its weights file;

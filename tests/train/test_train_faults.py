@@ -1,7 +1,7 @@
 """Training survives what clusters do to it: each fault runs a real ``pcmr train`` process.
 
 Faults: a corrupt newest checkpoint, a full disk while writing a checkpoint, a second run into a
-folder in use (and a stale lock), a non-finite loss. The fault is injected by tests/fault_runner.py
+folder in use (and a stale lock), a non-finite loss. The fault is injected by tests/train/fault_runner.py
 (in the child process) or by editing files between processes.
 """
 
@@ -38,7 +38,7 @@ def tiny(cache_dir: Path, *extra: str) -> list[str]:
 
 
 def pcmr(*args: str, fault: str = "none", wait: bool = True):
-    """``python tests/fault_runner.py FAULT -- ARGS`` (the pcmr CLI in a child process)."""
+    """``python tests/train/fault_runner.py FAULT -- ARGS`` (the pcmr CLI in a child process)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(RUNNER), fault, "--", *args]

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from _reference import FIXTURES, assert_close, load_fixture, part
-from pcmr.cli.evaluate import load_run_or_model
 from pcmr.data import Vocabulary
 from pcmr.data.text import SPECIAL_TOKENS as DATA_SPECIAL_TOKENS
 from pcmr.models import load_model
 from pcmr.models.convert_pcme_release import SPECIAL_TOKENS, ReleaseCheckpointError, convert_pcme_release
+from pcmr.train.loading import load_run_or_model
 
 CHECKPOINT = FIXTURES / "pcme_release_checkpoint.pth"
 TENSORS, PROVENANCE = load_fixture("pcme")
