@@ -38,7 +38,7 @@ def test_unknown_name_is_plain_text():
         (lambda: get_reranker("csl"), "unknown re-ranker 'csl' (did you mean 'csls'?)"),
         (lambda: find_recipe("pcmee"), "unknown recipe 'pcmee' (did you mean 'pcme'?)"),
         (lambda: ShapesConfig.from_dict({"num_trian": 3}), "unknown shapes config key 'num_trian' "
-                                                           "(did you mean 'num_train'?); expected one of: "),
+                                                           "(did you mean 'num_train'?); accepted keys: "),
         (lambda: load_dataset("shape", "test"), "unknown dataset 'shape' (did you mean 'shapes'?)"),
         (lambda: check_known_keys(["sedd"], ["seed", "epochs"], "key"), "unknown key 'sedd' (did you mean 'seed'?)"),
     ],

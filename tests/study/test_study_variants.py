@@ -17,7 +17,8 @@ def _effective(config: Any) -> dict[str, Any]:
     data["train"].pop("progress", None)
     loader = dict(data["data"].get("loader_options") or {})
     augment = loader.pop("augment", True)
-    erase = float(loader.pop("erase_ratio", 0.0) or 0.0) if augment else 0.0
+    erase = loader.pop("erase_ratio", 0.0) or 0.0  # a number, or the release's range [min, max]
+    erase = (list(erase) if isinstance(erase, (list, tuple)) else float(erase)) if augment else 0.0
     dropout = float(loader.pop("word_dropout", 0.0) or 0.0) if augment else 0.0
     data["data"]["loader_options"] = {**loader, "erase_ratio": erase, "word_dropout": dropout}
     return data
