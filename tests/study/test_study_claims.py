@@ -111,3 +111,28 @@ def test_no_common_condition_is_no_data_and_judge_claims_collects_errors() -> No
     bad = _claim(id="ambiguous", a={"recipe": "pcme"})
     judgements, errors = judge_claims([claim, bad], _rows())
     assert [j.claim.id for j in judgements] == ["c"] and "pin more fields" in errors["ambiguous"]
+
+
+def test_a_claim_on_an_untrained_head_is_no_signal() -> None:
+    """The trained-signal gate: a claim reading the caption head is "no signal" when any seed of its
+    side a recorded ``caption_uncertainty_signal`` 0; a claim that reads no head, or rows without the
+    column, are judged as before."""
+    from pcmr.study.claims import NO_SIGNAL
+
+    rows = _rows()
+    gated = _claim(metric="slope", a={"recipe": "pcme", "variant": "true", "relevance": "exact",
+                                      "similarity": "match_prob", "rerank": "nns"}, b=None, signal="caption")
+    assert judge_claim(gated, rows)[0].verdict == "holds"  # no signal column: not gated
+    for row in rows:
+        row["caption_uncertainty_signal"] = 0.0 if row["seed"] == 1 else 1.0
+        row["image_uncertainty_signal"] = 1.0
+    judgement = judge_claim(gated, rows)[0]
+    assert judgement.verdict == NO_SIGNAL and judgement.seeds == (0, 1, 2)
+    image = _claim(metric="slope", a=gated.a.__dict__, b=None, signal="image")
+    assert judge_claim(image, rows)[0].verdict == "holds"
+    assert judge_claim(_claim(metric="slope", a=gated.a.__dict__, b=None), rows)[0].verdict == "holds"
+    for row in rows:
+        row["caption_uncertainty_signal"] = 1.0
+    assert judge_claim(gated, rows)[0].verdict == "holds"
+    with pytest.raises(ValueError, match="signal: expected one of image, caption, both"):
+        _claim(signal="text")

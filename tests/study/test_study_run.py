@@ -53,6 +53,10 @@ def _rows(out: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
 
 
+def vsepp_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [r for r in rows if r["recipe"] == "vsepp_sum"]
+
+
 def test_results_summary_and_claims(finished: Path) -> None:
     rows = _rows(finished)
     # pcme: 2 seeds x 3 similarities x 3 re-rankers x 2 relevance modes; vsepp_sum: 2 variants x 2 seeds x 1 x 2 x 2
@@ -66,6 +70,12 @@ def test_results_summary_and_claims(finished: Path) -> None:
         assert all(r[column] != "" for r in pcme_nns), column
     exact = [r for r in pcme_nns if r["relevance"] == "exact"]
     assert all(r["caption_uncertainty_relevant_rho"] != "" for r in exact)
+    # the trained-signal gate: recorded per run; two steps of training leave the heads untrained
+    for row in pcme_nns:
+        assert row["image_uncertainty_signal"] in ("0.0", "1.0") and row["caption_uncertainty_signal"] == "0.0"
+        assert float(row["caption_uncertainty_spread_init"]) > 0 and float(row["caption_uncertainty_floor"]) > 0
+        assert float(row["match_a"]) > 0 and row["match_b"] != ""
+    assert all(r["caption_uncertainty_signal"] == "" for r in vsepp_rows(rows))
     pcme_is = [r for r in rows if r["recipe"] == "pcme" and r["rerank"] == "is"]
     assert all(r["i2t_r1_least_uncertain"] == "" for r in pcme_is)  # analysis of raw scores: nns rows only
     vsepp = [r for r in rows if r["recipe"] == "vsepp_sum"]

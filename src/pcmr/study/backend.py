@@ -27,6 +27,8 @@ from pcmr.evaluation import (
 )
 from pcmr.evaluation.evaluator import needs_validation
 from pcmr.evaluation.figures import corruption_series
+from pcmr.metrics.signal import uncertainty_signal
+from pcmr.models import create_model
 from pcmr.study.analysis import binary_selection, least_squares_slope, relevant_count_correlation
 from pcmr.study.spec import AnalysisOptions, StudyError
 from pcmr.train import check_config, load_config
@@ -124,6 +126,32 @@ def _binary_selection_columns(trained: Any, similarities: Sequence[str], device:
     return out
 
 
+def _signal_columns(evaluation: EncodedEvaluation, trained: Any) -> dict[str, float | None]:
+    """The trained-signal gate per modality (:func:`pcmr.metrics.signal.uncertainty_signal`): the test
+    items encoded by the trained model and by an untrained one of the same configuration; plus the
+    learned match-probability ``a``, ``b`` where the run has them."""
+
+    config = trained.config
+    options = {k: v for k, v in config.model.items() if k != "name"}
+    initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(trained.vocab)})
+    initial = encode_split(initial_model, evaluation.split, trained.vocab, batch_size=evaluation.batch_size,
+                           device=evaluation.device)
+    num_samples = int(config.loss.get("num_samples", 1) or 1)
+    out: dict[str, float | None] = {}
+    for side, now, before in (("image", evaluation.images, initial[0]), ("caption", evaluation.captions, initial[1])):
+        if not (_has_variance(now) and _has_variance(before)):
+            continue
+        gate = uncertainty_signal(now, before, num_samples=num_samples)
+        out[f"{side}_uncertainty_signal"] = float(gate["signal"])
+        for key in ("spread", "spread_init", "floor"):
+            out[f"{side}_uncertainty_{key}"] = float(gate[key])
+    match = trained.similarity_options.get("match_prob") or {}
+    for key in ("a", "b"):
+        if key in match:
+            out[f"match_{key}"] = float(match[key])
+    return out
+
+
 class _AnalysisColumns:
     """The study's analysis columns (``docs/study.md``) as extras of the evaluator: per run the
     uncertainty-vs-corruption slopes, per relevance mode the correlation of uncertainty with the
@@ -142,6 +170,8 @@ class _AnalysisColumns:
             if self.analysis.corruption and (_has_variance(evaluation.images) or _has_variance(evaluation.captions)):
                 self._run.update(_corruption_columns(evaluation.model, evaluation.split, evaluation.vocab,
                                                      evaluation.device, evaluation.batch_size, self.analysis))
+            if self.analysis.signal and (_has_variance(evaluation.images) or _has_variance(evaluation.captions)):
+                self._run.update(_signal_columns(evaluation, self.trained))
         return self._run
 
     def _mode_columns(self, evaluation: EncodedEvaluation, mode: str) -> dict[str, Any]:

@@ -20,12 +20,18 @@ from typing import Any
 from pcmr.config import ConfigError, build_dataclass
 from pcmr.study.stats import EXPECTATIONS, Interval, paired_interval, verdict
 
-__all__ = ["Claim", "Judgement", "Selector", "judge_claim", "judge_claims", "parse_claims", "NO_DATA"]
+__all__ = ["Claim", "Judgement", "Selector", "judge_claim", "judge_claims", "parse_claims", "NO_DATA", "NO_SIGNAL",
+           "SIGNAL_SIDES"]
 
 SELECT_FIELDS = ("recipe", "variant", "similarity", "rerank", "relevance")
 EXPANDED_FIELDS = ("variant", "relevance")
 #: verdict of a claim with no seed measured on both sides
 NO_DATA = "no data"
+#: verdict of a claim about what an uncertainty means, on runs whose uncertainty head learned nothing
+#: (``pcmr.metrics.signal``): any seed of side ``a`` without signal in the modality the claim reads
+NO_SIGNAL = "no signal"
+#: the uncertainty heads a claim may read (its ``signal`` field)
+SIGNAL_SIDES = {"": (), "image": ("image",), "caption": ("caption",), "both": ("image", "caption")}
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class Claim:
     b: Selector | None
     expect: str  # greater | less | equal
     margin: float = 0.0
+    signal: str = ""  # the uncertainty head(s) the claim reads: "", image, caption or both (gated)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class _ClaimFields:
     b: Selector | None = None
     expect: str = ""
     margin: float = 0.0
+    signal: str = ""
 
 
 def _check_selector(selector: Selector | None, where: str) -> Selector:
@@ -123,10 +131,13 @@ def parse_claims(raw: Any, where: str = "claims") -> tuple[Claim, ...]:
             raise ValueError(f"{here}.margin: expected a finite number >= 0, got {margin!r}")
         if fields.expect == "equal" and margin == 0:
             raise ValueError(f"{here}.margin: an 'equal' claim needs a margin > 0 (equivalence within +-margin)")
+        if fields.signal not in SIGNAL_SIDES:
+            raise ValueError(f"{here}.signal: expected one of image, caption, both (or leave it out), "
+                             f"got {fields.signal!r}")
         a = _check_selector(fields.a, f"{here}.a")
         b = _check_selector(fields.b, f"{here}.b") if fields.b is not None else None
         claims.append(Claim(fields.id, fields.paper, fields.statement, fields.metric, a, b, fields.expect,
-                            float(margin)))
+                            float(margin), fields.signal))
     return tuple(claims)
 
 
@@ -163,6 +174,16 @@ def _matching(rows: Sequence[dict[str, Any]], selector: Selector) -> list[dict[s
     return [r for r in rows if all(str(r.get(f)) == getattr(selector, f) for f in pinned)]
 
 
+def _without_signal(rows: Sequence[dict[str, Any]], selector: Selector, claim: Claim, seeds: Sequence[int]) -> bool:
+    """True when some seed's rows of ``selector`` record no trained signal (``<side>_uncertainty_signal``
+    of 0) for a head the claim reads; rows without the column (older results) are not gated."""
+    for side in SIGNAL_SIDES[claim.signal]:
+        values = _values_by_seed(rows, selector, f"{side}_uncertainty_signal", claim.id)
+        if any(values.get(seed) == 0.0 for seed in seeds):
+            return True
+    return False
+
+
 def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.95) -> list[Judgement]:
     """Judge ``claim`` on result rows (dicts with ``seed``, the selector fields and metrics)."""
     side_b = claim.b
@@ -190,6 +211,8 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
         seeds = tuple(sorted(set(a_values) & set(b_values)))
         interval = paired_interval([a_values[s] for s in seeds], [b_values[s] for s in seeds], level)
         outcome = NO_DATA if not seeds else verdict(interval, claim.expect, claim.margin)
+        if seeds and _without_signal(rows, a, claim, seeds):
+            outcome = NO_SIGNAL
         out.append(Judgement(claim, condition, a, b, interval, outcome, seeds))
     return out
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from pcmr.evaluation.columns import EVALUATION_COLUMNS
 from pcmr.report import Column, ColumnSchema, Report, format_table
-from pcmr.study.claims import NO_DATA, Judgement
+from pcmr.study.claims import NO_DATA, NO_SIGNAL, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
 
 __all__ = ["ID_COLUMNS", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
@@ -187,15 +187,17 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
     """The claims table: one line per claim and condition with the mean difference, its paired
     t-interval and the verdict."""
     pct = f"{100 * level:g} %"
-    counts = {v: sum(j.verdict == v for j in judgements) for v in (*VERDICTS, NO_DATA)}
+    counts = {v: sum(j.verdict == v for j in judgements) for v in (*VERDICTS, NO_SIGNAL, NO_DATA)}
     lines = [f"# {title}: claims", "",
              f"Each claim compares a metric between conditions a and b on paired seeds: the mean of "
              f"a - b and its two-sided {pct} paired t-interval [low, high]. Verdict (margin m, 0 unless "
              "given): a > b expected -> `holds` when low > -m, `reversed` when high < -m; a < b expected -> "
              "`holds` when high < m, `reversed` when low > m; a ~ b (equivalence) -> `holds` when the "
              "interval lies inside (-m, m), `reversed` when it lies entirely outside [-m, m]; "
-             f"otherwise `inconclusive` (always with fewer than two seeds); `{NO_DATA}`: no seed was "
-             "measured on both sides. See docs/study.md.", "",
+             f"otherwise `inconclusive` (always with fewer than two seeds); `{NO_SIGNAL}`: a claim about "
+             "an uncertainty head on runs where that head learned nothing (its per-item spread below twice "
+             "an untrained model's or below the Monte-Carlo floor, in some seed); "
+             f"`{NO_DATA}`: no seed was measured on both sides. See docs/study.md.", "",
              "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()), ""]
     table: list[dict[str, Any]] = []
     for j in judgements:

@@ -39,6 +39,7 @@ class AnalysisOptions:
     corruption: bool = True  # uncertainty slope against occlusion / word erasure
     relevant_count: bool = True  # rank correlation of uncertainty with the number of relevant items
     binary_selection: bool = True  # binary selection accuracies (shapes data only)
+    signal: bool = True  # the trained-signal gate of the uncertainty heads (pcmr.metrics.signal)
     max_items: int = 256  # items of the test split used by the corruption series
 
 
