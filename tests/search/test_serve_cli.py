@@ -47,7 +47,7 @@ def test_busy_port_is_one_error_and_nothing_claims_to_serve(index_dir, capsys):
 
 def test_serve_prints_after_binding_and_logs_each_request(index_dir, tmp_path):
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "OMP_NUM_THREADS": "1"}
     log = tmp_path / "stderr.txt"
     with open(log, "w") as err:
         process = subprocess.Popen([sys.executable, "-m", "pcmr", "serve", str(index_dir), "--port", str(port)],
