@@ -31,6 +31,7 @@ from pcmr.losses import RetrievalLoss, create_loss, list_losses
 from pcmr.models import RetrievalModel, create_model, list_models, load_model, save_model
 from pcmr.similarity import list_similarities
 from pcmr.train.config import ConfigError, RunConfig, load_config
+from pcmr.train.loggers import check_loggers
 
 __all__ = [
     "CONFIG_FILE",
@@ -156,6 +157,7 @@ def check_config(config: RunConfig) -> None:
         _check_names("train.select_similarity", [config.train.select_similarity], similarities)
     _check_names("eval.similarities", config.eval.similarities, similarities + ["all"])
     _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])
+    check_loggers(config.train.loggers)
 
 
 @dataclass

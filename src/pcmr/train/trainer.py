@@ -56,6 +56,7 @@ from pcmr.train.distributed import (
     wrap_ddp,
 )
 from pcmr.train.faults import NonFiniteGuard
+from pcmr.train.loggers import RunLog, open_run_log
 from pcmr.train.precision import autocast_factory, grad_scaler
 from pcmr.train.preemption import StopRequest, TrainingInterrupted, resume_command
 from pcmr.train.run import (
@@ -189,7 +190,7 @@ class Trainer:
         self.similarity = train.select_similarity or self.loss_fn.similarity_name
         self.nonfinite = NonFiniteGuard(train.max_nonfinite_steps, self.run_dir)
         self.stop = StopRequest()
-        self.log: _JsonlLog | _NoLog = _NoLog()
+        self.log: _JsonlLog | _NoLog | RunLog = _NoLog()
         self.progress: dict[str, Any] = {
             "epoch": 0,
             "step_in_epoch": 0,
@@ -471,7 +472,9 @@ class Trainer:
                 was written.
         """
         train = self.config.train
-        self.log = _JsonlLog(self.run_dir / LOG_FILE) if self.context.is_main else _NoLog()
+        self.log = _NoLog()
+        if self.context.is_main:
+            self.log = open_run_log(train.loggers, self.run_dir, lambda: _JsonlLog(self.run_dir / LOG_FILE))
         try:
             with self.stop:
                 self._fit(train)
