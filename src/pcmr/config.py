@@ -185,7 +185,7 @@ def _coerce(value: Any, tp: Any, key: str, label: str = "config") -> Any:
             return value
         raise ConfigError(f"{label} key '{key}' expects {_type_name(tp)}, got {value!r}")
     if dataclasses.is_dataclass(tp):
-        return build_dataclass(tp, value, where=key, label=label)
+        return build_dataclass(typing.cast(type, tp), value, where=key, label=label)
     if origin in (list, tuple):
         if isinstance(value, str):  # "--set eval.similarities=cosine,kl"
             value = [v.strip() for v in value.split(",") if v.strip()]

@@ -249,7 +249,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         card = self.generate_model_card(model_id=self._card_model_id or str(save_directory))
         atomic_write_text(save_directory / "README.md", str(card))
 
-    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> str | None:  # type: ignore[override]
+    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> str | None:
         """Write the model in the Hugging Face layout (see the module docstring); an existing folder of the
         same files is replaced file by file (each write atomic). ``push_to_hub=True, repo_id=...`` uploads
         it (needs network and a token). Returns the commit URL when pushed, else None."""
@@ -274,7 +274,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
                                            metrics=_metrics_markdown(self.metrics), **kwargs)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, *,  # type: ignore[override]
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, *,
                         force_download: bool = False, token: str | bool | None = None,
                         cache_dir: str | Path | None = None, local_files_only: bool = False,
                         revision: str | None = None, map_location: str | torch.device = "cpu",

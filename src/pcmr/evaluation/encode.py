@@ -77,7 +77,7 @@ def _collect(pieces: list[tuple[Tensor, Gaussian]], total: int, what: str) -> Ga
 
 
 def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key: str, total: int,
-            device: torch.device, progress: bool, what: str) -> Gaussian:
+            device: torch.device, progress: bool | None, what: str) -> Gaussian:
     pieces = []
     with eval_mode(model):
         for batch in _progress(loader, progress, f"encoding {what}"):
@@ -86,24 +86,24 @@ def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key
     return _collect(pieces, total, what)
 
 
-def encode_images(model: RetrievalModel, split: RetrievalSplit, *, batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
-                  progress: bool = False) -> Gaussian:
+def encode_images(model: nn.Module, split: RetrievalSplit, *, batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
+                  progress: bool | None = False) -> Gaussian:
     """All images of ``split`` as ``Gaussian [N_img, D]`` on ``device``."""
     dev = model_device(model, device)
     return _encode(model, image_loader(split, batch_size), "encode_images", "image_index", split.num_images,
                    dev, progress, "images")
 
 
-def encode_captions(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
-                    device: torch.device | str | None = None, progress: bool = False) -> Gaussian:
+def encode_captions(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
+                    device: torch.device | str | None = None, progress: bool | None = False) -> Gaussian:
     """All captions of ``split`` as ``Gaussian [N_cap, D]`` on ``device``."""
     dev = model_device(model, device)
     return _encode(model, caption_loader(split, vocab, batch_size), "encode_captions", "caption_index",
                    split.num_captions, dev, progress, "captions")
 
 
-def encode_split(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
-                 device: torch.device | str | None = None, progress: bool = False) -> tuple[Gaussian, Gaussian]:
+def encode_split(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
+                 device: torch.device | str | None = None, progress: bool | None = False) -> tuple[Gaussian, Gaussian]:
     """Encode every image and caption of a retrieval split (model in eval mode, no grad).
 
     Returns ``(images: Gaussian [N_img, D], captions: Gaussian [N_cap, D])`` in the split's order, on

@@ -187,7 +187,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             continue
         result.meta["similarity_options"][name] = {k: v for k, v in options.items() if isinstance(v, (int, float))}
         val_dirs = None
-        if val_scores is not None:
+        if val_scores is not None and val is not None:
             val_relevance = val[2].to(device)
             val_dirs = {"i2t": (val_scores, val_relevance), "t2i": (val_scores.T, val_relevance.T)}
         for rerank in rerankers:
@@ -238,7 +238,7 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
                    similarity_options: dict[str, dict[str, Any]] | None = None, val_split: RetrievalSplit | None = None,
                    batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
                    out_dir: str | os.PathLike[str] | None = None,
-                   progress: bool = False, ks: Sequence[int] = DEFAULT_KS,
+                   progress: bool | None = False, ks: Sequence[int] = DEFAULT_KS,
                    rerank_options: dict[str, dict[str, Any]] | None = None,
                    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
                    extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
@@ -264,7 +264,8 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
         images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
                                         progress=progress)
     modes = relevance_modes(split, relevance)
-    val_images = val_captions = None
+    val_images: Gaussian | None = None
+    val_captions: Gaussian | None = None
     if val_split is not None:
         val_images, val_captions = encode_split(model, val_split, vocab, batch_size=batch_size, device=device,
                                                 progress=progress)
@@ -278,7 +279,8 @@ def evaluate_model(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabula
     for position, (mode, matrix) in enumerate(modes.items()):  # the first mode gets labels, extras and folds
         primary = position == 0
         val = None
-        if val_split is not None:  # RGM's lambda is selected under the same relevance mode
+        if val_split is not None and val_images is not None and val_captions is not None:
+            # RGM's lambda is selected under the same relevance mode
             val = (val_images, val_captions, val_split.relevance_by_mode(mode).matrix())
         per_mode.append((mode, evaluate_embeddings(
             images, captions, matrix, extra_positives=extras if primary else (), similarities=similarities,

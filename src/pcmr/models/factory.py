@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -131,8 +131,9 @@ def _tower(
     embed_dim: int,
 ) -> Tower:
     backbone = make_backbone()
-    refine = make_refine(backbone.out_dim)
-    out_dim = refine.out_dim if refine is not None else backbone.out_dim
+    backbone_dim = cast(int, backbone.out_dim)  # every backbone and refinement stage sets an int out_dim
+    refine = make_refine(backbone_dim)
+    out_dim = cast(int, refine.out_dim) if refine is not None else backbone_dim
     encoder = Encoder(backbone, refine, out_dim)
     if head.kind == "pvse":
         return PointSetTower(encoder, PVSEHead(out_dim, embed_dim, head.num_embeds, head.attention_hidden))
@@ -144,7 +145,7 @@ def _tower(
     if head.variance_source == "duplicate":
         # ProbVSE §4.1: duplicate the trainable part of the encoder, no shared parameters.
         variance_backbone = make_backbone() if encoder.backbone_trainable else None
-        variance_refine = make_refine(backbone.out_dim)
+        variance_refine = make_refine(backbone_dim)
         if variance_backbone is not None or variance_refine is not None:
             variance_encoder = Encoder(variance_backbone, variance_refine, out_dim)
     return Tower(encoder, mean_head, variance_head, variance_encoder)

@@ -74,7 +74,8 @@ def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *
     for ax, mode in zip(axes, modes):
         for number, variant in enumerate(variants):
             offset = (number - (len(variants) - 1) / 2) * 0.22
-            colour, label = f"C{number}", f"trained on {variant}"
+            colour = f"C{number}"
+            label: str | None = f"trained on {variant}"
             for position, recipe in enumerate(recipes):
                 cell = table.get((recipe, variant, mode))
                 if cell is None:

@@ -232,12 +232,13 @@ def times_markdown(markers: Sequence[Mapping[str, Any]], *, title: str) -> str:
              "|---|---:|---:|---:|---:|---:|"]
     total = 0.0
     for recipe in sorted(by_recipe):
-        train = [t for t, _ in by_recipe[recipe]]
-        evaluate = [e for _, e in by_recipe[recipe]]
-        seconds = sum(train) + sum(evaluate)
+        train_seconds = [t for t, _ in by_recipe[recipe]]
+        eval_seconds = [e for _, e in by_recipe[recipe]]
+        seconds = sum(train_seconds) + sum(eval_seconds)
         total += seconds
-        lines.append(f"| {recipe} | {len(train)} | {statistics.median(train):.0f} | {min(train):.0f}-{max(train):.0f} "
-                     f"| {statistics.median(evaluate):.0f} | {seconds:.0f} |")
+        lines.append(f"| {recipe} | {len(train_seconds)} | {statistics.median(train_seconds):.0f} "
+                     f"| {min(train_seconds):.0f}-{max(train_seconds):.0f} "
+                     f"| {statistics.median(eval_seconds):.0f} | {seconds:.0f} |")
     if not by_recipe:
         lines.append("| (no finished runs) | 0 | - | - | - | 0 |")
     runs = sum(len(v) for v in by_recipe.values())

@@ -261,12 +261,13 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     @property
     def steps_per_epoch(self) -> int:
-        steps = len(self.loader.batch_sampler)
+        sampler: Any = self.loader.batch_sampler  # pcmr.data's PairBatchSampler (len, epoch)
+        steps = len(sampler)
         limit = self.config.train.max_steps_per_epoch
         return min(steps, limit) if limit is not None else steps
 
     def _epoch_loader(self, epoch: int, skip: int) -> DataLoader:
-        sampler = self.loader.batch_sampler
+        sampler: Any = self.loader.batch_sampler
         sampler.epoch = epoch  # PairBatchSampler draws epoch e's order from [seed, e]
         batches = list(sampler)[skip : self.steps_per_epoch]
         return DataLoader(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -63,16 +63,16 @@ class ShapesConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a number")
             setattr(self, name, float(value))
-        if not 0.0 <= self.count_caption_rate <= 1.0:
+        if not 0.0 <= float(cast(float, self.count_caption_rate)) <= 1.0:
             raise DataError(f"count_caption_rate={self.count_caption_rate!r}",
                             location="shapes config 'count_caption_rate'", expected="a number in [0, 1]")
-        if not 0.0 <= self.pixel_noise <= 255.0:
+        if not 0.0 <= float(cast(float, self.pixel_noise)) <= 255.0:
             raise DataError(f"pixel_noise={self.pixel_noise!r}", location="shapes config 'pixel_noise'",
                             expected="a number in [0, 255]")
         if isinstance(self.min_attributes, bool) or self.min_attributes not in (1, 2, 3, 4):
             raise DataError(f"min_attributes={self.min_attributes!r}", location="shapes config 'min_attributes'",
                             expected="an integer in 1..4")
-        kinds = {"min_objects": (int, "an integer"), "max_objects": (int, "an integer"), "seed": (int, "an integer"),
+        kinds: dict[str, tuple[Any, str]] = {"min_objects": (int, "an integer"), "max_objects": (int, "an integer"), "seed": (int, "an integer"),
                  "cache": (bool, "true or false"), "cache_dir": ((str, type(None)), "a folder path or null"),
                  "unseen_combinations": ((list, tuple), "a list of 'colour shape' strings")}
         for name, (kind, expected) in kinds.items():
@@ -90,12 +90,18 @@ class ShapesConfig:
                 raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a positive integer")
         try:
             held_out = parse_combinations(self.unseen_combinations)
-            sample_scenes(0, np.random.default_rng(0), min_objects=self.min_objects, max_objects=self.max_objects)
+            sample_scenes(0, np.random.default_rng(0), min_objects=self.objects_range[0],
+                          max_objects=self.objects_range[1])
         except ValueError as err:
             raise DataError(str(err), location="shapes config", expected="valid shapes settings") from None
         if held_out.all():
             raise DataError("every combination is held out", location="shapes config 'unseen_combinations'",
                             expected=f"a strict subset of the {len(SHAPES) * len(COLOURS)} combinations")
+
+    @property
+    def objects_range(self) -> tuple[int, int]:
+        """``(min_objects, max_objects)`` after the preset filled them in."""
+        return int(cast(int, self.min_objects)), int(cast(int, self.max_objects))
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> ShapesConfig:
