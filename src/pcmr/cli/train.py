@@ -36,7 +36,7 @@ from pcmr.train.run import CONFIG_FILE
 __all__ = ["RESUME_OVERRIDABLE", "add_parser", "launch", "run", "start_run"]
 
 # keys that may change when resuming (they do not change the computation)
-RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "data.root", "data.num_workers")
+RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "train.loggers", "data.root", "data.num_workers")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

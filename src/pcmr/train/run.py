@@ -5,6 +5,7 @@ Run folder layout (``RUN/``)::
     config.yaml               the resolved config (recipe + --set overrides)
     run.json                  summary: status, trained similarity, selected epoch, validation history
     log.jsonl                 one JSON object per line: step / epoch / validation / resume events
+    tensorboard/              TensorBoard scalars (train.loggers: [..., tensorboard]; pcmr.train.loggers)
     vocab.json                the training vocabulary (pcmr.data.Vocabulary.save)
     similarity_options.json   {similarity name: options} for evaluation, e.g. {"match_prob": {"a": .., "b": ..}}
     model/                    the selected model (best validation metric), pcmr.models.save_model
