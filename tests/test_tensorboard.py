@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -93,3 +95,20 @@ def test_run_log_closes_every_logger_even_when_one_fails():
     with pytest.raises(OSError, match="disk full"):
         log.close()
     assert closed == ["step", "failing", "fine"]
+
+
+def test_two_processes_write_one_event_file(tmp_path, monkeypatch):
+    """Under DDP (2 gloo processes through torchrun) only rank 0 writes TensorBoard scalars."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    argv = ["train", "pcme", "--out", str(tmp_path), "--name", "run", "--no-progress", "--nproc", "2"]
+    for item in [*TINY, "train.epochs=1", "train.loggers=[jsonl, tensorboard]"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    events = list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    accumulator = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    accumulator.Reload()
+    steps = [e.step for e in accumulator.Scalars("loss/loss")]
+    assert steps == sorted(set(steps)) and steps  # one value per logged step, not one per process

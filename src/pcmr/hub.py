@@ -44,6 +44,7 @@ from pcmr.evaluation.encode import (
     model_device,
 )
 from pcmr.gaussian import Gaussian
+from pcmr.models.config import ModelConfig
 from pcmr.models.model import RetrievalModel
 from pcmr.models.serialization import load_model, save_model
 from pcmr.report import Report
@@ -178,7 +179,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
 
     # ------------------------------------------------------------------ properties
     @property
-    def config(self) -> Any:
+    def config(self) -> ModelConfig:
         """The network's :class:`~pcmr.models.ModelConfig`."""
         return self.network.config
 
