@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -202,3 +203,30 @@ def test_load_which_and_documented_load_run(run_dir):
     torch.testing.assert_close(loaded.encode_text(["a red circle"]).mean,
                                pcmr.load(run_dir).encode_text(["a red circle"]).mean)
     assert trained.vocab.words == loaded.vocabulary.words
+
+
+def test_push_to_hub_uploads_the_saved_folder(model, monkeypatch):
+    """push_to_hub goes through huggingface_hub (its network calls replaced here): the uploaded folder is the
+    save_pretrained layout and the model card names the repository."""
+    from types import SimpleNamespace
+
+    from huggingface_hub import HfApi
+
+    uploaded = {}
+
+    def create_repo(self, repo_id, **kwargs):
+        return SimpleNamespace(repo_id=repo_id)
+
+    def upload_folder(self, *, repo_id, folder_path, **kwargs):
+        folder = Path(folder_path)
+        uploaded.update(repo_id=repo_id, names=sorted(p.name for p in folder.iterdir()),
+                        card=(folder / "README.md").read_text())
+        return "https://huggingface.co/user/pcme-shapes/commit/0"
+
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    assert model.push_to_hub("user/pcme-shapes", token="not-used").startswith("https://huggingface.co/")
+    assert uploaded["repo_id"] == "user/pcme-shapes"
+    assert {"config.json", "model.safetensors", "vocabulary.json", "preprocessor_config.json",
+            "README.md"} <= set(uploaded["names"])
+    assert 'pcmr.Model.from_pretrained("user/pcme-shapes")' in uploaded["card"]

@@ -256,9 +256,22 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         it (needs network and a token). Returns the commit URL when pushed, else None."""
         directory = Path(save_directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self._card_model_id = kwargs.get("repo_id")
+        previous = self._card_model_id  # set by push_to_hub, which saves into a temporary folder
+        self._card_model_id = kwargs.get("repo_id") or previous
         (directory / "README.md").unlink(missing_ok=True)  # regenerated with the current metrics
-        return super().save_pretrained(directory, **kwargs)
+        try:
+            return super().save_pretrained(directory, **kwargs)
+        finally:
+            self._card_model_id = previous
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> str:
+        """Upload the :meth:`save_pretrained` folder to the Hugging Face Hub repository ``repo_id``
+        (``huggingface_hub``'s ``push_to_hub``: needs network access and a token with write access)."""
+        self._card_model_id = repo_id
+        try:
+            return super().push_to_hub(repo_id, **kwargs)
+        finally:
+            self._card_model_id = None
 
     def generate_model_card(self, *args: Any, **kwargs: Any) -> ModelCard:
         """The README.md model card: family, embedding size, trained score and the run's metrics."""
