@@ -230,3 +230,25 @@ def test_push_to_hub_uploads_the_saved_folder(model, monkeypatch):
     assert {"config.json", "model.safetensors", "vocabulary.json", "preprocessor_config.json",
             "README.md"} <= set(uploaded["names"])
     assert 'pcmr.Model.from_pretrained("user/pcme-shapes")' in uploaded["card"]
+
+
+def test_a_trained_model_folder_opens_on_its_own(tmp_path):
+    """`pcmr train` writes the image preprocessing beside the weights, so RUN/model copied elsewhere opens
+    without the run folder or its data."""
+    import shutil
+
+    from pcmr.cli import main
+
+    argv = ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run", "--no-progress"]
+    for item in ["data.options={num_train: 12, num_val: 4, num_test: 4, num_test_unseen: 1, num_binary_selection: 1, "
+                 "image_size: 24, cache: false}", "data.batch_size=6", "train.epochs=1", "model.embed_dim=8",
+                 "model.text_encoder={word_dim: 8, hidden_dim: 8}", "model.image_encoder={cnn_channels: [4, 4, 4, 4]}"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    preprocessor = json.loads((tmp_path / "run" / "model" / "preprocessor_config.json").read_text())
+    assert preprocessor["input"] == "pixels" and preprocessor["image_size"] == 24
+    shutil.copytree(tmp_path / "run" / "model", tmp_path / "copy")
+    alone = pcmr.load(tmp_path / "copy")
+    assert alone.image_size == 24 and alone.vocabulary is not None
+    torch.testing.assert_close(alone.encode_image(torch.zeros(2, 3, 24, 24)).mean,
+                               pcmr.load(tmp_path / "run").encode_image(torch.zeros(2, 3, 24, 24)).mean)

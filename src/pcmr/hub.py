@@ -49,7 +49,7 @@ from pcmr.models.model import RetrievalModel
 from pcmr.models.serialization import load_model, save_model
 from pcmr.report import Report
 
-__all__ = ["Model", "load", "VOCABULARY_FILE", "PREPROCESSOR_FILE", "SIMILARITY_OPTIONS_FILE", "METRICS_FILE"]
+__all__ = ["Model", "load", "preprocessor_config", "VOCABULARY_FILE", "PREPROCESSOR_FILE", "SIMILARITY_OPTIONS_FILE", "METRICS_FILE"]
 
 VOCABULARY_FILE = "vocabulary.json"
 PREPROCESSOR_FILE = "preprocessor_config.json"
@@ -83,6 +83,14 @@ scores = pcmr.similarity.pairwise("{{ similarity }}", images, captions)
 
 {{ metrics }}
 """
+
+
+def preprocessor_config(image_size: int | None) -> dict[str, Any]:
+    """The ``preprocessor_config.json`` of a model: how raw images become its input (None: features)."""
+    if image_size is None:
+        return {"input": "features"}
+    return {"input": "pixels", "image_size": int(image_size), "resample": "bicubic", "convert": "RGB",
+            "image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)}
 
 
 def _read_json_file(path: Path, what: str) -> Any:
@@ -242,10 +250,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         if self.vocabulary is not None:
             extra["vocabulary"] = self.vocabulary.to_dict()
         size = self.image_size
-        extra["preprocessor_config"] = (
-            {"input": "features"} if size is None
-            else {"input": "pixels", "image_size": size, "resample": "bicubic", "convert": "RGB",
-                  "image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)})
+        extra["preprocessor_config"] = preprocessor_config(size)
         save_model(self.network, save_directory, extra_json=extra)
         card = self.generate_model_card(model_id=self._card_model_id or str(save_directory))
         atomic_write_text(save_directory / "README.md", str(card))

@@ -38,6 +38,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from pcmr.data.batching import train_loader
+from pcmr.evaluation.encode import image_input_size
+from pcmr.hub import preprocessor_config
 from pcmr.progress import progress_bar, progress_enabled, write_line
 from pcmr.train.checkpoint import (
     CheckpointError,
@@ -435,7 +437,8 @@ class Trainer:
             return
         name = MODEL_DIR if which == "model" else MODEL_LAST_DIR
         options = {self.loss_fn.similarity_name: self.loss_fn.similarity_options()}
-        extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options}
+        extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options,
+                 "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split))}
         save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
         if which == "model":
             write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
