@@ -252,3 +252,15 @@ def test_a_trained_model_folder_opens_on_its_own(tmp_path):
     assert alone.image_size == 24 and alone.vocabulary is not None
     torch.testing.assert_close(alone.encode_image(torch.zeros(2, 3, 24, 24)).mean,
                                pcmr.load(tmp_path / "run").encode_image(torch.zeros(2, 3, 24, 24)).mean)
+
+
+def test_asking_the_image_size_draws_no_random_number():
+    """The trainer asks for the image side when it saves a model: no random stream may move."""
+    from pcmr.data import load_dataset
+    from pcmr.evaluation.encode import image_input_size
+
+    split = load_dataset("shapes", "train", **SHAPES)
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    assert image_input_size(split) == SHAPES["image_size"]
+    assert torch.equal(torch.get_rng_state(), before)

@@ -250,8 +250,12 @@ def split_image_metadata(split: RetrievalSplit) -> list[dict[str, Any]] | None:
 
 
 def image_input_size(split: RetrievalSplit) -> int | None:
-    """Side of the split's pixel images (None when the split holds precomputed features)."""
-    batch = next(iter(image_loader(split, 1)))
+    """Side of the split's pixel images (None when the split holds precomputed features).
+
+    The global RNG is left untouched (a DataLoader draws its seed from it), so asking during training
+    changes no random stream."""
+    with torch.random.fork_rng(devices=[]):
+        batch = next(iter(image_loader(split, 1)))
     images = batch["images"]
     if images.dim() == 4:
         return int(images.shape[-1])
