@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,15 +99,18 @@ def test_run_log_closes_every_logger_even_when_one_fails():
     assert closed == ["step", "failing", "fine"]
 
 
-def test_two_processes_write_one_event_file(tmp_path, monkeypatch):
-    """Under DDP (2 gloo processes through torchrun) only rank 0 writes TensorBoard scalars."""
+def test_two_processes_write_one_event_file(tmp_path):
+    """Under DDP (2 gloo processes through torchrun) only rank 0 writes TensorBoard scalars. The command runs
+    in a child process: the torchrun launcher installs its own signal handlers in the process that calls it."""
     src = str(Path(__file__).resolve().parents[1] / "src")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    argv = ["train", "pcme", "--out", str(tmp_path), "--name", "run", "--no-progress", "--nproc", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable, "-m", "pcmr", "train", "pcme", "--out", str(tmp_path), "--name", "run", "--no-progress",
+            "--nproc", "2"]
     for item in [*TINY, "train.epochs=1", "train.loggers=[jsonl, tensorboard]"]:
         argv += ["--set", item]
-    assert main(argv) == 0
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
     events = list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     assert len(events) == 1
     accumulator = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
