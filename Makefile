@@ -1,6 +1,7 @@
 # pcmr: two commands on a fresh machine.
 #   make demo   -- installs, then runs the main job on the built-in data
 #   make test   -- installs, then lints and runs the whole test suite
+#   make docs   -- builds the documentation site (mkdocs, --strict) into site/
 #   make test-browser -- the `pcmr serve` page in headless chromium (needs the Debian packages
 #                   chromium and chromium-driver; .ci/run installs them and runs both targets)
 # Both create/refresh a local virtual environment in .venv. torch is installed
@@ -10,11 +11,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,fast,eccv,pretrained,search,adamp
+EXTRAS ?= dev,fast,eccv,pretrained,search,adamp,tensorboard
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pcmr-installed
 
-.PHONY: demo test test-browser lint install clean bench
+.PHONY: demo test test-browser lint install clean bench docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 test: lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
@@ -39,8 +41,12 @@ test: lint
 test-browser: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m browser tests/search/test_serve_browser.py
 
+docs: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	$(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/similarity.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -5,7 +5,8 @@ objectives, hub-aware inference and the evaluation protocols of PCME, ProbVSE,
 GCE/GIE/GCIE, HAL/RGM and calibrated probabilistic embeddings.
 
 Sub-packages are imported lazily (``pcmr.similarity``, ``pcmr.metrics``, ...), so
-``import pcmr`` stays cheap. The training application (``pcmr.train``) and the
+``import pcmr`` stays cheap. ``pcmr.load(RUN)`` opens a trained model for raw text and images
+(:class:`pcmr.hub.Model`). The training application (``pcmr.train``) and the
 command line (``pcmr.cli``) are never imported by the library.
 """
 
@@ -18,10 +19,13 @@ from pcmr.gaussian import Gaussian
 from pcmr.point_set import PointSet
 
 __version__ = "0.1.0"
-__all__ = ["Gaussian", "PointSet", "__version__", "create_model", "load_model", "list_models", "save_model"]
+__all__ = ["Gaussian", "Model", "PointSet", "__version__", "create_model", "load", "load_model", "list_models",
+           "save_model"]
 
-_SUBMODULES = {"similarity", "metrics", "inference", "losses", "models", "data", "index"}
+_SUBMODULES = {"similarity", "metrics", "inference", "losses", "models", "data", "index", "evaluation", "search",
+               "report", "hub"}
 _MODEL_API = {"create_model", "load_model", "list_models", "save_model"}
+_HUB_API = {"load", "Model"}  # pcmr.load(RUN_OR_DIR) / pcmr.Model.from_pretrained(path_or_hub_id)
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +33,6 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f"pcmr.{name}")
     if name in _MODEL_API:
         return getattr(importlib.import_module("pcmr.models"), name)
+    if name in _HUB_API:
+        return getattr(importlib.import_module("pcmr.hub"), name)
     raise AttributeError(f"module 'pcmr' has no attribute {name!r}")

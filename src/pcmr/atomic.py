@@ -105,7 +105,10 @@ def atomic_write_via_path(path: PathLike, write: Callable[[Path], None]) -> Path
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically."""
-    return atomic_write(path, lambda handle: handle.write(data))
+    def write(handle: IO[bytes]) -> None:
+        handle.write(data)
+
+    return atomic_write(path, write)
 
 
 def atomic_write_text(path: PathLike, text: str) -> Path:
@@ -125,7 +128,10 @@ def atomic_write_npz(path: PathLike, **arrays: np.ndarray) -> Path:
     for name, array in arrays.items():
         if np.asarray(array).dtype == object:
             raise TypeError(f"array {name!r} has dtype object; only numeric arrays are written (no pickle)")
-    return atomic_write(path, lambda handle: np.savez_compressed(handle, **arrays))
+    def write(handle: IO[bytes]) -> None:
+        np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as its flags
+
+    return atomic_write(path, write)
 
 
 def atomic_write_safetensors(path: PathLike, tensors: Mapping[str, torch.Tensor],

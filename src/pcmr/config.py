@@ -194,7 +194,7 @@ def _coerce(value: Any, tp: Any, key: str, label: str = "config") -> Any:
             return value
         raise ConfigError(f"{label} key '{key}' expects {_type_name(tp)}, got {value!r}")
     if dataclasses.is_dataclass(tp):
-        return build_dataclass(tp, value, where=key, label=label)
+        return build_dataclass(typing.cast(type, tp), value, where=key, label=label)
     if origin is collections.abc.Sequence:  # a sequence argument: a list or tuple, never a string
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{label} key '{key}' expects a list, got {value!r}")

@@ -251,13 +251,15 @@ class GalleryIndex:
         self._add("caption", captions, caption_ids, None, caption_texts, shard_size, progress)
 
     def _add(self, modality: str, items: Gaussian, ids: Sequence[Any], metadata: Sequence[dict[str, Any]] | None,
-             texts: Sequence[str] | None, shard_size: int, progress: bool) -> None:
+             texts: Sequence[str] | None, shard_size: int, progress: bool | None) -> None:
 
         old = self.gallery(modality)
         if items.dim != old.dim:
             raise ValueError(f"new {modality}s have D={items.dim}, the index D={old.dim}")
-        if (items.logvar is None) != (old.logvar is None) or (
-                old.logvar is not None and old.num and items.logvar.shape[1] != old.logvar.shape[1]):
+        new_logvar, old_logvar = items.logvar, old.logvar
+        if (new_logvar is None) != (old_logvar is None) or (
+                new_logvar is not None and old_logvar is not None and old.num
+                and new_logvar.shape[1] != old_logvar.shape[1]):
             raise ValueError(f"new {modality}s ({items!r}) must have the variance shape of the index ({old!r})")
         if len(ids) != items.num or (texts is not None and len(texts) != items.num):
             raise ValueError(f"give one id{' and one text' if texts is not None else ''} per new {modality}")
@@ -280,7 +282,7 @@ class GalleryIndex:
                                     self.similarity_options.get(entry["similarity"], {}))
             entry["r_q"] = torch.cat([entry["r_q"], extra])
         merged = Gaussian(torch.cat([old.mean, items.mean]),
-                          None if old.logvar is None else torch.cat([old.logvar, items.logvar]))
+                          None if old_logvar is None or new_logvar is None else torch.cat([old_logvar, new_logvar]))
         if modality == "image":
             if self.image_metadata is not None or metadata is not None:
                 base = self.image_metadata or [{} for _ in range(old.num)]
@@ -288,7 +290,7 @@ class GalleryIndex:
             self.images, self.image_ids = merged, self.image_ids + _json_ids(ids, "image_ids")
         else:
             self.captions, self.caption_ids = merged, self.caption_ids + _json_ids(ids, "caption_ids")
-            self.caption_texts = self.caption_texts + [str(t) for t in texts]
+            self.caption_texts = self.caption_texts + [str(t) for t in texts or []]
         self._reference_cache.clear()
         self._uncertainty.clear()
 
@@ -306,14 +308,19 @@ class GalleryIndex:
             if g.logvar is not None:
                 tensors[f"{modality}_logvar"] = g.logvar.detach().cpu().contiguous()
         atomic_write_safetensors(out / EMBEDDINGS_FILE, tensors)
-        has_model = include_model and self.model is not None and self.vocab is not None
-        if has_model:
+        has_model = False
+        if include_model and self.model is not None and self.vocab is not None:
+            has_model = True
             save_model(self.model, out / MODEL_DIR)
             self.vocab.save(out / VOCAB_FILE)
         ann_info = {}
         for modality, ann in self.ann.items():
             name = f"ann-{modality}.faiss"
-            atomic_write_via_path(out / name, lambda tmp, ann=ann: ann.write(str(tmp)))
+
+            def write_ann(tmp: Path, ann: Any = ann) -> None:
+                ann.write(str(tmp))
+
+            atomic_write_via_path(out / name, write_ann)
             ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
                                   "layout": ann.layout, "dim": ann.dim, "ntotal": ann.ntotal, "params": ann.params}
         hubness_info = {}
@@ -370,7 +377,7 @@ class GalleryIndex:
         except (SafetensorError, OSError, ValueError) as err:
             raise ValueError(f"{emb_path} cannot be read ({err}); the index is corrupted") from None
         dev = torch.device(device) if device is not None else torch.device("cpu")
-        gaussians = {}
+        gaussians: dict[str, Gaussian] = {}
         for modality in MODALITIES:
             if f"{modality}_mean" not in tensors:
                 raise ValueError(f"{emb_path} has no tensor '{modality}_mean'; the index is corrupted")
@@ -522,20 +529,21 @@ class GalleryIndex:
         return out
 
     # ----------------------------------------------------------------- queries from raw inputs
-    def _require_encoder(self) -> None:
+    def _require_encoder(self) -> tuple[RetrievalModel, Vocabulary]:
         if self.model is None or self.vocab is None:
             raise ValueError("this index holds no model/vocabulary (saved with include_model=False); "
                              "it can only be searched with Gaussian queries (GalleryIndex.search)")
+        return self.model, self.vocab
 
     def search_text(self, texts: str | Sequence[str], k: int = 10, similarity: str = "cosine",
                     rerank: str = "nns", **kwargs: Any) -> SearchResults:
         """Encode caption text(s) with the stored model and search the image gallery."""
 
-        self._require_encoder()
+        model, vocab = self._require_encoder()
         texts = [texts] if isinstance(texts, str) else list(texts)
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ValueError(f"text queries must be non-empty strings, got {texts!r}")
-        query = encode_texts(self.model, self.vocab, texts, device=self.images.device)
+        query = encode_texts(model, vocab, texts, device=self.images.device)
         return self.search(query, k, similarity, rerank, modality="caption", **kwargs)
 
     def search_image(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], k: int = 10,
@@ -543,9 +551,9 @@ class GalleryIndex:
         """Decode image file(s) with Pillow, preprocess them like the dataset, encode with the stored
         model and search the caption gallery."""
 
-        self._require_encoder()
+        model, _ = self._require_encoder()
         paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-        query = encode_image_files(self.model, paths, device=self.images.device,
+        query = encode_image_files(model, paths, device=self.images.device,
                                    image_size=self.meta.get("image_size"))
         return self.search(query, k, similarity, rerank, modality="image", **kwargs)
 

@@ -78,16 +78,17 @@ class PointSet(Gaussian):
 
     # ----------------------------------------------------------------- constructors
     @staticmethod
-    def cat(gaussians: Sequence[Gaussian]) -> PointSet:  # type: ignore[override]
+    def cat(gaussians: Sequence[Gaussian]) -> PointSet:
         """Concatenate point sets of one ``K`` and ``D`` along ``N``."""
         if len(gaussians) == 0:
             raise ValueError("PointSet.cat needs at least one PointSet")
-        if not all(isinstance(g, PointSet) for g in gaussians):
+        sets = [g for g in gaussians if isinstance(g, PointSet)]
+        if len(sets) != len(gaussians):
             raise ValueError("PointSet.cat cannot mix point sets with Gaussians or single points")
-        shapes = {tuple(g.points.shape[1:]) for g in gaussians}  # type: ignore[union-attr]
+        shapes = {tuple(g.points.shape[1:]) for g in sets}
         if len(shapes) != 1:
             raise ValueError(f"PointSet.cat needs one [K, D] for every part, got {sorted(shapes)}")
-        return PointSet(torch.cat([g.points for g in gaussians], dim=0), check=False)  # type: ignore[union-attr]
+        return PointSet(torch.cat([g.points for g in sets], dim=0), check=False)
 
     # ----------------------------------------------------------------- uncertainty
     def spread(self) -> Tensor:

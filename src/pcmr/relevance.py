@@ -89,8 +89,9 @@ class Relevance:
         self.num_images = int(num_images)
         self.num_captions = int(num_captions)
         keys = np.sort(image_index * self.num_captions + caption_index)
-        self.keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if keys.size else keys  # [P] sorted
-        self.bits = None
+        # one of the two storages is set: sorted keys [P] or packed bits [N_cap, ceil(N_img / 8)]
+        self.keys: np.ndarray | None = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if keys.size else keys
+        self.bits: np.ndarray | None = None
 
     @classmethod
     def from_keys(cls, num_images: int, num_captions: int, keys: np.ndarray) -> Relevance:
@@ -151,7 +152,7 @@ class Relevance:
         """Number of relevant pairs."""
         if self.bits is not None:
             return int(_POPCOUNT[self.bits].sum())
-        return int(self.keys.size)
+        return int(self._sorted_keys().size)
 
     def columns(self, caption_index: np.ndarray) -> np.ndarray:
         """Dense bool ``[B, N_img]``: the relevant images of the captions ``caption_index``."""
@@ -197,10 +198,17 @@ class Relevance:
             packed = self.bits[caption_index, image_index >> 3]  # [B_img, B_cap]
             return ((packed >> (7 - (image_index & 7))) & 1).astype(bool)
         query = image_index * self.num_captions + caption_index  # [B_img, B_cap]
-        if self.keys.size == 0:
+        keys = self._sorted_keys()
+        if keys.size == 0:
             return np.zeros(query.shape, dtype=bool)
-        position = np.minimum(np.searchsorted(self.keys, query), self.keys.size - 1)
-        return self.keys[position] == query
+        position = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+        return keys[position] == query
+
+    def _sorted_keys(self) -> np.ndarray:
+        """The sorted pair keys ``image * N_cap + caption`` (only called when the bits storage is unset)."""
+        if self.keys is None:
+            raise RuntimeError("this Relevance stores packed bits, not keys")
+        return self.keys
 
     def matrix(self) -> torch.Tensor:
         """Dense BoolTensor ``[N_img, N_cap]``."""

@@ -203,6 +203,8 @@ def _from_embeddings(args: argparse.Namespace) -> Any:
     _check_target(args)
     saved = read_embeddings(args.from_embeddings, shard_rows=args.shard_size, progress=None)
     present = saved.images if saved.images is not None else saved.captions
+    if present is None:
+        raise ValueError(f"{args.from_embeddings} holds neither image nor caption embeddings")
     empty = Gaussian(present.mean.new_zeros(0, present.dim),
                      None if present.logvar is None else present.logvar.new_zeros(0, present.logvar.shape[1]))
     index = GalleryIndex(saved.images if saved.images is not None else empty,

@@ -61,7 +61,8 @@ def _pairs(path: Path, what: str) -> list[tuple[str, str]]:
 
 def _numbered(path: Path, what: str) -> list[tuple[int, str, int]]:
     """``(id, rest, line number)`` of the ``"<integer id> <rest>"`` lines; ids must be distinct."""
-    out, seen = [], {}
+    out: list[tuple[int, str, int]] = []
+    seen: dict[int, int] = {}
     for number, (first, rest) in enumerate(_pairs(path, what), start=1):
         if not (first.isascii() and first.isdigit()):
             raise DataError(f"id {first!r} is not a non-negative integer", path=path, location=f"line {number}",
@@ -125,8 +126,13 @@ def load_cub(
                             expected="a class id of CUB_200_2011/classes.txt")
         labels[image_id] = int(text)
     skipped: list[SkippedItem] = []
-    paths, keys, image_ids, image_class = [], [], [], []
-    texts, caption_image, caption_ids = [], [], []
+    paths: list[str] = []
+    keys: list[str] = []
+    image_ids: list[int] = []
+    image_class: list[int] = []
+    texts: list[str] = []
+    caption_image: list[int] = []
+    caption_ids: list[int] = []
     images_file = cub / "images.txt"
     for image_id, relative, _ in _numbered(images_file, "'<image id> <class dir>/<file>.jpg' per line"):
         directory = relative.split("/", 1)[0]

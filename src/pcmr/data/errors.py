@@ -116,7 +116,7 @@ def read_text_lines(path: str | os.PathLike, what: str) -> list[str]:
     return out
 
 
-def read_json(path: str | os.PathLike, what: str) -> object:
+def read_json(path: str | os.PathLike, what: str) -> Any:
     """Parse a JSON file; a missing, non-UTF-8, malformed or truncated file raises one clear error."""
     require_file(path, what)
     with open(path, "rb") as handle:
@@ -134,7 +134,7 @@ def read_json(path: str | os.PathLike, what: str) -> object:
 
 
 def require_key(record: object, key: str, kind: type | tuple[type, ...], *, path: str | os.PathLike,
-                location: str) -> object:
+                location: str) -> Any:
     """``record[key]`` checked to be of ``kind``; otherwise a :class:`DataError` naming ``location.key``."""
     if not isinstance(record, dict):
         raise DataError(f"is a {type(record).__name__}", path=path, location=location, expected="a JSON object")

@@ -18,7 +18,7 @@ from PIL import Image, UnidentifiedImageError
 from pcmr.data.errors import DataError, MissingDataError
 
 __all__ = ["IMAGE_MEAN", "IMAGE_STD", "ImageSource", "ArrayImages", "FileImages", "FeatureImages",
-           "normalize_pixels"]
+           "normalize_pixels", "pil_to_pixels"]
 
 IMAGE_MEAN = (0.485, 0.456, 0.406)
 IMAGE_STD = (0.229, 0.224, 0.225)
@@ -31,6 +31,12 @@ def normalize_pixels(pixels: np.ndarray) -> torch.Tensor:
     mean = torch.tensor(IMAGE_MEAN).view(3, 1, 1)
     std = torch.tensor(IMAGE_STD).view(3, 1, 1)
     return (tensor - mean) / std
+
+
+def pil_to_pixels(image: Image.Image, image_size: int) -> torch.Tensor:
+    """A Pillow image -> float ``[3, image_size, image_size]``: RGB, bicubic resize, ImageNet normalisation."""
+    rgb = image.convert("RGB").resize((image_size, image_size), Image.Resampling.BICUBIC)
+    return normalize_pixels(np.asarray(rgb, dtype=np.uint8))
 
 
 class ImageSource(ABC):
@@ -89,8 +95,7 @@ class FileImages(ImageSource):
                                    expected="an image file")
         try:
             with Image.open(path) as image:
-                image = image.convert("RGB").resize((self.image_size, self.image_size), Image.BICUBIC)
-                pixels = np.asarray(image, dtype=np.uint8)
+                return pil_to_pixels(image, self.image_size)
         except UnidentifiedImageError:
             raise DataError("image failed to decode (not a format Pillow recognises)", path=path, location=self.keys[index],
                             expected="a JPEG/PNG image Pillow can read") from None
@@ -98,7 +103,6 @@ class FileImages(ImageSource):
             reason = str(err).replace(repr(str(path)), "the file").replace(str(path), "the file")
             raise DataError(f"image failed to decode ({reason})", path=path, location=self.keys[index],
                             expected="a JPEG/PNG image Pillow can read") from None
-        return normalize_pixels(pixels)
 
 
 class FeatureImages(ImageSource):

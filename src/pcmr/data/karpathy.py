@@ -25,6 +25,7 @@ import os
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -79,9 +80,9 @@ def _caption_annotation_ids(paths: Sequence[str | os.PathLike]) -> dict[tuple[in
 def _image_id(record: dict, coco_ids: bool, *, path: Path, location: str) -> int | str:
     """The record's ``cocoid`` (COCO JSONs: required) or else its Karpathy ``imgid`` (or file name)."""
     if coco_ids:
-        return require_key(record, "cocoid", int, path=path, location=location)  # type: ignore[return-value]
+        return require_key(record, "cocoid", int, path=path, location=location)
     if "imgid" in record:
-        return require_key(record, "imgid", (int, str), path=path, location=location)  # type: ignore[return-value]
+        return require_key(record, "imgid", (int, str), path=path, location=location)
     return record["filename"]
 
 
@@ -113,15 +114,18 @@ def load_karpathy(
         on_error: ``"raise"`` (default) or ``"skip"`` bad captions/images, recorded in ``split.skipped``.
     """
     check_on_error(on_error)
-    if root is None and json_path is None:
+    if json_path is not None:
+        path = Path(json_path)
+    elif root is not None:
+        path = _find_json(Path(root), dataset)
+    else:
         raise DataError("no data location given", location="root", expected="a dataset folder or json_path")
-    path = Path(json_path) if json_path is not None else _find_json(Path(root), dataset)
     images_dir = Path(image_root) if image_root is not None else (Path(root) if root is not None and Path(root).is_dir()
                                                                    else path.parent) / "images"
     data = read_json(path, _WHAT)
     records = require_key(data, "images", list, path=path, location="top level")
     name = dataset or (data.get("dataset") if isinstance(data.get("dataset"), str) else "karpathy")
-    present = sorted({r.get("split") for r in records if isinstance(r, dict) and isinstance(r.get("split"), str)})
+    present = sorted({str(r["split"]) for r in records if isinstance(r, dict) and isinstance(r.get("split"), str)})
     if split not in KARPATHY_SPLITS:
         raise DataError(f"unknown split {split!r}", path=path, location="split", expected=f"one of {KARPATHY_SPLITS}")
     wanted = {"train", "restval"} if (split == "train" and include_restval) else {split}
@@ -140,7 +144,12 @@ def load_karpathy(
                         expected="the Karpathy COCO JSON (dataset_coco.json) with 'cocoid' on every image")
     skipped: list[SkippedItem] = []
     first_record: dict[object, str] = {}
-    image_paths, image_keys, image_ids, texts, caption_image, caption_ids = [], [], [], [], [], []
+    image_paths: list[str] = []
+    image_keys: list[str] = []
+    image_ids: list[int | str] = []
+    texts: list[str] = []
+    caption_image: list[int] = []
+    caption_ids: list[Any] = []
     for n, record in enumerate(records):
         where = f"images[{n}]"
         if require_key(record, "split", str, path=path, location=where) not in wanted:
@@ -204,7 +213,9 @@ def load_karpathy(
         id_kind = "coco_annotation"
     labels, label_names = None, None
     if instances is not None:
-        labels, label_names, label_skips = coco_labels_from_instances(instances, image_ids, on_error=on_error)
+        # instances files come with COCO JSONs, whose image ids are the integer cocoids
+        labels, label_names, label_skips = coco_labels_from_instances(instances, cast(list[int], image_ids),
+                                                                      on_error=on_error)
         skipped.extend(label_skips)
     warn_skipped(f"{name} {split}", skipped)
     return RetrievalSplit(

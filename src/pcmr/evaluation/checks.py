@@ -59,7 +59,7 @@ def check_model_vocabulary(model: RetrievalModel, vocab: Vocabulary, model_dir: 
     text encoders), or it differs from the ``vocabulary.json`` saved with the model."""
     config = getattr(model, "config", None)
     uses_vocabulary = config is not None and getattr(config.text_encoder, "kind", None) == "gru"
-    if uses_vocabulary and config.vocab_size != len(vocab):
+    if uses_vocabulary and config is not None and config.vocab_size != len(vocab):
         raise ValueError(f"{os.fspath(vocab_path)} holds {len(vocab)} words but the model in {os.fspath(model_dir)} "
                          f"embeds {config.vocab_size} token ids; expected the vocabulary of the run that trained "
                          f"this model")

@@ -11,14 +11,15 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Union
 
 import torch
+from PIL import Image
 from torch import Tensor, nn
 from tqdm import tqdm
 
 from pcmr.data.batching import ENCODE_BATCH_SIZE, caption_loader, image_loader
-from pcmr.data.images import FileImages
+from pcmr.data.images import FileImages, pil_to_pixels
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.gaussian import Gaussian
@@ -26,6 +27,7 @@ from pcmr.models.model import RetrievalModel
 from pcmr.progress import progress_enabled
 
 __all__ = ["encode_split", "encode_images", "encode_captions", "encode_texts", "encode_image_files",
+           "encode_image_inputs", "ImageInput",
            "model_device", "split_image_metadata", "caption_batch"]
 
 
@@ -75,7 +77,7 @@ def _collect(pieces: list[tuple[Tensor, Gaussian]], total: int, what: str) -> Ga
 
 
 def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key: str, total: int,
-            device: torch.device, progress: bool, what: str) -> Gaussian:
+            device: torch.device, progress: bool | None, what: str) -> Gaussian:
     pieces = []
     with eval_mode(model):
         for batch in _progress(loader, progress, f"encoding {what}"):
@@ -84,24 +86,24 @@ def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key
     return _collect(pieces, total, what)
 
 
-def encode_images(model: RetrievalModel, split: RetrievalSplit, *, batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
-                  progress: bool = False) -> Gaussian:
+def encode_images(model: nn.Module, split: RetrievalSplit, *, batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
+                  progress: bool | None = False) -> Gaussian:
     """All images of ``split`` as ``Gaussian [N_img, D]`` on ``device``."""
     dev = model_device(model, device)
     return _encode(model, image_loader(split, batch_size), "encode_images", "image_index", split.num_images,
                    dev, progress, "images")
 
 
-def encode_captions(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
-                    device: torch.device | str | None = None, progress: bool = False) -> Gaussian:
+def encode_captions(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
+                    device: torch.device | str | None = None, progress: bool | None = False) -> Gaussian:
     """All captions of ``split`` as ``Gaussian [N_cap, D]`` on ``device``."""
     dev = model_device(model, device)
     return _encode(model, caption_loader(split, vocab, batch_size), "encode_captions", "caption_index",
                    split.num_captions, dev, progress, "captions")
 
 
-def encode_split(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
-                 device: torch.device | str | None = None, progress: bool = False) -> tuple[Gaussian, Gaussian]:
+def encode_split(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
+                 device: torch.device | str | None = None, progress: bool | None = False) -> tuple[Gaussian, Gaussian]:
     """Encode every image and caption of a retrieval split (model in eval mode, no grad).
 
     Returns ``(images: Gaussian [N_img, D], captions: Gaussian [N_cap, D])`` in the split's order, on
@@ -131,17 +133,86 @@ def caption_batch(vocab: Vocabulary, texts: Sequence[str]) -> dict[str, Any]:
             "caption_texts": list(texts), "caption_index": torch.arange(len(ids))}
 
 
+def _batches(total: int, batch_size: int, progress: bool | None, what: str) -> Iterable[int]:
+    """Start offsets of the batches; a bar (see :mod:`pcmr.progress`) only when there are several."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    starts = range(0, total, batch_size)
+    return _progress(starts, progress if len(starts) > 1 else False, f"encoding {what}")
+
+
 def encode_texts(model: RetrievalModel, vocab: Vocabulary, texts: Sequence[str], *, device: torch.device | str | None = None,
-                 batch_size: int = ENCODE_BATCH_SIZE) -> Gaussian:
-    """Encode raw caption texts with ``model`` -> ``Gaussian [len(texts), D]`` on ``device``."""
+                 batch_size: int = ENCODE_BATCH_SIZE, progress: bool | None = None) -> Gaussian:
+    """Encode raw caption texts with ``model`` -> ``Gaussian [len(texts), D]`` on ``device``.
+
+    ``texts`` are tokenised with ``vocab`` (unknown words -> ``<unk>``) in batches of ``batch_size``;
+    ``progress`` draws a bar over the batches (None: only on a terminal and for more than one batch).
+    """
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise ValueError("texts must be a list of strings")
+    if not texts:
+        raise ValueError("texts must hold at least one caption")
     dev = model_device(model, device)
     pieces = []
     with eval_mode(model):
-        for start in range(0, len(texts), batch_size):
+        for start in _batches(len(texts), batch_size, progress, "texts"):
             batch = caption_batch(vocab, list(texts[start:start + batch_size]))
             pieces.append(model.encode_captions(_to_device(batch, dev)).detach())
-    if not pieces:
-        raise ValueError("texts must hold at least one caption")
+    return Gaussian.cat(pieces)
+
+
+ImageInput = Union[str, "os.PathLike[str]", Image.Image, Tensor]
+
+
+def _image_tensor(item: ImageInput, position: int, image_size: int | None) -> Tensor:
+    """One input -> the model-ready tensor: a file path or Pillow image -> pixels ``[3, S, S]``; a tensor as is."""
+    if isinstance(item, Tensor):
+        return item
+    if not isinstance(item, (str, os.PathLike, Image.Image)):
+        raise TypeError(f"images[{position}] is a {type(item).__name__}; expected a file path, a PIL.Image.Image "
+                        "or a tensor ([3, H, W] normalised pixels, or features [F] / [R, F])")
+    if image_size is None:
+        raise ValueError("this model reads precomputed image features, not pixels; image files and Pillow "
+                         "images need a model trained on pixel images (pass feature tensors instead)")
+    if isinstance(item, Image.Image):
+        return pil_to_pixels(item, int(image_size))
+    path = os.fspath(item)
+    return FileImages([path], image_size=int(image_size), keys=[f"query image {path}"]).load(0)
+
+
+def encode_image_inputs(model: RetrievalModel, images: ImageInput | Sequence[ImageInput], *, image_size: int | None,
+                        device: torch.device | str | None = None, batch_size: int = ENCODE_BATCH_SIZE,
+                        progress: bool | None = None) -> Gaussian:
+    """Encode images given as file paths, Pillow images or tensors -> ``Gaussian [N, D]`` on ``device``.
+
+    Paths and Pillow images are preprocessed like the dataset (RGB, resized to ``image_size`` x
+    ``image_size``, ImageNet normalisation; ``pcmr.data.images.FileImages``); tensors are taken as
+    model-ready: one batch ``[N, 3, H, W]`` (or features ``[N, F]`` / ``[N, R, F]``), or a list of
+    ``[3, H, W]`` items. ``image_size`` is the side the model was trained on (None: the model reads
+    precomputed features). Decoding and encoding go batch by batch (``batch_size``), with a bar as in
+    :func:`encode_texts`.
+    """
+    if isinstance(images, Tensor):
+        if images.dim() < 2:
+            raise ValueError(f"an image tensor batch must be [N, 3, H, W], [N, F] or [N, R, F], got {tuple(images.shape)}")
+        items: Sequence[ImageInput] = list(images.unbind(0))
+    elif isinstance(images, (str, os.PathLike, Image.Image)):
+        items = [images]
+    else:
+        items = list(images)
+    if not items:
+        raise ValueError("images must hold at least one image")
+    dev = model_device(model, device)
+    pieces = []
+    with eval_mode(model):
+        for start in _batches(len(items), batch_size, progress, "images"):
+            chunk = [_image_tensor(item, start + i, image_size) for i, item in enumerate(items[start:start + batch_size])]
+            shapes = {tuple(t.shape) for t in chunk}
+            if len(shapes) > 1:
+                raise ValueError(f"image tensors of one call must share one shape, got {sorted(shapes)}")
+            pixels = torch.stack(chunk).to(dev, torch.float32)
+            batch = {"images": pixels, "image_index": torch.arange(len(chunk), device=dev)}
+            pieces.append(model.encode_images(batch).detach())
     return Gaussian.cat(pieces)
 
 
@@ -149,22 +220,15 @@ def encode_image_files(model: RetrievalModel, paths: Sequence[str | os.PathLike[
                        device: torch.device | str | None = None) -> Gaussian:
     """Decode image files with Pillow, preprocess them like the dataset (RGB, resized to
     ``image_size`` x ``image_size``, ImageNet normalisation; ``pcmr.data.images.FileImages``) and
-    encode them -> ``Gaussian [len(paths), D]``.
+    encode them -> ``Gaussian [len(paths), D]`` (:func:`encode_image_inputs` on paths).
 
     ``image_size`` is the side of the images the model was trained on; None means the model reads
     precomputed features, which image files cannot provide (ValueError).
     """
-
     if image_size is None:
         raise ValueError("this model reads precomputed image features, not pixels; image-file queries need a "
                          "model trained on pixel images")
-    paths = [os.fspath(p) for p in paths]
-    source = FileImages(paths, image_size=int(image_size), keys=["query image"] * len(paths))
-    pixels = torch.stack([source.load(i) for i in range(len(paths))])  # [Q, 3, H, W]
-    dev = model_device(model, device)
-    with eval_mode(model):
-        batch = {"images": pixels.to(dev), "image_index": torch.arange(len(paths), device=dev)}
-        return model.encode_images(batch).detach()
+    return encode_image_inputs(model, [os.fspath(p) for p in paths], image_size=image_size, device=device)
 
 
 def split_image_metadata(split: RetrievalSplit) -> list[dict[str, Any]] | None:
@@ -186,8 +250,12 @@ def split_image_metadata(split: RetrievalSplit) -> list[dict[str, Any]] | None:
 
 
 def image_input_size(split: RetrievalSplit) -> int | None:
-    """Side of the split's pixel images (None when the split holds precomputed features)."""
-    batch = next(iter(image_loader(split, 1)))
+    """Side of the split's pixel images (None when the split holds precomputed features).
+
+    The global RNG is left untouched (a DataLoader draws its seed from it), so asking during training
+    changes no random stream."""
+    with torch.random.fork_rng(devices=[]):
+        batch = next(iter(image_loader(split, 1)))
     images = batch["images"]
     if images.dim() == 4:
         return int(images.shape[-1])

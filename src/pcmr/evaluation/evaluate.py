@@ -194,7 +194,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         result.meta["similarity_options"][name] = {k: v for k, v in options.items() if isinstance(v, (int, float))}
         timings = [f"scores {time.perf_counter() - started:.1f} s"]
         val_dirs = None
-        if val_scores is not None:
+        if val_scores is not None and val is not None:
             val_relevance = val[2].to(device)
             val_dirs = {"i2t": (val_scores, val_relevance), "t2i": (val_scores.T, val_relevance.T)}
         for rerank in rerankers:

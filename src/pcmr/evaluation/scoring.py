@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ DEFAULT_SEED = 0
 LEARNED_OPTIONS = {"match_prob": ("a", "b")}
 
 
-def check_names(kind: str, names: list[str] | tuple[str, ...], accepted: list[str]) -> list[str]:
+def check_names(kind: str, names: Sequence[str], accepted: list[str]) -> list[str]:
     """Validate requested names (``"all"`` expands to ``accepted``); ValueError listing the accepted ones."""
     names = list(names)
     if names == ["all"]:
@@ -81,7 +82,7 @@ def score_matrix(name: str, images: Gaussian, captions: Gaussian, options: dict[
         return pairwise(name, images.detach(), captions.detach(), block_size=block_size, **opts)
 
 
-def get_method(name: str, params: dict[str, Any] | None = None, *, size: tuple[int, int] | None = None) -> Any:
+def get_method(name: str, params: dict[str, Any] | None = None, *, size: tuple[int, ...] | None = None) -> Any:
     """``pcmr.inference.get_reranker(name, **params)``, ``fitted`` to ``size = (Q, G)`` when given (CSLS's
     neighbourhood clamped to ``min(Q, G)`` so tiny galleries still work). ValueError for an unknown
     name/parameter."""

@@ -27,7 +27,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from torch import Tensor
 
@@ -59,7 +59,7 @@ class Reweighting(abc.ABC):
     def rescore(self, scores: Tensor) -> Tensor:
         """The re-weighted scores ``[Q, G]`` of one direction's ``scores [Q, G]``."""
 
-    def fitted(self, size: tuple[int, int]) -> Reweighting:
+    def fitted(self, size: tuple[int, ...]) -> Reweighting:
         """This re-weighting for a problem of ``size = (Q, G)`` (e.g. a neighbourhood clamped to it)."""
         return self
 
@@ -138,7 +138,7 @@ class CSLS(Reweighting):
     def rescore(self, scores: Tensor) -> Tensor:
         return csls(scores, k=self.csls_k)
 
-    def fitted(self, size: tuple[int, int]) -> CSLS:
+    def fitted(self, size: tuple[int, ...]) -> CSLS:
         """The neighbourhood clamped to ``min(Q, G)``, so tiny galleries (or folds) still work."""
         return dataclasses.replace(self, csls_k=min(self.csls_k, *size))
 
@@ -220,7 +220,7 @@ class Reranker:
     def parameters(self) -> dict[str, Any]:
         """Every parameter of both parts, by name."""
         parts = [self.weighting] + ([self.matcher] if self.matcher is not None else [])
-        return {k: v for part in parts for k, v in dataclasses.asdict(part).items()}
+        return {k: v for part in parts for k, v in dataclasses.asdict(cast(Any, part)).items()}  # concrete parts are dataclasses
 
     def __getattr__(self, key: str) -> Any:
         if key.startswith("__") or key in ("name", "weighting", "matcher"):
@@ -234,17 +234,17 @@ class Reranker:
         """A copy with some parameters replaced (each goes to the part that owns it)."""
         weighting, matcher = self.weighting, self.matcher
         own = {k: v for k, v in params.items() if k in _parameters(type(weighting))}
-        weighting = dataclasses.replace(weighting, **own) if own else weighting
+        weighting = dataclasses.replace(cast(Any, weighting), **own) if own else weighting
         if matcher is not None:
             theirs = {k: v for k, v in params.items() if k in _parameters(type(matcher))}
-            matcher = dataclasses.replace(matcher, **theirs) if theirs else matcher
+            matcher = dataclasses.replace(cast(Any, matcher), **theirs) if theirs else matcher
         unknown = set(params) - set(self.parameters())
         if unknown:
             raise ValueError(f"re-ranker '{self.name}': " + unknown_name("parameter", sorted(unknown),
                                                                           list(self.parameters())))
         return Reranker(self.name, weighting, matcher)
 
-    def fitted(self, size: tuple[int, int]) -> Reranker:
+    def fitted(self, size: tuple[int, ...]) -> Reranker:
         """This re-ranker for a problem of ``size = (Q, G)`` (CSLS's neighbourhood clamped to it)."""
         return Reranker(self.name, self.weighting.fitted(size), self.matcher)
 

@@ -100,12 +100,14 @@ def csls_statistics(scores: Tensor, k: int = 10) -> tuple[Tensor, Tensor]:
     check_positive_int(k, "k", min(num_rows, num_cols), "min(Q, G) (queries, gallery items of scores)")
     step = block_rows(num_cols)
     row_mean = torch.empty(num_rows, dtype=scores.dtype, device=scores.device)  # [Q], r_G
-    col_top = None  # [k, G], running k largest scores of each column
+    col_top: Tensor | None = None  # [k, G], running k largest scores of each column
     for start in range(0, num_rows, step):
         block = scores[start : start + step]  # [R, G]
         row_mean[start : start + step] = block.topk(k, dim=1, sorted=False).values.mean(dim=1)
         merged = block if col_top is None else torch.cat([col_top, block], dim=0)  # [k + R, G]
         col_top = merged.topk(min(k, merged.shape[0]), dim=0, sorted=False).values
+    if col_top is None:
+        raise ValueError("scores has no rows")
     return row_mean, col_top.mean(dim=0)
 
 

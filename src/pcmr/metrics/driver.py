@@ -48,7 +48,7 @@ class RerankerLike(Protocol):
     @property
     def returns_scores(self) -> bool: ...
 
-    def fitted(self, size: tuple[int, int]) -> RerankerLike: ...
+    def fitted(self, size: tuple[int, ...]) -> RerankerLike: ...
 
     def rescore(self, scores: Tensor) -> Tensor: ...
 
@@ -125,7 +125,7 @@ def _lists_direction(method: RerankerLike, weighted: Tensor, relevant: SparseRel
 
 
 def _per_direction(reranker: RerankerLike | Mapping[str, RerankerLike] | None, direction: str,
-                   size: tuple[int, int]) -> RerankerLike | None:
+                   size: tuple[int, ...]) -> RerankerLike | None:
     method = reranker.get(direction) if isinstance(reranker, Mapping) else reranker
     return None if method is None else method.fitted(size)
 
@@ -174,7 +174,6 @@ def evaluate_directions(
                 f"extra positives {extra.name!r} are for [{extra.i2t.num_queries}, {extra.i2t.num_gallery}] "
                 f"images x captions, but scores have shape [{num_images}, {num_captions}]")
     labels = {"i2t": (image_labels, caption_labels), "t2i": (caption_labels, image_labels)}
-    with_labels = image_labels is not None and caption_labels is not None
     directions = {"i2t": (scores, i2t_rel), "t2i": (scores.T, i2t_rel.transpose())}
     report = Report(title=title)
     result = DirectionsResult(report)
@@ -198,8 +197,8 @@ def evaluate_directions(
             row = summarize(scanned.per_query[0], ks)
             for index, extra in enumerate(extra_positives, start=1):
                 extra_rows[f"{extra.name} {key}"] = summarize(scanned.per_query[index], ks)
-            if with_labels:
-                query_labels, gallery_labels = labels[key]
+            query_labels, gallery_labels = labels[key]
+            if query_labels is not None and gallery_labels is not None:
                 values = pmrp(weighted, query_labels, gallery_labels, zetas=PMRP_ZETAS, block_size=block_size)
                 row.update({k: v for k, v in values["i2t"].items() if k != "num_skipped"})  # rows = queries
         result.k_occurrence[key] = occurrences

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from torch import Tensor
 
-from pcmr.metrics._relevance import RelevanceInput, check_scores
+from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, check_scores
 from pcmr.metrics.defaults import COCO_NUM_FOLDS
 from pcmr.metrics.driver import DEFAULT_KS, HUBNESS_KS, RerankerLike, evaluate_directions, fold_indices
 from pcmr.metrics.extra_positives import ExtraPositives, coco_5k_test_ids, load_extra_positives
@@ -23,7 +23,7 @@ __all__ = ["evaluate_coco", "evaluate_retrieval", "fold_indices"]
 
 def evaluate_retrieval(
     scores: Tensor,
-    relevance: RelevanceInput,
+    relevance: RelevanceInput | SparseRelevance,
     *,
     ks: Sequence[int] = DEFAULT_KS,
     num_folds: int | None = None,
@@ -91,11 +91,10 @@ def evaluate_coco(
     if scores.shape != (len(image_ids), len(caption_ids)):
         raise ValueError(f"scores must have shape [{len(image_ids)}, {len(caption_ids)}] (images x captions "
                          f"of image_ids / caption_ids), got {tuple(scores.shape)}")
-    if relevance is None:
-        relevance = load_extra_positives("coco", image_ids, caption_ids).i2t
-        relevance = relevance.to(scores.device)
+    positives: RelevanceInput | SparseRelevance = relevance if relevance is not None else (
+        load_extra_positives("coco", image_ids, caption_ids).i2t.to(scores.device))
     extras = [load_extra_positives(name, image_ids, caption_ids, missing=missing) for name in extra]
-    report = evaluate_retrieval(scores, relevance, ks=ks, num_folds=num_folds, extra_positives=extras,
+    report = evaluate_retrieval(scores, positives, ks=ks, num_folds=num_folds, extra_positives=extras,
                                 hubness_ks=hubness_ks, block_size=block_size, title="COCO 5K-test")
     fold_size = len(image_ids) // num_folds
     big = f"{len(image_ids) // 1000}K" if len(image_ids) % 1000 == 0 else f"{len(image_ids)} images"

@@ -129,6 +129,7 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
     for start, stop in query_blocks(num_queries, block_rows(num_gallery, block_size)):
         query_ids = torch.arange(start, stop, device=device) if order is None else order[start:stop]
         width = int(widths[query_ids].max())
+        top: Tensor | None
         if fused:  # one read of the block's scores for the top list and every exact rank
             top, counts = _fused_block(scores, query_ids, width, [targets[i] for i in exact])
             for column, i in enumerate(exact):
@@ -157,7 +158,8 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
                 r_precision[i][query_ids[keep]] = rp[keep]
                 map_at_r[i][query_ids[keep]] = mp[keep]
         for k, occurrences in k_occurrence.items():
-            occurrences += torch.bincount(top[:, :k].reshape(-1), minlength=num_gallery)
+            if top is not None:  # hubness ks make the width >= k > 0, so the top list exists
+                occurrences += torch.bincount(top[:, :k].reshape(-1), minlength=num_gallery)
     per_query = [
         PerQueryMetrics(ranks[i], positives[i], r_precision[i], map_at_r[i],
                         None if t.exact_ranks else t.rank_limit)

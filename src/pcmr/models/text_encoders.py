@@ -141,7 +141,7 @@ class GRUTextBackbone(nn.Module):
         self.out_dim = hidden_dim
         self.local_dim = word_dim if local_features == "word_embeddings" else self.out_dim
 
-    def pretrained_parameters(self) -> list[nn.Parameter]:
+    def pretrained_parameters(self) -> list[Tensor]:
         """The parts a pretrained model supplies (the word vectors, e.g. GloVe); the GRU is not one:
         PCME's warm-up freezes these and trains the GRU with the heads (PCME §4.1)."""
         return [self.embedding.weight]
@@ -195,15 +195,15 @@ def read_word_vectors(path: str | Path, words: Sequence[str], dim: int) -> tuple
                     f"word vector file {str(path)!r} line {line_number}: expected 'word' followed by "
                     f"{dim} numbers (text_encoder.word_dim), got {len(values)}"
                 )
-            position = index.get(word)
-            if position is None or exact[position]:
+            row = index.get(word)
+            if row is None or exact[row]:
                 continue
             try:
-                vectors[position] = torch.tensor([float(v) for v in values])
+                vectors[row] = torch.tensor([float(v) for v in values])
             except ValueError as error:
                 raise ValueError(f"word vector file {str(path)!r} line {line_number}: {error}") from error
-            found[position] = True
-            exact[position] = words[position] == word
+            found[row] = True
+            exact[row] = words[row] == word
     return vectors, found
 
 

@@ -19,6 +19,7 @@ Callers go through ``pcmr.ranking.fused_scan`` and ``pcmr.inference`` (switch:
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import numba
 import numpy as np
@@ -103,7 +104,7 @@ def scan_cols(S, thr, best_idx, top_val, top_idx, counts, chunk):
 #: parallel loop starts numba's OpenMP thread pool, whose idle worker keeps spinning on a core, and
 #: with one such process per core (study workers, DDP on CPU, pytest-xdist) each training ran up to
 #: 13x slower. A one-thread caller uses these and never starts the pool.
-def _serial_twin(parallel_loop: numba.core.registry.CPUDispatcher, name: str) -> numba.core.registry.CPUDispatcher:
+def _serial_twin(parallel_loop: Any, name: str) -> Any:
     """``parallel_loop``'s Python source compiled without ``parallel``, cached under its own name.
 
     numba's on-disk cache keys a function by qualified name and first line, not by its flags: a twin

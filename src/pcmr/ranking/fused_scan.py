@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,7 +27,8 @@ def thread_count() -> int:
     size. Reading it does not start numba's thread pool."""
     import numba
 
-    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    # numba.config sets its attributes at import time, so its stubs do not list them
+    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
@@ -82,11 +84,12 @@ def fused_scan(scores: Tensor, query_ids: Tensor, width: int, thr: Tensor, best_
     if num == 0:
         return torch.zeros(0, width, dtype=torch.long), torch.zeros(0, thr.shape[1], dtype=torch.long)
     ids = query_ids.numpy()
-    thr = thr.to(scores.dtype).numpy()
-    best_idx = best_idx.numpy()
-    top_val = np.empty((num, width), dtype=thr.dtype)
+    thr_np = thr.to(scores.dtype).numpy()
+    best_np = best_idx.numpy()
+    top_val = np.empty((num, width), dtype=thr_np.dtype)
     top_idx = np.empty((num, width), dtype=np.int64)
-    counts = np.zeros((num, thr.shape[1]), dtype=np.int64)
+    counts = np.zeros((num, thr_np.shape[1]), dtype=np.int64)
+    loop: Any
     if scores.stride(1) != 1 and scores.stride(0) == 1:  # e.g. S.T: queries are columns of a row-major S
         matrix = scores.T.numpy()  # [G, Q]
         contiguous = int(ids[-1]) - int(ids[0]) == num - 1 and bool((np.diff(ids) == 1).all())
@@ -94,10 +97,10 @@ def fused_scan(scores: Tensor, query_ids: Tensor, width: int, thr: Tensor, best_
         with _threads() as threads:
             chunk = min(_MAX_COLUMN_CHUNK, -(-num // threads))
             loop = kernels.scan_cols if threads > 1 else kernels.scan_cols_serial
-            loop(matrix, thr, best_idx, top_val, top_idx, counts, chunk)
+            loop(matrix, thr_np, best_np, top_val, top_idx, counts, chunk)
     else:
         matrix = scores.numpy() if scores.stride(1) == 1 else scores.contiguous().numpy()
         with _threads() as threads:
             loop = kernels.scan_rows if threads > 1 else kernels.scan_rows_serial
-            loop(matrix, ids, thr, best_idx, top_val, top_idx, counts)
+            loop(matrix, ids, thr_np, best_np, top_val, top_idx, counts)
     return torch.from_numpy(top_idx), torch.from_numpy(counts)

@@ -387,7 +387,7 @@ _MISSING = object()
 
 def merge_rows(results: Iterable[tuple[str, Report]]) -> list[dict[str, Any]]:
     """Rows of several reports with a leading ``model`` column (for comparison tables)."""
-    merged = []
+    merged: list[dict[str, Any]] = []
     for name, result in results:
         merged.extend({"model": name, **r} for r in result.rows)
     return merged

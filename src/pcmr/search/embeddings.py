@@ -92,13 +92,12 @@ def read_embeddings(path: str | os.PathLike[str], *, shard_rows: int = 65_536, f
         if mean is None:
             out[modality] = None
             continue
+        logvar = None if f"{modality}_logvar" not in tensors else tensors[f"{modality}_logvar"].float()
         try:
-            out[modality] = Gaussian(mean.float(), None if f"{modality}_logvar" not in tensors
-                                     else tensors[f"{modality}_logvar"].float())
+            out[modality] = Gaussian(mean.float(), logvar)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
-        if not torch.isfinite(mean).all() or (out[modality].logvar is not None
-                                              and not torch.isfinite(out[modality].logvar).all()):
+        if not torch.isfinite(mean).all() or (logvar is not None and not torch.isfinite(logvar).all()):
             raise ValueError(f"{path}: {modality} embeddings contain NaN or inf")
     n_img = out["image"].num if out["image"] is not None else 0
     n_cap = out["caption"].num if out["caption"] is not None else 0

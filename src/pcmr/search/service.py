@@ -20,11 +20,12 @@ import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any, TextIO, cast
 
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from pcmr.data.images import ArrayImages
 from pcmr.data.shapes.dataset import load_shapes
 from pcmr.index import GalleryIndex
 from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
@@ -54,7 +55,7 @@ class _Images:
     def __init__(self, index: Any) -> None:
         self.index = index
         self.source = index.meta.get("image_source") or {}
-        self._pixels = None
+        self._pixels: Any = None
         self._lock = threading.Lock()
 
     def available(self) -> bool:
@@ -67,7 +68,7 @@ class _Images:
             if self._pixels is None:
                 # deterministic generator: re-rendered in memory, nothing written by the server
                 split = load_shapes(self.source["split"], **{**self.source.get("config", {}), "cache": False})
-                self._pixels = split.images.pixels  # uint8 [N, H, W, 3]
+                self._pixels = cast(ArrayImages, split.images).pixels  # uint8 [N, H, W, 3]: shapes are in memory
         return self._pixels
 
     def response(self, i: int) -> Any:
@@ -191,8 +192,8 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     def health() -> dict[str, Any]:
         return {"status": "ok", "images": index.images.num, "captions": index.captions.num,
                 "dim": index.images.dim, "similarity": similarity, "rerank": rerank,
-                "backend": {m: (f"faiss/{a.index_type}" if m in index.ann else "exact")
-                            for m, a in [(m, index.ann.get(m)) for m in ("image", "caption")]},
+                "backend": {m: (f"faiss/{index.ann[m].index_type}" if m in index.ann else "exact")
+                            for m in ("image", "caption")},
                 "text_queries": index.model is not None, "images_served": images.available()}
 
     @app.get("/api/search")
@@ -279,7 +280,7 @@ def _plain_validation(error: dict[str, Any]) -> str:
 
 
 def _asset(name: str) -> str:
-    return resources.files("pcmr.search").joinpath("web", name).read_text(encoding="utf-8")
+    return resources.files("pcmr.search").joinpath("web").joinpath(name).read_text(encoding="utf-8")
 
 
 def _check_image(data: bytes) -> None:

@@ -96,7 +96,7 @@ def _unb64(text: str) -> Tensor:
 
 def capture_rng_state() -> dict[str, Any]:
     """The torch (CPU and CUDA), numpy and Python RNG states as JSON-serialisable values."""
-    np_state = np.random.get_state()
+    np_state: tuple[Any, ...] = tuple(np.random.get_state())
     py_state = random.getstate()
     state: dict[str, Any] = {
         "torch": _b64(torch.get_rng_state()),

@@ -109,6 +109,8 @@ class TrainConfig:
     # null (bars only when stderr is a terminal; plain per-epoch lines otherwise)
     progress: bool | None = None
     log_every: int = 10  # steps between JSONL log lines
+    # where the log goes: jsonl (RUN/log.jsonl) and/or tensorboard (RUN/tensorboard; pcmr[tensorboard])
+    loggers: list[str] = field(default_factory=lambda: ["jsonl"])
 
     def __post_init__(self) -> None:
         for name, low_open in (("warmup_fraction", False), ("step_fraction", True)):

@@ -338,7 +338,19 @@ class TrainStep(nn.Module):
             torch.manual_seed(loss_seed)
         device_type = positives.device.type
         with torch.autocast(device_type=device_type, enabled=False):
-            return self.loss(**outputs, positives=positives)
+            terms = self.loss(**outputs, positives=positives)
+        return {**terms, **_mean_logvars(outputs)}
+
+
+def _mean_logvars(outputs: dict[str, Any]) -> dict[str, Tensor]:
+    """``{"<modality>_logvar_mean": mean log-variance}`` of the batch's image / caption Gaussians (for the
+    logs: the mean uncertainty per modality; none for point embeddings)."""
+    means = {}
+    for modality in ("image", "caption"):
+        value = outputs.get(modality)
+        if isinstance(value, Gaussian) and value.logvar is not None:
+            means[f"{modality}_logvar_mean"] = value.logvar.detach().mean()
+    return means
 
 
 def wrap_ddp(module: nn.Module, context: DistributedContext) -> nn.Module:

@@ -35,7 +35,8 @@ from pcmr.train.trainer import Trainer
 __all__ = ["RESUME_OVERRIDABLE", "config_difference", "is_finished", "resume_run", "start_or_resume", "start_run"]
 
 #: config keys that may differ when a run is resumed (they do not change the computation)
-RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "data.root", "data.num_workers")
+RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "train.loggers", "data.root",
+                      "data.num_workers")
 
 
 def _comparable(config: RunConfig) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Run folder layout (``RUN/``)::
     config.yaml               the resolved config (recipe + --set overrides)
     run.json                  summary: status, trained similarity, selected epoch, validation history
     log.jsonl                 one JSON object per line: step / epoch / validation / resume events
+    tensorboard/              TensorBoard scalars (train.loggers: [..., tensorboard]; pcmr.train.loggers)
     vocab.json                the training vocabulary (pcmr.data.Vocabulary.save)
     similarity_options.json   {similarity name: options} for evaluation, e.g. {"match_prob": {"a": .., "b": ..}}
     model/                    the selected model (best validation metric), pcmr.models.save_model
@@ -19,7 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from pcmr.models import RetrievalModel, create_model, list_models, load_model, s
 from pcmr.similarity import list_similarities
 from pcmr.suggest import unknown_name
 from pcmr.train.config import ConfigError, RunConfig, load_config
+from pcmr.train.loggers import check_loggers
 
 __all__ = [
     "CONFIG_FILE",
@@ -101,7 +103,7 @@ def _load_vocab(config: RunConfig, train_split: RetrievalSplit, run_dir: Path) -
 def build_parts(config: RunConfig, run_dir: Path) -> RunParts:
     """Load the splits, build (or reload) the vocabulary, create the model and the loss."""
 
-    train_split = _load_split(config, config.data.train_split).with_relevance(config.data.train_relevance)
+    train_split = _load_split(config, config.data.train_split).with_relevance(str(config.data.train_relevance))
     val_split = _load_split(config, config.data.val_split) if config.train.validate_every > 0 else None
     vocab = _load_vocab(config, train_split, run_dir)
     model_options = {k: v for k, v in config.model.items() if k != "name"}
@@ -118,7 +120,11 @@ def save_model_atomically(
     """``pcmr.models.save_model`` (with ``extra_json`` files) into ``RUN/<name>`` via a temporary
     folder and renames, so ``RUN/<name>`` is always a complete model."""
 
-    return write_folder(run_dir / name, lambda folder: save_model(model, folder, extra_json=extra_json))
+    def write(folder: Path) -> None:
+        # the trainer's module may be wrapped (SyncBatchNorm conversion keeps the class); save_model checks it
+        save_model(cast(RetrievalModel, model), folder, extra_json=extra_json)
+
+    return write_folder(run_dir / name, write)
 
 
 def _check_names(key: str, names: list[str], accepted: list[str]) -> None:
@@ -157,6 +163,7 @@ def check_config(config: RunConfig) -> None:
         _check_names("train.select_similarity", [config.train.select_similarity], similarities)
     _check_names("eval.similarities", config.eval.similarities, similarities + ["all"])
     _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])
+    check_loggers(config.train.loggers)
 
 
 @dataclass

@@ -38,6 +38,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from pcmr.data.batching import train_loader
+from pcmr.evaluation.encode import image_input_size
+from pcmr.hub import preprocessor_config
 from pcmr.progress import progress_bar, progress_enabled, write_line
 from pcmr.train.checkpoint import (
     CheckpointError,
@@ -57,6 +59,7 @@ from pcmr.train.distributed import (
 )
 from pcmr.train.faults import NonFiniteGuard
 from pcmr.train.global_batchnorm import convert_global_batchnorm
+from pcmr.train.loggers import RunLog, open_run_log
 from pcmr.train.precision import autocast_factory, grad_scaler
 from pcmr.train.preemption import StopRequest, TrainingInterrupted, resume_command
 from pcmr.train.run import (
@@ -191,7 +194,7 @@ class Trainer:
         self.similarity = train.select_similarity or self.loss_fn.similarity_name
         self.nonfinite = NonFiniteGuard(train.max_nonfinite_steps, self.run_dir)
         self.stop = StopRequest()
-        self.log: _JsonlLog | _NoLog = _NoLog()
+        self.log: _JsonlLog | _NoLog | RunLog = _NoLog()
         self.progress: dict[str, Any] = {
             "epoch": 0,
             "step_in_epoch": 0,
@@ -262,12 +265,13 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     @property
     def steps_per_epoch(self) -> int:
-        steps = len(self.loader.batch_sampler)
+        sampler: Any = self.loader.batch_sampler  # pcmr.data's PairBatchSampler (len, epoch)
+        steps = len(sampler)
         limit = self.config.train.max_steps_per_epoch
         return min(steps, limit) if limit is not None else steps
 
     def _epoch_loader(self, epoch: int, skip: int) -> DataLoader:
-        sampler = self.loader.batch_sampler
+        sampler: Any = self.loader.batch_sampler
         sampler.epoch = epoch  # PairBatchSampler draws epoch e's order from [seed, e]
         batches = list(sampler)[skip : self.steps_per_epoch]
         return DataLoader(
@@ -435,7 +439,8 @@ class Trainer:
             return
         name = MODEL_DIR if which == "model" else MODEL_LAST_DIR
         options = {self.loss_fn.similarity_name: self.loss_fn.similarity_options()}
-        extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options}
+        extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options,
+                 "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split))}
         save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
         if which == "model":
             write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
@@ -476,7 +481,9 @@ class Trainer:
                 was written.
         """
         train = self.config.train
-        self.log = _JsonlLog(self.run_dir / LOG_FILE) if self.context.is_main else _NoLog()
+        self.log = _NoLog()
+        if self.context.is_main:
+            self.log = open_run_log(train.loggers, self.run_dir, lambda: _JsonlLog(self.run_dir / LOG_FILE))
         try:
             with self.stop:
                 self._fit(train)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -70,12 +70,12 @@ class ShapesConfig:
         for name, value in SHAPES_PRESETS[self.preset].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
-        self.count_caption_rate = float(self.count_caption_rate)  # type: ignore[arg-type]
-        self.pixel_noise = float(self.pixel_noise)  # type: ignore[arg-type]
+        self.count_caption_rate = float(cast(float, self.count_caption_rate))
+        self.pixel_noise = float(cast(float, self.pixel_noise))
         if not 0.0 <= self.count_caption_rate <= 1.0:
             raise DataError(f"count_caption_rate={self.count_caption_rate!r}",
                             location="shapes config 'count_caption_rate'", expected="a number in [0, 1]")
-        if not 0.0 <= self.pixel_noise <= 255.0:
+        if not 0.0 <= float(cast(float, self.pixel_noise)) <= 255.0:
             raise DataError(f"pixel_noise={self.pixel_noise!r}", location="shapes config 'pixel_noise'",
                             expected="a number in [0, 255]")
         if self.caption_style not in CAPTION_STYLES:
@@ -105,12 +105,18 @@ class ShapesConfig:
                 raise DataError(f"{name}={value!r}", location=f"shapes config '{name}'", expected="a positive integer")
         try:
             held_out = parse_combinations(self.unseen_combinations)
-            sample_scenes(0, np.random.default_rng(0), min_objects=self.min_objects, max_objects=self.max_objects)
+            sample_scenes(0, np.random.default_rng(0), min_objects=self.objects_range[0],
+                          max_objects=self.objects_range[1])
         except ValueError as err:
             raise DataError(str(err), location="shapes config", expected="valid shapes settings") from None
         if held_out.all():
             raise DataError("every combination is held out", location="shapes config 'unseen_combinations'",
                             expected=f"a strict subset of the {len(SHAPES) * len(COLOURS)} combinations")
+
+    @property
+    def objects_range(self) -> tuple[int, int]:
+        """``(min_objects, max_objects)`` after the preset filled them in."""
+        return int(cast(int, self.min_objects)), int(cast(int, self.max_objects))
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> ShapesConfig:

@@ -40,7 +40,7 @@ def _crop_cell(image: np.ndarray, column: int, row: int) -> np.ndarray:
     y0, y1 = round(row * size / GRID), round((row + 1) * size / GRID)
     x0, x1 = round(column * size / GRID), round((column + 1) * size / GRID)
     crop = Image.fromarray(np.ascontiguousarray(image[y0:y1, x0:x1]))
-    return np.asarray(crop.resize((size, size), Image.BILINEAR), dtype=np.uint8)
+    return np.asarray(crop.resize((size, size), Image.Resampling.BILINEAR), dtype=np.uint8)
 
 
 def generate_binary_selection(config: ShapesConfig) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -56,21 +56,24 @@ def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
     scene_seed, caption_seed = split_seed(config.seed, split).spawn(2)
     held_out = parse_combinations(config.unseen_combinations)
     rng = np.random.default_rng(scene_seed)
+    min_objects, max_objects = config.objects_range
     if split == "test_unseen":
-        scenes = sample_scenes(_split_size(config, split), rng, min_objects=config.min_objects,
-                               max_objects=config.max_objects, allowed=~held_out, required=held_out)
+        scenes = sample_scenes(_split_size(config, split), rng, min_objects=min_objects,
+                               max_objects=max_objects, allowed=~held_out, required=held_out)
     else:
-        scenes = sample_scenes(_split_size(config, split), rng, min_objects=config.min_objects,
-                               max_objects=config.max_objects, allowed=~held_out)
+        scenes = sample_scenes(_split_size(config, split), rng, min_objects=min_objects,
+                               max_objects=max_objects, allowed=~held_out)
     preds, count = sample_captions(scenes.objects, config.captions_per_image, np.random.default_rng(caption_seed),
-                                   min_attributes=config.min_attributes,
-                                   count_caption_rate=config.count_caption_rate, style=config.caption_style,
+                                   min_attributes=int(cast(int, config.min_attributes)),
+                                   count_caption_rate=float(cast(float, config.count_caption_rate)),
+                                   style=str(config.caption_style),
                                    descriptions=config.descriptions_per_caption or None)
     relevance = shapes_relevance(scenes.objects, preds, count)
     pixels = render_scenes(scenes, config.image_size)
-    if config.pixel_noise > 0:  # from its own stream: the scenes and captions are those of the noiseless data
+    pixel_noise = float(cast(float, config.pixel_noise))
+    if pixel_noise > 0:  # from its own stream: the scenes and captions are those of the noiseless data
         noise_rng = np.random.default_rng(split_seed(config.seed, split).spawn(3)[2])
-        pixels = add_pixel_noise(pixels, config.pixel_noise, noise_rng)
+        pixels = add_pixel_noise(pixels, pixel_noise, noise_rng)
     return {
         "pixels": pixels,
         "objects": scenes.objects, "jitter": scenes.jitter, "background": scenes.background,
@@ -131,7 +134,7 @@ def _read_cache(npz_path: Path, json_path: Path, config: ShapesConfig, split: st
             warnings.warn(f"{npz_path}: cache entry of format version {found} (this pcmr writes version "
                           f"{CACHE_FORMAT_VERSION}); regenerating it", UserWarning, stacklevel=3)
             return None
-        arrays = load_npz(npz_path)
+        arrays: dict[str, Any] = dict(load_npz(npz_path))
         arrays["caption_texts"] = list(meta["caption_texts"])
         _check_cached(arrays, config, split)
         return arrays

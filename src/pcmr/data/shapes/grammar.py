@@ -208,7 +208,7 @@ def sample_captions(objects: np.ndarray, per_image: int, rng: np.random.Generato
                 if field >= 0:
                     pred[field] = int(present[int(u[2] * k), field])
                 count[c] = int(sum(all(p < 0 or o[f] == p for f, p in enumerate(pred)) for o in present))
-                preds[c, 0] = encode_predicate(tuple(pred))
+                preds[c, 0] = encode_predicate((pred[0], pred[1], pred[2], pred[3], pred[4]))
                 continue
             described = 3 if (k >= 3 and u[0] > 0.9) else (2 if (k >= 2 and u[0] > 0.65) else 1)
             if descriptions is not None:

@@ -10,6 +10,7 @@ for absent objects, plus rendering jitter that does not change any attribute.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class Scenes:
         """int ``[N]``: objects per scene."""
         return (self.objects[:, :, SHAPE] >= 0).sum(axis=1)
 
-    def to_json(self) -> list[list[dict[str, str | int]]]:
+    def to_json(self) -> list[list[dict[str, Any]]]:
         """Scenes as readable lists of objects (for ``split.info["scenes"]`` and debugging)."""
         out = []
         for scene in self.objects:

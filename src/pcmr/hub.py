@@ -1,0 +1,372 @@
+"""A trained model ready for raw input, saved and loaded in the Hugging Face layout.
+
+:class:`Model` bundles the two-tower :class:`~pcmr.models.RetrievalModel` with what it needs to read
+raw input: the training vocabulary (the tokenizer of the GRU text tower) and the image preprocessing
+(the side the images were resized to). It encodes caption texts and images (file paths, Pillow
+images or tensors) into :class:`pcmr.Gaussian` embeddings, and it is a ``huggingface_hub``
+``ModelHubMixin``, so ``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` behave as in
+open_clip or timm. A saved folder (or Hub repository) holds::
+
+    config.json                the ModelConfig (pcmr.models.save_model)
+    model.safetensors          every tensor of the state dict (no pickle)
+    vocabulary.json            the tokenizer: pcmr.data.Vocabulary (GRU text towers)
+    preprocessor_config.json   image input: pixels (image_size, ImageNet mean/std) or features
+    similarity_options.json    trained score parameters, e.g. {"match_prob": {"a": .., "b": ..}}
+    metrics.json               the run's metrics (validation, and test rows when it was evaluated)
+    README.md                  a generated model card with those metrics
+
+:func:`load` opens a run folder written by ``pcmr train`` (``RUN/``), a model folder inside it
+(``RUN/model``) or a folder written by :meth:`Model.save_pretrained`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from huggingface_hub import ModelCard, ModelHubMixin, snapshot_download
+from torch import Tensor, nn
+
+from pcmr.atomic import atomic_write_text
+from pcmr.data import Vocabulary, load_dataset
+from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
+from pcmr.evaluation.encode import (
+    ENCODE_BATCH_SIZE,
+    ImageInput,
+    encode_image_inputs,
+    encode_texts,
+    image_input_size,
+    model_device,
+)
+from pcmr.gaussian import Gaussian
+from pcmr.models.config import ModelConfig
+from pcmr.models.model import RetrievalModel
+from pcmr.models.serialization import load_model, save_model
+from pcmr.report import Report
+
+__all__ = ["Model", "load", "preprocessor_config", "VOCABULARY_FILE", "PREPROCESSOR_FILE", "SIMILARITY_OPTIONS_FILE", "METRICS_FILE"]
+
+VOCABULARY_FILE = "vocabulary.json"
+PREPROCESSOR_FILE = "preprocessor_config.json"
+SIMILARITY_OPTIONS_FILE = "similarity_options.json"
+METRICS_FILE = "metrics.json"
+_RUN_VOCAB_FILE = "vocab.json"  # RUN/vocab.json, next to RUN/model
+_MODEL_CARD = """---
+{{ card_data }}
+---
+
+# {{ title }}
+
+A probabilistic cross-modal retrieval model trained with [pcmr]({{ repo_url | default("https://pypi.org/project/pcmr/", true) }}):
+each image and each caption is encoded as a Gaussian (mean and log-variance) in a shared
+{{ embed_dim }}-dimensional space.
+
+{{ description }}
+
+## Use
+
+```python
+import pcmr
+
+model = pcmr.Model.from_pretrained("{{ model_id }}")
+captions = model.encode_text(["a red circle"])      # pcmr.Gaussian [1, {{ embed_dim }}]
+images = model.encode_image(["photo.png"])           # pcmr.Gaussian [1, {{ embed_dim }}]
+scores = pcmr.similarity.pairwise("{{ similarity }}", images, captions)
+```
+
+## Metrics
+
+{{ metrics }}
+"""
+
+
+def preprocessor_config(image_size: int | None) -> dict[str, Any]:
+    """The ``preprocessor_config.json`` of a model: how raw images become its input (None: features)."""
+    if image_size is None:
+        return {"input": "features"}
+    return {"input": "pixels", "image_size": int(image_size), "resample": "bicubic", "convert": "RGB",
+            "image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)}
+
+
+def _read_json_file(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{what} file {str(path)!r} is not readable JSON: {error}") from error
+
+
+def _metrics_markdown(metrics: dict[str, Any]) -> str:
+    """The model card's metrics section: the validation choice and the test table, when known."""
+    lines: list[str] = []
+    validation = metrics.get("validation")
+    if isinstance(validation, dict) and validation:
+        lines.append("Validation (the selected epoch): " + ", ".join(
+            f"{key} = {value:.4g}" if isinstance(value, float) else f"{key} = {value}"
+            for key, value in validation.items()))
+    test = metrics.get("test")
+    if isinstance(test, dict) and test.get("markdown"):
+        table = [("###" + line[1:]) if line.startswith("# ") else line for line in str(test["markdown"]).splitlines()]
+        lines += ["", f"Test ({test.get('source', 'evaluation report')}):", "", *table]
+    return "\n".join(lines).strip() or "No metrics were recorded for this model (evaluate it with `pcmr evaluate`)."
+
+
+def _run_metrics(run_dir: Path) -> dict[str, Any]:
+    """Metrics of a run folder: the best validation epoch (run.json) and the newest evaluation report."""
+    metrics: dict[str, Any] = {}
+    summary_path = run_dir / "run.json"
+    if summary_path.is_file():
+        summary = _read_json_file(summary_path, "run summary")
+        best = summary.get("best_epoch") if isinstance(summary, dict) else None
+        history = summary.get("history", []) if isinstance(summary, dict) else []
+        for record in history if isinstance(history, list) else []:
+            if isinstance(record, dict) and record.get("epoch") == best and isinstance(record.get("val"), dict):
+                metrics["validation"] = {"epoch": best, **record["val"]}
+    reports = sorted(run_dir.glob("eval-*/results.json"), key=lambda p: p.stat().st_mtime)
+    if reports:
+        report = Report.load(reports[-1])
+        metrics["test"] = {"source": f"{reports[-1].parent.name}/results.json", "markdown": report.to_markdown()}
+    return metrics
+
+
+class _LazyImageSize:
+    """The image side of a run's data, found on first use by loading its validation split."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def __call__(self) -> int | None:
+        config_path = self.run_dir / "config.yaml"
+        try:
+            raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise ValueError(f"run config {str(config_path)!r} is not readable YAML: {error}") from error
+        data = raw.get("data", {}) if isinstance(raw, dict) else {}
+        options = dict(data.get("options") or {})
+        if data.get("root") is not None:
+            options["root"] = str(Path(data["root"]).expanduser())
+        split = load_dataset(data.get("name", "shapes"), data.get("val_split", "val"), **options)
+        return image_input_size(split)
+
+
+class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-retrieval", "probabilistic-embeddings"],
+            model_card_template=_MODEL_CARD):
+    """A trained two-tower model with its tokenizer and image preprocessing (open it with :func:`load`).
+
+    Args:
+        network: the :class:`~pcmr.models.RetrievalModel` (``pcmr.create_model`` / ``load_model``).
+        vocabulary: the training vocabulary (needed by GRU text towers; None for MiniLM).
+        image_size: side of the square pixel images the model was trained on; None when it reads
+            precomputed features (then ``encode_image`` takes feature tensors only).
+        similarity_options: trained score parameters, e.g. ``{"match_prob": {"a": 12.0, "b": 4.0}}``.
+        metrics: ``{"validation": {...}, "test": {"source", "markdown"}}`` for the model card.
+
+    Attributes:
+        network, vocabulary, similarity_options, metrics: as given.
+    """
+
+    def __init__(self, network: RetrievalModel, vocabulary: Vocabulary | None = None, image_size: int | None = None,
+                 similarity_options: dict[str, dict[str, Any]] | None = None,
+                 metrics: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        if not isinstance(network, RetrievalModel):
+            raise TypeError(f"network must be a model made by pcmr.create_model, got {type(network).__name__}")
+        if vocabulary is None and network.config.text_encoder.kind == "gru":
+            raise ValueError("a GRU text tower needs its training vocabulary (vocabulary=Vocabulary.load(...))")
+        self.network = network
+        self.vocabulary = vocabulary
+        self._image_size = image_size
+        self._image_size_source: _LazyImageSize | None = None
+        self.similarity_options = dict(similarity_options or {})
+        self.metrics = dict(metrics or {})
+        self._card_model_id: str | None = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def config(self) -> ModelConfig:
+        """The network's :class:`~pcmr.models.ModelConfig`."""
+        return self.network.config
+
+    @property
+    def embed_dim(self) -> int:
+        """The joint embedding size ``D``."""
+        return self.network.embed_dim
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the parameters (inputs are moved there; move the model with ``.to``)."""
+        return model_device(self.network)
+
+    @property
+    def image_size(self) -> int | None:
+        """Side of the pixel images the model was trained on (None: it reads precomputed features)."""
+        if self._image_size_source is not None:
+            self._image_size = self._image_size_source()
+            self._image_size_source = None
+        return self._image_size
+
+    @property
+    def similarity(self) -> str:
+        """The score the model was trained with (the first of ``similarity_options``), else ``cosine``."""
+        return next(iter(self.similarity_options), "cosine")
+
+    # ------------------------------------------------------------------ encoding
+    def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The network's forward on a model-ready batch (``{"image", "caption"}`` Gaussians)."""
+        return self.network(batch)
+
+    def encode_text(self, texts: Sequence[str], *, batch_size: int = ENCODE_BATCH_SIZE,
+                    progress: bool | None = None) -> Gaussian:
+        """Caption texts -> ``Gaussian [len(texts), D]`` on the model's device (eval mode, no grad).
+
+        Texts are tokenised with the training vocabulary (unknown words become ``<unk>``) and encoded
+        ``batch_size`` at a time; ``progress`` draws a bar (None: on a terminal, for several batches).
+        """
+        if isinstance(texts, str):
+            texts = [texts]
+        vocabulary = self.vocabulary if self.vocabulary is not None else Vocabulary([])  # MiniLM reads the texts
+        return encode_texts(self.network, vocabulary, list(texts), batch_size=batch_size, progress=progress)
+
+    def encode_image(self, images: ImageInput | Sequence[ImageInput] | Tensor, *,
+                     batch_size: int = ENCODE_BATCH_SIZE, progress: bool | None = None) -> Gaussian:
+        """Images -> ``Gaussian [N, D]`` on the model's device (eval mode, no grad).
+
+        ``images``: one or a list of file paths or Pillow images (resized to :attr:`image_size`,
+        ImageNet-normalised), a list of ``[3, H, W]`` normalised pixel tensors, or one batch tensor
+        ``[N, 3, H, W]`` (features ``[N, F]`` / ``[N, R, F]`` for feature models).
+        """
+        needs_size = not isinstance(images, Tensor) and not (
+            isinstance(images, (list, tuple)) and all(isinstance(item, Tensor) for item in images))
+        size = self.image_size if needs_size else self._image_size
+        return encode_image_inputs(self.network, images, image_size=size, batch_size=batch_size, progress=progress)
+
+    # ------------------------------------------------------------------ saving / loading
+    def _save_pretrained(self, save_directory: Path) -> None:
+        extra: dict[str, Any] = {"similarity_options": self.similarity_options, "metrics": self.metrics}
+        if self.vocabulary is not None:
+            extra["vocabulary"] = self.vocabulary.to_dict()
+        size = self.image_size
+        extra["preprocessor_config"] = preprocessor_config(size)
+        save_model(self.network, save_directory, extra_json=extra)
+        card = self.generate_model_card(model_id=self._card_model_id or str(save_directory))
+        atomic_write_text(save_directory / "README.md", str(card))
+
+    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> str | None:
+        """Write the model in the Hugging Face layout (see the module docstring); an existing folder of the
+        same files is replaced file by file (each write atomic). ``push_to_hub=True, repo_id=...`` uploads
+        it (needs network and a token). Returns the commit URL when pushed, else None."""
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        previous = self._card_model_id  # set by push_to_hub, which saves into a temporary folder
+        self._card_model_id = kwargs.get("repo_id") or previous
+        (directory / "README.md").unlink(missing_ok=True)  # regenerated with the current metrics
+        try:
+            return super().save_pretrained(directory, **kwargs)
+        finally:
+            self._card_model_id = previous
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> str:
+        """Upload the :meth:`save_pretrained` folder to the Hugging Face Hub repository ``repo_id``
+        (``huggingface_hub``'s ``push_to_hub``: needs network access and a token with write access)."""
+        self._card_model_id = repo_id
+        try:
+            return super().push_to_hub(repo_id, **kwargs)
+        finally:
+            self._card_model_id = None
+
+    def generate_model_card(self, *args: Any, **kwargs: Any) -> ModelCard:
+        """The README.md model card: family, embedding size, trained score and the run's metrics."""
+        config = self.network.config
+        description = (f"Family `{config.name}`: image encoder `{config.image_encoder.kind}`, text encoder "
+                       f"`{config.text_encoder.kind}`; trained score `{self.similarity}`"
+                       + (" with " + ", ".join(f"{key} = {value:.4g}" if isinstance(value, float) else f"{key} = {value}"
+                                              for key, value in self.similarity_options[self.similarity].items())
+                          if self.similarity_options.get(self.similarity) else "")
+                       + ".")
+        kwargs.setdefault("model_id", "PATH_OR_HUB_ID")
+        return super().generate_model_card(*args, title=f"pcmr model: {config.name}", embed_dim=config.embed_dim,
+                                           description=description, similarity=self.similarity,
+                                           metrics=_metrics_markdown(self.metrics), **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, *,
+                        force_download: bool = False, token: str | bool | None = None,
+                        cache_dir: str | Path | None = None, local_files_only: bool = False,
+                        revision: str | None = None, map_location: str | torch.device = "cpu",
+                        **model_kwargs: Any) -> Model:
+        """Load a model from a local folder (written by :meth:`save_pretrained`, or ``RUN/model``) or a
+        Hugging Face Hub repository id (downloaded with ``huggingface_hub.snapshot_download``; set
+        ``HF_HUB_OFFLINE=1`` to use the local cache only). Returned in eval mode on ``map_location``.
+
+        Raises:
+            FileNotFoundError: the id is neither a local folder nor a downloadable repository.
+        """
+        return cls._from_pretrained(model_id=str(pretrained_model_name_or_path), revision=revision,
+                                    cache_dir=cache_dir, force_download=force_download,
+                                    local_files_only=local_files_only, token=token, map_location=map_location)
+
+    @classmethod
+    def _from_pretrained(cls, *, model_id: str, revision: str | None, cache_dir: str | Path | None,
+                         force_download: bool, local_files_only: bool, token: str | bool | None,
+                         map_location: str | torch.device = "cpu", **model_kwargs: Any) -> Model:
+        if os.path.isdir(model_id):
+            return _load_folder(Path(model_id), map_location)
+        try:
+            folder = snapshot_download(repo_id=model_id, revision=revision, cache_dir=cache_dir,
+                                       force_download=force_download, token=token, local_files_only=local_files_only)
+        except Exception as error:  # the hub client raises many types (offline, not found, auth, invalid id)
+            raise FileNotFoundError(f"{model_id!r} is neither a local folder nor a Hugging Face Hub model this machine "
+                                    f"can download ({type(error).__name__}: {error})") from error
+        return _load_folder(Path(folder), map_location)
+
+
+def _load_folder(directory: Path, map_location: str | torch.device) -> Model:
+    """A model folder: ``RUN/model`` (with ``RUN/vocab.json`` beside it) or a save_pretrained folder."""
+    network = load_model(directory, map_location=map_location)
+    in_run = (directory.parent / "config.yaml").is_file()  # RUN/model: the run's files sit beside it
+    vocab_path = directory / VOCABULARY_FILE
+    if not vocab_path.is_file() and in_run:
+        vocab_path = directory.parent / _RUN_VOCAB_FILE
+    vocabulary = Vocabulary.load(vocab_path) if vocab_path.is_file() else None
+    options: dict[str, Any] = {}
+    for options_path in (directory / SIMILARITY_OPTIONS_FILE, directory.parent / SIMILARITY_OPTIONS_FILE):
+        if options_path.is_file() and (options_path.parent == directory or in_run):
+            options = _read_json_file(options_path, "similarity options")
+            break
+    metrics: dict[str, Any] = {}
+    if (directory / METRICS_FILE).is_file():
+        metrics = _read_json_file(directory / METRICS_FILE, "metrics")
+    elif in_run:
+        metrics = _run_metrics(directory.parent)
+    model = Model(network, vocabulary, similarity_options=options, metrics=metrics)
+    preprocessor_path = directory / PREPROCESSOR_FILE
+    if preprocessor_path.is_file():
+        preprocessor = _read_json_file(preprocessor_path, "preprocessor config")
+        if not isinstance(preprocessor, dict) or preprocessor.get("input") not in ("pixels", "features"):
+            raise ValueError(f"preprocessor config file {str(preprocessor_path)!r} must hold "
+                             "{'input': 'pixels', 'image_size': N} or {'input': 'features'}")
+        model._image_size = int(preprocessor["image_size"]) if preprocessor["input"] == "pixels" else None
+    elif in_run:
+        model._image_size_source = _LazyImageSize(directory.parent)
+    return model.eval()
+
+
+def load(path: str | os.PathLike[str], *, which: str = "model", device: str | torch.device = "cpu") -> Model:
+    """Open a trained model: a run folder (``RUN``, its ``which`` model: ``model`` or ``model_last``),
+    a model folder (``RUN/model``) or a :meth:`Model.save_pretrained` folder; eval mode, on ``device``.
+
+    Raises:
+        FileNotFoundError: naming the path when it is none of these.
+    """
+    folder = Path(path)
+    if (folder / "config.yaml").is_file() and (folder / which).is_dir():
+        folder = folder / which
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{str(path)!r} is not a pcmr run folder (config.yaml and {which}/) nor a model "
+                                "folder (config.json and model.safetensors)")
+    return _load_folder(folder, device)
+
