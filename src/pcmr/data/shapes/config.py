@@ -70,12 +70,12 @@ class ShapesConfig:
         for name, value in SHAPES_PRESETS[self.preset].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
-        self.count_caption_rate = float(cast(float, self.count_caption_rate))
-        self.pixel_noise = float(cast(float, self.pixel_noise))
+        self.count_caption_rate = float(self.count_caption_rate or 0.0)
+        self.pixel_noise = float(self.pixel_noise or 0.0)
         if not 0.0 <= self.count_caption_rate <= 1.0:
             raise DataError(f"count_caption_rate={self.count_caption_rate!r}",
                             location="shapes config 'count_caption_rate'", expected="a number in [0, 1]")
-        if not 0.0 <= float(cast(float, self.pixel_noise)) <= 255.0:
+        if not 0.0 <= self.pixel_noise <= 255.0:
             raise DataError(f"pixel_noise={self.pixel_noise!r}", location="shapes config 'pixel_noise'",
                             expected="a number in [0, 255]")
         if self.caption_style not in CAPTION_STYLES:
@@ -93,7 +93,7 @@ class ShapesConfig:
         if slots and self.count_caption_rate > 0:
             raise DataError(f"count_caption_rate={self.count_caption_rate!r}",
                             location="shapes config 'count_caption_rate'", expected="0 with slots captions")
-        if slots and isinstance(self.min_objects, int) and self.min_objects < self.descriptions_per_caption:
+        if slots and isinstance(self.min_objects, int) and self.min_objects < int(self.descriptions_per_caption or 0):
             raise DataError(f"min_objects={self.min_objects!r}", location="shapes config 'min_objects'",
                             expected=f"at least descriptions_per_caption ({self.descriptions_per_caption}) "
                                      "with slots captions")

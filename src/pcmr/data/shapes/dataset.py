@@ -80,7 +80,7 @@ def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
         "caption_preds": preds, "caption_count": count,
         "caption_image": np.repeat(np.arange(len(scenes), dtype=np.int64), config.captions_per_image),
         "relevance_bits": relevance.bits,
-        "caption_texts": [caption_text(p, int(c), config.caption_style) for p, c in zip(preds, count)],
+        "caption_texts": [caption_text(p, int(c), str(config.caption_style)) for p, c in zip(preds, count)],
     }
 
 
