@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from pcmr import Gaussian
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 
 
 def rss_gib() -> float:

@@ -20,7 +20,7 @@ from pcmr.point_set import PointSet
 __version__ = "0.1.0"
 __all__ = ["Gaussian", "PointSet", "__version__", "create_model", "load_model", "list_models", "save_model"]
 
-_SUBMODULES = {"similarity", "metrics", "inference", "losses", "models", "data", "index"}
+_SUBMODULES = {"similarity", "metrics", "inference", "losses", "models", "data", "search"}
 _MODEL_API = {"create_model", "load_model", "list_models", "save_model"}
 
 

@@ -8,7 +8,7 @@
     pcmr search INDEX --from-embeddings emb.safetensors --backend faiss            # saved embeddings
     pcmr search INDEX --add more.safetensors                                       # append items
 
-``--build`` encodes the gallery split into the folder INDEX (pcmr.index.GalleryIndex: safetensors +
+``--build`` encodes the gallery split into the folder INDEX (pcmr.search.GalleryIndex: safetensors +
 JSON, with the model and vocabulary so queries can be encoded); a query option in the same call
 searches the freshly built index. See docs/search.md.
 """
@@ -23,9 +23,10 @@ from pcmr.cli.evaluate import load_run_or_model, load_split
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.gaussian import Gaussian
-from pcmr.index import GalleryIndex
-from pcmr.search.ann import ANN_SCORES
+from pcmr.search import GalleryIndex
+from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.embeddings import read_embeddings
+from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE
 
 __all__ = ["add_parser", "run"]
 
@@ -34,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser = subparsers.add_parser(
         "search",
         help="build a gallery index and search it by text or image",
-        description="Search a saved gallery index (pcmr.index) by caption text (returns images) or by image "
+        description="Search a saved gallery index (pcmr.search) by caption text (returns images) or by image "
         "file (returns captions), printing the top-k with score and each item's uncertainty. "
         "With --build, first encode a split with a trained model into the index folder. "
         "See docs/search.md.",
@@ -69,9 +70,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--add", metavar="FILE", default=None,
                        help="append the items of a saved-embeddings file to the existing INDEX")
     ann = parser.add_argument_group("faiss backend (building)")
-    ann.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"],
-                     help="ANN structure (default auto: flat up to 50k items, hnsw up to 300k, ivf above)")
-    ann.add_argument("--ann-score", default=None, choices=["cosine", "l2", "wasserstein", "csd"],
+    ann.add_argument("--index-type", default="auto", choices=["auto", *INDEX_TYPES],
+                     help="ANN structure (default auto: flat up to 50k items, hnsw up to 300k, ivf above); "
+                     "ivfpq: compressed codes whose candidates are re-scored exactly")
+    ann.add_argument("--ann-score", default=None, choices=list(ANN_SCORES),
                      help="score the ANN index answers exactly (default: --similarity when it is one of these, "
                      "csd for match_prob/avg_l2, else wasserstein, or cosine for point embeddings); other scores "
                      "re-rank its candidates")
@@ -82,11 +84,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     ann.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (default 32)")
     ann.add_argument("--ef-search", type=int, default=None, help="HNSW search breadth (default 64)")
     ann.add_argument("--shard-size", type=int, default=65_536, help="rows per add/read shard (default 65536)")
-    ann.add_argument("--csls-similarity", default=None,
-                     help="store CSLS hubness terms for this similarity so --rerank csls works on faiss")
-    ann.add_argument("--csls-k", type=int, default=10, help="CSLS neighbourhood size (default 10)")
-    ann.add_argument("--csls-sample", type=int, default=2000,
-                     help="reference queries (stored items of the other modality) for CSLS (default 2000)")
+    ann.add_argument("--pq-m", type=int, default=None,
+                     help="ivfpq: bytes per item code (default: the largest that fits --memory-budget)")
+    ann.add_argument("--opq", action="store_true", help="ivfpq: learn an OPQ rotation before quantising")
+    ann.add_argument("--memory-budget", default=None, metavar="SIZE",
+                     help="ivfpq: memory for the index, e.g. 2G; picks the code size and lists that fit")
+    ann.add_argument("--reference-sample", type=int, default=DEFAULT_REFERENCE_SAMPLE,
+                     help="stored items of the other modality used as reference queries by the re-rankers' "
+                     f"gallery statistics (CSLS, inverted softmax; default {DEFAULT_REFERENCE_SAMPLE})")
     query = parser.add_argument_group("querying")
     query.add_argument(
         "--text",
@@ -205,17 +210,20 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
 
     if args.backend != "faiss":
         return
-    score = args.ann_score
-    if score is None:
-        sampled = args.similarity in ("match_prob", "avg_l2")  # driven by the expected sample distance
-        score = args.similarity if args.similarity in ANN_SCORES else (
-            "cosine" if index.images.is_point else "csd" if sampled else "wasserstein")
+    score = args.ann_score or ann_score_for(args.similarity, index.images)
     params = {name: value for name, value in (("nlist", args.nlist), ("nprobe", args.nprobe),
-                                               ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search))
+                                               ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search),
+                                               ("pq_m", args.pq_m))
               if value is not None}
+    if args.index_type == "ivfpq":
+        params["opq"] = bool(args.opq)
+        if args.memory_budget is not None:
+            params["memory_budget"] = parse_memory(args.memory_budget)
+    elif args.opq or args.memory_budget is not None or args.pq_m is not None:
+        raise ValueError("--pq-m, --opq and --memory-budget apply to --index-type ivfpq only")
     built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
-                            shard_size=args.shard_size, progress=None, csls_similarity=args.csls_similarity,
-                            csls_k=args.csls_k, csls_sample=args.csls_sample, **params)
+                            shard_size=args.shard_size, progress=None, reference_sample=args.reference_sample,
+                            **params)
     for modality, ann in built.items():
         how = "chosen by gallery size" if args.index_type == "auto" else "requested"
         print(f"faiss index over {ann.ntotal} {modality}s: {ann.index_type} ({how}), score {ann.score}, "

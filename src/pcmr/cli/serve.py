@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 from pcmr.search.service import create_app
 
 __all__ = ["add_parser", "run"]

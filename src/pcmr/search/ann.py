@@ -31,12 +31,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
+from pcmr.progress import progress_bar
 
-__all__ = ["ANN_SCORES", "INDEX_TYPES", "AnnIndex", "choose_index_type", "gallery_layout", "gallery_vectors",
-           "query_vectors", "scores_from_distances"]
+__all__ = ["ANN_SCORES", "ProgressCounter", "ann_score_for", "build_ann", "INDEX_TYPES", "AnnIndex", "choose_index_type", "compressed_params", "gallery_layout",
+           "gallery_vectors", "parse_memory", "query_vectors", "scores_from_distances"]
 
 ANN_SCORES = ("cosine", "l2", "wasserstein", "csd")
-INDEX_TYPES = ("flat", "ivf", "hnsw")
+INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
+PQ_CHOICES = (8, 16, 32, 64, 128)  # bytes per item of an IVF-PQ code (8 bits per sub-quantizer)
+ID_BYTES = 8  # faiss stores one int64 id per item in an inverted list
 FLAT_MAX = 50_000  # galleries up to this size get an exact flat index by default
 HNSW_MAX = 300_000  # then HNSW up to this size, IVF above (cheaper to build on few cores)
 _NORM_EPS = 1e-12
@@ -116,6 +119,60 @@ def scores_from_distances(score: str, distances: np.ndarray, constant: Tensor) -
     return -(values + constant.unsqueeze(1)).clamp_min(0.0).sqrt()
 
 
+def compressed_params(num_items: int, width: int, memory_budget: int | None = None) -> dict[str, int]:
+    """IVF-PQ parameters for ``num_items`` vectors of ``width`` columns that fit ``memory_budget`` bytes.
+
+    Memory of the index: ``N (m + 8)`` bytes of codes and ids, ``4 nlist width`` of coarse centroids,
+    ``4 * 256 * width`` of PQ tables. ``nlist`` is about ``sqrt(N)`` (a power of two, between 16 and
+    16384, at most ``N / 39``); ``m`` the largest of :data:`PQ_CHOICES` that divides ``width`` and fits
+    (without a budget: the largest up to 64). Raises ValueError when even the
+    smallest code does not fit.
+    """
+    nlist = 16
+    while nlist * 2 <= min(16_384, max(16, math.isqrt(max(num_items, 1)))):
+        nlist *= 2
+    nlist = max(1, min(nlist, num_items // 39))
+    fixed = 4 * nlist * width + 4 * 256 * width
+    fitting = [m for m in PQ_CHOICES if width % m == 0 and (memory_budget is None
+               or num_items * (m + ID_BYTES) + fixed <= memory_budget)]
+    if memory_budget is None:
+        fitting = [m for m in fitting if m <= 64]
+    if not fitting:
+        smallest = min(m for m in PQ_CHOICES if width % m == 0) if any(width % m == 0 for m in PQ_CHOICES) else None
+        need = None if smallest is None else num_items * (smallest + ID_BYTES) + fixed
+        raise ValueError(f"no IVF-PQ code fits: {num_items} items of width {width} need at least {need} bytes "
+                         f"(codes of {smallest} bytes + ids), memory budget {memory_budget}")
+    return {"nlist": nlist, "pq_m": max(fitting)}
+
+
+def parse_memory(text: str | int) -> int:
+    """Bytes from ``"8G"``, ``"512M"``, ``"2.5GiB"`` or a plain number of bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    units = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    raw = str(text).strip().lower().removesuffix("ib").removesuffix("b")
+    unit = raw[-1:] if raw[-1:] in units and raw[-1:] else ""
+    try:
+        value = float(raw[:-1] if unit else raw)
+    except ValueError:
+        raise ValueError(f"memory size must look like 8G, 512M or a number of bytes, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"memory size must be positive, got {text!r}")
+    return int(value * units[unit])
+
+
+def ann_score_for(similarity: str, gallery: Gaussian) -> str:
+    """The ANN score that serves ``similarity`` on ``gallery``: the similarity itself when it is one of
+    :data:`ANN_SCORES`; ``cosine`` for a point gallery; ``csd`` for the scores driven by the expected
+    distance of two samples (PCME's match probability, the average sample distance); ``wasserstein``
+    (means and spreads) for every other Gaussian score, whose candidates are then re-scored exactly."""
+    if similarity in ANN_SCORES:
+        return similarity
+    if gallery.is_point:
+        return "cosine"
+    return "csd" if similarity in ("match_prob", "avg_l2") else "wasserstein"
+
+
 def choose_index_type(num_items: int) -> str:
     """``flat`` up to 50,000 items, ``hnsw`` up to 300,000, ``ivf`` above."""
     if num_items <= FLAT_MAX:
@@ -150,10 +207,16 @@ class AnnIndex:
     @classmethod
     def create(cls, score: str, gallery: Gaussian, index_type: str = "auto", *, nlist: int | None = None,
                nprobe: int = 32, hnsw_m: int = 32, ef_construction: int = 80, ef_search: int = 64,
-               train_size: int = 100_000, seed: int = 0, num_items: int | None = None) -> AnnIndex:
+               train_size: int = 100_000, seed: int = 0, num_items: int | None = None, pq_m: int | None = None,
+               opq: bool = False, memory_budget: int | None = None) -> AnnIndex:
         """An empty (trained, for IVF) index for ``gallery``'s layout. ``gallery`` supplies the layout
         and, for IVF, the k-means training sample (at most ``train_size`` rows drawn with ``seed``);
-        ``num_items`` the expected size for ``index_type="auto"`` and the IVF list count."""
+        ``num_items`` the expected size for ``index_type="auto"`` and the IVF list count.
+
+        ``ivfpq``: IVF with product-quantised residuals (``pq_m`` bytes per item, with an OPQ rotation
+        when ``opq``); ``nlist`` / ``pq_m`` default to :func:`compressed_params` for ``memory_budget``.
+        Its scores are approximate: it serves as a candidate generator whose candidates are re-scored
+        exactly (:mod:`pcmr.search.searcher`)."""
         faiss = _faiss()
         total = gallery.num if num_items is None else num_items
         kind = choose_index_type(total) if index_type == "auto" else index_type
@@ -170,6 +233,21 @@ class AnnIndex:
             index.hnsw.efConstruction = ef_construction
             index.hnsw.efSearch = ef_search
             params = {"hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
+        elif kind == "ivfpq":
+            chosen = compressed_params(total, width, memory_budget)
+            nlist = chosen["nlist"] if nlist is None else nlist
+            pq_m = chosen["pq_m"] if pq_m is None else pq_m
+            if width % pq_m:
+                raise ValueError(f"pq_m={pq_m} must divide the vector width {width}")
+            if gallery.num < nlist:
+                raise ValueError(f"IVF-PQ with {nlist} lists needs at least {nlist} training items, got {gallery.num}")
+            spec = f"{f'OPQ{pq_m},' if opq else ''}IVF{nlist},PQ{pq_m}x8"
+            index = faiss.index_factory(width, spec, metric)
+            rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
+            index.train(gallery_vectors(score, gallery[rows.sort().values], layout))
+            ivf = faiss.extract_index_ivf(index)
+            ivf.nprobe = min(nprobe, nlist)
+            params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq)}
         else:
             nlist = default_nlist(total) if nlist is None else nlist
             if gallery.num < nlist:
@@ -198,15 +276,22 @@ class AnnIndex:
 
     def set_search_params(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
         """Search-time accuracy/speed knobs: IVF ``nprobe`` lists, HNSW ``ef_search``."""
-        if nprobe is not None and self.index_type == "ivf":
-            self.index.nprobe = min(int(nprobe), self.params["nlist"])
-            self.params["nprobe"] = self.index.nprobe
+        if nprobe is not None and self.index_type in ("ivf", "ivfpq"):
+            ivf = _faiss().extract_index_ivf(self.index)
+            ivf.nprobe = min(int(nprobe), self.params["nlist"])
+            self.params["nprobe"] = int(ivf.nprobe)
         if ef_search is not None and self.index_type == "hnsw":
             self.index.hnsw.efSearch = int(ef_search)
             self.params["ef_search"] = int(ef_search)
 
+    @property
+    def exact(self) -> bool:
+        """Whether the index's own scores are exact (all but IVF-PQ's compressed codes)."""
+        return self.index_type != "ivfpq"
+
     def search(self, query: Gaussian, k: int) -> tuple[Tensor, Tensor]:
-        """``(scores [Q, k], indices [Q, k])``, best first; scores as :func:`scores_from_distances`.
+        """``(scores [Q, k], indices [Q, k])``, best first; scores as :func:`scores_from_distances`
+        (approximate for IVF-PQ).
         Slots an approximate index could not fill have index -1 and score -inf."""
         if query.dim != self.dim:
             raise ValueError(f"query has D={query.dim}, the index D={self.dim}")
@@ -231,3 +316,30 @@ class AnnIndex:
         out = cls(score, index_type, layout, dim, index, dict(params))
         out.set_search_params(params.get("nprobe"), params.get("ef_search"))
         return out
+
+
+class ProgressCounter:
+    """A tqdm bar on stderr: ``True`` always, ``None`` only on a terminal (pcmr.progress), ``False`` never."""
+
+    def __init__(self, enabled: bool | None, total: int, desc: str) -> None:
+        self.bar = progress_bar(total, desc, enabled=enabled)
+
+    def __call__(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def build_ann(gallery: Gaussian, score: str, index_type: str = "auto", *, shard_size: int = 65_536,
+              progress: bool | None = False, desc: str = "index", **params: Any) -> AnnIndex:
+    """An :class:`AnnIndex` over an in-memory ``gallery`` filled in shards of ``shard_size`` rows."""
+    ann = AnnIndex.create(score, gallery, index_type, **params)
+    bar = ProgressCounter(progress, gallery.num, desc)
+    try:
+        ann.add(gallery, shard_size=shard_size, progress=bar)
+    finally:
+        bar.close()
+    return ann

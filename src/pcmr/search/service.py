@@ -25,7 +25,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.shapes.dataset import load_shapes
-from pcmr.index import GalleryIndex
+from pcmr.search.gallery import GalleryIndex
 
 __all__ = ["ServiceLimits", "create_app"]
 

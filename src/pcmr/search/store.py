@@ -1,0 +1,167 @@
+"""The full-precision gallery on disk: ``mean.npy`` / ``logvar.npy`` read through a memory map.
+
+A compressed ANN index (IVF-PQ) keeps a few bytes per item in memory; the exact re-scoring of its
+candidates needs the items' Gaussians. :class:`GalleryStore` keeps them in two numpy ``.npy`` files
+(``mean [N, D]`` and, for Gaussians, ``logvar [N, D]`` or ``[N, 1]``) opened with ``numpy.load(...,
+mmap_mode="r")``: only the pages of the rows read are brought into memory (by the operating system's
+page cache, shared and evictable), so a 10M x 256 gallery (10 GiB in float16) is served from a
+process of well under 1 GiB of its own.
+
+``float16`` halves the files; its rounding (relative error at most ``2^-11`` per entry) changes
+scores by about ``1e-3`` relative, far below the gaps that decide a top-10 on real embeddings
+(docs/search.md gives the measured effect). Written row chunk by row chunk (:class:`StoreWriter`),
+so a store of any size is built with one chunk in memory; a store becomes visible under its final
+name only when complete (``pcmr.atomic.write_folder``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pcmr.atomic import atomic_write_json, write_folder
+from pcmr.gaussian import Gaussian
+
+__all__ = ["GalleryStore", "StoreWriter", "write_store"]
+
+STORE_FORMAT = "pcmr-gallery-store"
+STORE_META = "store.json"
+DTYPES = {"float16": np.float16, "float32": np.float32}
+
+
+class StoreWriter:
+    """Fills the ``.npy`` files of a store of ``num`` rows chunk by chunk (see :func:`write_store`)."""
+
+    def __init__(self, folder: Path, num: int, dim: int, logvar_width: int | None, dtype: str) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"store dtype must be one of {list(DTYPES)}, got {dtype!r}")
+        if logvar_width not in (None, 1, dim):
+            raise ValueError(f"logvar width must be None (points), 1 or D={dim}, got {logvar_width}")
+        self.folder, self.num, self.dim, self.dtype = folder, num, dim, dtype
+        self.logvar_width = logvar_width
+        self.mean = np.lib.format.open_memmap(folder / "mean.npy", mode="w+", dtype=DTYPES[dtype], shape=(num, dim))
+        self.logvar = None if logvar_width is None else np.lib.format.open_memmap(
+            folder / "logvar.npy", mode="w+", dtype=DTYPES[dtype], shape=(num, logvar_width))
+        self.filled = 0
+
+    def append(self, chunk: Gaussian) -> None:
+        """Write the next ``chunk.num`` rows."""
+        if chunk.dim != self.dim:
+            raise ValueError(f"chunk has D={chunk.dim}, the store D={self.dim}")
+        width = None if chunk.logvar is None else chunk.logvar.shape[1]
+        if width != self.logvar_width:
+            raise ValueError(f"chunk logvar width {width} does not match the store's {self.logvar_width}")
+        stop = self.filled + chunk.num
+        if stop > self.num:
+            raise ValueError(f"the store holds {self.num} rows; this chunk would end at row {stop}")
+        self.mean[self.filled:stop] = chunk.mean.detach().cpu().float().numpy()
+        if self.logvar is not None:
+            self.logvar[self.filled:stop] = chunk.logvar.detach().cpu().float().numpy()
+        self.filled = stop
+
+    def close(self) -> None:
+        if self.filled != self.num:
+            raise ValueError(f"the store was given {self.filled} rows, expected {self.num}")
+        for array in (self.mean, self.logvar):
+            if array is not None:
+                array.flush()
+        atomic_write_json(self.folder / STORE_META, {"format": STORE_FORMAT, "version": 1, "num": self.num,
+                                                     "dim": self.dim, "logvar_width": self.logvar_width,
+                                                     "dtype": self.dtype})
+
+
+def write_store(path: str | os.PathLike[str], chunks: Iterator[Gaussian] | list[Gaussian], num: int, dim: int,
+                logvar_width: int | None, dtype: str = "float16") -> GalleryStore:
+    """Write the Gaussians of ``chunks`` (in order, ``num`` rows in all) as a store folder at ``path``."""
+
+    def write(folder: Path) -> None:
+        writer = StoreWriter(folder, num, dim, logvar_width, dtype)
+        for chunk in chunks:
+            writer.append(chunk)
+        writer.close()
+
+    write_folder(path, write)
+    return GalleryStore.open(path)
+
+
+class GalleryStore:
+    """A gallery of Gaussians read through memory maps; see the module docstring.
+
+    ``rows(indices)`` gives a float32 :class:`~pcmr.gaussian.Gaussian` of the requested rows (any shape
+    of indices flattened); ``chunks(size)`` iterates over the whole store in order.
+    """
+
+    def __init__(self, path: Path, mean: np.ndarray, logvar: np.ndarray | None, info: dict[str, Any]) -> None:
+        self.path, self.mean, self.logvar, self.info = path, mean, logvar, info
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> GalleryStore:
+        """Open a store folder; a missing or inconsistent file raises one error naming it."""
+        root = Path(path)
+        meta = root / STORE_META
+        if not meta.is_file():
+            raise FileNotFoundError(f"{meta} not found; {root} is not a complete gallery store")
+        try:
+            info = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"{meta}: not valid JSON ({err})") from None
+        if not isinstance(info, dict) or info.get("format") != STORE_FORMAT:
+            raise ValueError(f"{meta}: field 'format' must be {STORE_FORMAT!r}")
+        try:
+            mean = np.load(root / "mean.npy", mmap_mode="r", allow_pickle=False)
+            logvar = None if info.get("logvar_width") is None else np.load(
+                root / "logvar.npy", mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{root}: the store's .npy files cannot be read ({err})") from None
+        expected = (int(info.get("num", -1)), int(info.get("dim", -1)))
+        if mean.shape != expected or (logvar is not None and logvar.shape != (expected[0], info["logvar_width"])):
+            raise ValueError(f"{root}: mean.npy {mean.shape} / logvar.npy {None if logvar is None else logvar.shape} "
+                             f"do not match {meta.name} (num, dim = {expected}); the store is damaged")
+        return cls(root, mean, logvar, info)
+
+    @property
+    def num(self) -> int:
+        return int(self.mean.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.mean.shape[1])
+
+    @property
+    def is_point(self) -> bool:
+        return self.logvar is None
+
+    def rows(self, indices: Tensor | np.ndarray, *, need_logvar: bool = True) -> Gaussian:
+        """float32 Gaussians of the rows ``indices`` (flattened, each in ``[0, N)``). Rows are read in
+        sorted order (sequential pages) and returned in the order asked; ``need_logvar=False`` reads
+        the means only (point Gaussians, enough for scores of the means such as cosine)."""
+        flat = np.asarray(indices.reshape(-1).cpu() if isinstance(indices, Tensor) else indices,
+                          dtype=np.int64).reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= self.num):
+            raise IndexError(f"row indices must lie in [0, {self.num}), got [{flat.min()}, {flat.max()}]")
+        unique, inverse = np.unique(flat, return_inverse=True)
+        mean = torch.from_numpy(np.asarray(self.mean[unique], dtype=np.float32))[torch.from_numpy(inverse)]
+        if self.logvar is None or not need_logvar:
+            return Gaussian.point(mean)
+        logvar = torch.from_numpy(np.asarray(self.logvar[unique], dtype=np.float32))[torch.from_numpy(inverse)]
+        return Gaussian(mean, logvar)
+
+    def chunks(self, size: int = 65_536) -> Iterator[tuple[int, Gaussian]]:
+        """``(start, Gaussian)`` of consecutive row blocks of at most ``size`` rows, as float32."""
+        for start in range(0, self.num, size):
+            stop = min(start + size, self.num)
+            mean = torch.from_numpy(np.asarray(self.mean[start:stop], dtype=np.float32))
+            logvar = None if self.logvar is None else torch.from_numpy(
+                np.asarray(self.logvar[start:stop], dtype=np.float32))
+            yield start, Gaussian(mean, logvar)
+
+    def load(self) -> Gaussian:
+        """The whole store in memory as float32 (small galleries and tests only)."""
+        return self.rows(np.arange(self.num))
