@@ -123,20 +123,19 @@ def compressed_params(num_items: int, width: int, memory_budget: int | None = No
     """IVF-PQ parameters for ``num_items`` vectors of ``width`` columns that fit ``memory_budget`` bytes.
 
     Memory of the index: ``N (m + 8)`` bytes of codes and ids, ``4 nlist width`` of coarse centroids,
-    ``4 * 256 * width`` of PQ tables. ``nlist`` is about ``sqrt(N)`` (a power of two, between 16 and
-    16384, at most ``N / 39``); ``m`` the largest of :data:`PQ_CHOICES` that divides ``width`` and fits
-    (without a budget: the largest up to 64). Raises ValueError when even the
+    ``4 * 256 * width`` of PQ tables. ``nlist`` is the power of two at most ``2 sqrt(N)`` (between 16
+    and 16384, at most ``N / 39``); ``m`` the largest of :data:`PQ_CHOICES` up to 64 that divides
+    ``width`` and fits (longer codes make each scanned item slower; 128 only when asked). Raises ValueError when even the
     smallest code does not fit.
     """
     nlist = 16
-    while nlist * 2 <= min(16_384, max(16, math.isqrt(max(num_items, 1)))):
+    while nlist * 2 <= min(16_384, max(16, 2 * math.isqrt(max(num_items, 1)))):
         nlist *= 2
     nlist = max(1, min(nlist, num_items // 39))
     fixed = 4 * nlist * width + 4 * 256 * width
     fitting = [m for m in PQ_CHOICES if width % m == 0 and (memory_budget is None
                or num_items * (m + ID_BYTES) + fixed <= memory_budget)]
-    if memory_budget is None:
-        fitting = [m for m in fitting if m <= 64]
+    fitting = [m for m in fitting if m <= 64]
     if not fitting:
         smallest = min(m for m in PQ_CHOICES if width % m == 0) if any(width % m == 0 for m in PQ_CHOICES) else None
         need = None if smallest is None else num_items * (smallest + ID_BYTES) + fixed
@@ -243,9 +242,10 @@ class AnnIndex:
                 raise ValueError(f"IVF-PQ with {nlist} lists needs at least {nlist} training items, got {gallery.num}")
             spec = f"{f'OPQ{pq_m},' if opq else ''}IVF{nlist},PQ{pq_m}x8"
             index = faiss.index_factory(width, spec, metric)
+            ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+            ivf.pq.cp.niter = 10  # PQ k-means iterations (faiss: 25); the coarse k-means already uses 10
             rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
             index.train(gallery_vectors(score, gallery[rows.sort().values], layout))
-            ivf = faiss.extract_index_ivf(index)
             ivf.nprobe = min(nprobe, nlist)
             params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq)}
         else:

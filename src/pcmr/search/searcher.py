@@ -73,10 +73,12 @@ class Scoring:
     reranker: Reranker = field(default_factory=lambda: get_reranker("nns"))
 
 
-def gallery_chunks(gallery: Gallery, size: int = 65_536) -> Iterator[tuple[int, Gaussian]]:
-    """``(start, Gaussian)`` row blocks of an in-memory or on-disk gallery."""
+def gallery_chunks(gallery: Gallery, size: int = 65_536, *, need_logvar: bool = True
+                   ) -> Iterator[tuple[int, Gaussian]]:
+    """``(start, Gaussian)`` row blocks of an in-memory or on-disk gallery (``need_logvar=False``: the
+    means alone of a store on disk)."""
     if isinstance(gallery, GalleryStore):
-        yield from gallery.chunks(size)
+        yield from gallery.chunks(size, need_logvar=need_logvar)
         return
     for start in range(0, gallery.num, size):
         yield start, gallery[start:start + size]
@@ -141,7 +143,8 @@ class ExactSearcher:
         best_scores = torch.empty(queries.num, 0)
         best_indices = torch.empty(queries.num, 0, dtype=torch.long)
         rows = []
-        for start, block in gallery_chunks(self.gallery, self.chunk):
+        need_logvar = s.similarity not in MEAN_ONLY_SCORES
+        for start, block in gallery_chunks(self.gallery, self.chunk, need_logvar=need_logvar):
             scores = oriented_scores(s.similarity, queries, block, s.query_modality, s.options).float()  # [Q, B]
             if not plain:
                 rows.append(scores)

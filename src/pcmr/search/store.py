@@ -153,12 +153,13 @@ class GalleryStore:
         logvar = torch.from_numpy(np.asarray(self.logvar[unique], dtype=np.float32))[torch.from_numpy(inverse)]
         return Gaussian(mean, logvar)
 
-    def chunks(self, size: int = 65_536) -> Iterator[tuple[int, Gaussian]]:
-        """``(start, Gaussian)`` of consecutive row blocks of at most ``size`` rows, as float32."""
+    def chunks(self, size: int = 65_536, *, need_logvar: bool = True) -> Iterator[tuple[int, Gaussian]]:
+        """``(start, Gaussian)`` of consecutive row blocks of at most ``size`` rows, as float32
+        (point Gaussians of the means alone with ``need_logvar=False``)."""
         for start in range(0, self.num, size):
             stop = min(start + size, self.num)
             mean = torch.from_numpy(np.asarray(self.mean[start:stop], dtype=np.float32))
-            logvar = None if self.logvar is None else torch.from_numpy(
+            logvar = None if self.logvar is None or not need_logvar else torch.from_numpy(
                 np.asarray(self.logvar[start:stop], dtype=np.float32))
             yield start, Gaussian(mean, logvar)
 
