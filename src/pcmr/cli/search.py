@@ -127,11 +127,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="re-ranker option, e.g. beta=30 (is), csls_k=10 (csls), lam=2 (rgm); repeatable",
     )
     query.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss"],
-                        help="search backend; with --build/--from-embeddings, 'faiss' also builds the ANN index "
-                        "(default auto: faiss when the index has one)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+                        help="search backend; with --build/--from-embeddings, 'faiss' also builds the ANN index and "
+                        "'milvus' writes the ANN vectors to the Milvus collection at --uri (default auto: the "
+                        "candidate source the index has, else exact)")
+    parser.add_argument("--uri", default=None,
+                        help="milvus backend (building): a Milvus Lite file name.db (embedded) or a server address "
+                        "such as http://localhost:19530")
+    parser.add_argument("--collection-prefix", default="pcmr",
+                        help="milvus backend (building): collections are named PREFIX_image and PREFIX_caption")
     query.add_argument("--candidates", type=int, default=None,
-                       help="faiss backend: candidates per query re-scored exactly (default 100)")
+                       help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
 
@@ -208,9 +214,25 @@ def _add(args: argparse.Namespace) -> Any:
 def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
     """With ``--backend faiss``, build the ANN index(es) and print the structure chosen."""
 
-    if args.backend != "faiss":
+    if args.backend not in ("faiss", "milvus"):
         return
     score = args.ann_score or ann_score_for(args.similarity, index.images)
+    modalities = tuple(args.modalities or ("image", "caption"))
+    if args.backend == "milvus":
+        if not args.uri:
+            raise ValueError("--backend milvus needs --uri: a Milvus Lite file (e.g. gallery.db) or a server address "
+                             "(e.g. http://localhost:19530)")
+        kinds = {"auto": "auto", "flat": "FLAT", "ivf": "IVF_FLAT"}
+        if args.index_type not in kinds:
+            raise ValueError(f"--backend milvus takes --index-type auto, flat or ivf, got {args.index_type!r}")
+        extra = {k: v for k, v in (("nlist", args.nlist), ("nprobe", args.nprobe)) if v is not None}
+        built = index.build_milvus(args.uri, score, modalities, kinds[args.index_type],
+                                   collection_prefix=args.collection_prefix, shard_size=args.shard_size,
+                                   reference_sample=args.reference_sample, **extra)
+        for modality, source in built.items():
+            print(f"milvus collection {source.collection} at {source.uri}: {source.ntotal} {modality}s, "
+                  f"{source.index_type}, score {source.score}")
+        return
     params = {name: value for name, value in (("nlist", args.nlist), ("nprobe", args.nprobe),
                                                ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search),
                                                ("pq_m", args.pq_m))
@@ -221,7 +243,7 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
             params["memory_budget"] = parse_memory(args.memory_budget)
     elif args.opq or args.memory_budget is not None or args.pq_m is not None:
         raise ValueError("--pq-m, --opq and --memory-budget apply to --index-type ivfpq only")
-    built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
+    built = index.build_ann(score, modalities, args.index_type,
                             shard_size=args.shard_size, progress=None, reference_sample=args.reference_sample,
                             **params)
     for modality, ann in built.items():

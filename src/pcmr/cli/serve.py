@@ -29,10 +29,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--similarity", default="cosine", help="similarity of every query (default cosine)")
     parser.add_argument("--rerank", default="nns", help="re-ranker of every query (default nns)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss"],
-                        help="search backend (default auto: faiss when the index has one)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+                        help="search backend (default auto: the index's candidate source, faiss or milvus, if any)")
     parser.add_argument("--candidates", type=int, default=None,
-                        help="faiss backend: candidates per query re-scored exactly (default 100)")
+                        help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
     parser.add_argument("--device", default=None, help="torch device (default cpu)")
     return parser
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -124,23 +124,22 @@ def compressed_params(num_items: int, width: int, memory_budget: int | None = No
 
     Memory of the index: ``N (m + 8)`` bytes of codes and ids, ``4 nlist width`` of coarse centroids,
     ``4 * 256 * width`` of PQ tables. ``nlist`` is the power of two at most ``2 sqrt(N)`` (between 16
-    and 16384, at most ``N / 39``); ``m`` the largest of :data:`PQ_CHOICES` up to 64 that divides
-    ``width`` and fits (longer codes make each scanned item slower; 128 only when asked). Raises ValueError when even the
-    smallest code does not fit.
+    and 16384, at most ``N / 39``); ``m`` the largest of :data:`PQ_CHOICES` up to ``min(64, width)``
+    that fits (longer codes make each scanned item slower; 128 only when asked). A width that ``m``
+    does not divide is padded with zero columns, which change no inner product or distance. Raises
+    ValueError when even the smallest code does not fit.
     """
     nlist = 16
     while nlist * 2 <= min(16_384, max(16, 2 * math.isqrt(max(num_items, 1)))):
         nlist *= 2
     nlist = max(1, min(nlist, num_items // 39))
     fixed = 4 * nlist * width + 4 * 256 * width
-    fitting = [m for m in PQ_CHOICES if width % m == 0 and (memory_budget is None
+    fitting = [m for m in PQ_CHOICES if m <= min(64, width) and (memory_budget is None
                or num_items * (m + ID_BYTES) + fixed <= memory_budget)]
-    fitting = [m for m in fitting if m <= 64]
     if not fitting:
-        smallest = min(m for m in PQ_CHOICES if width % m == 0) if any(width % m == 0 for m in PQ_CHOICES) else None
-        need = None if smallest is None else num_items * (smallest + ID_BYTES) + fixed
+        need = num_items * (PQ_CHOICES[0] + ID_BYTES) + fixed
         raise ValueError(f"no IVF-PQ code fits: {num_items} items of width {width} need at least {need} bytes "
-                         f"(codes of {smallest} bytes + ids), memory budget {memory_budget}")
+                         f"(codes of {PQ_CHOICES[0]} bytes + ids), memory budget {memory_budget}")
     return {"nlist": nlist, "pq_m": max(fitting)}
 
 
@@ -158,6 +157,13 @@ def parse_memory(text: str | int) -> int:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"memory size must be positive, got {text!r}")
     return int(value * units[unit])
+
+
+def _padded(vectors: np.ndarray, pad: int) -> np.ndarray:
+    """``vectors [N, w]`` with ``pad`` zero columns appended (a width the PQ code length divides)."""
+    if not pad:
+        return vectors
+    return np.ascontiguousarray(np.pad(vectors, ((0, 0), (0, pad))), dtype=np.float32)
 
 
 def ann_score_for(similarity: str, gallery: Gaussian) -> str:
@@ -198,6 +204,7 @@ class AnnIndex:
     dim: int
     index: Any
     params: dict[str, Any]
+    engine: ClassVar[str] = "faiss"
 
     @property
     def ntotal(self) -> int:
@@ -236,18 +243,21 @@ class AnnIndex:
             chosen = compressed_params(total, width, memory_budget)
             nlist = chosen["nlist"] if nlist is None else nlist
             pq_m = chosen["pq_m"] if pq_m is None else pq_m
-            if width % pq_m:
-                raise ValueError(f"pq_m={pq_m} must divide the vector width {width}")
+            if isinstance(pq_m, bool) or not isinstance(pq_m, int) or pq_m < 1:
+                raise ValueError(f"pq_m must be a positive integer (bytes per code), got {pq_m!r}")
+            pad = -width % pq_m
+            width += pad
             if gallery.num < nlist:
                 raise ValueError(f"IVF-PQ with {nlist} lists needs at least {nlist} training items, got {gallery.num}")
             spec = f"{f'OPQ{pq_m},' if opq else ''}IVF{nlist},PQ{pq_m}x8"
             index = faiss.index_factory(width, spec, metric)
             ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
             ivf.pq.cp.niter = 10  # PQ k-means iterations (faiss: 25); the coarse k-means already uses 10
+            ivf.do_polysemous_training = False  # the factory's default; pcmr never uses Hamming filtering
             rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
-            index.train(gallery_vectors(score, gallery[rows.sort().values], layout))
+            index.train(_padded(gallery_vectors(score, gallery[rows.sort().values], layout), pad))
             ivf.nprobe = min(nprobe, nlist)
-            params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq)}
+            params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq), "pad": pad}
         else:
             nlist = default_nlist(total) if nlist is None else nlist
             if gallery.num < nlist:
@@ -270,7 +280,7 @@ class AnnIndex:
             raise ValueError(f"items' variances ({gallery!r}) do not match the index layout {self.layout!r}")
         for start in range(0, gallery.num, shard_size):
             shard = gallery[start:start + shard_size]
-            self.index.add(gallery_vectors(self.score, shard, self.layout))
+            self.index.add(_padded(gallery_vectors(self.score, shard, self.layout), self.params.get("pad", 0)))
             if progress is not None:
                 progress(shard.num)
 
@@ -297,6 +307,7 @@ class AnnIndex:
             raise ValueError(f"query has D={query.dim}, the index D={self.dim}")
         k = min(k, self.ntotal)
         vectors, constant = query_vectors(self.score, query, self.layout)
+        vectors = _padded(vectors, self.params.get("pad", 0))
         distances, labels = self.index.search(vectors, k)
         scores = scores_from_distances(self.score, distances, constant)
         indices = torch.from_numpy(labels.astype(np.int64))

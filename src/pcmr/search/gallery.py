@@ -81,7 +81,7 @@ EMBEDDINGS_FILE = "embeddings.safetensors"
 MODEL_DIR = "model"
 VOCAB_FILE = "vocab.json"
 STATISTICS_FILE = "statistics.safetensors"
-BACKENDS = ("auto", "exact", "faiss")
+BACKENDS = ("auto", "exact", "faiss", "milvus")
 MODALITIES = ("image", "caption")
 
 
@@ -237,14 +237,42 @@ class GalleryIndex:
                 continue
             self.ann[modality] = build_ann(gallery, score, index_type, shard_size=shard_size, progress=progress,
                                            desc=f"{modality} index", **params)
-            other = "caption" if modality == "image" else "image"
-            if self.gallery(other).num == 0:
-                continue
-            for name in list_reweightings():
-                reranker = get_reranker(name)
-                if reranker.needs_gallery_statistic:
-                    self.statistic(modality, Scoring(score, other, self.similarity_options.get(score, {}), reranker))
+            self._default_statistics(modality, score)
         return dict(self.ann)
+
+    def build_milvus(self, uri: str, score: str = "cosine", modalities: Sequence[str] = MODALITIES,
+                     index_type: str = "auto", *, collection_prefix: str = "pcmr", shard_size: int = 65_536,
+                     reference_sample: int = DEFAULT_REFERENCE_SAMPLE, **params: Any) -> dict[str, Any]:
+        """Write the ANN vectors of each modality in ``modalities`` to a Milvus collection
+        ``<collection_prefix>_<modality>`` at ``uri`` (:mod:`pcmr.search.vectordb`: a Milvus Lite
+        ``.db`` file or a server address) and use it as this index's candidate source; the Gaussians
+        stay in the index's own files, candidates are re-scored exactly as on the faiss backend.
+        ``params``: ``nlist``, ``nprobe`` (IVF_FLAT). Gallery statistics as in :meth:`build_ann`."""
+        from pcmr.search.vectordb import MilvusCandidates
+
+        self.meta["reference_sample"] = int(reference_sample)
+        for modality in modalities:
+            gallery = self.gallery(modality)
+            if gallery.num == 0:
+                continue
+            source = MilvusCandidates.create(uri, f"{collection_prefix}_{modality}", score, gallery, gallery.num,
+                                             index_type, **params)
+            for start in range(0, gallery.num, shard_size):
+                source.add(gallery[start:start + shard_size], first_id=start)
+            source.finish()
+            self.ann[modality] = source
+            self._default_statistics(modality, score)
+        return dict(self.ann)
+
+    def _default_statistics(self, modality: str, score: str) -> None:
+        """Gallery statistics of every re-weighting that needs one, default parameters, for ``score``."""
+        other = "caption" if modality == "image" else "image"
+        if self.gallery(other).num == 0:
+            return
+        for name in list_reweightings():
+            reranker = get_reranker(name)
+            if reranker.needs_gallery_statistic:
+                self.statistic(modality, Scoring(score, other, self.similarity_options.get(score, {}), reranker))
 
     def statistic(self, gallery_modality: str, scoring: Scoring) -> Tensor | None:
         """The gallery statistic ``[G]`` of ``scoring``'s re-ranker over the ``gallery_modality`` items
@@ -330,6 +358,9 @@ class GalleryIndex:
             self.vocab.save(out / VOCAB_FILE)
         ann_info = {}
         for modality, ann in self.ann.items():
+            if ann.engine != "faiss":  # a vector database: how to reconnect
+                ann_info[modality] = ann.describe()
+                continue
             name = f"ann-{modality}.faiss"
             atomic_write_via_path(out / name, lambda tmp, ann=ann: ann.write(str(tmp)))
             ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
@@ -339,13 +370,13 @@ class GalleryIndex:
             atomic_write_safetensors(out / STATISTICS_FILE, {f"statistic_{i}": e["value"].detach().cpu().contiguous()
                                                              for i, e in enumerate(self.statistics.values())})
             statistics_info = [{k: v for k, v in e.items() if k != "value"} for e in self.statistics.values()]
-        files = ([EMBEDDINGS_FILE] + [a["file"] for a in ann_info.values()]
+        files = ([EMBEDDINGS_FILE] + [a["file"] for a in ann_info.values() if "file" in a]
                  + ([STATISTICS_FILE] if statistics_info else []))
         if has_model:
             files += [VOCAB_FILE] + sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
         meta = {
             "format": INDEX_FORMAT, "version": INDEX_VERSION,
-            "backend": "faiss" if ann_info else "exact", "ann": ann_info, "statistics": statistics_info,
+            "backend": next((a.get("engine", "faiss") for a in ann_info.values()), "exact"), "ann": ann_info, "statistics": statistics_info,
             "checksums": {name: _sha256(out / name) for name in files},
             "num_images": self.images.num, "num_captions": self.captions.num, "dim": self.images.dim,
             "image_ids": self.image_ids, "caption_ids": self.caption_ids, "caption_texts": self.caption_texts,
@@ -483,12 +514,14 @@ class GalleryIndex:
         return self._results(query, gallery, modality, gallery_modality, similarity, rerank, indices, scores)
 
     def _use_faiss(self, backend: str, gallery_modality: str) -> bool:
+        """Whether candidates come from the ANN source of ``gallery_modality`` (faiss or Milvus)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-        if backend == "faiss" and gallery_modality not in self.ann:
-            raise ValueError(f"backend 'faiss': this index has no faiss index over its {gallery_modality}s; "
-                             "build one with `pcmr search INDEX --build ... --backend faiss`")
-        return backend == "faiss" or (backend == "auto" and gallery_modality in self.ann)
+        source = self.ann.get(gallery_modality)
+        if backend in ("faiss", "milvus") and (source is None or source.engine != backend):
+            raise ValueError(f"backend {backend!r}: this index has no {backend} candidates over its "
+                             f"{gallery_modality}s; build them with `pcmr search INDEX --build ... --backend {backend}`")
+        return backend in ("faiss", "milvus") or (backend == "auto" and source is not None)
 
     def _results(self, query: Gaussian, gallery: Gaussian, modality: str, gallery_modality: str, similarity: str,
                  rerank: str, indices: Tensor, scores: Tensor) -> SearchResults:
@@ -606,6 +639,9 @@ def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None
 def _load_backend(index: GalleryIndex, root: Path, info: dict[str, Any], meta_path: Path) -> None:
     """Read the faiss indexes and CSLS terms listed in ``index.json`` and check they fit the gallery."""
     for modality, entry in (info.get("ann") or {}).items():
+        if isinstance(entry, dict) and entry.get("engine") == "milvus":
+            index.ann[modality] = _open_milvus(entry, index.gallery(modality), meta_path)
+            continue
         try:
 
             ann = AnnIndex.read(str(root / entry["file"]), entry["score"], entry["index_type"], entry["layout"],
@@ -637,6 +673,21 @@ def _load_backend(index: GalleryIndex, root: Path, info: dict[str, Any], meta_pa
             key = _statistic_key(modality, scoring)
             if key is not None:
                 index.statistics[key] = {**entry, "value": value}
+
+
+def _open_milvus(entry: dict[str, Any], gallery: Gaussian, meta_path: Path) -> Any:
+    """Reconnect to the Milvus collection an index names and check it holds the gallery."""
+    from pcmr.search.vectordb import MilvusCandidates
+
+    try:
+        source = MilvusCandidates.open(entry["uri"], entry["collection"])
+    except KeyError as err:
+        raise ValueError(f"{meta_path}: a milvus entry of field 'ann' lacks {err}") from None
+    if source.ntotal != gallery.num or source.dim != gallery.dim:
+        raise ValueError(f"{entry['uri']}: collection {entry['collection']!r} holds {source.ntotal} items of "
+                         f"D={source.dim} but the gallery has {gallery.num} of D={gallery.dim}; rebuild it")
+    source.set_search_params(nprobe=(entry.get("params") or {}).get("nprobe"))
+    return source
 
 
 def _statistic_key(modality: str, scoring: Scoring) -> str | None:

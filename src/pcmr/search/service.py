@@ -1,4 +1,4 @@
-"""The web service behind ``pcmr serve``: a JSON API and a page over a :class:`pcmr.index.GalleryIndex`.
+"""The web service behind ``pcmr serve``: a JSON API and a page over a :class:`pcmr.search.GalleryIndex`.
 
 Endpoints (every error is a 4xx JSON object ``{"error": "..."}``):
 
@@ -159,7 +159,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     def health() -> dict[str, Any]:
         return {"status": "ok", "images": index.images.num, "captions": index.captions.num,
                 "dim": index.images.dim, "similarity": similarity, "rerank": rerank,
-                "backend": {m: (f"faiss/{a.index_type}" if m in index.ann else "exact")
+                "backend": {m: (f"{a.engine}/{a.index_type}" if m in index.ann else "exact")
                             for m, a in [(m, index.ann.get(m)) for m in ("image", "caption")]},
                 "text_queries": index.model is not None, "images_served": images.available()}
 

@@ -147,10 +147,10 @@ class GalleryStore:
         if flat.size and (flat.min() < 0 or flat.max() >= self.num):
             raise IndexError(f"row indices must lie in [0, {self.num}), got [{flat.min()}, {flat.max()}]")
         unique, inverse = np.unique(flat, return_inverse=True)
-        mean = torch.from_numpy(np.asarray(self.mean[unique], dtype=np.float32))[torch.from_numpy(inverse)]
+        mean = torch.from_numpy(np.array(self.mean[unique], dtype=np.float32))[torch.from_numpy(inverse)]
         if self.logvar is None or not need_logvar:
             return Gaussian.point(mean)
-        logvar = torch.from_numpy(np.asarray(self.logvar[unique], dtype=np.float32))[torch.from_numpy(inverse)]
+        logvar = torch.from_numpy(np.array(self.logvar[unique], dtype=np.float32))[torch.from_numpy(inverse)]
         return Gaussian(mean, logvar)
 
     def chunks(self, size: int = 65_536, *, need_logvar: bool = True) -> Iterator[tuple[int, Gaussian]]:
@@ -158,9 +158,9 @@ class GalleryStore:
         (point Gaussians of the means alone with ``need_logvar=False``)."""
         for start in range(0, self.num, size):
             stop = min(start + size, self.num)
-            mean = torch.from_numpy(np.asarray(self.mean[start:stop], dtype=np.float32))
+            mean = torch.from_numpy(np.array(self.mean[start:stop], dtype=np.float32))
             logvar = None if self.logvar is None or not need_logvar else torch.from_numpy(
-                np.asarray(self.logvar[start:stop], dtype=np.float32))
+                np.array(self.logvar[start:stop], dtype=np.float32))
             yield start, Gaussian(mean, logvar)
 
     def load(self) -> Gaussian:
