@@ -103,7 +103,7 @@ def test_ivfpq_candidates_refined_from_disk_match_exact_search(tmp_path, similar
     store = _store(tmp_path, gallery)
     score = ann_score_for(similarity, gallery)
     ann = AnnIndex.create(score, gallery, "ivfpq", nlist=16, nprobe=8, pq_m=8)
-    for start, chunk in store.chunks(1000):
+    for _, chunk in store.chunks(1000):
         ann.add(chunk)
     assert not ann.exact and ann.ntotal == 3000
     reranker = get_reranker(rerank, **({"beta": 5.0} if rerank == "is" else {}))

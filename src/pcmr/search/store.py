@@ -5,7 +5,8 @@ candidates needs the items' Gaussians. :class:`GalleryStore` keeps them in two n
 (``mean [N, D]`` and, for Gaussians, ``logvar [N, D]`` or ``[N, 1]``) opened with ``numpy.load(...,
 mmap_mode="r")``: only the pages of the rows read are brought into memory (by the operating system's
 page cache, shared and evictable), so a 10M x 256 gallery (10 GiB in float16) is served from a
-process of well under 1 GiB of its own.
+process of well under 1 GiB of its own. Streaming the whole store (:meth:`GalleryStore.chunks`) and
+writing it use plain file reads and writes, so they keep one chunk in memory.
 
 ``float16`` halves the files; its rounding (relative error at most ``2^-11`` per entry) changes
 scores by about ``1e-3`` relative, far below the gaps that decide a top-10 on real embeddings
@@ -46,9 +47,9 @@ class StoreWriter:
             raise ValueError(f"logvar width must be None (points), 1 or D={dim}, got {logvar_width}")
         self.folder, self.num, self.dim, self.dtype = folder, num, dim, dtype
         self.logvar_width = logvar_width
-        self.mean = np.lib.format.open_memmap(folder / "mean.npy", mode="w+", dtype=DTYPES[dtype], shape=(num, dim))
-        self.logvar = None if logvar_width is None else np.lib.format.open_memmap(
-            folder / "logvar.npy", mode="w+", dtype=DTYPES[dtype], shape=(num, logvar_width))
+        self.mean = _npy_writer(folder / "mean.npy", DTYPES[dtype], (num, dim))
+        self.logvar = None if logvar_width is None else _npy_writer(folder / "logvar.npy", DTYPES[dtype],
+                                                                    (num, logvar_width))
         self.filled = 0
 
     def append(self, chunk: Gaussian) -> None:
@@ -61,20 +62,32 @@ class StoreWriter:
         stop = self.filled + chunk.num
         if stop > self.num:
             raise ValueError(f"the store holds {self.num} rows; this chunk would end at row {stop}")
-        self.mean[self.filled:stop] = chunk.mean.detach().cpu().float().numpy()
+        dtype = DTYPES[self.dtype]
+        self.mean.write(np.ascontiguousarray(chunk.mean.detach().cpu().float().numpy(), dtype=dtype).tobytes())
         if self.logvar is not None:
-            self.logvar[self.filled:stop] = chunk.logvar.detach().cpu().float().numpy()
+            self.logvar.write(np.ascontiguousarray(chunk.logvar.detach().cpu().float().numpy(), dtype=dtype).tobytes())
         self.filled = stop
 
     def close(self) -> None:
         if self.filled != self.num:
             raise ValueError(f"the store was given {self.filled} rows, expected {self.num}")
-        for array in (self.mean, self.logvar):
-            if array is not None:
-                array.flush()
+        for handle in (self.mean, self.logvar):
+            if handle is not None:
+                handle.flush()
+                os.fsync(handle.fileno())
+                handle.close()
         atomic_write_json(self.folder / STORE_META, {"format": STORE_FORMAT, "version": 1, "num": self.num,
                                                      "dim": self.dim, "logvar_width": self.logvar_width,
                                                      "dtype": self.dtype})
+
+
+def _npy_writer(path: Path, dtype: Any, shape: tuple[int, int]) -> Any:
+    """A ``.npy`` file opened for appending rows: the header, then raw C-order rows (plain writes, so
+    writing a store does not keep its pages mapped into the process)."""
+    handle = open(path, "wb")  # noqa: SIM115 - closed by StoreWriter.close
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_2_0(handle, header)
+    return handle
 
 
 def write_store(path: str | os.PathLike[str], chunks: Iterator[Gaussian] | list[Gaussian], num: int, dim: int,
@@ -158,11 +171,21 @@ class GalleryStore:
         (point Gaussians of the means alone with ``need_logvar=False``)."""
         for start in range(0, self.num, size):
             stop = min(start + size, self.num)
-            mean = torch.from_numpy(np.array(self.mean[start:stop], dtype=np.float32))
+            mean = torch.from_numpy(_read_rows(self.mean, start, stop))
             logvar = None if self.logvar is None or not need_logvar else torch.from_numpy(
-                np.array(self.logvar[start:stop], dtype=np.float32))
+                _read_rows(self.logvar, start, stop))
             yield start, Gaussian(mean, logvar)
 
     def load(self) -> Gaussian:
         """The whole store in memory as float32 (small galleries and tests only)."""
         return self.rows(np.arange(self.num))
+
+
+def _read_rows(array: np.memmap, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of a memory-mapped ``.npy`` array as float32, read with plain file reads
+    (sequential streaming then leaves no pages mapped into the process; the page cache keeps them)."""
+    width = array.shape[1]
+    with open(array.filename, "rb") as handle:
+        handle.seek(array.offset + start * width * array.dtype.itemsize)
+        raw = np.fromfile(handle, dtype=array.dtype, count=(stop - start) * width)
+    return raw.reshape(stop - start, width).astype(np.float32)
