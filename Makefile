@@ -10,7 +10,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,fast,eccv,pretrained,search
+EXTRAS ?= dev,fast,eccv,pretrained,search,vectordb
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pcmr-installed
 

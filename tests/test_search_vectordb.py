@@ -90,13 +90,16 @@ def test_flat_collection_gives_the_faiss_flat_candidates(tmp_path):
         torch.testing.assert_close(scores, flat_scores, rtol=1e-4, atol=1e-4)
 
 
-def test_bad_uri_and_missing_collection_are_named(tmp_path):
+def test_bad_uri_and_missing_collection_are_named(tmp_path, capsys):
+    from safetensors.torch import save_file
+
     from pcmr.search.vectordb import MilvusCandidates
 
     with pytest.raises(ValueError, match="ending in .db"):
         MilvusCandidates.open(str(tmp_path / "x.sqlite"), "g")
     with pytest.raises(ValueError, match="no Milvus collection 'nothing'"):
         MilvusCandidates.open(str(tmp_path / "empty.db"), "nothing")
-    with pytest.raises(ValueError, match="needs --uri"):
-        main(["search", str(tmp_path / "idx"), "--from-embeddings", str(tmp_path / "none.safetensors"),
-              "--backend", "milvus"])
+    save_file({"image_mean": torch.randn(5, 3)}, str(tmp_path / "e.safetensors"))
+    assert main(["search", str(tmp_path / "idx"), "--from-embeddings", str(tmp_path / "e.safetensors"),
+                 "--backend", "milvus"]) != 0
+    assert "--backend milvus needs --uri" in capsys.readouterr().err
