@@ -104,7 +104,10 @@ def gallery_statistic(scoring: Scoring, reference: Gaussian, gallery: Gallery,
     out = torch.empty(gallery.num)
     for start, block in gallery_chunks(gallery, block_items):
         scores = oriented_scores(scoring.similarity, reference, block, scoring.query_modality, scoring.options)
-        out[start:start + block.num] = weighting.gallery_statistic(scores.float())
+        value = weighting.gallery_statistic(scores.float())
+        if value is None:
+            raise ValueError(f"re-weighting {weighting.name!r} says it needs a gallery statistic but gives none")
+        out[start:start + block.num] = value
     return out
 
 
@@ -149,8 +152,8 @@ class ExactSearcher:
             if not plain:
                 rows.append(scores)
                 continue
-            indices = torch.arange(start, start + block.num).expand(queries.num, -1)
-            top_indices, top_scores = topk_of_candidates(scores, indices, k)
+            top_scores, top_cols = ordered_topk_block(scores, k)  # columns are in gallery order
+            top_indices = top_cols + start
             best_indices, best_scores = topk_of_candidates(torch.cat([best_scores, top_scores], 1),
                                                            torch.cat([best_indices, top_indices], 1), k)
         if plain:
@@ -158,7 +161,8 @@ class ExactSearcher:
         scores = torch.cat(rows, 1)  # [Q, G]
         statistic = None if self.statistic is None else self.statistic.expand(queries.num, -1)
         rescored = s.reranker.weighting.rescore_candidates(scores, statistic)
-        return topk_of_candidates(rescored, torch.arange(self.gallery.num).expand(queries.num, -1), k)
+        values, cols = ordered_topk_block(rescored, k)  # columns are gallery indices
+        return cols, values
 
 
 class CandidateSearcher:

@@ -64,7 +64,7 @@ class StoreWriter:
             raise ValueError(f"the store holds {self.num} rows; this chunk would end at row {stop}")
         dtype = DTYPES[self.dtype]
         self.mean.write(np.ascontiguousarray(chunk.mean.detach().cpu().float().numpy(), dtype=dtype).tobytes())
-        if self.logvar is not None:
+        if self.logvar is not None and chunk.logvar is not None:
             self.logvar.write(np.ascontiguousarray(chunk.logvar.detach().cpu().float().numpy(), dtype=dtype).tobytes())
         self.filled = stop
 
@@ -181,11 +181,11 @@ class GalleryStore:
         return self.rows(np.arange(self.num))
 
 
-def _read_rows(array: np.memmap, start: int, stop: int) -> np.ndarray:
+def _read_rows(array: Any, start: int, stop: int) -> np.ndarray:
     """Rows ``start:stop`` of a memory-mapped ``.npy`` array as float32, read with plain file reads
     (sequential streaming then leaves no pages mapped into the process; the page cache keeps them)."""
     width = array.shape[1]
-    with open(array.filename, "rb") as handle:
+    with open(str(array.filename), "rb") as handle:
         handle.seek(array.offset + start * width * array.dtype.itemsize)
         raw = np.fromfile(handle, dtype=array.dtype, count=(stop - start) * width)
     return raw.reshape(stop - start, width).astype(np.float32)
