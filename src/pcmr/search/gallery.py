@@ -62,6 +62,7 @@ from pcmr.models import save_model
 from pcmr.models.model import RetrievalModel
 from pcmr.point_set import PointSet
 from pcmr.search.ann import AnnIndex, ProgressCounter, build_ann
+from pcmr.search.vectordb import MilvusCandidates
 from pcmr.search.searcher import (
     DEFAULT_REFERENCE_SAMPLE,
     CandidateSearcher,
@@ -248,8 +249,6 @@ class GalleryIndex:
         ``.db`` file or a server address) and use it as this index's candidate source; the Gaussians
         stay in the index's own files, candidates are re-scored exactly as on the faiss backend.
         ``params``: ``nlist``, ``nprobe`` (IVF_FLAT). Gallery statistics as in :meth:`build_ann`."""
-        from pcmr.search.vectordb import MilvusCandidates
-
         self.meta["reference_sample"] = int(reference_sample)
         for modality in modalities:
             gallery = self.gallery(modality)
@@ -677,8 +676,6 @@ def _load_backend(index: GalleryIndex, root: Path, info: dict[str, Any], meta_pa
 
 def _open_milvus(entry: dict[str, Any], gallery: Gaussian, meta_path: Path) -> Any:
     """Reconnect to the Milvus collection an index names and check it holds the gallery."""
-    from pcmr.search.vectordb import MilvusCandidates
-
     try:
         source = MilvusCandidates.open(entry["uri"], entry["collection"])
     except KeyError as err:
