@@ -62,7 +62,6 @@ from pcmr.models import save_model
 from pcmr.models.model import RetrievalModel
 from pcmr.point_set import PointSet
 from pcmr.search.ann import AnnIndex, ProgressCounter, build_ann
-from pcmr.search.vectordb import MilvusCandidates
 from pcmr.search.searcher import (
     DEFAULT_REFERENCE_SAMPLE,
     CandidateSearcher,
@@ -71,6 +70,7 @@ from pcmr.search.searcher import (
     gallery_statistic,
     reference_sample,
 )
+from pcmr.search.vectordb import MilvusCandidates
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
 

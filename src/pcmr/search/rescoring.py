@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from pcmr.evaluation.scoring import score_matrix
@@ -51,6 +52,12 @@ def rescore_candidates(similarity: str, query: Gaussian, gallery: Gaussian | Gal
                                 options)[0]
                 for q in range(num_queries)]
         out = torch.stack(rows) if rows else torch.zeros(0, width)
+    elif similarity == "cosine" and not options:
+        # pcmr.similarity's cosine (normalised means, eps 1e-12) without repeating each query C times
+        items = _take(gallery, safe.reshape(-1), False).mean.reshape(num_queries, width, -1)  # [Q, C, D]
+        x = F.normalize(items, dim=2, eps=1e-12)
+        y = F.normalize(query.mean.to(x.dtype), dim=1, eps=1e-12)  # [Q, D]
+        out = torch.bmm(x, y.unsqueeze(2)).squeeze(2)
     else:
         items = _take(gallery, safe.reshape(-1), need_logvar)
         repeated = query[torch.arange(num_queries).repeat_interleave(width)]
