@@ -218,6 +218,25 @@ def plot(root: Path, out: Path) -> None:
     print(f"wrote {out}")
 
 
+def table(root: Path) -> None:
+    """The results as Markdown tables (docs/benchmarks.md), the last row of each measurement."""
+    rows = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines() if line.strip()]
+    last: dict = {}
+    for r in rows:
+        last[(r["stage"], r["size"], r.get("backend"), r.get("nprobe"), r.get("C"))] = r
+    print("| stage | items | seconds | peak RSS GiB | details | load |\n|---|---|---|---|---|---|")
+    for (stage, size, *_), r in last.items():
+        if stage != "serve":
+            details = {k: v for k, v in r.items() if k not in ("stage", "size", "seconds", "peak_rss_gib", "load")}
+            print(f"| {stage} | {size:,} | {r.get('seconds', '-')} | {r['peak_rss_gib']} | {json.dumps(details)} | "
+                  f"{r['load'].strip()} |")
+    print("\n| items | backend | nprobe | C | queries/s | recall@10 | peak RSS GiB | load |\n|---|---|---|---|---|---|---|---|")
+    for (stage, size, *_), r in last.items():
+        if stage == "serve":
+            print(f"| {size:,} | {r['backend']} | {r.get('nprobe', '-')} | {r['C']} | {r['qps']} | {r['recall@10']} | "
+                  f"{r['peak_rss_gib']} | {r['load'].strip()} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", help="folder for the stores, indexes and results.jsonl (outside the repository)")
@@ -236,11 +255,15 @@ def main() -> int:
     parser.add_argument("--build-threads", type=int, default=1, help="threads of the index build")
     parser.add_argument("--stage", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--plot", default=None, metavar="PNG")
+    parser.add_argument("--table", action="store_true", help="print results.jsonl as Markdown tables")
     args = parser.parse_args()
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     if args.plot:
         plot(root, Path(args.plot))
+        return 0
+    if args.table:
+        table(root)
         return 0
     if args.stage:
         threads(args.threads)
