@@ -195,9 +195,12 @@ def plot(root: Path, out: Path) -> None:
 
     rows = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines() if line.strip()]
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
-    for stage, marker in (("build", "o"), ("serve", "s"), ("generate", "^")):
-        points = sorted({r["size"]: r["peak_rss_gib"] for r in rows if r["stage"] == stage and
-                         r.get("backend", "faiss-ivfpq") == "faiss-ivfpq"}.items())
+    for stage, marker in (("build", "o"), ("serve", "s")):
+        peaks: dict[int, float] = {}
+        for r in rows:
+            if r["stage"] == stage and r.get("backend", "faiss-ivfpq") == "faiss-ivfpq":
+                peaks[r["size"]] = max(peaks.get(r["size"], 0.0), r["peak_rss_gib"])
+        points = sorted(peaks.items())
         if points:
             ax_mem.plot([p[0] for p in points], [p[1] for p in points], marker=marker, label=f"{stage} peak RSS")
     ax_mem.set(xscale="log", xlabel="gallery items", ylabel="GiB", title="peak resident memory")
