@@ -49,6 +49,18 @@ def test_store_round_trip_rows_and_chunks(tmp_path):
         store.rows(torch.tensor([2001]))
 
 
+def test_store_reads_many_rows_with_parallel_reads(tmp_path, monkeypatch):
+    import pcmr.search.store as store_module
+
+    monkeypatch.setattr(store_module, "PARALLEL_READ_ROWS", 10)
+    gallery = _clustered(777, 13)
+    store = _store(tmp_path, gallery)
+    rows = torch.randint(0, 777, (40, 25), generator=torch.Generator().manual_seed(0))
+    got = store.rows(rows)
+    assert torch.equal(got.mean, gallery.mean[rows.reshape(-1)])
+    assert torch.equal(got.logvar, gallery.logvar[rows.reshape(-1)])
+
+
 def test_store_float16_error_is_within_half_precision(tmp_path):
     gallery = _clustered(300, 1)
     store = _store(tmp_path, gallery, "float16")
