@@ -107,7 +107,7 @@ def stage_truth(root: Path, size: int, args: argparse.Namespace) -> None:
 
 
 def stage_build(root: Path, size: int, args: argparse.Namespace) -> None:
-    path = root / f"ivfpq-{size}.faiss"
+    path = root / f"ivfpq{args.refine_tag}-{size}.faiss"
     if path.is_file():
         return
     threads(args.build_threads)  # faiss's OpenMP k-means slows down several-fold on an oversubscribed machine
@@ -116,7 +116,7 @@ def stage_build(root: Path, size: int, args: argparse.Namespace) -> None:
     rows = np.sort(np.random.default_rng(0).choice(size, min(args.train_size, size), replace=False))
     sample = store.rows(rows, need_logvar=False)
     ann = AnnIndex.create(SCORE, sample, "ivfpq", num_items=size, train_size=args.train_size,
-                          memory_budget=int(args.memory_budget * 2**30))
+                          memory_budget=int(args.memory_budget * 2**30), refine=args.refine or None)
     trained = time.perf_counter() - start
     del sample
     for _, chunk in store.chunks(250_000, need_logvar=False):
@@ -124,7 +124,7 @@ def stage_build(root: Path, size: int, args: argparse.Namespace) -> None:
     elapsed = time.perf_counter() - start
     ann.write(str(path) + ".tmp")
     os.replace(str(path) + ".tmp", path)
-    (root / f"ivfpq-{size}.json").write_text(json.dumps(ann.params))
+    (root / f"ivfpq{args.refine_tag}-{size}.json").write_text(json.dumps(ann.params))
     emit(root, {"stage": "build", "size": size, "threads": args.build_threads, "seconds": round(elapsed, 1),
                 "train_seconds": round(trained, 1),
                 "params": ann.params, "index_gib": round(path.stat().st_size / 2**30, 3)})
@@ -145,8 +145,8 @@ def measure(searcher, sub: Gaussian, truth: np.ndarray) -> tuple[float, float]:
 def stage_serve(root: Path, size: int, args: argparse.Namespace) -> None:
     start = time.perf_counter()
     store = GalleryStore.open(root / f"gallery-{size}")
-    params = json.loads((root / f"ivfpq-{size}.json").read_text())
-    ann = AnnIndex.read(str(root / f"ivfpq-{size}.faiss"), SCORE, "ivfpq", "none", args.dim, params)
+    params = json.loads((root / f"ivfpq{args.refine_tag}-{size}.json").read_text())
+    ann = AnnIndex.read(str(root / f"ivfpq{args.refine_tag}-{size}.faiss"), SCORE, "ivfpq", "none", args.dim, params)
     opened = time.perf_counter() - start
     truth = np.load(root / f"truth-{size}.npy")
     sub = queries(args)
@@ -154,7 +154,8 @@ def stage_serve(root: Path, size: int, args: argparse.Namespace) -> None:
         ann.set_search_params(nprobe=nprobe)
         for c in [int(v) for v in args.candidates.split(",")]:
             qps, recall = measure(CandidateSearcher(ann, store, Scoring(SCORE), candidates=c), sub, truth)
-            emit(root, {"stage": "serve", "backend": "faiss-ivfpq", "size": size, "threads": args.threads,
+            emit(root, {"stage": "serve", "backend": f"faiss-ivfpq{args.refine_tag}", "size": size,
+                        "threads": args.threads,
                         "nprobe": nprobe, "C": c,
                         "qps": round(qps, 1), "recall@10": round(recall, 4), "open_seconds": round(opened, 2)})
 
@@ -254,12 +255,14 @@ def main() -> int:
     parser.add_argument("--candidates", default="100,200,400")
     parser.add_argument("--vectordb-max", type=int, default=1_000_000)
     parser.add_argument("--stages", default="generate,truth,build,serve,milvus")
+    parser.add_argument("--refine", default="", help="IVF-PQ refine code (SQ8 or SQfp16; default none)")
     parser.add_argument("--threads", type=int, default=2, help="threads of the queries (torch and faiss)")
     parser.add_argument("--build-threads", type=int, default=1, help="threads of the index build")
     parser.add_argument("--stage", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--plot", default=None, metavar="PNG")
     parser.add_argument("--table", action="store_true", help="print results.jsonl as Markdown tables")
     args = parser.parse_args()
+    args.refine_tag = f"-{args.refine.lower()}" if args.refine else ""
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     if args.plot:
@@ -281,7 +284,7 @@ def main() -> int:
                       "--truth-queries": args.truth_queries, "--train-size": args.train_size,
                       "--memory-budget": args.memory_budget, "--nprobe": args.nprobe,
                       "--candidates": args.candidates, "--threads": args.threads,
-                      "--build-threads": args.build_threads}
+                      "--build-threads": args.build_threads, "--refine": args.refine}
             argv = [sys.executable, __file__, str(root), *[str(x) for kv in passed.items() for x in kv],
                     "--sizes", str(size), "--stage", stage]
             code = subprocess.run(argv).returncode

@@ -40,6 +40,7 @@ ANN_SCORES = ("cosine", "l2", "wasserstein", "csd")
 INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
 PQ_CHOICES = (8, 16, 32, 64, 128)  # bytes per item of an IVF-PQ code (8 bits per sub-quantizer)
 ID_BYTES = 8  # faiss stores one int64 id per item in an inverted list
+REFINE_BYTES = {"SQ8": 1, "SQfp16": 2}  # bytes per column of an IVF-PQ index's optional refine code
 FLAT_MAX = 50_000  # galleries up to this size get an exact flat index by default
 HNSW_MAX = 300_000  # then HNSW up to this size, IVF above (cheaper to build on few cores)
 _NORM_EPS = 1e-12
@@ -119,11 +120,12 @@ def scores_from_distances(score: str, distances: np.ndarray, constant: Tensor) -
     return -(values + constant.unsqueeze(1)).clamp_min(0.0).sqrt()
 
 
-def compressed_params(num_items: int, width: int, memory_budget: int | None = None) -> dict[str, int]:
+def compressed_params(num_items: int, width: int, memory_budget: int | None = None,
+                      refine: str | None = None) -> dict[str, int]:
     """IVF-PQ parameters for ``num_items`` vectors of ``width`` columns that fit ``memory_budget`` bytes.
 
     Memory of the index: ``N (m + 8)`` bytes of codes and ids, ``4 nlist width`` of coarse centroids,
-    ``4 * 256 * width`` of PQ tables. ``nlist`` is the power of two at most ``2 sqrt(N)`` (between 16
+    ``4 * 256 * width`` of PQ tables, ``N width`` (SQ8) or ``2 N width`` (SQfp16) of refine codes. ``nlist`` is the power of two at most ``2 sqrt(N)`` (between 16
     and 16384, at most ``N / 39``); ``m`` the largest of :data:`PQ_CHOICES` up to ``min(64, width)``
     that fits (longer codes make each scanned item slower; 128 only when asked). A width that ``m``
     does not divide is padded with zero columns, which change no inner product or distance. Raises
@@ -133,7 +135,7 @@ def compressed_params(num_items: int, width: int, memory_budget: int | None = No
     while nlist * 2 <= min(16_384, max(16, 2 * math.isqrt(max(num_items, 1)))):
         nlist *= 2
     nlist = max(1, min(nlist, num_items // 39))
-    fixed = 4 * nlist * width + 4 * 256 * width
+    fixed = 4 * nlist * width + 4 * 256 * width + num_items * width * REFINE_BYTES.get(refine or "", 0)
     fitting = [m for m in PQ_CHOICES if m <= min(64, width) and (memory_budget is None
                or num_items * (m + ID_BYTES) + fixed <= memory_budget)]
     if not fitting:
@@ -214,13 +216,17 @@ class AnnIndex:
     def create(cls, score: str, gallery: Gaussian, index_type: str = "auto", *, nlist: int | None = None,
                nprobe: int = 32, hnsw_m: int = 32, ef_construction: int = 80, ef_search: int = 64,
                train_size: int = 100_000, seed: int = 0, num_items: int | None = None, pq_m: int | None = None,
-               opq: bool = False, memory_budget: int | None = None) -> AnnIndex:
+               opq: bool = False, memory_budget: int | None = None, refine: str | None = None,
+               refine_factor: int = 8) -> AnnIndex:
         """An empty (trained, for IVF) index for ``gallery``'s layout. ``gallery`` supplies the layout
         and, for IVF, the k-means training sample (at most ``train_size`` rows drawn with ``seed``);
         ``num_items`` the expected size for ``index_type="auto"`` and the IVF list count.
 
         ``ivfpq``: IVF with product-quantised residuals (``pq_m`` bytes per item, with an OPQ rotation
         when ``opq``); ``nlist`` / ``pq_m`` default to :func:`compressed_params` for ``memory_budget``.
+        ``refine="SQ8"`` (or ``"SQfp16"``) keeps a second, finer code per item (1 or 2 bytes per
+        column) that re-orders the ``refine_factor * C`` best PQ candidates before ``C`` are returned,
+        so fewer candidates need the exact re-scoring from disk.
         Its scores are approximate: it serves as a candidate generator whose candidates are re-scored
         exactly (:mod:`pcmr.search.searcher`)."""
         faiss = _faiss()
@@ -240,7 +246,9 @@ class AnnIndex:
             index.hnsw.efSearch = ef_search
             params = {"hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
         elif kind == "ivfpq":
-            chosen = compressed_params(total, width, memory_budget)
+            if refine not in (None, *REFINE_BYTES):
+                raise ValueError(f"refine must be None or one of {list(REFINE_BYTES)}, got {refine!r}")
+            chosen = compressed_params(total, width, memory_budget, refine)
             nlist = chosen["nlist"] if nlist is None else nlist
             pq_m = chosen["pq_m"] if pq_m is None else pq_m
             if isinstance(pq_m, bool) or not isinstance(pq_m, int) or pq_m < 1:
@@ -249,7 +257,7 @@ class AnnIndex:
             width += pad
             if gallery.num < nlist:
                 raise ValueError(f"IVF-PQ with {nlist} lists needs at least {nlist} training items, got {gallery.num}")
-            spec = f"{f'OPQ{pq_m},' if opq else ''}IVF{nlist},PQ{pq_m}x8"
+            spec = f"{f'OPQ{pq_m},' if opq else ''}IVF{nlist},PQ{pq_m}x8{f',Refine({refine})' if refine else ''}"
             index = faiss.index_factory(width, spec, metric)
             ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
             ivf.pq.cp.niter = 10  # PQ k-means iterations (faiss: 25); the coarse k-means already uses 10
@@ -257,7 +265,11 @@ class AnnIndex:
             rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
             index.train(_padded(gallery_vectors(score, gallery[rows.sort().values], layout), pad))
             ivf.nprobe = min(nprobe, nlist)
-            params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq), "pad": pad}
+            params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq), "pad": pad,
+                      "refine": refine}
+            if refine:
+                faiss.downcast_index(index).k_factor = float(refine_factor)
+                params["refine_factor"] = int(refine_factor)
         else:
             nlist = default_nlist(total) if nlist is None else nlist
             if gallery.num < nlist:
@@ -284,8 +296,13 @@ class AnnIndex:
             if progress is not None:
                 progress(shard.num)
 
-    def set_search_params(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
-        """Search-time accuracy/speed knobs: IVF ``nprobe`` lists, HNSW ``ef_search``."""
+    def set_search_params(self, nprobe: int | None = None, ef_search: int | None = None,
+                          refine_factor: int | None = None) -> None:
+        """Search-time accuracy/speed knobs: IVF ``nprobe`` lists, HNSW ``ef_search``, IVF-PQ's
+        ``refine_factor`` (PQ candidates per returned one, with a refine code)."""
+        if refine_factor is not None and self.params.get("refine"):
+            _faiss().downcast_index(self.index).k_factor = float(refine_factor)
+            self.params["refine_factor"] = int(refine_factor)
         if nprobe is not None and self.index_type in ("ivf", "ivfpq"):
             ivf = _faiss().extract_index_ivf(self.index)
             ivf.nprobe = min(int(nprobe), self.params["nlist"])
@@ -325,7 +342,7 @@ class AnnIndex:
         faiss = _faiss()
         index = faiss.read_index(path)
         out = cls(score, index_type, layout, dim, index, dict(params))
-        out.set_search_params(params.get("nprobe"), params.get("ef_search"))
+        out.set_search_params(params.get("nprobe"), params.get("ef_search"), params.get("refine_factor"))
         return out
 
 
