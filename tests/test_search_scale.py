@@ -135,6 +135,24 @@ def test_ivfpq_candidates_refined_from_disk_match_exact_search(tmp_path, similar
     torch.testing.assert_close(exact_scores.double(), expected.gather(1, exact_idx), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("refine", ["SQ8", "SQfp16"])
+def test_refine_codes_reorder_candidates_and_survive_a_round_trip(tmp_path, refine):
+    gallery, query = _clustered(3000, 14), _clustered(20, 15)
+    ann = build_ann(gallery, "wasserstein", "ivfpq", nlist=16, nprobe=16, pq_m=4, refine=refine, refine_factor=10)
+    assert ann.params["refine"] == refine and ann.params["refine_factor"] == 10
+    exact_idx, _ = ExactSearcher(gallery, Scoring("wasserstein")).search(query, 10)
+    refined_idx, _ = CandidateSearcher(ann, gallery, Scoring("wasserstein"), candidates=20).search(query, 10)
+    ann.set_search_params(refine_factor=1)
+    coarse_idx, _ = CandidateSearcher(ann, gallery, Scoring("wasserstein"), candidates=20).search(query, 10)
+    assert _recall(refined_idx, exact_idx) >= 0.95 and _recall(refined_idx, exact_idx) >= _recall(coarse_idx, exact_idx)
+    ann.set_search_params(refine_factor=10)
+    ann.write(str(tmp_path / "a.faiss"))
+    again = AnnIndex.read(str(tmp_path / "a.faiss"), "wasserstein", "ivfpq", ann.layout, DIM, ann.params)
+    assert torch.equal(again.search(query, 20)[1], ann.search(query, 20)[1])
+    with pytest.raises(ValueError, match="refine must be"):
+        build_ann(gallery, "cosine", "ivfpq", nlist=16, refine="SQ4")
+
+
 def test_exact_searcher_streams_a_store_like_the_whole_matrix(tmp_path):
     gallery, query = _clustered(1000, 7, spherical=True), _clustered(9, 8)
     store = _store(tmp_path, gallery)

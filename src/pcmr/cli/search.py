@@ -87,6 +87,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     ann.add_argument("--pq-m", type=int, default=None,
                      help="ivfpq: bytes per item code (default: the largest that fits --memory-budget)")
     ann.add_argument("--opq", action="store_true", help="ivfpq: learn an OPQ rotation before quantising")
+    ann.add_argument("--refine", default=None, choices=["SQ8", "SQfp16"],
+                     help="ivfpq: a finer second code per item (1 or 2 bytes per column) that re-orders the PQ "
+                     "candidates, so fewer need exact re-scoring")
     ann.add_argument("--memory-budget", default=None, metavar="SIZE",
                      help="ivfpq: memory for the index, e.g. 2G; picks the code size and lists that fit")
     ann.add_argument("--reference-sample", type=int, default=DEFAULT_REFERENCE_SAMPLE,
@@ -239,10 +242,12 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
               if value is not None}
     if args.index_type == "ivfpq":
         params["opq"] = bool(args.opq)
+        if args.refine is not None:
+            params["refine"] = args.refine
         if args.memory_budget is not None:
             params["memory_budget"] = parse_memory(args.memory_budget)
-    elif args.opq or args.memory_budget is not None or args.pq_m is not None:
-        raise ValueError("--pq-m, --opq and --memory-budget apply to --index-type ivfpq only")
+    elif args.opq or args.memory_budget is not None or args.pq_m is not None or args.refine is not None:
+        raise ValueError("--pq-m, --opq, --refine and --memory-budget apply to --index-type ivfpq only")
     built = index.build_ann(score, modalities, args.index_type,
                             shard_size=args.shard_size, progress=None, reference_sample=args.reference_sample,
                             **params)
