@@ -199,7 +199,7 @@ def plot(root: Path, out: Path) -> None:
     for stage, marker in (("build", "o"), ("serve", "s")):
         peaks: dict[int, float] = {}
         for r in rows:
-            if r["stage"] == stage and r.get("backend", "faiss-ivfpq") == "faiss-ivfpq":
+            if r["stage"] == stage and r.get("backend", "faiss").startswith("faiss"):
                 peaks[r["size"]] = max(peaks.get(r["size"], 0.0), r["peak_rss_gib"])
         points = sorted(peaks.items())
         if points:
@@ -208,12 +208,15 @@ def plot(root: Path, out: Path) -> None:
     ax_mem.legend()
     builds = sorted({r["size"]: r["seconds"] for r in rows if r["stage"] == "build"}.items())
     ax_time.plot([p[0] for p in builds], [p[1] for p in builds], marker="o", label="IVF-PQ build (s)")
-    best = {}
+    best: dict[str, dict[int, float]] = {}
     for r in rows:
-        if r["stage"] == "serve" and r["backend"] == "faiss-ivfpq" and r["recall@10"] >= 0.9:
-            best[r["size"]] = max(best.get(r["size"], 0), r["qps"])
-    points = sorted(best.items())
-    ax_time.plot([p[0] for p in points], [p[1] for p in points], marker="s", label="queries/s at recall@10 >= 0.9")
+        if r["stage"] == "serve" and r["backend"].startswith("faiss") and r["recall@10"] >= 0.9:
+            line = best.setdefault(r["backend"], {})
+            line[r["size"]] = max(line.get(r["size"], 0), r["qps"])
+    for backend, line in sorted(best.items()):
+        points = sorted(line.items())
+        ax_time.plot([p[0] for p in points], [p[1] for p in points], marker="s",
+                     label=f"{backend}: queries/s at recall@10 >= 0.9")
     ax_time.set(xscale="log", yscale="log", xlabel="gallery items", title="time (2 threads)")
     ax_time.legend()
     fig.tight_layout()
