@@ -144,10 +144,9 @@ def csls_gallery_statistic(scores: Tensor, k: int = 10) -> Tensor:
     num_rows, num_cols = scores.shape
     check_positive_int(k, "k", num_rows, "Q (the reference queries, rows of scores)")
     step = block_rows(num_cols)
-    col_top = None  # [k, G], running k largest scores of each column
+    col_top = scores[:0]  # [k, G] once filled: running k largest scores of each column
     for start in range(0, num_rows, step):
-        block = scores[start : start + step]  # [R, G]
-        merged = block if col_top is None else torch.cat([col_top, block], dim=0)  # [k + R, G]
+        merged = torch.cat([col_top, scores[start : start + step]], dim=0)  # [k + R, G]
         col_top = merged.topk(min(k, merged.shape[0]), dim=0, sorted=False).values
     return col_top.mean(dim=0)
 

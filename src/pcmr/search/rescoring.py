@@ -54,8 +54,8 @@ def rescore_candidates(similarity: str, query: Gaussian, gallery: Gaussian | Gal
         out = torch.stack(rows) if rows else torch.zeros(0, width)
     elif similarity == "cosine" and not options:
         # pcmr.similarity's cosine (normalised means, eps 1e-12) without repeating each query C times
-        items = _take(gallery, safe.reshape(-1), False).mean.reshape(num_queries, width, -1)  # [Q, C, D]
-        x = F.normalize(items, dim=2, eps=1e-12)
+        means = _take(gallery, safe.reshape(-1), False).mean.reshape(num_queries, width, -1)  # [Q, C, D]
+        x = F.normalize(means, dim=2, eps=1e-12)
         y = F.normalize(query.mean.to(x.dtype), dim=1, eps=1e-12)  # [Q, D]
         out = torch.bmm(x, y.unsqueeze(2)).squeeze(2)
     else:
