@@ -17,9 +17,9 @@ Results go to ``DIR/results.jsonl`` (one JSON line per measurement); ``--plot`` 
 docs/figures/search_scaling.png from it.
 
 Usage (big files outside the repository; nice, logged, resumable):
-    nice -n 10 .venv/bin/python benchmarks/search_scale.py /work/bigdata/search --sizes 1000000,10000000 \
+    nice -n 10 .venv/bin/python benchmarks/search_scale.py /data/pcmr-search-bench --sizes 1000000,10000000 \
         > search_scale.log 2>&1
-    .venv/bin/python benchmarks/search_scale.py /work/bigdata/search --plot docs/figures/search_scaling.png
+    .venv/bin/python benchmarks/search_scale.py /data/pcmr-search-bench --plot docs/figures/search_scaling.png
 """
 
 from __future__ import annotations
