@@ -151,6 +151,8 @@ def test_refine_codes_reorder_candidates_and_survive_a_round_trip(tmp_path, refi
     assert torch.equal(again.search(query, 20)[1], ann.search(query, 20)[1])
     with pytest.raises(ValueError, match="refine must be"):
         build_ann(gallery, "cosine", "ivfpq", nlist=16, refine="SQ4")
+    with pytest.raises(ValueError, match="needs at least 256 training items"):
+        build_ann(gallery[:100], "cosine", "ivfpq")
 
 
 def test_exact_searcher_streams_a_store_like_the_whole_matrix(tmp_path):

@@ -40,6 +40,7 @@ ANN_SCORES = ("cosine", "l2", "wasserstein", "csd")
 INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
 PQ_CHOICES = (8, 16, 32, 64, 128)  # bytes per item of an IVF-PQ code (8 bits per sub-quantizer)
 ID_BYTES = 8  # faiss stores one int64 id per item in an inverted list
+PQ_CENTROIDS = 256  # codewords per sub-quantizer of an 8-bit PQ code (its k-means needs that many items)
 REFINE_BYTES = {"SQ8": 1, "SQfp16": 2}  # bytes per column of an IVF-PQ index's optional refine code
 FLAT_MAX = 50_000  # galleries up to this size get an exact flat index by default
 HNSW_MAX = 300_000  # then HNSW up to this size, IVF above (cheaper to build on few cores)
@@ -255,8 +256,10 @@ class AnnIndex:
                 raise ValueError(f"pq_m must be a positive integer (bytes per code), got {pq_m!r}")
             pad = -width % pq_m
             width += pad
-            if gallery.num < nlist:
-                raise ValueError(f"IVF-PQ with {nlist} lists needs at least {nlist} training items, got {gallery.num}")
+            if gallery.num < max(nlist, PQ_CENTROIDS):
+                raise ValueError(f"IVF-PQ with {nlist} lists needs at least {max(nlist, PQ_CENTROIDS)} training items "
+                                 f"({PQ_CENTROIDS} codewords per sub-quantizer), got {gallery.num}; use a flat, "
+                                 "ivf or hnsw index for a gallery this small")
             spec = f"{f'OPQ{pq_m},' if opq else ''}IVF{nlist},PQ{pq_m}x8{f',Refine({refine})' if refine else ''}"
             index = faiss.index_factory(width, spec, metric)
             ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
