@@ -1,4 +1,4 @@
-"""Search at scale: the faiss backend of pcmr.index against the exact backend, and `pcmr serve` latency.
+"""Search at scale: the faiss backend of pcmr.search.GalleryIndex against the exact backend, and `pcmr serve` latency.
 
 Gallery: ``--size`` Gaussians (default 1,000,000) of ``--dim`` (256) dimensions with diagonal
 log-variances, drawn from a clustered mixture that mimics a trained model's embeddings (docs/benchmarks.md):
@@ -35,12 +35,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from pcmr import Gaussian
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 
 
 def rss_gib() -> float:
@@ -49,21 +50,25 @@ def rss_gib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
-def mixture(num: int, dim: int, clusters: int, seed: int, chunk: int = 100_000) -> Gaussian:
-    """The clustered mixture of the module docstring, generated in chunks."""
+def mixture_chunks(num: int, dim: int, clusters: int, seed: int, chunk: int = 100_000) -> Iterator[Gaussian]:
+    """The clustered mixture of the module docstring, ``chunk`` items at a time (a gallery of any size
+    can be written to disk without holding it)."""
     gen = torch.Generator().manual_seed(1234)  # shared structure: centres, profile, cluster weights
     centres = torch.randn(clusters, dim, generator=gen) / dim**0.5
     profile = -3.0 + 0.5 * torch.randn(dim, generator=gen)
     weights = 1.0 / torch.arange(1, clusters + 1, dtype=torch.float64) ** 0.7
     gen = torch.Generator().manual_seed(seed)
-    mean, logvar = torch.empty(num, dim), torch.empty(num, dim)
     for start in range(0, num, chunk):
         n = min(chunk, num - start)
         label = torch.multinomial(weights, n, replacement=True, generator=gen)
-        mean[start:start + n] = centres[label] + 0.6 * torch.randn(n, dim, generator=gen) / dim**0.5
-        logvar[start:start + n] = (profile + 0.4 * torch.randn(n, 1, generator=gen)
-                                   + 0.2 * torch.randn(n, dim, generator=gen))
-    return Gaussian(mean, logvar)
+        mean = centres[label] + 0.6 * torch.randn(n, dim, generator=gen) / dim**0.5
+        logvar = profile + 0.4 * torch.randn(n, 1, generator=gen) + 0.2 * torch.randn(n, dim, generator=gen)
+        yield Gaussian(mean, logvar)
+
+
+def mixture(num: int, dim: int, clusters: int, seed: int, chunk: int = 100_000) -> Gaussian:
+    """The clustered mixture of the module docstring, in memory."""
+    return Gaussian.cat(list(mixture_chunks(num, dim, clusters, seed, chunk)))
 
 
 def recall_at(found: torch.Tensor, truth: torch.Tensor) -> float:

@@ -15,13 +15,12 @@ def make_run(root: Path) -> Path:
 
 
 def make_index(root: Path, backend: str = "faiss") -> Path:
-    """Build ``root/index`` from a fresh run with the CLI (faiss flat index + CSLS terms by default)."""
+    """Build ``root/index`` from a fresh run with the CLI (faiss flat index by default)."""
     from pcmr.cli import main
 
     run = make_run(root / "run")
     args = ["search", str(root / "index"), "--build", str(run)]
     if backend == "faiss":
-        args += ["--backend", "faiss", "--index-type", "flat", "--ann-score", "cosine", "--csls-similarity", "cosine",
-                 "--csls-k", "3"]
+        args += ["--backend", "faiss", "--index-type", "flat", "--ann-score", "cosine"]
     assert main(args) == 0
     return root / "index"

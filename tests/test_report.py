@@ -107,7 +107,7 @@ def test_library_never_imports_the_application():
     import subprocess
     import sys
 
-    code = ("import sys, pcmr.evaluation, pcmr.index, pcmr.report; "
+    code = ("import sys, pcmr.evaluation, pcmr.search, pcmr.report; "
             "print(sorted(m for m in sys.modules if m.startswith(('pcmr.train', 'pcmr.cli'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 __all__ = ["Gaussian", "Model", "PointSet", "__version__", "create_model", "load", "load_model", "list_models",
            "save_model"]
 
-_SUBMODULES = {"similarity", "metrics", "inference", "losses", "models", "data", "index", "evaluation", "search",
+_SUBMODULES = {"similarity", "metrics", "inference", "losses", "models", "data", "evaluation", "search",
                "report", "hub"}
 _MODEL_API = {"create_model", "load_model", "list_models", "save_model"}
 _HUB_API = {"load", "Model"}  # pcmr.load(RUN_OR_DIR) / pcmr.Model.from_pretrained(path_or_hub_id)

@@ -91,7 +91,7 @@ def test_image_file_query_is_preprocessed_like_the_dataset(run_dir, tmp_path):
 
     from pcmr.data import load_dataset
     from pcmr.evaluation import encode_image_files
-    from pcmr.index import GalleryIndex
+    from pcmr.search import GalleryIndex
 
     assert main(["search", str(tmp_path / "index"), "--build", str(run_dir)]) == 0
     index = GalleryIndex.load(tmp_path / "index")

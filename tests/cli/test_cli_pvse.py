@@ -53,7 +53,7 @@ def test_evaluate_pvse_run(run_dir, tmp_path, capsys):
 
 
 def test_search_index_keeps_point_sets(run_dir, tmp_path, capsys):
-    from pcmr.index import GalleryIndex
+    from pcmr.search import GalleryIndex
 
     index = tmp_path / "index"
     assert main(["search", str(index), "--build", str(run_dir), "--split", "test"]) == 0

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pcmr import Gaussian
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 
 
 def _gaussians(n_img: int = 11, n_cap: int = 17, dim: int = 5, seed: int = 0, spherical: bool = False):
@@ -147,6 +147,9 @@ def test_load_errors_name_the_file(tmp_path):
 
 @pytest.mark.parametrize("rerank", ["is", "csls", "csls+rgm"])
 def test_rerankers_use_the_stored_items_as_reference_queries(rerank):
+    """IS and CSLS: each new query is re-weighted against the stored captions alone (the query itself
+    outside the reference set, the other queries of the call not in it); a matching (csls+rgm) runs on
+    the stored captions' rows with the new queries appended."""
     from pcmr.inference import csls, inverted_softmax, relaxed_greedy_matching
 
     images, captions = _gaussians(n_img=11, n_cap=17, seed=2)
@@ -155,14 +158,20 @@ def test_rerankers_use_the_stored_items_as_reference_queries(rerank):
     query = Gaussian(torch.randn(2, 5, generator=gen), 0.3 * torch.randn(2, 5, generator=gen))
     options = {"lam": 2.0} if rerank == "csls+rgm" else {}
     results = index.search(query, k=4, similarity="cosine", rerank=rerank, rerank_options=options)
-    reference = _cosine_reference(torch.cat([captions.mean, query.mean]), images.mean).float()  # [17 + 2, 11]
-    if rerank == "is":
-        weighted = inverted_softmax(reference, beta=30.0)
+    reference = _cosine_reference(captions.mean, images.mean).double()  # [17, 11]
+    rows = _cosine_reference(query.mean, images.mean).double()  # [2, 11]
+    if rerank == "is":  # eq. 5 with the query as one more row: its normaliser is over the other rows
+        weighted = torch.stack([inverted_softmax(torch.cat([reference, rows[q:q + 1]]), beta=30.0)[-1]
+                                for q in range(2)])
+    elif rerank == "csls":  # eq. 6 by hand: 2 S - mean of the row's 10 best - mean of the column's 10 best
+        r_q = reference.topk(10, dim=0).values.mean(0)
+        r_g = rows.topk(10, dim=1).values.mean(1, keepdim=True)
+        weighted = 2 * rows - r_g - r_q
     else:
-        weighted = csls(reference, k=10)
+        weighted = csls(torch.cat([reference, rows]), k=10)[-2:]
     if rerank == "csls+rgm":
-        expected = relaxed_greedy_matching(weighted, 4, 2.0)[-2:]
+        expected = relaxed_greedy_matching(csls(torch.cat([reference, rows]).float(), k=10), 4, 2.0)[-2:]
     else:
-        expected = torch.sort(weighted, dim=1, descending=True, stable=True).indices[-2:, :4]
+        expected = torch.sort(weighted, dim=1, descending=True, stable=True).indices[:, :4]
     assert torch.equal(results.indices, expected)
-    torch.testing.assert_close(results.scores, weighted[-2:].gather(1, expected), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(results.scores.double(), weighted.gather(1, expected), rtol=1e-4, atol=1e-4)

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from _search_index import make_run
 from pcmr import Gaussian
 from pcmr.cli import main
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def run_dir(tmp_path_factory):
 
 def test_build_with_faiss_prints_the_chosen_structure_and_searches(run_dir, tmp_path, capsys):
     assert main(["search", str(tmp_path / "idx"), "--build", str(run_dir), "--backend", "faiss",
-                 "--similarity", "kl", "--csls-similarity", "kl", "--csls-k", "3"]) == 0
+                 "--similarity", "kl"]) == 0
     out = capsys.readouterr().out
     assert "faiss index over 13 images: flat (chosen by gallery size), score wasserstein" in out
     info = json.loads((tmp_path / "idx" / "index.json").read_text())

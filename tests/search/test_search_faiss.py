@@ -11,7 +11,7 @@ import scipy.linalg
 import torch
 
 from pcmr import Gaussian
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 from pcmr.search.ann import (
     ANN_SCORES,
     AnnIndex,
@@ -111,26 +111,39 @@ def test_sampled_scores_rescore_candidates_through_the_seeded_exact_path():
         torch.testing.assert_close(fast.scores[q], scores[order])
 
 
-def test_csls_terms_agree_with_pcmr_inference_csls():
-    from pcmr.inference import csls
-    from pcmr.search.rescoring import gallery_hubness, oriented_scores
+def test_gallery_statistics_agree_with_pcmr_inference_on_the_whole_matrix():
+    """CSLS and inverted softmax on candidates, with the gallery statistic of the one function, equal
+    pcmr.inference's re-weighting of the full matrix (reference rows + the query) for the query's row."""
+    from pcmr.inference import csls, get_reranker, inverted_softmax
+    from pcmr.search.rescoring import oriented_scores
+    from pcmr.search.searcher import Scoring, gallery_statistic
 
     gen = torch.Generator().manual_seed(5)
     images, captions = _gaussian(17, DIM, gen), _gaussian(13, DIM, gen)
-    r_q = gallery_hubness("kl", captions, images, "caption", 4, {}, block_items=5)  # [17]
-    reference = oriented_scores("kl", captions, images, "caption", {})  # [13, 17]
-    row_terms = 2 * reference - csls(reference, k=4) - r_q  # = r_G(q) for every column
-    torch.testing.assert_close(row_terms, row_terms[:, :1].expand_as(row_terms), rtol=1e-4, atol=1e-3)
+    query = _gaussian(1, DIM, gen)
+    reference = oriented_scores("kl", captions, images, "caption", {}).double()  # [13, 17]
+    row = oriented_scores("kl", query, images, "caption", {}).double()  # [1, 17]
+    for name, whole in (("is", lambda m: inverted_softmax(m, beta=2.0)), ("csls", lambda m: csls(m, k=4))):
+        reranker = get_reranker(name, **({"beta": 2.0} if name == "is" else {"csls_k": 4}))
+        statistic = gallery_statistic(Scoring("kl", "caption", {}, reranker), captions, images, block_items=5)
+        ours = reranker.weighting.rescore_candidates(row.float(), statistic[None]).double()
+        if name == "is":  # the query's row of eq. 5 normalises over the reference rows only
+            torch.testing.assert_close(ours, whole(torch.cat([reference, row]))[-1:], rtol=1e-4, atol=1e-4)
+        else:  # r_Q over the reference rows, r_G over the query's row
+            r_q = (2 * reference - csls(reference, k=4) - reference.topk(4, dim=1).values.mean(1, keepdim=True))[0]
+            expected = 2 * row - row.topk(4).values.mean() - r_q
+            torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_csls_on_the_faiss_backend_uses_the_stored_hubness():
+def test_csls_and_is_work_on_a_default_faiss_build():
     from pcmr.search.rescoring import oriented_scores
 
     gen = torch.Generator().manual_seed(6)
     index = _index(_gaussian(21, DIM, gen), _gaussian(15, DIM, gen))
     query = _gaussian(4, DIM, gen)
-    index.build_ann("cosine", index_type="flat", csls_similarity="cosine", csls_k=3)
-    fast = index.search(query, k=5, similarity="cosine", rerank="csls", backend="faiss", candidates=21)
+    index.build_ann("cosine", index_type="flat")
+    fast = index.search(query, k=5, similarity="cosine", rerank="csls", backend="faiss", candidates=21,
+                        rerank_options={"csls_k": 3})
     reference = oriented_scores("cosine", index.captions, index.images, "caption", {})  # [15, 21]
     r_q = reference.topk(3, dim=0).values.mean(0)
     scores = oriented_scores("cosine", query, index.images, "caption", {})  # [4, 21]
@@ -138,10 +151,13 @@ def test_csls_on_the_faiss_backend_uses_the_stored_hubness():
     top = torch.sort(expected, dim=1, descending=True, stable=True)
     assert torch.equal(fast.indices, top.indices[:, :5])
     torch.testing.assert_close(fast.scores, top.values[:, :5], rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="hubness for 'kl'"):
-        index.search(query, k=5, similarity="kl", rerank="csls", backend="faiss")
-    with pytest.raises(ValueError, match="supports rerank"):
-        index.search(query, k=5, rerank="is", backend="faiss")
+    for rerank in ("is", "csls"):  # the same answers as the exact backend
+        a = index.search(query, k=5, rerank=rerank, backend="faiss", candidates=21)
+        b = index.search(query, k=5, rerank=rerank, backend="exact")
+        assert torch.equal(a.indices, b.indices)
+        torch.testing.assert_close(a.scores, b.scores, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="matches all queries together"):
+        index.search(query, k=5, rerank="rgm", backend="faiss")
 
 
 @pytest.mark.parametrize("index_type", ["ivf", "hnsw"])
@@ -151,7 +167,7 @@ def test_approximate_indexes_find_the_neighbours_of_clustered_data(index_type):
     means = centres[torch.randint(0, 20, (2000,), generator=gen)] + torch.randn(2000, 16, generator=gen)
     gallery = Gaussian(means, 0.3 * torch.randn(2000, 16, generator=gen))
     query = Gaussian(means[:50] + 0.1 * torch.randn(50, 16, generator=gen), gallery.logvar[:50])
-    from pcmr.search.backend import build_ann
+    from pcmr.search.ann import build_ann
 
     ann = build_ann(gallery, "wasserstein", index_type, nlist=20, nprobe=8, ef_search=64)
     assert ann.index_type == index_type and ann.ntotal == 2000
@@ -173,16 +189,20 @@ def test_index_type_is_chosen_by_gallery_size():
 def test_save_load_round_trip_and_corruption_errors(tmp_path):
     gen = torch.Generator().manual_seed(8)
     index = _index(_gaussian(40, 1, gen), _gaussian(30, 1, gen))
-    index.build_ann("wasserstein", index_type="hnsw", csls_similarity="kl", csls_k=5)
+    index.build_ann("wasserstein", index_type="hnsw")
     query = _gaussian(3, 1, gen)
-    before = index.search(query, k=5, similarity="kl", rerank="csls")
+    before = index.search(query, k=5, similarity="kl", rerank="csls", rerank_options={"csls_k": 5})
     root = index.save(tmp_path / "idx")
     info = json.loads((root / "index.json").read_text())
-    assert info["ann"]["image"]["index_type"] == "hnsw" and info["hubness"]["image"]["k"] == 5
+    assert info["ann"]["image"]["index_type"] == "hnsw"
+    kept = {(e["modality"], e["similarity"], e["reranker"], e["params"].get("csls_k")) for e in info["statistics"]}
+    assert {("image", "wasserstein", "csls", 10), ("image", "wasserstein", "is", None),
+            ("image", "kl", "csls", 5)} <= kept
     assert set(info["checksums"]) == {"embeddings.safetensors", "ann-image.faiss", "ann-caption.faiss",
-                                      "hubness.safetensors"}
+                                      "statistics.safetensors"}
     loaded = GalleryIndex.load(root)
-    after = loaded.search(query, k=5, similarity="kl", rerank="csls")
+    assert len(loaded.statistics) == len(index.statistics)
+    after = loaded.search(query, k=5, similarity="kl", rerank="csls", rerank_options={"csls_k": 5})
     assert torch.equal(after.indices, before.indices) and torch.equal(after.scores, before.scores)
 
     (root / "index.json").write_text(json.dumps({**info, "caption_texts": ["edited"] * 30}))
@@ -191,7 +211,7 @@ def test_save_load_round_trip_and_corruption_errors(tmp_path):
     (root / "index.json").write_text(json.dumps(info))
 
     def rewrite(info):  # an edit that also updates the manifest digest (to reach the deeper checks)
-        from pcmr.index import _manifest_digest
+        from pcmr.search.gallery import _manifest_digest
 
         info["manifest_sha256"] = _manifest_digest(info)
         (root / "index.json").write_text(json.dumps(info))
@@ -224,13 +244,12 @@ def test_adding_items_equals_building_with_all_of_them():
     images, captions = _gaussian(50, DIM, gen), _gaussian(20, DIM, gen)
     query = _gaussian(4, DIM, gen)
     whole = _index(images, captions)
-    whole.build_ann("wasserstein", index_type="flat", csls_similarity="wasserstein", csls_k=3)
+    whole.build_ann("wasserstein", index_type="flat")
     part = _index(images[:30], captions)
-    part.build_ann("wasserstein", index_type="flat", csls_similarity="wasserstein", csls_k=3)
+    part.build_ann("wasserstein", index_type="flat")
     part.add_images(images[30:], list(range(30, 50)), shard_size=7)
     assert part.images.num == 50 and part.ann["image"].ntotal == 50 and part.image_ids == list(range(50))
-    torch.testing.assert_close(part.hubness["image"]["r_q"], whole.hubness["image"]["r_q"])
-    for rerank in ("nns", "csls"):
+    for rerank in ("nns", "csls", "is"):
         a = whole.search(query, k=7, similarity="wasserstein", rerank=rerank)
         b = part.search(query, k=7, similarity="wasserstein", rerank=rerank)
         assert torch.equal(a.indices, b.indices)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pcmr.data.text import Vocabulary
-from pcmr.index import SearchHit
+from pcmr.search.gallery import SearchHit
 from pcmr.search.presentation import (
     collapsed_recall_warning,
     collapsed_score_warning,

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from _search_index import SHAPES, make_index
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 from pcmr.search.service import ServiceLimits, create_app
 
 

@@ -33,7 +33,7 @@ def _require_browser() -> None:
 def server(tmp_path_factory):
     import uvicorn
 
-    from pcmr.index import GalleryIndex
+    from pcmr.search import GalleryIndex
     from pcmr.search.service import create_app
 
     index = GalleryIndex.load(make_index(tmp_path_factory.mktemp("browser")))

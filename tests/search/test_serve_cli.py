@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from _search_index import make_index
 from pcmr.cli import main
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 from pcmr.search.service import create_app
 
 

@@ -8,7 +8,7 @@
     pcmr search INDEX --from-embeddings emb.safetensors --backend faiss            # saved embeddings
     pcmr search INDEX --add more.safetensors                                       # append items
 
-``--build`` encodes the gallery split into the folder INDEX (pcmr.index.GalleryIndex: safetensors +
+``--build`` encodes the gallery split into the folder INDEX (pcmr.search.GalleryIndex: safetensors +
 JSON, with the model and vocabulary so queries can be encoded); a query option in the same call
 searches the freshly built index. See docs/search.md.
 """
@@ -25,9 +25,9 @@ from pcmr.atomic import write_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.gaussian import Gaussian
-from pcmr.index import GalleryIndex
 from pcmr.progress import phase
-from pcmr.search.ann import ANN_SCORES
+from pcmr.search import GalleryIndex
+from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
@@ -38,6 +38,7 @@ from pcmr.search.presentation import (
     uncertainty_percentile,
     word_vocabulary,
 )
+from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE
 from pcmr.train.loading import load_run_or_model, load_split
 
 __all__ = ["add_parser", "run"]
@@ -47,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser = subparsers.add_parser(
         "search",
         help="build a gallery index and search it by text or image",
-        description="Search a saved gallery index (pcmr.index) by caption text (returns images) or by image "
+        description="Search a saved gallery index (pcmr.search) by caption text (returns images) or by image "
         "file (returns captions), printing the top-k with score and each item's uncertainty. "
         "With --build, first encode a split with a trained model into the index folder. "
         "See docs/search.md.",
@@ -85,9 +86,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--add", metavar="FILE", default=None,
                        help="append the items of a saved-embeddings file to the existing INDEX")
     ann = parser.add_argument_group("faiss backend (building)")
-    ann.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"],
-                     help="ANN structure (default auto: flat up to 50k items, hnsw up to 300k, ivf above)")
-    ann.add_argument("--ann-score", default=None, choices=["cosine", "l2", "wasserstein", "csd"],
+    ann.add_argument("--index-type", default="auto", choices=["auto", *INDEX_TYPES],
+                     help="ANN structure (default auto: flat up to 50k items, hnsw up to 300k, ivf above); "
+                     "ivfpq: compressed codes whose candidates are re-scored exactly")
+    ann.add_argument("--ann-score", default=None, choices=list(ANN_SCORES),
                      help="score the ANN index answers exactly (default: --similarity when it is one of these, "
                      "csd for match_prob/avg_l2, else wasserstein, or cosine for point embeddings); other scores "
                      "re-rank its candidates")
@@ -98,11 +100,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     ann.add_argument("--hnsw-m", type=int, default=None, help="HNSW links per node (default 32)")
     ann.add_argument("--ef-search", type=int, default=None, help="HNSW search breadth (default 64)")
     ann.add_argument("--shard-size", type=int, default=65_536, help="rows per add/read shard (default 65536)")
-    ann.add_argument("--csls-similarity", default=None,
-                     help="store CSLS hubness terms for this similarity so --rerank csls works on faiss")
-    ann.add_argument("--csls-k", type=int, default=10, help="CSLS neighbourhood size (default 10)")
-    ann.add_argument("--csls-sample", type=int, default=2000,
-                     help="reference queries (stored items of the other modality) for CSLS (default 2000)")
+    ann.add_argument("--pq-m", type=int, default=None,
+                     help="ivfpq: bytes per item code (default: the largest that fits --memory-budget)")
+    ann.add_argument("--opq", action="store_true", help="ivfpq: learn an OPQ rotation before quantising")
+    ann.add_argument("--refine", default=None, choices=["SQ8", "SQfp16"],
+                     help="ivfpq: a finer second code per item (1 or 2 bytes per column) that re-orders the PQ "
+                     "candidates, so fewer need exact re-scoring")
+    ann.add_argument("--memory-budget", default=None, metavar="SIZE",
+                     help="ivfpq: memory for the index, e.g. 2G; picks the code size and lists that fit")
+    ann.add_argument("--reference-sample", type=int, default=DEFAULT_REFERENCE_SAMPLE,
+                     help="stored items of the other modality used as reference queries by the re-rankers' "
+                     f"gallery statistics (CSLS, inverted softmax; default {DEFAULT_REFERENCE_SAMPLE})")
     query = parser.add_argument_group("querying")
     query.add_argument(
         "--text",
@@ -138,11 +146,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="re-ranker option, e.g. beta=30 (is), csls_k=10 (csls), lam=2 (rgm); repeatable",
     )
     query.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss"],
-                        help="search backend; with --build/--from-embeddings, 'faiss' also builds the ANN index "
-                        "(default auto: faiss when the index has one)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+                        help="search backend; with --build/--from-embeddings, 'faiss' also builds the ANN index and "
+                        "'milvus' writes the ANN vectors to the Milvus collection at --uri (default auto: the "
+                        "candidate source the index has, else exact)")
+    parser.add_argument("--uri", default=None,
+                        help="milvus backend (building): a Milvus Lite file name.db (embedded) or a server address "
+                        "such as http://localhost:19530")
+    parser.add_argument("--collection-prefix", default="pcmr",
+                        help="milvus backend (building): collections are named PREFIX_image and PREFIX_caption")
     query.add_argument("--candidates", type=int, default=None,
-                       help="faiss backend: candidates per query re-scored exactly (default 100)")
+                       help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
 
@@ -237,20 +251,41 @@ def _add(args: argparse.Namespace) -> Any:
 def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
     """With ``--backend faiss``, build the ANN index(es) and print the structure chosen."""
 
-    if args.backend != "faiss":
+    if args.backend not in ("faiss", "milvus"):
         return
-    score = args.ann_score
-    if score is None:
-        sampled = args.similarity in ("match_prob", "avg_l2")  # driven by the expected sample distance
-        score = args.similarity if args.similarity in ANN_SCORES else (
-            "cosine" if index.images.is_point else "csd" if sampled else "wasserstein")
+    score = args.ann_score or ann_score_for(args.similarity, index.images)
+    modalities = tuple(args.modalities or ("image", "caption"))
+    if args.backend == "milvus":
+        if not args.uri:
+            raise ValueError("--backend milvus needs --uri: a Milvus Lite file (e.g. gallery.db) or a server address "
+                             "(e.g. http://localhost:19530)")
+        kinds = {"auto": "auto", "flat": "FLAT", "ivf": "IVF_FLAT"}
+        if args.index_type not in kinds:
+            raise ValueError(f"--backend milvus takes --index-type auto, flat or ivf, got {args.index_type!r}")
+        extra = {k: v for k, v in (("nlist", args.nlist), ("nprobe", args.nprobe)) if v is not None}
+        built = index.build_milvus(args.uri, score, modalities, kinds[args.index_type],
+                                   collection_prefix=args.collection_prefix, shard_size=args.shard_size,
+                                   reference_sample=args.reference_sample, **extra)
+        for modality, source in built.items():
+            print(f"milvus collection {source.collection} at {source.uri}: {source.ntotal} {modality}s, "
+                  f"{source.index_type}, score {source.score}")
+        return
     params = {name: value for name, value in (("nlist", args.nlist), ("nprobe", args.nprobe),
-                                               ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search))
+                                               ("hnsw_m", args.hnsw_m), ("ef_search", args.ef_search),
+                                               ("pq_m", args.pq_m))
               if value is not None}
+    if args.index_type == "ivfpq":
+        params["opq"] = bool(args.opq)
+        if args.refine is not None:
+            params["refine"] = args.refine
+        if args.memory_budget is not None:
+            params["memory_budget"] = parse_memory(args.memory_budget)
+    elif args.opq or args.memory_budget is not None or args.pq_m is not None or args.refine is not None:
+        raise ValueError("--pq-m, --opq, --refine and --memory-budget apply to --index-type ivfpq only")
     with phase(f"building the faiss index ({args.index_type}, score {score})"):
-        built = index.build_ann(score, tuple(args.modalities or ("image", "caption")), args.index_type,
-                                shard_size=args.shard_size, progress=None, csls_similarity=args.csls_similarity,
-                                csls_k=args.csls_k, csls_sample=args.csls_sample, **params)
+        built = index.build_ann(score, modalities, args.index_type,
+                                shard_size=args.shard_size, progress=None, reference_sample=args.reference_sample,
+                                **params)
     for modality, ann in built.items():
         how = "chosen by gallery size" if args.index_type == "auto" else "requested"
         params_text = ", ".join(f"{key}={value}" for key, value in ann.params.items()) or "none"

@@ -12,7 +12,7 @@ import argparse
 import socket
 import sys
 
-from pcmr.index import GalleryIndex
+from pcmr.search import GalleryIndex
 from pcmr.search.service import create_app
 
 __all__ = ["add_parser", "run"]
@@ -31,10 +31,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--similarity", default="cosine", help="similarity of every query (default cosine)")
     parser.add_argument("--rerank", default="nns", help="re-ranker of every query (default nns)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss"],
-                        help="search backend (default auto: faiss when the index has one)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+                        help="search backend (default auto: the index's candidate source, faiss or milvus, if any)")
     parser.add_argument("--candidates", type=int, default=None,
-                        help="faiss backend: candidates per query re-scored exactly (default 100)")
+                        help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
     parser.add_argument("--device", default=None, help="torch device (default cpu)")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="do not print one line per request on stderr (default: print them)")

@@ -29,10 +29,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
 
+import torch
 from torch import Tensor
 
 from pcmr.inference.matching import check_lam, relaxed_greedy_matching
-from pcmr.inference.rescoring import csls, inverted_softmax
+from pcmr.inference.rescoring import (
+    csls,
+    csls_from_statistics,
+    csls_gallery_statistic,
+    inverted_softmax,
+    inverted_softmax_gallery_statistic,
+    row_top_mean,
+)
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
 from pcmr.metrics.defaults import DEFAULT_KS
 from pcmr.metrics.driver import recall_from_lists
@@ -54,10 +62,25 @@ class Reweighting(abc.ABC):
 
     name: ClassVar[str]
     identity: ClassVar[bool] = False  # True only for "no re-weighting" (not listed in compositions)
+    #: True when the re-weighting needs a per-gallery-item statistic of a reference query set
+    #: (:meth:`gallery_statistic`) to re-score a new query's candidates (:meth:`rescore_candidates`).
+    needs_gallery_statistic: ClassVar[bool] = False
 
     @abc.abstractmethod
     def rescore(self, scores: Tensor) -> Tensor:
         """The re-weighted scores ``[Q, G]`` of one direction's ``scores [Q, G]``."""
+
+    def gallery_statistic(self, reference: Tensor) -> Tensor | None:
+        """The per-item statistic ``[G]`` of the reference scores ``reference [R, G]`` that
+        :meth:`rescore_candidates` needs (None when it needs none). Column-wise: a gallery read in
+        column blocks gives the same values."""
+        return None
+
+    def rescore_candidates(self, scores: Tensor, statistic: Tensor | None) -> Tensor:
+        """Re-weighted scores ``[Q, C]`` of new queries' candidate scores ``scores [Q, C]`` (``-inf``
+        marks an unfilled slot), with ``statistic`` the candidates' gallery statistic ``[Q, C]``.
+        The new queries are not part of the reference set."""
+        return scores
 
     def fitted(self, size: tuple[int, ...]) -> Reweighting:
         """This re-weighting for a problem of ``size = (Q, G)`` (e.g. a neighbourhood clamped to it)."""
@@ -70,6 +93,9 @@ class Matching(abc.ABC):
     name: ClassVar[str]
     tuned_parameter: ClassVar[str | None] = None  # chosen on validation data from lambda_grid
     lambda_grid: ClassVar[tuple[float, ...]] = ()
+    #: True when the lists of one query depend on the other queries (capacities shared by a batch),
+    #: so the matching runs on a whole score matrix and not on one query's candidate list.
+    needs_all_queries: ClassVar[bool] = True
 
     @abc.abstractmethod
     def topk(self, rescored: Tensor, k: int) -> Tensor:
@@ -120,8 +146,19 @@ class InvertedSoftmax(Reweighting):
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
             raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
 
+    needs_gallery_statistic: ClassVar[bool] = True
+
     def rescore(self, scores: Tensor) -> Tensor:
         return inverted_softmax(scores, beta=self.beta)
+
+    def gallery_statistic(self, reference: Tensor) -> Tensor:
+        """``log sum_r exp(beta S[r, g])`` over the reference queries (the normaliser of eq. 5)."""
+        return inverted_softmax_gallery_statistic(reference, self.beta)
+
+    def rescore_candidates(self, scores: Tensor, statistic: Tensor | None) -> Tensor:
+        if statistic is None:
+            raise ValueError("inverted softmax on candidates needs the gallery statistic of its reference queries")
+        return (self.beta * scores - statistic).masked_fill(torch.isneginf(scores), float("-inf"))
 
 
 @register_reweighting
@@ -135,8 +172,22 @@ class CSLS(Reweighting):
     def __post_init__(self) -> None:
         check_positive_int(self.csls_k, "csls_k")
 
+    needs_gallery_statistic: ClassVar[bool] = True
+
     def rescore(self, scores: Tensor) -> Tensor:
         return csls(scores, k=self.csls_k)
+
+    def gallery_statistic(self, reference: Tensor) -> Tensor:
+        """``r_Q [G]``: each item's mean score to its ``csls_k`` nearest reference queries."""
+        return csls_gallery_statistic(reference, min(self.csls_k, reference.shape[0]))
+
+    def rescore_candidates(self, scores: Tensor, statistic: Tensor | None) -> Tensor:
+        """``2 S - r_G(q) - r_Q(g)`` with ``r_G(q)`` the mean of the query's ``csls_k`` best candidate
+        scores (its ``csls_k`` nearest gallery items when those are among the candidates)."""
+        if statistic is None:
+            raise ValueError("CSLS on candidates needs the gallery statistic r_Q of its reference queries")
+        out = csls_from_statistics(scores, row_top_mean(scores, self.csls_k), statistic)
+        return out.masked_fill(torch.isneginf(scores), float("-inf"))
 
     def fitted(self, size: tuple[int, ...]) -> CSLS:
         """The neighbourhood clamped to ``min(Q, G)``, so tiny galleries (or folds) still work."""
@@ -207,6 +258,17 @@ class Reranker:
     def returns_scores(self) -> bool:
         """True without a matching (a re-weighted score matrix ranks the whole gallery); False for lists."""
         return self.matcher is None
+
+    @property
+    def works_on_candidates(self) -> bool:
+        """True when each query can be answered from its own candidate list (re-scored exactly), as an
+        ANN index or a vector database gives: no matching over all queries."""
+        return self.matcher is None or not self.matcher.needs_all_queries
+
+    @property
+    def needs_gallery_statistic(self) -> bool:
+        """True when the re-weighting needs a statistic of a reference query set per gallery item."""
+        return self.weighting.needs_gallery_statistic
 
     @property
     def tuned_parameter(self) -> str | None:

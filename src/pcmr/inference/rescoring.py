@@ -100,24 +100,55 @@ def csls_statistics(scores: Tensor, k: int = 10) -> tuple[Tensor, Tensor]:
     check_positive_int(k, "k", min(num_rows, num_cols), "min(Q, G) (queries, gallery items of scores)")
     step = block_rows(num_cols)
     row_mean = torch.empty(num_rows, dtype=scores.dtype, device=scores.device)  # [Q], r_G
-    col_top: Tensor | None = None  # [k, G], running k largest scores of each column
     for start in range(0, num_rows, step):
-        block = scores[start : start + step]  # [R, G]
-        row_mean[start : start + step] = block.topk(k, dim=1, sorted=False).values.mean(dim=1)
-        merged = block if col_top is None else torch.cat([col_top, block], dim=0)  # [k + R, G]
-        col_top = merged.topk(min(k, merged.shape[0]), dim=0, sorted=False).values
-    if col_top is None:
-        raise ValueError("scores has no rows")
-    return row_mean, col_top.mean(dim=0)
+        row_mean[start : start + step] = scores[start : start + step].topk(k, dim=1, sorted=False).values.mean(dim=1)
+    return row_mean, csls_gallery_statistic(scores, k)
+
+
+def csls_from_statistics(scores: Tensor, row_mean: Tensor, col_mean: Tensor) -> Tensor:
+    """``2 S - r_G[:, None] - r_Q`` (HAL/RGM eq. 6) for scores ``S [Q, C]``, ``r_G [Q]`` and the gallery
+    term ``r_Q`` broadcastable to ``[Q, C]`` (``[C]`` for a whole gallery, ``[Q, C]`` gathered for
+    candidate lists). The one place the CSLS formula is written."""
+    return 2 * scores - row_mean.unsqueeze(1) - col_mean
+
+
+def row_top_mean(scores: Tensor, k: int) -> Tensor:
+    """``r_G [Q]``: the mean of the ``k`` largest finite entries of each row of ``scores [Q, C]``
+    (``-inf`` marks an unfilled candidate slot and is skipped)."""
+    top = scores.topk(min(k, scores.shape[1]), dim=1).values  # [Q, k]
+    valid = torch.isfinite(top)
+    return top.where(valid, 0.0).sum(1) / valid.sum(1).clamp_min(1)
+
+
+def inverted_softmax_gallery_statistic(scores: Tensor, beta: float = 30.0) -> Tensor:
+    """``L [G]``, ``L(g) = log sum_q exp(beta S[q, g])`` over the reference queries (rows) of
+    ``scores [R, G]``: the normaliser of HAL/RGM eq. 5 for a new query outside the reference set, whose
+    inverted-softmax score is then ``beta S[q, g] - L(g)``. Read in blocks of rows."""
+    check_scores(scores, finite=True)
+    total = torch.full((scores.shape[1],), float("-inf"), dtype=scores.dtype, device=scores.device)
+    step = block_rows(scores.shape[1])
+    for start in range(0, scores.shape[0], step):
+        block = torch.logsumexp(scores[start : start + step] * beta, dim=0)
+        total = torch.logaddexp(total, block)
+    return total
 
 
 def csls_gallery_statistic(scores: Tensor, k: int = 10) -> Tensor:
     """``r_Q [G]`` of CSLS: the mean similarity of each gallery item to its k nearest queries.
 
-    The hub penalty of HAL/RGM eq. 6. A gallery index can store it once (computed from a reference
-    query set) and re-score any later query's scores as ``2 S - r_G(q) - r_Q``.
+    The hub penalty of HAL/RGM eq. 6. A gallery index stores it once (computed from a reference
+    query set) and re-scores a later query's scores as ``2 S - r_G(q) - r_Q``. Read in blocks of
+    rows; ``scores [Q, G]`` finite, ``1 <= k <= Q`` (any number of columns).
     """
-    return csls_statistics(scores, k)[1]
+    check_scores(scores, finite=True)
+    num_rows, num_cols = scores.shape
+    check_positive_int(k, "k", num_rows, "Q (the reference queries, rows of scores)")
+    step = block_rows(num_cols)
+    col_top = scores[:0]  # [k, G] once filled: running k largest scores of each column
+    for start in range(0, num_rows, step):
+        merged = torch.cat([col_top, scores[start : start + step]], dim=0)  # [k + R, G]
+        col_top = merged.topk(min(k, merged.shape[0]), dim=0, sorted=False).values
+    return col_top.mean(dim=0)
 
 
 def csls(scores: Tensor, k: int = 10) -> Tensor:
@@ -139,7 +170,6 @@ def csls(scores: Tensor, k: int = 10) -> Tensor:
     step = block_rows(num_cols)
     out = torch.empty_like(scores)  # [Q, G]
     for start in range(0, num_rows, step):
-        block = out[start : start + step]
-        torch.mul(scores[start : start + step], 2, out=block)
-        block.sub_(row_mean[start : start + step].unsqueeze(1)).sub_(col_mean.unsqueeze(0))
+        out[start : start + step] = csls_from_statistics(scores[start : start + step],
+                                                         row_mean[start : start + step], col_mean)
     return out

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -31,12 +31,17 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
+from pcmr.progress import progress_bar
 
-__all__ = ["ANN_SCORES", "INDEX_TYPES", "AnnIndex", "choose_index_type", "gallery_layout", "gallery_vectors",
-           "query_vectors", "scores_from_distances"]
+__all__ = ["ANN_SCORES", "ProgressCounter", "ann_score_for", "build_ann", "INDEX_TYPES", "AnnIndex", "choose_index_type", "compressed_params", "gallery_layout",
+           "gallery_vectors", "parse_memory", "query_vectors", "scores_from_distances"]
 
 ANN_SCORES = ("cosine", "l2", "wasserstein", "csd")
-INDEX_TYPES = ("flat", "ivf", "hnsw")
+INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
+PQ_CHOICES = (8, 16, 32, 64, 128)  # bytes per item of an IVF-PQ code (8 bits per sub-quantizer)
+ID_BYTES = 8  # faiss stores one int64 id per item in an inverted list
+PQ_CENTROIDS = 256  # codewords per sub-quantizer of an 8-bit PQ code (its k-means needs that many items)
+REFINE_BYTES = {"SQ8": 1, "SQfp16": 2}  # bytes per column of an IVF-PQ index's optional refine code
 FLAT_MAX = 50_000  # galleries up to this size get an exact flat index by default
 HNSW_MAX = 300_000  # then HNSW up to this size, IVF above (cheaper to build on few cores)
 _NORM_EPS = 1e-12
@@ -116,6 +121,66 @@ def scores_from_distances(score: str, distances: np.ndarray, constant: Tensor) -
     return -(values + constant.unsqueeze(1)).clamp_min(0.0).sqrt()
 
 
+def compressed_params(num_items: int, width: int, memory_budget: int | None = None,
+                      refine: str | None = None) -> dict[str, int]:
+    """IVF-PQ parameters for ``num_items`` vectors of ``width`` columns that fit ``memory_budget`` bytes.
+
+    Memory of the index: ``N (m + 8)`` bytes of codes and ids, ``4 nlist width`` of coarse centroids,
+    ``4 * 256 * width`` of PQ tables, ``N width`` (SQ8) or ``2 N width`` (SQfp16) of refine codes. ``nlist`` is the power of two at most ``2 sqrt(N)`` (between 16
+    and 16384, at most ``N / 39``); ``m`` the largest of :data:`PQ_CHOICES` up to ``min(64, width)``
+    that fits (longer codes make each scanned item slower; 128 only when asked). A width that ``m``
+    does not divide is padded with zero columns, which change no inner product or distance. Raises
+    ValueError when even the smallest code does not fit.
+    """
+    nlist = 16
+    while nlist * 2 <= min(16_384, max(16, 2 * math.isqrt(max(num_items, 1)))):
+        nlist *= 2
+    nlist = max(1, min(nlist, num_items // 39))
+    fixed = 4 * nlist * width + 4 * 256 * width + num_items * width * REFINE_BYTES.get(refine or "", 0)
+    fitting = [m for m in PQ_CHOICES if m <= min(64, width) and (memory_budget is None
+               or num_items * (m + ID_BYTES) + fixed <= memory_budget)]
+    if not fitting:
+        need = num_items * (PQ_CHOICES[0] + ID_BYTES) + fixed
+        raise ValueError(f"no IVF-PQ code fits: {num_items} items of width {width} need at least {need} bytes "
+                         f"(codes of {PQ_CHOICES[0]} bytes + ids), memory budget {memory_budget}")
+    return {"nlist": nlist, "pq_m": max(fitting)}
+
+
+def parse_memory(text: str | int) -> int:
+    """Bytes from ``"8G"``, ``"512M"``, ``"2.5GiB"`` or a plain number of bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    units = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    raw = str(text).strip().lower().removesuffix("ib").removesuffix("b")
+    unit = raw[-1:] if raw[-1:] in units and raw[-1:] else ""
+    try:
+        value = float(raw[:-1] if unit else raw)
+    except ValueError:
+        raise ValueError(f"memory size must look like 8G, 512M or a number of bytes, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"memory size must be positive, got {text!r}")
+    return int(value * units[unit])
+
+
+def _padded(vectors: np.ndarray, pad: int) -> np.ndarray:
+    """``vectors [N, w]`` with ``pad`` zero columns appended (a width the PQ code length divides)."""
+    if not pad:
+        return vectors
+    return np.ascontiguousarray(np.pad(vectors, ((0, 0), (0, pad))), dtype=np.float32)
+
+
+def ann_score_for(similarity: str, gallery: Gaussian) -> str:
+    """The ANN score that serves ``similarity`` on ``gallery``: the similarity itself when it is one of
+    :data:`ANN_SCORES`; ``cosine`` for a point gallery; ``csd`` for the scores driven by the expected
+    distance of two samples (PCME's match probability, the average sample distance); ``wasserstein``
+    (means and spreads) for every other Gaussian score, whose candidates are then re-scored exactly."""
+    if similarity in ANN_SCORES:
+        return similarity
+    if gallery.is_point:
+        return "cosine"
+    return "csd" if similarity in ("match_prob", "avg_l2") else "wasserstein"
+
+
 def choose_index_type(num_items: int) -> str:
     """``flat`` up to 50,000 items, ``hnsw`` up to 300,000, ``ivf`` above."""
     if num_items <= FLAT_MAX:
@@ -142,6 +207,7 @@ class AnnIndex:
     dim: int
     index: Any
     params: dict[str, Any]
+    engine: ClassVar[str] = "faiss"
 
     @property
     def ntotal(self) -> int:
@@ -150,10 +216,20 @@ class AnnIndex:
     @classmethod
     def create(cls, score: str, gallery: Gaussian, index_type: str = "auto", *, nlist: int | None = None,
                nprobe: int = 32, hnsw_m: int = 32, ef_construction: int = 80, ef_search: int = 64,
-               train_size: int = 100_000, seed: int = 0, num_items: int | None = None) -> AnnIndex:
+               train_size: int = 100_000, seed: int = 0, num_items: int | None = None, pq_m: int | None = None,
+               opq: bool = False, memory_budget: int | None = None, refine: str | None = None,
+               refine_factor: int = 8) -> AnnIndex:
         """An empty (trained, for IVF) index for ``gallery``'s layout. ``gallery`` supplies the layout
         and, for IVF, the k-means training sample (at most ``train_size`` rows drawn with ``seed``);
-        ``num_items`` the expected size for ``index_type="auto"`` and the IVF list count."""
+        ``num_items`` the expected size for ``index_type="auto"`` and the IVF list count.
+
+        ``ivfpq``: IVF with product-quantised residuals (``pq_m`` bytes per item, with an OPQ rotation
+        when ``opq``); ``nlist`` / ``pq_m`` default to :func:`compressed_params` for ``memory_budget``.
+        ``refine="SQ8"`` (or ``"SQfp16"``) keeps a second, finer code per item (1 or 2 bytes per
+        column) that re-orders the ``refine_factor * C`` best PQ candidates before ``C`` are returned,
+        so fewer candidates need the exact re-scoring from disk.
+        Its scores are approximate: it serves as a candidate generator whose candidates are re-scored
+        exactly (:mod:`pcmr.search.searcher`)."""
         faiss = _faiss()
         total = gallery.num if num_items is None else num_items
         kind = choose_index_type(total) if index_type == "auto" else index_type
@@ -170,6 +246,33 @@ class AnnIndex:
             index.hnsw.efConstruction = ef_construction
             index.hnsw.efSearch = ef_search
             params = {"hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
+        elif kind == "ivfpq":
+            if refine not in (None, *REFINE_BYTES):
+                raise ValueError(f"refine must be None or one of {list(REFINE_BYTES)}, got {refine!r}")
+            chosen = compressed_params(total, width, memory_budget, refine)
+            nlist = chosen["nlist"] if nlist is None else nlist
+            pq_m = chosen["pq_m"] if pq_m is None else pq_m
+            if isinstance(pq_m, bool) or not isinstance(pq_m, int) or pq_m < 1:
+                raise ValueError(f"pq_m must be a positive integer (bytes per code), got {pq_m!r}")
+            pad = -width % pq_m
+            width += pad
+            if gallery.num < max(nlist, PQ_CENTROIDS):
+                raise ValueError(f"IVF-PQ with {nlist} lists needs at least {max(nlist, PQ_CENTROIDS)} training items "
+                                 f"({PQ_CENTROIDS} codewords per sub-quantizer), got {gallery.num}; use a flat, "
+                                 "ivf or hnsw index for a gallery this small")
+            spec = f"{f'OPQ{pq_m},' if opq else ''}IVF{nlist},PQ{pq_m}x8{f',Refine({refine})' if refine else ''}"
+            index = faiss.index_factory(width, spec, metric)
+            ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+            ivf.pq.cp.niter = 10  # PQ k-means iterations (faiss: 25); the coarse k-means already uses 10
+            ivf.do_polysemous_training = False  # the factory's default; pcmr never uses Hamming filtering
+            rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
+            index.train(_padded(gallery_vectors(score, gallery[rows.sort().values], layout), pad))
+            ivf.nprobe = min(nprobe, nlist)
+            params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq), "pad": pad,
+                      "refine": refine}
+            if refine:
+                faiss.downcast_index(index).k_factor = float(refine_factor)
+                params["refine_factor"] = int(refine_factor)
         else:
             nlist = default_nlist(total) if nlist is None else nlist
             if gallery.num < nlist:
@@ -192,26 +295,39 @@ class AnnIndex:
             raise ValueError(f"items' variances ({gallery!r}) do not match the index layout {self.layout!r}")
         for start in range(0, gallery.num, shard_size):
             shard = gallery[start:start + shard_size]
-            self.index.add(gallery_vectors(self.score, shard, self.layout))
+            self.index.add(_padded(gallery_vectors(self.score, shard, self.layout), self.params.get("pad", 0)))
             if progress is not None:
                 progress(shard.num)
 
-    def set_search_params(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
-        """Search-time accuracy/speed knobs: IVF ``nprobe`` lists, HNSW ``ef_search``."""
-        if nprobe is not None and self.index_type == "ivf":
-            self.index.nprobe = min(int(nprobe), self.params["nlist"])
-            self.params["nprobe"] = self.index.nprobe
+    def set_search_params(self, nprobe: int | None = None, ef_search: int | None = None,
+                          refine_factor: int | None = None) -> None:
+        """Search-time accuracy/speed knobs: IVF ``nprobe`` lists, HNSW ``ef_search``, IVF-PQ's
+        ``refine_factor`` (PQ candidates per returned one, with a refine code)."""
+        if refine_factor is not None and self.params.get("refine"):
+            _faiss().downcast_index(self.index).k_factor = float(refine_factor)
+            self.params["refine_factor"] = int(refine_factor)
+        if nprobe is not None and self.index_type in ("ivf", "ivfpq"):
+            ivf = _faiss().extract_index_ivf(self.index)
+            ivf.nprobe = min(int(nprobe), self.params["nlist"])
+            self.params["nprobe"] = int(ivf.nprobe)
         if ef_search is not None and self.index_type == "hnsw":
             self.index.hnsw.efSearch = int(ef_search)
             self.params["ef_search"] = int(ef_search)
 
+    @property
+    def exact(self) -> bool:
+        """Whether the index's own scores are exact (all but IVF-PQ's compressed codes)."""
+        return self.index_type != "ivfpq"
+
     def search(self, query: Gaussian, k: int) -> tuple[Tensor, Tensor]:
-        """``(scores [Q, k], indices [Q, k])``, best first; scores as :func:`scores_from_distances`.
+        """``(scores [Q, k], indices [Q, k])``, best first; scores as :func:`scores_from_distances`
+        (approximate for IVF-PQ).
         Slots an approximate index could not fill have index -1 and score -inf."""
         if query.dim != self.dim:
             raise ValueError(f"query has D={query.dim}, the index D={self.dim}")
         k = min(k, self.ntotal)
         vectors, constant = query_vectors(self.score, query, self.layout)
+        vectors = _padded(vectors, self.params.get("pad", 0))
         distances, labels = self.index.search(vectors, k)
         scores = scores_from_distances(self.score, distances, constant)
         indices = torch.from_numpy(labels.astype(np.int64))
@@ -229,5 +345,32 @@ class AnnIndex:
         faiss = _faiss()
         index = faiss.read_index(path)
         out = cls(score, index_type, layout, dim, index, dict(params))
-        out.set_search_params(params.get("nprobe"), params.get("ef_search"))
+        out.set_search_params(params.get("nprobe"), params.get("ef_search"), params.get("refine_factor"))
         return out
+
+
+class ProgressCounter:
+    """A tqdm bar on stderr: ``True`` always, ``None`` only on a terminal (pcmr.progress), ``False`` never."""
+
+    def __init__(self, enabled: bool | None, total: int, desc: str) -> None:
+        self.bar = progress_bar(total, desc, enabled=enabled)
+
+    def __call__(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def build_ann(gallery: Gaussian, score: str, index_type: str = "auto", *, shard_size: int = 65_536,
+              progress: bool | None = False, desc: str = "index", **params: Any) -> AnnIndex:
+    """An :class:`AnnIndex` over an in-memory ``gallery`` filled in shards of ``shard_size`` rows."""
+    ann = AnnIndex.create(score, gallery, index_type, **params)
+    bar = ProgressCounter(progress, gallery.num, desc)
+    try:
+        ann.add(gallery, shard_size=shard_size, progress=bar)
+    finally:
+        bar.close()
+    return ann

@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from pcmr.gaussian import Gaussian
-from pcmr.search.backend import _Progress
+from pcmr.search.ann import ProgressCounter
 
 __all__ = ["SavedEmbeddings", "read_embeddings"]
 
@@ -76,7 +76,7 @@ def read_embeddings(path: str | os.PathLike[str], *, shard_rows: int = 65_536, f
             names = set(handle.keys())
             metadata = handle.metadata() or {}
             rows = sum(handle.get_slice(n).get_shape()[0] for n in names if n.endswith("_mean"))
-            bar = _Progress(progress, rows, "reading embeddings")
+            bar = ProgressCounter(progress, rows, "reading embeddings")
             tensors = {n: _read_tensor(handle, n, shard_rows, bar if n.endswith("_mean") else None)
                        for n in sorted(names)}
             bar.close()

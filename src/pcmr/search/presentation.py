@@ -45,7 +45,7 @@ COLLAPSE_TOLERANCE = 1e-6
 
 @dataclass(frozen=True)
 class ShownHit:
-    """One line of shown results: the best-ranked ``hit`` (a :class:`pcmr.index.SearchHit`) of a group
+    """One line of shown results: the best-ranked ``hit`` (a :class:`pcmr.search.gallery.SearchHit`) of a group
     of gallery items with identical text, ``ids``/``indices`` of every item of the group (best first)
     and the shown ``rank`` (1, 2, ... over the merged list)."""
 

@@ -1,4 +1,4 @@
-"""The web service behind ``pcmr serve``: a JSON API and a page over a :class:`pcmr.index.GalleryIndex`.
+"""The web service behind ``pcmr serve``: a JSON API and a page over a :class:`pcmr.search.GalleryIndex`.
 
 Endpoints (every error is a 4xx JSON object ``{"error": "..."}``):
 
@@ -27,7 +27,7 @@ from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages
 from pcmr.data.shapes.dataset import load_shapes
-from pcmr.index import GalleryIndex
+from pcmr.search.gallery import GalleryIndex
 from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
 
 __all__ = ["ServiceLimits", "create_app"]
@@ -192,8 +192,8 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     def health() -> dict[str, Any]:
         return {"status": "ok", "images": index.images.num, "captions": index.captions.num,
                 "dim": index.images.dim, "similarity": similarity, "rerank": rerank,
-                "backend": {m: (f"faiss/{index.ann[m].index_type}" if m in index.ann else "exact")
-                            for m in ("image", "caption")},
+                "backend": {m: (f"{a.engine}/{a.index_type}" if a is not None else "exact")
+                            for m, a in [(m, index.ann.get(m)) for m in ("image", "caption")]},
                 "text_queries": index.model is not None, "images_served": images.available()}
 
     @app.get("/api/search")

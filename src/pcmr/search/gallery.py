@@ -5,13 +5,16 @@ queries) and the caption Gaussians (searched by image queries), their ids, the c
 per-image metadata, the learned similarity options of the model (e.g. PCME's match_prob ``a, b``)
 and, optionally, the model and vocabulary needed to encode new queries.
 
-Re-rankers that need a set of queries (inverted softmax, CSLS, relaxed greedy matching; HAL/RGM §3.3)
-use the *other modality of the gallery* as the reference query set: a text query is re-ranked
-together with every stored caption (the queries the image gallery would see in an evaluation), an
-image query together with every stored image. The new queries are appended as extra rows of that
-reference score matrix, the re-ranker runs on the whole matrix, and the rows of the new queries are
-returned, so hubness statistics come from a realistic query population rather than from the few
-queries of one call.
+Searching is done by the searchers of :mod:`pcmr.search.searcher` (one ``search(queries, k)`` for the
+exact and the faiss backend); this class stores the gallery and picks the searcher.
+
+Re-rankers that need a set of queries (inverted softmax, CSLS, relaxed greedy matching; HAL/RGM
+section 3.3) use the *other modality of the gallery* as the reference query set: a text query is
+re-ranked against the stored captions (the queries the image gallery would see in an evaluation), an
+image query against the stored images. Re-weightings (IS, CSLS) use a per-item statistic of at most
+``meta["reference_sample"]`` (2000) of those reference queries, computed once
+(:func:`pcmr.search.searcher.gallery_statistic`) and stored with the index; matchings (GM, RGM)
+append the new queries as extra rows of the reference score matrix and return their rows.
 
 On disk (a folder; no pickle anywhere):
 
@@ -21,8 +24,8 @@ On disk (a folder; no pickle anywhere):
   ``caption_mean [N_cap, D]``, ``caption_logvar [N_cap, D|1]`` (log-variances absent for points),
   ``image_points`` / ``caption_points [N, K, D]`` for ``pcmr.PointSet`` embeddings (PVSE);
 - ``model/`` (``pcmr.models.save_model``) and ``vocab.json`` when the index can encode queries;
-- ``ann-image.faiss`` / ``ann-caption.faiss`` (faiss backend, :mod:`pcmr.search`) and
-  ``hubness.safetensors`` (CSLS's per-item ``r_Q``) when built;
+- ``ann-image.faiss`` / ``ann-caption.faiss`` (faiss backend, :mod:`pcmr.search.ann`) and
+  ``statistics.safetensors`` (the re-rankers' gallery statistics, described in ``index.json``);
 - ``index.json`` lists the SHA-256 of every other file; a file that does not match gives one error.
 """
 
@@ -53,13 +56,21 @@ from pcmr.evaluation.encode import (
 )
 from pcmr.evaluation.scoring import check_similarity_supported, rerank_topk, score_matrix
 from pcmr.gaussian import Gaussian
+from pcmr.inference import get_reranker, list_reweightings
 from pcmr.models import load_model as load_pcmr_model
 from pcmr.models import save_model
 from pcmr.models.model import RetrievalModel
 from pcmr.point_set import PointSet
-from pcmr.search.ann import AnnIndex
-from pcmr.search.backend import _Progress, build_ann, compute_hubness, faiss_search
-from pcmr.search.rescoring import gallery_hubness
+from pcmr.search.ann import AnnIndex, ProgressCounter, build_ann
+from pcmr.search.searcher import (
+    DEFAULT_REFERENCE_SAMPLE,
+    CandidateSearcher,
+    ExactSearcher,
+    Scoring,
+    gallery_statistic,
+    reference_sample,
+)
+from pcmr.search.vectordb import MilvusCandidates
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
 
@@ -70,8 +81,8 @@ META_FILE = "index.json"
 EMBEDDINGS_FILE = "embeddings.safetensors"
 MODEL_DIR = "model"
 VOCAB_FILE = "vocab.json"
-HUBNESS_FILE = "hubness.safetensors"
-BACKENDS = ("auto", "exact", "faiss")
+STATISTICS_FILE = "statistics.safetensors"
+BACKENDS = ("auto", "exact", "faiss", "milvus")
 MODALITIES = ("image", "caption")
 
 
@@ -177,7 +188,8 @@ class GalleryIndex:
         self._reference_cache: dict[tuple[str, str, str], Tensor] = {}
         self._uncertainty: dict[str, Tensor] = {}
         self.ann: dict[str, Any] = {}  # gallery modality -> pcmr.search.ann.AnnIndex
-        self.hubness: dict[str, dict[str, Any]] = {}  # gallery modality -> {"similarity", "k", "r_q" [G]}
+        #: gallery statistics of re-rankers (CSLS, inverted softmax), by _statistic_key
+        self.statistics: dict[str, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         ann = ", ".join(f"{m}: {a.score}/{a.index_type}" for m, a in self.ann.items()) or "none"
@@ -206,38 +218,79 @@ class GalleryIndex:
 
     # ----------------------------------------------------------------- faiss backend
     def build_ann(self, score: str = "cosine", modalities: Sequence[str] = MODALITIES, index_type: str = "auto",
-                  *, shard_size: int = 65_536, progress: bool | None = False, csls_similarity: str | None = None,
-                  csls_k: int = 10, csls_sample: int = 2000, **params: Any) -> dict[str, Any]:
+                  *, shard_size: int = 65_536, progress: bool | None = False,
+                  reference_sample: int = DEFAULT_REFERENCE_SAMPLE, **params: Any) -> dict[str, Any]:
         """Build a faiss index (``pcmr.search.ann.AnnIndex``) over the gallery of each modality in
-        ``modalities`` for ``score`` (cosine, l2 or wasserstein), filled in shards of ``shard_size``.
+        ``modalities`` for ``score`` (cosine, l2, wasserstein or csd), filled in shards of ``shard_size``.
 
-        ``index_type``: flat, ivf, hnsw or auto (by gallery size); ``params``: ``nlist``, ``nprobe``,
-        ``hnsw_m``, ``ef_construction``, ``ef_search``, ``train_size``. With ``csls_similarity``, also
-        store CSLS's ``r_Q`` for that similarity (``csls_k`` neighbours among at most ``csls_sample``
-        stored items of the other modality) so ``rerank="csls"`` works on this backend.
-        Returns ``{modality: AnnIndex}``.
+        ``index_type``: flat, ivf, hnsw, ivfpq (compressed) or auto (by gallery size); ``params``:
+        ``nlist``, ``nprobe``, ``hnsw_m``, ``ef_construction``, ``ef_search``, ``train_size``, ``pq_m``,
+        ``opq``, ``memory_budget``. The gallery statistics of every re-weighting that needs one (CSLS,
+        inverted softmax, default parameters) are computed for ``score`` from at most
+        ``reference_sample`` stored items of the other modality, so those re-rankers work on this
+        backend as built. Returns ``{modality: AnnIndex}``.
         """
 
+        self.meta["reference_sample"] = int(reference_sample)
         for modality in modalities:
             gallery = self.gallery(modality)
             if gallery.num == 0:
                 continue
             self.ann[modality] = build_ann(gallery, score, index_type, shard_size=shard_size, progress=progress,
                                            desc=f"{modality} index", **params)
-            if csls_similarity is not None:
-                self.compute_hubness(modality, csls_similarity, csls_k, csls_sample)
+            self._default_statistics(modality, score)
         return dict(self.ann)
 
-    def compute_hubness(self, gallery_modality: str, similarity: str, k: int = 10, sample: int = 2000) -> None:
-        """Store CSLS's ``r_Q(g)`` of every ``gallery_modality`` item for ``similarity``
-        (``pcmr.search.rescoring.gallery_hubness`` over a sample of the other modality's items)."""
+    def build_milvus(self, uri: str, score: str = "cosine", modalities: Sequence[str] = MODALITIES,
+                     index_type: str = "auto", *, collection_prefix: str = "pcmr", shard_size: int = 65_536,
+                     reference_sample: int = DEFAULT_REFERENCE_SAMPLE, **params: Any) -> dict[str, Any]:
+        """Write the ANN vectors of each modality in ``modalities`` to a Milvus collection
+        ``<collection_prefix>_<modality>`` at ``uri`` (:mod:`pcmr.search.vectordb`: a Milvus Lite
+        ``.db`` file or a server address) and use it as this index's candidate source; the Gaussians
+        stay in the index's own files, candidates are re-scored exactly as on the faiss backend.
+        ``params``: ``nlist``, ``nprobe`` (IVF_FLAT). Gallery statistics as in :meth:`build_ann`."""
+        self.meta["reference_sample"] = int(reference_sample)
+        for modality in modalities:
+            gallery = self.gallery(modality)
+            if gallery.num == 0:
+                continue
+            source = MilvusCandidates.create(uri, f"{collection_prefix}_{modality}", score, gallery, gallery.num,
+                                             index_type, **params)
+            for start in range(0, gallery.num, shard_size):
+                source.add(gallery[start:start + shard_size], first_id=start)
+            source.finish()
+            self.ann[modality] = source
+            self._default_statistics(modality, score)
+        return dict(self.ann)
 
-        query_modality = "caption" if gallery_modality == "image" else "image"
-        opts = self.similarity_options.get(similarity, {})
-        r_q = compute_hubness(similarity, self.gallery(query_modality), self.gallery(gallery_modality),
-                              query_modality, k, opts, sample)
-        self.hubness[gallery_modality] = {"similarity": similarity, "k": min(k, sample, self.gallery(
-            query_modality).num), "sample": sample, "r_q": r_q}
+    def _default_statistics(self, modality: str, score: str) -> None:
+        """Gallery statistics of every re-weighting that needs one, default parameters, for ``score``."""
+        other = "caption" if modality == "image" else "image"
+        if self.gallery(other).num == 0:
+            return
+        for name in list_reweightings():
+            reranker = get_reranker(name)
+            if reranker.needs_gallery_statistic:
+                self.statistic(modality, Scoring(score, other, self.similarity_options.get(score, {}), reranker))
+
+    def statistic(self, gallery_modality: str, scoring: Scoring) -> Tensor | None:
+        """The gallery statistic ``[G]`` of ``scoring``'s re-ranker over the ``gallery_modality`` items
+        (:func:`pcmr.search.searcher.gallery_statistic`, reference queries: at most
+        ``meta["reference_sample"]`` stored items of the other modality); computed once, kept, saved."""
+        if not scoring.reranker.needs_gallery_statistic:
+            return None
+        key = _statistic_key(gallery_modality, scoring)
+        entry = self.statistics.get(key) if key is not None else None
+        if entry is not None and entry["value"].shape[0] == self.gallery(gallery_modality).num:
+            return entry["value"]
+        sample = int(self.meta.get("reference_sample", DEFAULT_REFERENCE_SAMPLE))
+        reference = reference_sample(self.gallery(scoring.query_modality), sample)
+        value = gallery_statistic(scoring, reference, self.gallery(gallery_modality))
+        if key is not None:
+            self.statistics[key] = {"modality": gallery_modality, "similarity": scoring.similarity,
+                                    "reranker": scoring.reranker.name, "params": scoring.reranker.parameters(),
+                                    "options": scoring.options, "sample": sample, "value": value}
+        return value
 
     def add_images(self, images: Gaussian, image_ids: Sequence[Any],
                    image_metadata: Sequence[dict[str, Any]] | None = None, *, shard_size: int = 65_536,
@@ -267,20 +320,11 @@ class GalleryIndex:
             raise ValueError(f"give one metadata dict per new {modality} ({items.num}), got {len(metadata)}")
         items = items.to(device=old.device, dtype=old.dtype)
         if modality in self.ann:
-            bar = _Progress(progress, items.num, f"{modality} index")
+            bar = ProgressCounter(progress, items.num, f"{modality} index")
             try:
                 self.ann[modality].add(items, shard_size=shard_size, progress=bar)
             finally:
                 bar.close()
-        if modality in self.hubness:
-
-            entry = self.hubness[modality]
-            other = "caption" if modality == "image" else "image"
-            sample = self.gallery(other)
-            rows = torch.randperm(sample.num, generator=torch.Generator().manual_seed(0))[:entry["sample"]]
-            extra = gallery_hubness(entry["similarity"], sample[rows.sort().values], items, other, entry["k"],
-                                    self.similarity_options.get(entry["similarity"], {}))
-            entry["r_q"] = torch.cat([entry["r_q"], extra])
         merged = Gaussian(torch.cat([old.mean, items.mean]),
                           None if old_logvar is None or new_logvar is None else torch.cat([old_logvar, new_logvar]))
         if modality == "image":
@@ -293,6 +337,7 @@ class GalleryIndex:
             self.caption_texts = self.caption_texts + [str(t) for t in texts or []]
         self._reference_cache.clear()
         self._uncertainty.clear()
+        self.statistics.clear()  # recomputed on first use: the gallery or its reference queries changed
 
     # ----------------------------------------------------------------- storage
     def save(self, directory: str | os.PathLike[str], include_model: bool = True) -> Path:
@@ -315,6 +360,9 @@ class GalleryIndex:
             self.vocab.save(out / VOCAB_FILE)
         ann_info = {}
         for modality, ann in self.ann.items():
+            if ann.engine != "faiss":  # a vector database: how to reconnect
+                ann_info[modality] = ann.describe()
+                continue
             name = f"ann-{modality}.faiss"
 
             def write_ann(tmp: Path, ann: Any = ann) -> None:
@@ -323,17 +371,18 @@ class GalleryIndex:
             atomic_write_via_path(out / name, write_ann)
             ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
                                   "layout": ann.layout, "dim": ann.dim, "ntotal": ann.ntotal, "params": ann.params}
-        hubness_info = {}
-        if self.hubness:
-            atomic_write_safetensors(out / HUBNESS_FILE, {f"{m}_r_q": h["r_q"].detach().cpu().contiguous()
-                                                          for m, h in self.hubness.items()})
-            hubness_info = {m: {k: v for k, v in h.items() if k != "r_q"} for m, h in self.hubness.items()}
-        files = [EMBEDDINGS_FILE] + [a["file"] for a in ann_info.values()] + ([HUBNESS_FILE] if hubness_info else [])
+        statistics_info = []
+        if self.statistics:
+            atomic_write_safetensors(out / STATISTICS_FILE, {f"statistic_{i}": e["value"].detach().cpu().contiguous()
+                                                             for i, e in enumerate(self.statistics.values())})
+            statistics_info = [{k: v for k, v in e.items() if k != "value"} for e in self.statistics.values()]
+        files = ([EMBEDDINGS_FILE] + [a["file"] for a in ann_info.values() if "file" in a]
+                 + ([STATISTICS_FILE] if statistics_info else []))
         if has_model:
             files += [VOCAB_FILE] + sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
         meta = {
             "format": INDEX_FORMAT, "version": INDEX_VERSION,
-            "backend": "faiss" if ann_info else "exact", "ann": ann_info, "hubness": hubness_info,
+            "backend": next((a.get("engine", "faiss") for a in ann_info.values()), "exact"), "ann": ann_info, "statistics": statistics_info,
             "checksums": {name: _sha256(out / name) for name in files},
             "num_images": self.images.num, "num_captions": self.captions.num, "dim": self.images.dim,
             "image_ids": self.image_ids, "caption_ids": self.caption_ids, "caption_texts": self.caption_texts,
@@ -428,10 +477,11 @@ class GalleryIndex:
             rerank_options: parameters of the re-ranker (e.g. ``{"beta": 30}``, ``{"k": 10}`` for CSLS,
                 ``{"lam": 2.0}`` for RGM; default: ``meta["rerank_options"]`` of the index, then the
                 library defaults).
-            backend: ``"exact"`` (score the whole gallery), ``"faiss"`` (the ANN index built with
-                :meth:`build_ann`; nns and csls only) or ``"auto"`` (faiss when built for the gallery).
-            candidates: ANN candidates per query re-scored exactly on the faiss backend (default 100)
-                for scores other than the index's own, and for CSLS.
+            backend: ``"exact"`` (score the whole gallery), ``"faiss"`` (candidates from the ANN index
+                built with :meth:`build_ann`, re-scored exactly) or ``"auto"`` (faiss when built for the
+                gallery). Both answer through one interface (:mod:`pcmr.search.searcher`); re-rankers
+                with a matching (gm, rgm) run on the exact backend only.
+            candidates: ANN candidates per query re-scored exactly on the faiss backend (default 100).
         """
 
         if modality not in MODALITIES:
@@ -448,33 +498,36 @@ class GalleryIndex:
         check_similarity_supported(similarity, images, captions, opts)
         params = dict(rerank_options if rerank_options is not None
                       else (self.meta.get("rerank_options") or {}).get(rerank, {}))
-        if self._use_faiss(backend, gallery_modality):
-
-            unknown = sorted(set(params) - {"csls_k"})
-            if unknown:
-                raise ValueError(f"the faiss backend takes no re-ranker option(s) {unknown} (only csls_k)")
-            indices, scores = faiss_search(self.ann[gallery_modality], gallery, query, k, similarity, rerank,
-                                           modality, opts, candidates=candidates,
-                                           hubness=self.hubness.get(gallery_modality), csls_k=params.get("csls_k"))
+        reranker = get_reranker(rerank, **params)
+        use_faiss = self._use_faiss(backend, gallery_modality)
+        if use_faiss and not reranker.works_on_candidates:
+            raise ValueError(f"re-ranker {rerank!r} matches all queries together, so it cannot run on candidate "
+                             "lists of the faiss backend; use backend 'exact'")
+        if reranker.works_on_candidates:
+            scoring = Scoring(similarity, modality, opts, reranker)
+            statistic = self.statistic(gallery_modality, scoring)
+            searcher: ExactSearcher | CandidateSearcher = (
+                CandidateSearcher(self.ann[gallery_modality], gallery, scoring, statistic, candidates=candidates)
+                if use_faiss else ExactSearcher(gallery, scoring, statistic))
+            indices, scores = searcher.search(query, k)
             return self._results(query, gallery, modality, gallery_modality, similarity, rerank, indices, scores)
         pair = score_matrix(similarity, images, captions, opts)  # [N_img, N_cap]
         query_scores = pair.T if modality == "caption" else pair  # [Q, G]
-        if rerank == "nns":
-            all_scores, offset = query_scores, 0
-        else:
-            reference = self._reference_scores(similarity, modality, opts)  # [R, G]
-            all_scores, offset = torch.cat([reference, query_scores], dim=0), reference.shape[0]
+        reference = self._reference_scores(similarity, modality, opts)  # [R, G]
+        all_scores, offset = torch.cat([reference, query_scores], dim=0), reference.shape[0]
         indices, scores = rerank_topk(rerank, all_scores, k, **params)
         indices, scores = indices[offset:], scores[offset:]  # [Q, k]
         return self._results(query, gallery, modality, gallery_modality, similarity, rerank, indices, scores)
 
     def _use_faiss(self, backend: str, gallery_modality: str) -> bool:
+        """Whether candidates come from the ANN source of ``gallery_modality`` (faiss or Milvus)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-        if backend == "faiss" and gallery_modality not in self.ann:
-            raise ValueError(f"backend 'faiss': this index has no faiss index over its {gallery_modality}s; "
-                             "build one with `pcmr search INDEX --build ... --backend faiss`")
-        return backend == "faiss" or (backend == "auto" and gallery_modality in self.ann)
+        source = self.ann.get(gallery_modality)
+        if backend in ("faiss", "milvus") and (source is None or source.engine != backend):
+            raise ValueError(f"backend {backend!r}: this index has no {backend} candidates over its "
+                             f"{gallery_modality}s; build them with `pcmr search INDEX --build ... --backend {backend}`")
+        return backend in ("faiss", "milvus") or (backend == "auto" and source is not None)
 
     def _results(self, query: Gaussian, gallery: Gaussian, modality: str, gallery_modality: str, similarity: str,
                  rerank: str, indices: Tensor, scores: Tensor) -> SearchResults:
@@ -593,6 +646,9 @@ def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None
 def _load_backend(index: GalleryIndex, root: Path, info: dict[str, Any], meta_path: Path) -> None:
     """Read the faiss indexes and CSLS terms listed in ``index.json`` and check they fit the gallery."""
     for modality, entry in (info.get("ann") or {}).items():
+        if isinstance(entry, dict) and entry.get("engine") == "milvus":
+            index.ann[modality] = _open_milvus(entry, index.gallery(modality), meta_path)
+            continue
         try:
 
             ann = AnnIndex.read(str(root / entry["file"]), entry["score"], entry["index_type"], entry["layout"],
@@ -607,14 +663,45 @@ def _load_backend(index: GalleryIndex, root: Path, info: dict[str, Any], meta_pa
             raise ValueError(f"{root / entry['file']} holds {ann.ntotal} items of D={ann.dim} but the gallery has "
                              f"{gallery.num} {modality}s of D={gallery.dim}; the index files do not match")
         index.ann[modality] = ann
-    hubness = info.get("hubness") or {}
-    if hubness:
-        tensors = load_file(str(root / HUBNESS_FILE))
-        for modality, entry in hubness.items():
-            r_q = tensors.get(f"{modality}_r_q")
-            if r_q is None or r_q.shape != (index.gallery(modality).num,):
-                raise ValueError(f"{root / HUBNESS_FILE}: '{modality}_r_q' must hold one value per {modality}")
-            index.hubness[modality] = {**entry, "r_q": r_q.to(index.gallery(modality).device)}
+    entries = info.get("statistics") or []
+    if entries:
+        tensors = load_file(str(root / STATISTICS_FILE))
+        for i, entry in enumerate(entries):
+            value = tensors.get(f"statistic_{i}")
+            try:
+                modality = entry["modality"]
+                scoring = Scoring(entry["similarity"], "caption" if modality == "image" else "image",
+                                  dict(entry["options"]), get_reranker(entry["reranker"], **entry["params"]))
+                size = index.gallery(modality).num
+            except (KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{meta_path}: entry {i} of field 'statistics' is malformed ({err})") from None
+            if value is None or value.shape != (size,):
+                raise ValueError(f"{root / STATISTICS_FILE}: 'statistic_{i}' must hold one value per {modality}")
+            key = _statistic_key(modality, scoring)
+            if key is not None:
+                index.statistics[key] = {**entry, "value": value}
+
+
+def _open_milvus(entry: dict[str, Any], gallery: Gaussian, meta_path: Path) -> Any:
+    """Reconnect to the Milvus collection an index names and check it holds the gallery."""
+    try:
+        source = MilvusCandidates.open(entry["uri"], entry["collection"])
+    except KeyError as err:
+        raise ValueError(f"{meta_path}: a milvus entry of field 'ann' lacks {err}") from None
+    if source.ntotal != gallery.num or source.dim != gallery.dim:
+        raise ValueError(f"{entry['uri']}: collection {entry['collection']!r} holds {source.ntotal} items of "
+                         f"D={source.dim} but the gallery has {gallery.num} of D={gallery.dim}; rebuild it")
+    source.set_search_params(nprobe=(entry.get("params") or {}).get("nprobe"))
+    return source
+
+
+def _statistic_key(modality: str, scoring: Scoring) -> str | None:
+    """What a stored gallery statistic depends on, as a JSON string (None for uncacheable options)."""
+    try:
+        return json.dumps([modality, scoring.similarity, scoring.reranker.weighting.name,
+                           vars(scoring.reranker.weighting), scoring.options], sort_keys=True)
+    except TypeError:  # tensor or generator options
+        return None
 
 
 def _first_line(err: BaseException) -> str:
