@@ -76,6 +76,9 @@ def test_results_summary_and_claims(finished: Path) -> None:
         assert float(row["caption_uncertainty_spread_init"]) > 0 and float(row["caption_uncertainty_floor"]) > 0
         assert float(row["match_a"]) > 0 and row["match_b"] != ""
     assert all(r["caption_uncertainty_signal"] == "" for r in vsepp_rows(rows))
+    # the schedule each run used, in epochs (recipes give step periods as shares of training)
+    assert {r["schedule"] for r in pcme_nns} == {"cosine: 1 epochs"}
+    assert {r["schedule"] for r in vsepp_rows(rows)} == {"step: 1 epochs, lr x 0.1 every 1"}
     pcme_is = [r for r in rows if r["recipe"] == "pcme" and r["rerank"] == "is"]
     assert all(r["i2t_r1_least_uncertain"] == "" for r in pcme_is)  # analysis of raw scores: nns rows only
     vsepp = [r for r in rows if r["recipe"] == "vsepp_sum"]

@@ -36,7 +36,8 @@ from pcmr.train.lifecycle import start_or_resume
 from pcmr.train.recipes import find_recipe
 from pcmr.train.run import load_run, load_run_split
 
-__all__ = ["UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "resolve_config", "train_run", "write_text"]
+__all__ = ["UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "resolve_config", "schedule_text", "train_run",
+           "write_text"]
 
 UNCERTAINTY_MEASURE = "log_det"
 
@@ -234,10 +235,23 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
         extras=[analysis_columns], extra_positives=[], num_folds=None, corruption=False,
         meta={"run": str(run_dir)})
     reports = evaluator.evaluate_modes(trained.model, trained.vocab, trained.similarity_options)
+    schedule = schedule_text(config.train.schedule_summary())
     rows: list[dict[str, Any]] = []
     for mode, report in reports.items():
         report.meta["relevance"] = mode
         report.save(run_dir / f"eval-{mode}", plots=False)
         rows.extend({"similarity": row["similarity"], "rerank": row["rerank"], "relevance": mode,
-                     **{k: v for k, v in row.items() if k not in ("similarity", "rerank")}} for row in report.rows)
+                     **{k: v for k, v in row.items() if k not in ("similarity", "rerank")}, "schedule": schedule}
+                    for row in report.rows)
     return rows
+
+
+def schedule_text(summary: Mapping[str, Any]) -> str:
+    """One line of the schedule a run used, in epochs (``TrainConfig.schedule_summary``), for the
+    study's ``schedule`` column: ``"step: 6 epochs, lr x 0.1 every 3"``."""
+    text = f"{summary['schedule']}: {summary['epochs']} epochs"
+    if summary.get("warmup_epochs"):
+        text += f", {summary['warmup_epochs']} frozen warm-up"
+    if summary["schedule"] == "step":
+        text += f", lr x {summary['step_gamma']:g} every {summary['step_period']}"
+    return text
