@@ -32,7 +32,7 @@ demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pcmr demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 
 test: lint
