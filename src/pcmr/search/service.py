@@ -113,7 +113,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
     images = _Images(index)
     measure = index.meta.get("uncertainty_measure", "log_det")
-    levels = {m: _relative_levels(None if index.gallery(m).is_point else index.gallery(m).uncertainty(measure))
+    levels = {m: _relative_levels(None if index.gallery(m).is_point else index.item_uncertainty(m))
               for m in ("image", "caption")}
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
 
@@ -225,7 +225,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     @app.get("/api/images/{item}")
     def image_item(item: int, k: int = 5) -> dict[str, Any]:
         check_item(item, "image")
-        unc = None if index.images.is_point else float(index.images[item].uncertainty(measure))
+        unc = None if index.images.is_point else float(index.item("image", item).uncertainty(measure))
         out = {"index": item, "id": index.image_ids[item],
                "metadata": index.image_metadata[item] if index.image_metadata else {},
                "uncertainty": unc, "uncertainty_level": level("image", unc),
@@ -233,13 +233,13 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         if index.captions.num:
             check_k(k, "caption")
             out["captions"], out["warnings"] = run_search(lambda q, **kw: index.search(q, modality="image", **kw),
-                                                          index.images[item], k, "caption")
+                                                          index.item("image", item), k, "caption")
         return out
 
     @app.get("/api/captions/{item}")
     def caption_item(item: int) -> dict[str, Any]:
         check_item(item, "caption")
-        unc = None if index.captions.is_point else float(index.captions[item].uncertainty(measure))
+        unc = None if index.captions.is_point else float(index.item("caption", item).uncertainty(measure))
         return {"index": item, "id": index.caption_ids[item], "text": index.caption_texts[item],
                 "uncertainty": unc, "uncertainty_level": level("caption", unc)}
 
