@@ -8,7 +8,9 @@ import json
 import shutil
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
+from safetensors.torch import save_file
 
 from _search_index import SHAPES
 from conftest import make_tiny_run
@@ -110,7 +112,9 @@ def test_build_options_are_checked(built, tmp_path, capsys):
     assert "add --on-disk" in capsys.readouterr().err
     assert main(["search", str(tmp_path / "b"), "--build", str(built["run"]), "--on-disk", "--backend", "exact"]) == 2
     assert "--backend faiss" in capsys.readouterr().err
+    save_file({"image_mean": torch.randn(3, 4), "image_logvar": torch.randn(3, 4)}, str(tmp_path / "more.safetensors"))
     assert main(["search", str(built["disk"]), "--add", str(tmp_path / "more.safetensors")]) == 2
+    assert "adding images" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
