@@ -146,10 +146,15 @@ def test_serve_answers_from_the_store(built):
     assert item["index"] == 3 and len(item["captions"]) >= 1 and item["uncertainty"] is not None
     caption = client.get("/api/captions/7").json()
     assert caption["text"] == index.caption_texts[7] and caption["uncertainty"] is not None
-    for settings in ({"backend": "exact"}, {"rerank": "rgm"}):
-        refused = TestClient(create_app(index, **settings), raise_server_exceptions=False).get(
-            "/api/search", params={"text": "a red circle"})
-        assert refused.status_code == 400 and "--on-disk" in refused.text
+    for settings in ({"backend": "exact"}, {"rerank": "rgm"}):  # refused when the service is created
+        with pytest.raises(ValueError, match="--on-disk"):
+            create_app(index, **settings)
+
+
+def test_pcmr_serve_refuses_the_exact_backend_before_listening(built, capsys):
+    assert main(["serve", str(built["disk"]), "--backend", "exact", "--port", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "--on-disk" in captured.err and "serving" not in captured.out
 
 
 def test_a_truncated_store_file_is_detected_on_load(built, tmp_path):

@@ -271,7 +271,8 @@ class GalleryIndex:
         """Whether the Gaussians are gallery stores on disk (:meth:`build_on_disk`)."""
         return isinstance(self.images, GalleryStore)
 
-    def _refuse_on_disk(self, what: str) -> None:
+    def refuse_on_disk(self, what: str) -> None:
+        """Raise one ValueError naming ``what`` and ``--on-disk`` when this index keeps its gallery on disk."""
         if self.on_disk:
             raise ValueError(f"{what} needs the whole gallery in memory, but this index keeps its Gaussians on disk "
                              "(built with --on-disk); it answers through its faiss candidates re-scored from disk. "
@@ -310,7 +311,7 @@ class GalleryIndex:
         ``.db`` file or a server address) and use it as this index's candidate source; the Gaussians
         stay in the index's own files, candidates are re-scored exactly as on the faiss backend.
         ``params``: ``nlist``, ``nprobe`` (IVF_FLAT). Gallery statistics as in :meth:`build_ann`."""
-        self._refuse_on_disk("the milvus backend")
+        self.refuse_on_disk("the milvus backend")
         self.meta["reference_sample"] = int(reference_sample)
         for modality in modalities:
             gallery = self.gallery(modality)
@@ -369,7 +370,7 @@ class GalleryIndex:
     def _add(self, modality: str, items: Gaussian, ids: Sequence[Any], metadata: Sequence[dict[str, Any]] | None,
              texts: Sequence[str] | None, shard_size: int, progress: bool | None) -> None:
 
-        self._refuse_on_disk(f"adding {modality}s")
+        self.refuse_on_disk(f"adding {modality}s")
         old = self.gallery(modality)
         assert isinstance(old, Gaussian)
         if items.dim != old.dim:
@@ -585,9 +586,9 @@ class GalleryIndex:
         reranker = get_reranker(rerank, **params)
         if isinstance(gallery, GalleryStore):  # on disk: candidates re-scored from the rows read
             if backend == "exact":
-                self._refuse_on_disk("the exact backend")
+                self.refuse_on_disk("the exact backend")
             if not reranker.works_on_candidates:
-                self._refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
+                self.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
             query = query.to(device="cpu", dtype=torch.float32)
             probe = gallery.rows(torch.zeros(1, dtype=torch.long))  # one row: the variance shape the similarity checks
             images, captions = (probe, query) if modality == "caption" else (query, probe)

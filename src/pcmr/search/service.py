@@ -27,6 +27,7 @@ from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages
 from pcmr.data.shapes.dataset import load_shapes
+from pcmr.inference import get_reranker
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
 
@@ -110,6 +111,10 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     limits = limits or ServiceLimits()
+    if index.on_disk and backend == "exact":
+        index.refuse_on_disk("the exact backend")
+    if index.on_disk and not get_reranker(rerank).works_on_candidates:
+        index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
     images = _Images(index)
     measure = index.meta.get("uncertainty_measure", "log_det")
