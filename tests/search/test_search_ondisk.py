@@ -183,3 +183,14 @@ def test_chunked_encoding_equals_the_whole_split_and_needs_split_order(built, mo
     monkeypatch.setattr(encode, "image_loader", lambda split, size: list(original(split, size))[::-1])
     with pytest.raises(ValueError, match="in order"):
         list(encode.encode_split_chunks(loaded.model, split, loaded.vocab, "image", batch_size=64))
+
+
+def test_item_uncertainties_are_saved_once_and_equal_the_stores(built):
+    index = GalleryIndex.load(built["disk"])
+    memory = GalleryIndex.load(built["memory"])
+    assert set(index._uncertainty) == {"image", "caption"}  # read from uncertainty.safetensors, not the stores
+    for modality in ("image", "caption"):
+        assert index.item_uncertainty(modality).tolist() == memory.item_uncertainty(modality).tolist()
+    info = json.loads((built["disk"] / "index.json").read_text())
+    assert info["uncertainty"] == {"file": "uncertainty.safetensors", "measure": "log_det"}
+    assert "uncertainty.safetensors" in info["checksums"]

@@ -31,7 +31,8 @@ On disk (a folder; no pickle anywhere):
 An index built *on disk* (:meth:`GalleryIndex.build_on_disk`, ``pcmr search --build RUN --on-disk``)
 has no ``embeddings.safetensors``: each modality's Gaussians are a :class:`~pcmr.search.store.GalleryStore`
 folder (``store-image/``, ``store-caption/``, float16 or float32 ``.npy`` rows) written batch by batch
-while encoding, and ``index.json`` records ``on_disk: true`` and the store folders. Loading opens the
+while encoding, and ``index.json`` records ``on_disk: true`` and the store folders; ``uncertainty.safetensors`` keeps
+each item's uncertainty, so loading does not read the stores for them. Loading opens the
 stores without reading them; searches answer through the faiss candidates re-scored exactly from the
 rows read (:class:`~pcmr.search.searcher.CandidateSearcher`). The exact backend and the matching
 re-rankers (gm, rgm), which score the whole gallery at once, are refused on such an index.
@@ -93,6 +94,7 @@ EMBEDDINGS_FILE = "embeddings.safetensors"
 MODEL_DIR = "model"
 VOCAB_FILE = "vocab.json"
 STATISTICS_FILE = "statistics.safetensors"
+UNCERTAINTY_FILE = "uncertainty.safetensors"  # on-disk indexes: each item's uncertainty, computed once
 BACKENDS = ("auto", "exact", "faiss", "milvus")
 MODALITIES = ("image", "caption")
 STORE_DIRS = {"image": "store-image", "caption": "store-caption"}
@@ -445,8 +447,12 @@ class GalleryIndex:
             atomic_write_safetensors(out / STATISTICS_FILE, {f"statistic_{i}": e["value"].detach().cpu().contiguous()
                                                              for i, e in enumerate(self.statistics.values())})
             statistics_info = [{k: v for k, v in e.items() if k != "value"} for e in self.statistics.values()]
-        files = (([] if self.on_disk else [EMBEDDINGS_FILE]) + store_files + [a["file"] for a in ann_info.values() if "file" in a]
-                 + ([STATISTICS_FILE] if statistics_info else []))
+        uncertain = [m for m in MODALITIES if self.on_disk and not self.gallery(m).is_point]
+        if uncertain:  # read once here, not by every load
+            atomic_write_safetensors(out / UNCERTAINTY_FILE, {m: self.item_uncertainty(m).contiguous() for m in uncertain})
+        files = (([] if self.on_disk else [EMBEDDINGS_FILE]) + store_files
+                 + [a["file"] for a in ann_info.values() if "file" in a]
+                 + ([STATISTICS_FILE] if statistics_info else []) + ([UNCERTAINTY_FILE] if uncertain else []))
         if has_model:
             files += [VOCAB_FILE] + sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
         meta = {
@@ -454,6 +460,8 @@ class GalleryIndex:
             "backend": next((a.get("engine", "faiss") for a in ann_info.values()), "exact"), "ann": ann_info, "statistics": statistics_info,
             "checksums": {name: _sha256(out / name) for name in files},
             **({"on_disk": True, "stores": dict(STORE_DIRS)} if self.on_disk else {}),
+            **({"uncertainty": {"file": UNCERTAINTY_FILE, "measure": self.meta["uncertainty_measure"]}}
+               if uncertain else {}),
             "num_images": self.images.num, "num_captions": self.captions.num, "dim": self.images.dim,
             "image_ids": self.image_ids, "caption_ids": self.caption_ids, "caption_texts": self.caption_texts,
             "image_metadata": self.image_metadata, "similarity_options": self.similarity_options,
@@ -538,6 +546,7 @@ class GalleryIndex:
                     image_metadata=info.get("image_metadata"), similarity_options=info.get("similarity_options"),
                     meta=info.get("meta"), model=model, vocab=vocab)
         _load_backend(index, root, info, meta_path)
+        _load_uncertainty(index, root, info, meta_path)
         return index
 
     # ----------------------------------------------------------------- search
@@ -807,6 +816,21 @@ def _load_backend(index: GalleryIndex, root: Path, info: dict[str, Any], meta_pa
             key = _statistic_key(modality, scoring)
             if key is not None:
                 index.statistics[key] = {**entry, "value": value}
+
+
+def _load_uncertainty(index: GalleryIndex, root: Path, info: dict[str, Any], meta_path: Path) -> None:
+    """The items' uncertainties an on-disk index saved (``uncertainty`` of ``index.json``), if any."""
+    entry = info.get("uncertainty")
+    if entry is None:
+        return
+    if not isinstance(entry, dict) or entry.get("file") != UNCERTAINTY_FILE:
+        raise ValueError(f"{meta_path}: field 'uncertainty' must be {{'file': {UNCERTAINTY_FILE!r}, 'measure': ...}}")
+    if entry.get("measure") != index.meta["uncertainty_measure"]:
+        return  # another measure: computed from the stores on first use
+    for modality, value in _read_embeddings(root / UNCERTAINTY_FILE).items():
+        if modality not in MODALITIES or value.shape != (index.gallery(modality).num,):
+            raise ValueError(f"{root / UNCERTAINTY_FILE}: {modality!r} must hold one value per item of a modality")
+        index._uncertainty[modality] = value
 
 
 def _open_milvus(entry: dict[str, Any], gallery: Gallery, meta_path: Path) -> Any:
