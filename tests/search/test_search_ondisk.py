@@ -106,6 +106,12 @@ def test_the_whole_gallery_paths_are_refused_naming_on_disk(built, capsys, extra
     assert "--on-disk" in capsys.readouterr().err
 
 
+def test_a_backend_the_index_lacks_is_refused(built, capsys):
+    capsys.readouterr()
+    assert main(["search", str(built["disk"]), "--text", "a red circle", "--backend", "milvus"]) == 2
+    assert "no milvus candidates" in capsys.readouterr().err
+
+
 def test_build_options_are_checked(built, tmp_path, capsys):
     capsys.readouterr()
     assert main(["search", str(tmp_path / "a"), "--build", str(built["run"]), "--store-dtype", "float16"]) == 2

@@ -602,7 +602,7 @@ class GalleryIndex:
             probe = gallery.rows(torch.zeros(1, dtype=torch.long))  # one row: the variance shape the similarity checks
             images, captions = (probe, query) if modality == "caption" else (query, probe)
             check_similarity_supported(similarity, images, captions, opts)
-            if gallery_modality not in self.ann:
+            if not self._use_faiss(backend, gallery_modality):  # also checks the backend's name
                 raise ValueError(f"this on-disk index has no faiss candidates over its {gallery_modality}s; "
                                  "build it with `pcmr search INDEX --build RUN --on-disk` without --modality")
             scoring = Scoring(similarity, modality, opts, reranker)
