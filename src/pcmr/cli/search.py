@@ -7,6 +7,7 @@
     pcmr search INDEX --build RUN --backend faiss [--index-type auto|flat|ivf|hnsw]  # + ANN index
     pcmr search INDEX --from-embeddings emb.safetensors --backend faiss            # saved embeddings
     pcmr search INDEX --add more.safetensors                                       # append items
+    pcmr search INDEX --build RUN --index-type ivfpq --on-disk [--memory-budget 2G]  # gallery on disk
 
 ``--build`` encodes the gallery split into the folder INDEX (pcmr.search.GalleryIndex: safetensors +
 JSON, with the model and vocabulary so queries can be encoded); a query option in the same call
@@ -83,6 +84,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--overwrite", action="store_true",
                        help="replace an existing INDEX folder with --build / --from-embeddings (the new index "
                        "is swapped in whole once complete)")
+    build.add_argument("--on-disk", action="store_true",
+                       help="encode the gallery batch by batch into a store on disk inside INDEX (never whole in "
+                       "memory) and answer through faiss candidates (best --index-type ivfpq) re-scored exactly "
+                       "from the rows read; the exact backend and gm/rgm need an index built without it")
+    build.add_argument("--store-dtype", default=None, choices=["float16", "float32"],
+                       help="--on-disk: precision of the stored Gaussians (default float16, half the disk)")
     build.add_argument("--add", metavar="FILE", default=None,
                        help="append the items of a saved-embeddings file to the existing INDEX")
     ann = parser.add_argument_group("faiss backend (building)")
@@ -193,6 +200,8 @@ def _build(args: argparse.Namespace) -> Any:
     _check_target(args)
     loaded = load_run_or_model(args.build, args.vocab, args.device or "cpu")
     split = load_split(args.data, args.split, loaded.config, args.data_name)
+    if args.on_disk:
+        return _build_on_disk(args, loaded, split)
     with phase(f"encoding the gallery ({split.num_images} images, {split.num_captions} captions)"):
         index = GalleryIndex.build(
             loaded.model,
@@ -210,6 +219,31 @@ def _build(args: argparse.Namespace) -> Any:
         f"built {args.index}: {index.images.num} images, {index.captions.num} captions "
         f"({split.name}/{args.split}, D={index.images.dim})"
     )
+    return index
+
+
+def _build_on_disk(args: argparse.Namespace, loaded: Any, split: Any) -> Any:
+    """--build --on-disk: the stores, the faiss index and the statistics are written into the new
+    index folder (swapped in whole once complete), then the index is opened from there."""
+    if args.backend not in ("auto", "faiss"):
+        raise ValueError(f"--on-disk answers through faiss candidates; use --backend faiss (or leave --backend "
+                         f"out), got --backend {args.backend}")
+    args.backend = "faiss"
+
+    def write(folder: Path) -> None:
+        with phase(f"encoding the gallery to disk ({split.num_images} images, {split.num_captions} captions)"):
+            index = GalleryIndex.build_on_disk(
+                loaded.model, split, loaded.vocab, folder, dtype=args.store_dtype or "float16",
+                batch_size=args.batch_size, device=args.device, similarity_options=loaded.similarity_options,
+                meta={"source": str(loaded.source), "dataset": split.name, "split": args.split}, progress=None)
+        _maybe_build_ann(index, args)
+        index.save(folder)
+
+    write_folder(args.index, write)
+    index = GalleryIndex.load(args.index, device=args.device)
+    print(f"built {args.index}: {index.images.num} images, {index.captions.num} captions "
+          f"({split.name}/{args.split}, D={index.images.dim}), Gaussians on disk "
+          f"({args.store_dtype or 'float16'})")
     return index
 
 
@@ -327,6 +361,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--text must be a non-empty caption, e.g. --text 'a red circle'")
     if sum(x is not None for x in (args.build, args.from_embeddings, args.add)) > 1:
         raise ValueError("give only one of --build, --from-embeddings and --add")
+    if (args.on_disk or args.store_dtype is not None) and args.build is None:
+        raise ValueError("--on-disk and --store-dtype apply to --build RUN_OR_MODEL only")
+    if args.store_dtype is not None and not args.on_disk:
+        raise ValueError("--store-dtype sets the precision of an --on-disk gallery; add --on-disk")
     index = None
     if args.build:
         index = _build(args)

@@ -26,7 +26,7 @@ from pcmr.gaussian import Gaussian
 from pcmr.models.model import RetrievalModel
 from pcmr.progress import progress_enabled
 
-__all__ = ["encode_split", "encode_images", "encode_captions", "encode_texts", "encode_image_files",
+__all__ = ["encode_split", "encode_split_chunks", "encode_images", "encode_captions", "encode_texts", "encode_image_files",
            "encode_image_inputs", "ImageInput",
            "model_device", "split_image_metadata", "caption_batch"]
 
@@ -76,14 +76,45 @@ def _collect(pieces: list[tuple[Tensor, Gaussian]], total: int, what: str) -> Ga
     return gaussian[order]
 
 
-def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key: str, total: int,
-            device: torch.device, progress: bool | None, what: str) -> Gaussian:
-    pieces = []
+def _encoded_batches(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key: str,
+                     device: torch.device, progress: bool | None, what: str) -> Iterator[tuple[Tensor, Gaussian]]:
+    """``(split indices [B], Gaussian [B, D])`` of each batch of ``loader``, one batch at a time."""
     with eval_mode(model):
         for batch in _progress(loader, progress, f"encoding {what}"):
             g = getattr(model, method)(_to_device(batch, device))
-            pieces.append((batch[index_key], g.detach()))
+            yield batch[index_key], g.detach()
+
+
+def _encode(model: Any, loader: Iterable[dict[str, Any]], method: str, index_key: str, total: int,
+            device: torch.device, progress: bool | None, what: str) -> Gaussian:
+    pieces = list(_encoded_batches(model, loader, method, index_key, device, progress, what))
     return _collect(pieces, total, what)
+
+
+def encode_split_chunks(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, modality: str, *,
+                        batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
+                        progress: bool | None = False) -> Iterator[Gaussian]:
+    """The ``modality`` (``"image"`` or ``"caption"``) items of ``split`` as CPU ``Gaussian [B, D]``
+    batches in the split's order, one batch in memory at a time (a gallery written straight to disk,
+    :mod:`pcmr.search.store`). The loader must yield the items in order, each once."""
+    dev = model_device(model, device)
+    if modality == "image":
+        loader, method, key, total = image_loader(split, batch_size), "encode_images", "image_index", split.num_images
+    elif modality == "caption":
+        loader, method, key = caption_loader(split, vocab, batch_size), "encode_captions", "caption_index"
+        total = split.num_captions
+    else:
+        raise ValueError(f"modality must be 'image' or 'caption', got {modality!r}")
+    done = 0
+    for index, gaussian in _encoded_batches(model, loader, method, key, dev, progress, f"{modality}s"):
+        expected = torch.arange(done, done + gaussian.num)
+        if not torch.equal(index.to("cpu").long().reshape(-1), expected):
+            raise ValueError(f"the {modality} loader must yield the split's {modality}s in order to encode them "
+                             f"in chunks (expected indices {done}..{done + gaussian.num - 1})")
+        done += gaussian.num
+        yield gaussian.to("cpu")
+    if done != total:
+        raise ValueError(f"the {modality} loader yielded {done} {modality}s, the split holds {total}")
 
 
 def encode_images(model: nn.Module, split: RetrievalSplit, *, batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 from pcmr.progress import progress_bar
+from pcmr.search.store import GalleryStore
 
 __all__ = ["ANN_SCORES", "ProgressCounter", "ann_score_for", "build_ann", "INDEX_TYPES", "AnnIndex", "choose_index_type", "compressed_params", "gallery_layout",
            "gallery_vectors", "parse_memory", "query_vectors", "scores_from_distances"]
@@ -249,9 +250,10 @@ class AnnIndex:
         elif kind == "ivfpq":
             if refine not in (None, *REFINE_BYTES):
                 raise ValueError(f"refine must be None or one of {list(REFINE_BYTES)}, got {refine!r}")
-            chosen = compressed_params(total, width, memory_budget, refine)
-            nlist = chosen["nlist"] if nlist is None else nlist
-            pq_m = chosen["pq_m"] if pq_m is None else pq_m
+            if nlist is None or pq_m is None:  # what is not given is chosen to fit the budget
+                chosen = compressed_params(total, width, memory_budget, refine)
+                nlist = chosen["nlist"] if nlist is None else nlist
+                pq_m = chosen["pq_m"] if pq_m is None else pq_m
             if isinstance(pq_m, bool) or not isinstance(pq_m, int) or pq_m < 1:
                 raise ValueError(f"pq_m must be a positive integer (bytes per code), got {pq_m!r}")
             pad = -width % pq_m
@@ -364,13 +366,24 @@ class ProgressCounter:
             self.bar.close()
 
 
-def build_ann(gallery: Gaussian, score: str, index_type: str = "auto", *, shard_size: int = 65_536,
+def build_ann(gallery: Gaussian | GalleryStore, score: str, index_type: str = "auto", *, shard_size: int = 65_536,
               progress: bool | None = False, desc: str = "index", **params: Any) -> AnnIndex:
-    """An :class:`AnnIndex` over an in-memory ``gallery`` filled in shards of ``shard_size`` rows."""
-    ann = AnnIndex.create(score, gallery, index_type, **params)
+    """An :class:`AnnIndex` over ``gallery`` filled in shards of ``shard_size`` rows. A gallery on disk
+    (:class:`~pcmr.search.store.GalleryStore`) is read shard by shard; its training sample (the rows
+    :meth:`AnnIndex.create` would draw from the same gallery in memory, ``train_size`` and ``seed``)
+    is read once, so the index equals the one built from the gallery in memory."""
     bar = ProgressCounter(progress, gallery.num, desc)
     try:
-        ann.add(gallery, shard_size=shard_size, progress=bar)
+        if isinstance(gallery, GalleryStore):
+            train_size, seed = int(params.pop("train_size", 100_000)), int(params.pop("seed", 0))
+            rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
+            ann = AnnIndex.create(score, gallery.rows(rows.sort().values), index_type, num_items=gallery.num,
+                                  train_size=train_size, seed=seed, **params)
+            for _, shard in gallery.chunks(shard_size):
+                ann.add(shard, shard_size=shard_size, progress=bar)
+        else:
+            ann = AnnIndex.create(score, gallery, index_type, **params)
+            ann.add(gallery, shard_size=shard_size, progress=bar)
     finally:
         bar.close()
     return ann

@@ -27,6 +27,15 @@ On disk (a folder; no pickle anywhere):
 - ``ann-image.faiss`` / ``ann-caption.faiss`` (faiss backend, :mod:`pcmr.search.ann`) and
   ``statistics.safetensors`` (the re-rankers' gallery statistics, described in ``index.json``);
 - ``index.json`` lists the SHA-256 of every other file; a file that does not match gives one error.
+
+An index built *on disk* (:meth:`GalleryIndex.build_on_disk`, ``pcmr search --build RUN --on-disk``)
+has no ``embeddings.safetensors``: each modality's Gaussians are a :class:`~pcmr.search.store.GalleryStore`
+folder (``store-image/``, ``store-caption/``, float16 or float32 ``.npy`` rows) written batch by batch
+while encoding, and ``index.json`` records ``on_disk: true`` and the store folders; ``uncertainty.safetensors`` keeps
+each item's uncertainty, so loading does not read the stores for them. Loading opens the
+stores without reading them; searches answer through the faiss candidates re-scored exactly from the
+rows read (:class:`~pcmr.search.searcher.CandidateSearcher`). The exact backend and the matching
+re-rankers (gm, rgm), which score the whole gallery at once, are refused on such an index.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from pcmr.data.split import RetrievalSplit
 from pcmr.evaluation.encode import (
     encode_image_files,
     encode_split,
+    encode_split_chunks,
     encode_texts,
     image_input_size,
     split_image_metadata,
@@ -66,10 +76,12 @@ from pcmr.search.searcher import (
     DEFAULT_REFERENCE_SAMPLE,
     CandidateSearcher,
     ExactSearcher,
+    Gallery,
     Scoring,
     gallery_statistic,
     reference_sample,
 )
+from pcmr.search.store import GalleryStore, write_store
 from pcmr.search.vectordb import MilvusCandidates
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
@@ -82,8 +94,10 @@ EMBEDDINGS_FILE = "embeddings.safetensors"
 MODEL_DIR = "model"
 VOCAB_FILE = "vocab.json"
 STATISTICS_FILE = "statistics.safetensors"
+UNCERTAINTY_FILE = "uncertainty.safetensors"  # on-disk indexes: each item's uncertainty, computed once
 BACKENDS = ("auto", "exact", "faiss", "milvus")
 MODALITIES = ("image", "caption")
+STORE_DIRS = {"image": "store-image", "caption": "store-caption"}
 
 
 @dataclass(frozen=True)
@@ -151,7 +165,8 @@ class GalleryIndex:
     """Image and caption Gaussians of a gallery with ids, texts and metadata; see the module docstring.
 
     Args:
-        images: ``Gaussian [N_img, D]``; captions: ``Gaussian [N_cap, D]``.
+        images: ``Gaussian [N_img, D]``; captions: ``Gaussian [N_cap, D]`` (or both a
+            :class:`~pcmr.search.store.GalleryStore` on disk, see :meth:`build_on_disk`).
         image_ids, caption_ids: one JSON-storable id (int or str) per item.
         caption_texts: ``N_cap`` strings.
         image_metadata: ``N_img`` JSON-storable dicts (e.g. file name, scene description) or None.
@@ -160,12 +175,14 @@ class GalleryIndex:
         model, vocab: what encodes new queries (optional; search by Gaussian works without them).
     """
 
-    def __init__(self, images: Gaussian, captions: Gaussian, *, image_ids: Sequence[Any],
+    def __init__(self, images: Gallery, captions: Gallery, *, image_ids: Sequence[Any],
                  caption_ids: Sequence[Any], caption_texts: Sequence[str],
                  image_metadata: Sequence[dict[str, Any]] | None = None,
                  similarity_options: dict[str, dict[str, Any]] | None = None,
                  meta: dict[str, Any] | None = None, model: RetrievalModel | None = None,
                  vocab: Vocabulary | None = None) -> None:
+        if isinstance(images, GalleryStore) != isinstance(captions, GalleryStore):
+            raise ValueError("images and captions must both be in memory or both be gallery stores on disk")
         if images.dim != captions.dim:
             raise ValueError(f"images have D={images.dim} but captions D={captions.dim}; expected the same D")
         for name, values, n in (("image_ids", image_ids, images.num), ("caption_ids", caption_ids, captions.num),
@@ -216,6 +233,53 @@ class GalleryIndex:
                    image_metadata=split_image_metadata(split), similarity_options=similarity_options,
                    meta=meta, model=model, vocab=vocab)
 
+    @classmethod
+    def build_on_disk(cls, model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary,
+                      folder: str | os.PathLike[str], *, dtype: str = "float16", batch_size: int = ENCODE_BATCH_SIZE,
+                      device: torch.device | str | None = None,
+                      similarity_options: dict[str, dict[str, Any]] | None = None,
+                      meta: dict[str, Any] | None = None, progress: bool | None = False) -> GalleryIndex:
+        """Like :meth:`build`, but each modality is encoded batch by batch straight into a
+        :class:`~pcmr.search.store.GalleryStore` (``dtype`` float16 or float32) in ``folder``, the folder
+        this index is then saved to: one encoding batch in memory, never the whole gallery. Build the
+        candidates with :meth:`build_ann` (read from the stores shard by shard) before searching."""
+        root = Path(folder)
+        stores = {}
+        for modality, total in (("image", split.num_images), ("caption", split.num_captions)):
+            chunks = encode_split_chunks(model, split, vocab, modality, batch_size=batch_size, device=device,
+                                         progress=progress)
+            first = next(chunks, None)
+            if first is None:
+                raise ValueError(f"the {modality} loader yielded no batch; the split has no {modality}s")
+            if isinstance(first, PointSet):
+                raise ValueError("a gallery on disk holds one Gaussian per item; this model gives point sets "
+                                 "(PVSE), build its index without --on-disk")
+            width = None if first.logvar is None else first.logvar.shape[1]
+
+            def all_chunks(first: Gaussian = first, rest: Any = chunks) -> Any:
+                yield first
+                yield from rest
+
+            stores[modality] = write_store(root / STORE_DIRS[modality], all_chunks(), total, first.dim, width, dtype)
+        meta = {"num_images": split.num_images, "num_captions": split.num_captions,
+                "image_size": image_input_size(split), **_image_source(split), **(meta or {})}
+        return cls(stores["image"], stores["caption"], image_ids=list(split.image_ids),
+                   caption_ids=list(split.caption_ids), caption_texts=list(split.caption_texts),
+                   image_metadata=split_image_metadata(split), similarity_options=similarity_options,
+                   meta=meta, model=model, vocab=vocab)
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether the Gaussians are gallery stores on disk (:meth:`build_on_disk`)."""
+        return isinstance(self.images, GalleryStore)
+
+    def refuse_on_disk(self, what: str) -> None:
+        """Raise one ValueError naming ``what`` and ``--on-disk`` when this index keeps its gallery on disk."""
+        if self.on_disk:
+            raise ValueError(f"{what} needs the whole gallery in memory, but this index keeps its Gaussians on disk "
+                             "(built with --on-disk); it answers through its faiss candidates re-scored from disk. "
+                             "Rebuild the index without --on-disk for this")
+
     # ----------------------------------------------------------------- faiss backend
     def build_ann(self, score: str = "cosine", modalities: Sequence[str] = MODALITIES, index_type: str = "auto",
                   *, shard_size: int = 65_536, progress: bool | None = False,
@@ -249,9 +313,11 @@ class GalleryIndex:
         ``.db`` file or a server address) and use it as this index's candidate source; the Gaussians
         stay in the index's own files, candidates are re-scored exactly as on the faiss backend.
         ``params``: ``nlist``, ``nprobe`` (IVF_FLAT). Gallery statistics as in :meth:`build_ann`."""
+        self.refuse_on_disk("the milvus backend")
         self.meta["reference_sample"] = int(reference_sample)
         for modality in modalities:
             gallery = self.gallery(modality)
+            assert isinstance(gallery, Gaussian)
             if gallery.num == 0:
                 continue
             source = MilvusCandidates.create(uri, f"{collection_prefix}_{modality}", score, gallery, gallery.num,
@@ -306,7 +372,9 @@ class GalleryIndex:
     def _add(self, modality: str, items: Gaussian, ids: Sequence[Any], metadata: Sequence[dict[str, Any]] | None,
              texts: Sequence[str] | None, shard_size: int, progress: bool | None) -> None:
 
+        self.refuse_on_disk(f"adding {modality}s")
         old = self.gallery(modality)
+        assert isinstance(old, Gaussian)
         if items.dim != old.dim:
             raise ValueError(f"new {modality}s have D={items.dim}, the index D={old.dim}")
         new_logvar, old_logvar = items.logvar, old.logvar
@@ -346,13 +414,16 @@ class GalleryIndex:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         tensors = {}
-        for modality, g in (("image", self.images), ("caption", self.captions)):
+        store_files = self._store_files(out)
+        for modality, g in (() if self.on_disk else (("image", self.images), ("caption", self.captions))):
+            assert isinstance(g, Gaussian)
             tensors[f"{modality}_mean"] = g.mean.detach().cpu().contiguous()
             if isinstance(g, PointSet):  # K points per item (PVSE); the mean above is their centroid
                 tensors[f"{modality}_points"] = g.points.detach().cpu().contiguous()
             if g.logvar is not None:
                 tensors[f"{modality}_logvar"] = g.logvar.detach().cpu().contiguous()
-        atomic_write_safetensors(out / EMBEDDINGS_FILE, tensors)
+        if not self.on_disk:
+            atomic_write_safetensors(out / EMBEDDINGS_FILE, tensors)
         has_model = False
         if include_model and self.model is not None and self.vocab is not None:
             has_model = True
@@ -376,14 +447,21 @@ class GalleryIndex:
             atomic_write_safetensors(out / STATISTICS_FILE, {f"statistic_{i}": e["value"].detach().cpu().contiguous()
                                                              for i, e in enumerate(self.statistics.values())})
             statistics_info = [{k: v for k, v in e.items() if k != "value"} for e in self.statistics.values()]
-        files = ([EMBEDDINGS_FILE] + [a["file"] for a in ann_info.values() if "file" in a]
-                 + ([STATISTICS_FILE] if statistics_info else []))
+        uncertain = [m for m in MODALITIES if self.on_disk and not self.gallery(m).is_point]
+        if uncertain:  # read once here, not by every load
+            atomic_write_safetensors(out / UNCERTAINTY_FILE, {m: self.item_uncertainty(m).contiguous() for m in uncertain})
+        files = (([] if self.on_disk else [EMBEDDINGS_FILE]) + store_files
+                 + [a["file"] for a in ann_info.values() if "file" in a]
+                 + ([STATISTICS_FILE] if statistics_info else []) + ([UNCERTAINTY_FILE] if uncertain else []))
         if has_model:
             files += [VOCAB_FILE] + sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
         meta = {
             "format": INDEX_FORMAT, "version": INDEX_VERSION,
             "backend": next((a.get("engine", "faiss") for a in ann_info.values()), "exact"), "ann": ann_info, "statistics": statistics_info,
             "checksums": {name: _sha256(out / name) for name in files},
+            **({"on_disk": True, "stores": dict(STORE_DIRS)} if self.on_disk else {}),
+            **({"uncertainty": {"file": UNCERTAINTY_FILE, "measure": self.meta["uncertainty_measure"]}}
+               if uncertain else {}),
             "num_images": self.images.num, "num_captions": self.captions.num, "dim": self.images.dim,
             "image_ids": self.image_ids, "caption_ids": self.caption_ids, "caption_texts": self.caption_texts,
             "image_metadata": self.image_metadata, "similarity_options": self.similarity_options,
@@ -392,6 +470,18 @@ class GalleryIndex:
         meta["manifest_sha256"] = _manifest_digest(meta)
         atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
         return out
+
+    def _store_files(self, out: Path) -> list[str]:
+        """The files of the stores of an on-disk index, relative to ``out`` (which must hold them)."""
+        files: list[str] = []
+        for modality in (MODALITIES if self.on_disk else ()):
+            store = self.gallery(modality)
+            assert isinstance(store, GalleryStore)
+            if store.path.resolve() != (out / STORE_DIRS[modality]).resolve():
+                raise ValueError(f"the {modality} store {store.path} must be the folder {STORE_DIRS[modality]!r} of "
+                                 f"the index folder {out}; an on-disk index is saved where it was built")
+            files += sorted(str(p.relative_to(out)) for p in store.path.iterdir() if p.is_file())
+        return files
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], device: torch.device | str | None = None,
@@ -418,16 +508,21 @@ class GalleryIndex:
         for key in ("image_ids", "caption_ids", "caption_texts"):
             if not isinstance(info.get(key), list):
                 raise ValueError(f"{meta_path}: field {key!r} must be a list")
-        if not emb_path.is_file():
+        on_disk = info.get("on_disk") is True
+        if not on_disk and not emb_path.is_file():
             raise FileNotFoundError(f"{emb_path} not found; the index is incomplete")
         _verify_checksums(root, info, meta_path)
-        try:
-            tensors = load_file(str(emb_path))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise ValueError(f"{emb_path} cannot be read ({err}); the index is corrupted") from None
         dev = torch.device(device) if device is not None else torch.device("cpu")
-        gaussians: dict[str, Gaussian] = {}
-        for modality in MODALITIES:
+        gaussians: dict[str, Gallery] = {}
+        if on_disk:
+            for modality in MODALITIES:
+                try:
+                    gaussians[modality] = GalleryStore.open(root / info["stores"][modality])
+                except (KeyError, TypeError) as err:
+                    raise ValueError(f"{meta_path}: field 'stores' must name the folder of each modality ({err})"
+                                     ) from None
+        tensors = {} if on_disk else _read_embeddings(emb_path)
+        for modality in () if on_disk else MODALITIES:
             if f"{modality}_mean" not in tensors:
                 raise ValueError(f"{emb_path} has no tensor '{modality}_mean'; the index is corrupted")
             try:
@@ -451,11 +546,13 @@ class GalleryIndex:
                     image_metadata=info.get("image_metadata"), similarity_options=info.get("similarity_options"),
                     meta=info.get("meta"), model=model, vocab=vocab)
         _load_backend(index, root, info, meta_path)
+        _load_uncertainty(index, root, info, meta_path)
         return index
 
     # ----------------------------------------------------------------- search
-    def gallery(self, modality: str) -> Gaussian:
-        """The stored Gaussians of one modality (``"image"`` or ``"caption"``)."""
+    def gallery(self, modality: str) -> Gallery:
+        """The stored Gaussians of one modality (``"image"`` or ``"caption"``): in memory, or a
+        :class:`~pcmr.search.store.GalleryStore` for an on-disk index."""
         if modality not in MODALITIES:
             raise ValueError(f"modality must be one of {list(MODALITIES)}, got {modality!r}")
         return self.images if modality == "image" else self.captions
@@ -492,13 +589,30 @@ class GalleryIndex:
             raise ValueError(f"query has D={query.dim}, the index D={gallery.dim}")
         if not 1 <= k <= gallery.num:
             raise ValueError(f"k must be in [1, {gallery.num}] (the gallery size), got {k}")
-        query = query.to(device=gallery.device, dtype=gallery.dtype)
         opts = {**self.similarity_options.get(similarity, {}), **options}
-        images, captions = (gallery, query) if modality == "caption" else (query, gallery)
-        check_similarity_supported(similarity, images, captions, opts)
         params = dict(rerank_options if rerank_options is not None
                       else (self.meta.get("rerank_options") or {}).get(rerank, {}))
         reranker = get_reranker(rerank, **params)
+        if isinstance(gallery, GalleryStore):  # on disk: candidates re-scored from the rows read
+            if backend == "exact":
+                self.refuse_on_disk("the exact backend")
+            if not reranker.works_on_candidates:
+                self.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
+            query = query.to(device="cpu", dtype=torch.float32)
+            probe = gallery.rows(torch.zeros(1, dtype=torch.long))  # one row: the variance shape the similarity checks
+            images, captions = (probe, query) if modality == "caption" else (query, probe)
+            check_similarity_supported(similarity, images, captions, opts)
+            if not self._use_faiss(backend, gallery_modality):  # also checks the backend's name
+                raise ValueError(f"this on-disk index has no faiss candidates over its {gallery_modality}s; "
+                                 "build it with `pcmr search INDEX --build RUN --on-disk` without --modality")
+            scoring = Scoring(similarity, modality, opts, reranker)
+            indices, scores = CandidateSearcher(self.ann[gallery_modality], gallery, scoring,
+                                                self.statistic(gallery_modality, scoring),
+                                                candidates=candidates).search(query, k)
+            return self._results(query, gallery, modality, gallery_modality, similarity, rerank, indices, scores)
+        query = query.to(device=gallery.device, dtype=gallery.dtype)
+        images, captions = (gallery, query) if modality == "caption" else (query, gallery)
+        check_similarity_supported(similarity, images, captions, opts)
         use_faiss = self._use_faiss(backend, gallery_modality)
         if use_faiss and not reranker.works_on_candidates:
             raise ValueError(f"re-ranker {rerank!r} matches all queries together, so it cannot run on candidate "
@@ -529,7 +643,7 @@ class GalleryIndex:
                              f"{gallery_modality}s; build them with `pcmr search INDEX --build ... --backend {backend}`")
         return backend in ("faiss", "milvus") or (backend == "auto" and source is not None)
 
-    def _results(self, query: Gaussian, gallery: Gaussian, modality: str, gallery_modality: str, similarity: str,
+    def _results(self, query: Gaussian, gallery: Gallery, modality: str, gallery_modality: str, similarity: str,
                  rerank: str, indices: Tensor, scores: Tensor) -> SearchResults:
         uncertainty = None
         if not gallery.is_point:
@@ -543,9 +657,22 @@ class GalleryIndex:
         cached = self._uncertainty.get(modality)
         gallery = self.gallery(modality)
         if cached is None or cached.shape[0] != gallery.num:
-            cached = gallery.uncertainty(self.meta["uncertainty_measure"])
+            measure = self.meta["uncertainty_measure"]
+            cached = (torch.cat([chunk.uncertainty(measure) for _, chunk in gallery.chunks()])
+                      if isinstance(gallery, GalleryStore) else gallery.uncertainty(measure))
             self._uncertainty[modality] = cached
         return cached
+
+    def item(self, modality: str, position: int) -> Gaussian:
+        """The stored Gaussian ``[1, D]`` of item ``position`` of ``modality`` (read from disk for an
+        on-disk index)."""
+        gallery = self.gallery(modality)
+        if not 0 <= position < gallery.num:
+            raise IndexError(f"{modality} {position} out of range [0, {gallery.num})")
+        return gallery.rows(torch.tensor([position])) if isinstance(gallery, GalleryStore) else gallery[position]
+
+    def _device(self) -> torch.device:
+        return torch.device("cpu") if isinstance(self.images, GalleryStore) else self.images.device
 
     def _reference_scores(self, similarity: str, modality: str, opts: dict[str, Any]) -> Tensor:
         """Scores of the stored items of the query modality against the gallery, ``[R, G]`` (cached)."""
@@ -556,6 +683,7 @@ class GalleryIndex:
             key = None
         if key is not None and key in self._reference_cache:
             return self._reference_cache[key]
+        assert isinstance(self.images, Gaussian) and isinstance(self.captions, Gaussian)  # in memory
         pair = score_matrix(similarity, self.images, self.captions, opts)  # [N_img, N_cap]
         reference = pair if modality == "image" else pair.T
         if key is not None:
@@ -596,7 +724,7 @@ class GalleryIndex:
         texts = [texts] if isinstance(texts, str) else list(texts)
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ValueError(f"text queries must be non-empty strings, got {texts!r}")
-        query = encode_texts(model, vocab, texts, device=self.images.device)
+        query = encode_texts(model, vocab, texts, device=self._device())
         return self.search(query, k, similarity, rerank, modality="caption", **kwargs)
 
     def search_image(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], k: int = 10,
@@ -606,9 +734,16 @@ class GalleryIndex:
 
         model, _ = self._require_encoder()
         paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-        query = encode_image_files(model, paths, device=self.images.device,
+        query = encode_image_files(model, paths, device=self._device(),
                                    image_size=self.meta.get("image_size"))
         return self.search(query, k, similarity, rerank, modality="image", **kwargs)
+
+
+def _read_embeddings(path: Path) -> dict[str, Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{path} cannot be read ({err}); the index is corrupted") from None
 
 
 def _sha256(path: Path) -> str:
@@ -631,7 +766,8 @@ def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None
         raise ValueError(f"{meta_path}: its content does not match its 'manifest_sha256'; the manifest was "
                          "edited or damaged, rebuild the index")
     checksums = info.get("checksums", {}) if info.get("version", 1) >= 2 else {}
-    if not isinstance(checksums, dict) or (info.get("version") == 2 and EMBEDDINGS_FILE not in checksums):
+    required = info.get("version") == 2 and info.get("on_disk") is not True
+    if not isinstance(checksums, dict) or (required and EMBEDDINGS_FILE not in checksums):
         raise ValueError(f"{meta_path}: field 'checksums' must map every index file to its SHA-256")
     for name, expected in checksums.items():
         path = root / name
@@ -682,7 +818,22 @@ def _load_backend(index: GalleryIndex, root: Path, info: dict[str, Any], meta_pa
                 index.statistics[key] = {**entry, "value": value}
 
 
-def _open_milvus(entry: dict[str, Any], gallery: Gaussian, meta_path: Path) -> Any:
+def _load_uncertainty(index: GalleryIndex, root: Path, info: dict[str, Any], meta_path: Path) -> None:
+    """The items' uncertainties an on-disk index saved (``uncertainty`` of ``index.json``), if any."""
+    entry = info.get("uncertainty")
+    if entry is None:
+        return
+    if not isinstance(entry, dict) or entry.get("file") != UNCERTAINTY_FILE:
+        raise ValueError(f"{meta_path}: field 'uncertainty' must be {{'file': {UNCERTAINTY_FILE!r}, 'measure': ...}}")
+    if entry.get("measure") != index.meta["uncertainty_measure"]:
+        return  # another measure: computed from the stores on first use
+    for modality, value in _read_embeddings(root / UNCERTAINTY_FILE).items():
+        if modality not in MODALITIES or value.shape != (index.gallery(modality).num,):
+            raise ValueError(f"{root / UNCERTAINTY_FILE}: {modality!r} must hold one value per item of a modality")
+        index._uncertainty[modality] = value
+
+
+def _open_milvus(entry: dict[str, Any], gallery: Gallery, meta_path: Path) -> Any:
     """Reconnect to the Milvus collection an index names and check it holds the gallery."""
     try:
         source = MilvusCandidates.open(entry["uri"], entry["collection"])

@@ -84,13 +84,14 @@ def gallery_chunks(gallery: Gallery, size: int = 65_536, *, need_logvar: bool = 
         yield start, gallery[start:start + size]
 
 
-def reference_sample(reference: Gaussian, sample: int = DEFAULT_REFERENCE_SAMPLE, seed: int = 0) -> Gaussian:
-    """At most ``sample`` rows of the reference queries, drawn with ``seed`` and kept in index order."""
+def reference_sample(reference: Gallery, sample: int = DEFAULT_REFERENCE_SAMPLE, seed: int = 0) -> Gaussian:
+    """At most ``sample`` rows of the reference queries (in memory or read from a store on disk), drawn
+    with ``seed`` and kept in index order."""
     if reference.num == 0:
         raise ValueError("a re-ranker with a gallery statistic needs reference queries (stored items of the query "
                          "modality); the index has none")
     rows = torch.randperm(reference.num, generator=torch.Generator().manual_seed(seed))[:sample].sort().values
-    return reference[rows]
+    return reference.rows(rows) if isinstance(reference, GalleryStore) else reference[rows]
 
 
 def gallery_statistic(scoring: Scoring, reference: Gaussian, gallery: Gallery,

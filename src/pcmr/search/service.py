@@ -27,6 +27,7 @@ from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages
 from pcmr.data.shapes.dataset import load_shapes
+from pcmr.inference import get_reranker
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
 
@@ -110,10 +111,14 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     limits = limits or ServiceLimits()
+    if index.on_disk and backend == "exact":
+        index.refuse_on_disk("the exact backend")
+    if index.on_disk and not get_reranker(rerank).works_on_candidates:
+        index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
     images = _Images(index)
     measure = index.meta.get("uncertainty_measure", "log_det")
-    levels = {m: _relative_levels(None if index.gallery(m).is_point else index.gallery(m).uncertainty(measure))
+    levels = {m: _relative_levels(None if index.gallery(m).is_point else index.item_uncertainty(m))
               for m in ("image", "caption")}
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
 
@@ -225,7 +230,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     @app.get("/api/images/{item}")
     def image_item(item: int, k: int = 5) -> dict[str, Any]:
         check_item(item, "image")
-        unc = None if index.images.is_point else float(index.images[item].uncertainty(measure))
+        unc = None if index.images.is_point else float(index.item("image", item).uncertainty(measure))
         out = {"index": item, "id": index.image_ids[item],
                "metadata": index.image_metadata[item] if index.image_metadata else {},
                "uncertainty": unc, "uncertainty_level": level("image", unc),
@@ -233,13 +238,13 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         if index.captions.num:
             check_k(k, "caption")
             out["captions"], out["warnings"] = run_search(lambda q, **kw: index.search(q, modality="image", **kw),
-                                                          index.images[item], k, "caption")
+                                                          index.item("image", item), k, "caption")
         return out
 
     @app.get("/api/captions/{item}")
     def caption_item(item: int) -> dict[str, Any]:
         check_item(item, "caption")
-        unc = None if index.captions.is_point else float(index.captions[item].uncertainty(measure))
+        unc = None if index.captions.is_point else float(index.item("caption", item).uncertainty(measure))
         return {"index": item, "id": index.caption_ids[item], "text": index.caption_texts[item],
                 "uncertainty": unc, "uncertainty_level": level("caption", unc)}
 
