@@ -6,6 +6,7 @@ Only plumbing lives here; every number in a fixture comes from the release's own
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import types
@@ -17,7 +18,7 @@ import torch
 # the fixture writers use pcmr's atomic writes, so run with PYTHONPATH=src
 from pcmr.atomic import atomic_write_json, atomic_write_safetensors
 
-__all__ = ["add_checkout", "stub_module", "checkout_commit", "write_fixture", "AttrDict"]
+__all__ = ["add_checkout", "stub_module", "checkout_commit", "release_args", "write_fixture", "AttrDict"]
 
 
 def add_checkout(checkout: Path) -> None:
@@ -51,6 +52,19 @@ def checkout_commit(checkout: Path, given: str | None) -> str:
     if result.returncode != 0:
         raise SystemExit(f"{checkout} is not a git checkout; pass --commit HASH")
     return result.stdout.strip()
+
+
+def release_args(doc: str, *, checkpoint: bool = False) -> tuple[argparse.Namespace, str]:
+    """The command line every fixture script takes (``--checkout``, ``--commit``, ``--out``, and
+    ``--checkpoint`` where the script also writes a release checkpoint) and the checkout's commit."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--checkout", type=Path, required=True)
+    parser.add_argument("--commit", default=None)
+    parser.add_argument("--out", type=Path, required=True)
+    if checkpoint:
+        parser.add_argument("--checkpoint", type=Path, required=True)
+    args = parser.parse_args()
+    return args, checkout_commit(args.checkout, args.commit)
 
 
 class AttrDict(dict):

@@ -18,7 +18,6 @@ not implement it.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _fixture import add_checkout, checkout_commit, stub_module, write_fixture  # noqa: E402
+from _fixture import add_checkout, release_args, stub_module, write_fixture  # noqa: E402
 
 REPOSITORY = "https://github.com/hardyqr/HAL"
 SETTINGS = {"measure": "cosine", "max_violation": False, "sum_violation": False, "margin": 0.2,
@@ -64,12 +63,7 @@ def build(checkout: Path) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", type=Path, required=True)
-    parser.add_argument("--commit", default=None)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    commit = checkout_commit(args.checkout, args.commit)
+    args, commit = release_args(__doc__)
     write_fixture(args.out, build(args.checkout), {
         "repository": REPOSITORY, "commit": commit, "dtype": "float64", "settings": SETTINGS,
         # the release zeroes the diagonal of S inside its sums, which adds exp(-alpha eps) to each;

@@ -22,7 +22,6 @@ already is the ``[B, C, 7, 7]`` grid of ResNet's last block (pcmr does not conve
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import io
 import sys
@@ -32,7 +31,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _fixture import AttrDict, add_checkout, checkout_commit, stub_module, write_fixture  # noqa: E402
+from _fixture import AttrDict, add_checkout, release_args, stub_module, write_fixture  # noqa: E402
 
 REPOSITORY = "https://github.com/naver-ai/pcme"
 BATCH, SAMPLES, EMBED, FEATURE, WORD, REGIONS, LENGTH = 3, 4, 8, 10, 6, 5, 5
@@ -181,13 +180,7 @@ def build(checkout: Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", type=Path, required=True)
-    parser.add_argument("--commit", default=None)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--checkpoint", type=Path, required=True)
-    args = parser.parse_args()
-    commit = checkout_commit(args.checkout, args.commit)
+    args, commit = release_args(__doc__, checkpoint=True)
     tensors, info = build(args.checkout)
     checkpoint = info.pop("checkpoint")
     buffer = io.BytesIO()

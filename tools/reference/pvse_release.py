@@ -19,7 +19,6 @@ CNNs and GloVe loading; PIE-Net uses neither).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _fixture import add_checkout, checkout_commit, stub_module, write_fixture  # noqa: E402
+from _fixture import add_checkout, release_args, stub_module, write_fixture  # noqa: E402
 
 REPOSITORY = "https://github.com/yalesong/pvse"
 SETTINGS = {"margin": 0.1, "max_violation": True, "div_weight": 0.1, "mmd_weight": 0.01, "order": False}
@@ -92,12 +91,7 @@ def pienet(model) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", type=Path, required=True)
-    parser.add_argument("--commit", default=None)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    commit = checkout_commit(args.checkout, args.commit)
+    args, commit = release_args(__doc__)
     write_fixture(args.out, build(args.checkout), {
         "repository": REPOSITORY, "commit": commit, "dtype": "float64", "settings": SETTINGS,
         "tolerance": {"rtol": 1e-9, "atol": 1e-11},

@@ -15,7 +15,6 @@ the loss) is an empty module.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _fixture import add_checkout, checkout_commit, stub_module, write_fixture  # noqa: E402
+from _fixture import add_checkout, release_args, stub_module, write_fixture  # noqa: E402
 
 REPOSITORY = "https://github.com/fartashf/vsepp"
 MARGIN = 0.2
@@ -52,12 +51,7 @@ def build(checkout: Path) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", type=Path, required=True)
-    parser.add_argument("--commit", default=None)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    commit = checkout_commit(args.checkout, args.commit)
+    args, commit = release_args(__doc__)
     write_fixture(args.out, build(args.checkout), {
         "repository": REPOSITORY, "commit": commit, "dtype": "float64", "margin": MARGIN,
         "tolerance": {"rtol": 1e-10, "atol": 1e-12},
