@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from _measure import timed
 from pcmr.gaussian import Gaussian
 from pcmr.train import Trainer, load_config
 from pcmr.train.recipes import find_recipe
@@ -36,12 +35,7 @@ STUDY_SIZES = ["data.options.preset=hard", "data.options.image_size=48", "data.o
 
 def _median_seconds(fn: Any, repeats: int) -> float:
     fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return timed(fn, repeats)
 
 
 def _backward(value: Any) -> None:

@@ -47,3 +47,9 @@ def make_tiny_run(root: Path, *, shapes: dict[str, Any] | None = None, eval_sect
 def tiny_run_factory() -> Callable[..., Path]:
     """:func:`make_tiny_run` (call it with a folder and the options a test module needs)."""
     return make_tiny_run
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A shapes cache folder shared by the tests of one module (each split generated once)."""
+    return tmp_path_factory.mktemp("shapes-cache")

@@ -23,11 +23,6 @@ TINY = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("shapes-cache")
-
-
 def tiny_args(cache_dir, extra=()):
     args = []
     for item in [TINY_DATA.replace("CACHE", str(cache_dir)), *TINY, *extra]:

@@ -49,11 +49,6 @@ def test_recipe_is_valid_and_documented(path):
     assert "Paper:" in text
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("shapes-cache")
-
-
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_recipe_trains_one_tiny_epoch(path, tmp_path, cache_dir, capsys):
     overrides = [

@@ -35,11 +35,6 @@ def tiny_overrides(cache_dir) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("shapes-cache")
-
-
 def _score_dependencies(model, batch, use_logvar: bool) -> set[int]:
     """Ids of the model parameters that the evaluated embeddings (means, and log-variances when a
     score reads them) depend on, found by differentiating a random projection of them."""

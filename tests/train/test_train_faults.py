@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import torch
 
 from pcmr.train.checkpoint import load_checkpoint, load_latest_checkpoint
@@ -49,11 +48,6 @@ def pcmr(*args: str, fault: str = "none", wait: bool = True):
 
 def events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("shapes-cache")
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, cache_dir):

@@ -40,11 +40,6 @@ def overrides(cache_dir):
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("shapes-cache")
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory, cache_dir):
     """An uninterrupted run: its final checkpoint weights."""
     run_dir = tmp_path_factory.mktemp("reference")
