@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import math
 
+from typing import Any
+
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from pcmr.gaussian import Gaussian
 
@@ -59,7 +62,7 @@ def uniformity_loss(embeddings: Tensor, t: float = 2.0) -> Tensor:
 
     over all pairs of distinct points (a monotone transform of eq.A.1 without its
     constant self-pairs; ordered and unordered pairs give the same mean), computed
-    with ``logsumexp`` on one ``[N*J, N*J]`` matrix.
+    with one ``[N*J, N*J]`` matrix in a fused function (value and gradient in a few passes).
 
     Args:
         embeddings: ``[N, D]`` or ``[N, J, D]`` (samples are flattened to ``N * J`` points).
@@ -75,8 +78,51 @@ def uniformity_loss(embeddings: Tensor, t: float = 2.0) -> Tensor:
     num = points.shape[0]
     if num < 2:
         return points.sum() * 0.0
-    squared_norms = points.pow(2).sum(dim=1)  # [N*J]
-    squared = (squared_norms.unsqueeze(1) + squared_norms.unsqueeze(0) - 2.0 * points @ points.t()).clamp_min(0.0)
-    off_diagonal = ~torch.eye(num, dtype=torch.bool, device=points.device)  # [N*J, N*J]
-    exponents = (-t * squared).masked_fill(~off_diagonal, float("-inf"))  # ordered pairs z != z'
-    return torch.logsumexp(exponents.flatten(), dim=0) - math.log(num * (num - 1))
+    return _Uniformity.apply(points, float(t)) - math.log(num * (num - 1))
+
+
+def _underflow_floor(dtype: torch.dtype) -> float:
+    """The most negative exponent whose ``exp`` is still a normal number of ``dtype`` (plus one)."""
+    return math.log(torch.finfo(dtype).tiny) + 1.0
+
+
+class _Uniformity(torch.autograd.Function):
+    """``logsumexp_{i != j} (-t |x_i - x_j|^2)`` over the rows of ``X [N, D]``, value and gradient in
+    few passes over the ``N x N`` matrix (the uniformity term is the largest matrix of a PCME step).
+
+    Forward: one matrix product of ``[x_i, |x_i|^2, 1]`` with ``[2t x_j, -t, -t |x_j|^2]`` gives
+    ``-t |x_i - x_j|^2`` directly; it is capped at 0 (rounding can make a squared distance slightly
+    negative), the diagonal is excluded, and ``E = exp(l - max l)`` is formed in place. Exponents
+    below the dtype's smallest normal number are raised to it (``exp`` of subnormal results is
+    slow on CPUs); each such term is below ``1e-37`` of the largest, so the value changes by less
+    than ``N^2 1e-37`` relative.
+    Backward: with ``W = E / sum E`` (the softmax weights, kept from forward) and ``W`` symmetric,
+    ``d/dx_i = -4t (sum_j W_ij x_i - (W X)_i)``: one more matrix product.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, points: Tensor, t: float) -> Tensor:  # type: ignore[override]
+        squared_norms = points.pow(2).sum(dim=1, keepdim=True)  # [N, 1]
+        ones = torch.ones_like(squared_norms)
+        left = torch.cat([points, squared_norms, ones], dim=1)  # [N, D + 2]
+        right = torch.cat([2.0 * t * points, -t * ones, -t * squared_norms], dim=1)  # [N, D + 2]
+        weights = left @ right.t()  # [N, N]: -t |x_i - x_j|^2
+        weights.clamp_(max=0.0)
+        weights.fill_diagonal_(float("-inf"))
+        top = weights.max()
+        weights.sub_(top).clamp_(min=_underflow_floor(weights.dtype))
+        weights.fill_diagonal_(float("-inf"))
+        weights.exp_()  # [N, N]: exp(l - max l), 0 on the diagonal
+        total = weights.sum()
+        weights.div_(total)  # softmax weights W
+        ctx.save_for_backward(points, weights)
+        ctx.t = t
+        return top + total.log()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        points, weights = ctx.saved_tensors
+        row_sums = weights.sum(dim=1, keepdim=True)  # [N, 1]
+        grad = (row_sums * points - weights @ points).mul_(-4.0 * ctx.t * grad_output)  # [N, D]
+        return grad, None
