@@ -256,3 +256,21 @@ def test_log_sigmoid_matches_torch_values_and_gradients():
     (grad_theirs,) = torch.autograd.grad(theirs.sum(), x)
     torch.testing.assert_close(grad_ours, grad_theirs, rtol=1e-12, atol=5e-17)
     assert grad_ours[-1].item() == 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("num", "dim", "spread"), [(2, 1, 1.0), (23, 7, 0.2), (61, 5, 9.0), (130, 33, 1.5)])
+def test_fused_uniformity_matches_pairwise_reference(dtype, num, dim, spread):
+    """The fused value and gradient against the pairwise form in float64, from clustered points to
+    points so far apart that all but the closest pairs underflow in float32."""
+    gen = torch.Generator().manual_seed(num)
+    points = (torch.randn(num, dim, generator=gen, dtype=torch.float64) * spread).requires_grad_()
+    want = torch.pdist(points).pow(2).mul(-2.0).logsumexp(0) - math.log(num * (num - 1) / 2)
+    want_grad = torch.autograd.grad(want, points)[0]
+    cast = points.detach().to(dtype).requires_grad_()
+    got = uniformity_loss(cast, t=2.0)
+    got_grad = torch.autograd.grad(got, cast)[0]
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-10}
+    torch.testing.assert_close(got.double(), want, **tolerance)
+    scale = want_grad.abs().max().clamp_min(1e-30)
+    torch.testing.assert_close(got_grad.double() / scale, want_grad / scale, **tolerance)
