@@ -98,7 +98,9 @@ def test_results_summary_and_claims(finished: Path) -> None:
     assert "| pcme | base | match_prob | 2 |" in (finished / "recipes.md").read_text()
     times = (finished / "times.md").read_text()
     assert "| pcme | 2 |" in times and "| vsepp_sum | 4 |" in times and "All 6 runs" in times
-    for figure in ("claims.png", "recipes.png"):
+    curves = (finished / "curves.md").read_text()  # one validation after the single epoch of each run
+    assert "| pcme | base | 2 | 1 |" in curves and "| vsepp_sum | augmented | 2 | 1 |" in curves, curves
+    for figure in ("claims.png", "recipes.png", "curves.png"):
         assert (finished / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure
     assert len(list((finished / "logs").iterdir())) == 6  # one child process per run
 

@@ -141,3 +141,17 @@ def test_a_bad_override_stops_the_study_before_any_training(tmp_path: Path) -> N
         run_study(load_study(study), tmp_path / "out", threads=1, echo=lambda line: None)
     assert not (tmp_path / "out" / "runs").exists()
     assert main(["study", str(study), "--out", str(tmp_path / "out"), "--workers", "0"]) == 2
+
+
+def test_shipped_uncertainty_study_resolves_every_run_and_judges_every_uncertainty_claim_behind_the_gate() -> None:
+    spec = load_study(find_study("uncertainty"))
+    assert len(spec.seeds) == 5 and spec.overrides["data.options.preset"] == "multiplicity"
+    assert {e.recipe for e in spec.recipes} == {"pcme", "pcme_mu_only", "pcmepp_csd", "probvse_wasserstein_ellipsoidal"}
+    assert {run.variant for run in spec.runs()} == {"exact", "source"} and len(spec.runs()) == 50
+    for run in spec.runs()[::5]:  # every recipe and variant (5 seeds each)
+        config = resolve_config(run.recipe, run.overrides)
+        assert config.train.epochs == 30 and config.data.options["preset"] == "multiplicity"
+        if run.label == "pcme_small_init":
+            assert config.model["image_head"]["logvar_init"] == -8 and config.model["caption_head"]["logvar_init"] == -8
+    uncertainty = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "uncertain"))]
+    assert len(uncertainty) == 12 and all(c.signal in ("image", "caption") for c in uncertainty)

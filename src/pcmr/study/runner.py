@@ -30,6 +30,7 @@ import torch
 
 from pcmr.study import backend
 from pcmr.study.claims import judge_claims
+from pcmr.study.curves import Curves, curves_markdown, plot_validation_curves, read_curve
 from pcmr.study.plots import plot_claims, plot_recipes
 from pcmr.study.report import claims_markdown, recipes_markdown, results_csv, summary_markdown, times_markdown
 from pcmr.study.spec import StudyError, StudyRun, StudySpec
@@ -216,13 +217,15 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
 
 
 def collect(spec: StudySpec, out: str | Path) -> list[Path]:
-    """Write ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md``, ``times.md`` and the figures ``claims.png`` (every claim's
-    interval) and ``recipes.png`` (the first summary metric of every recipe) from the finished runs."""
+    """Write ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md``, ``times.md``, ``curves.md`` and the
+    figures ``claims.png`` (every claim's interval), ``recipes.png`` (the first summary metric of every recipe)
+    and ``curves.png`` (validation R-Precision against epochs) from the finished runs."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     markers: list[dict[str, Any]] = []
     missing = []
+    curves: Curves = {}
     for run in spec.runs():
         marker = read_marker(run_folder(out, run))
         if marker is None:
@@ -230,9 +233,10 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
         else:
             markers.append(marker)
             rows.extend(marker["rows"])
+            curves.setdefault((run.label, run.variant), []).append(read_curve(run_folder(out, run)))
     written = {"results": out / "results.csv", "summary": out / "summary.md", "recipes": out / "recipes.md",
                "claims": out / "claims.md", "times": out / "times.md", "claims_plot": out / "claims.png",
-               "recipes_plot": out / "recipes.png"}
+               "recipes_plot": out / "recipes.png", "curves": out / "curves.md", "curves_plot": out / "curves.png"}
     backend.write_text(written["results"], results_csv(rows))
     backend.write_text(written["summary"], summary_markdown(rows, spec.summary_metrics, title=spec.name,
                                                             level=spec.level, seeds=spec.seeds, missing=missing))
@@ -243,7 +247,9 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
                                                           errors=errors))
     backend.write_text(written["times"], times_markdown(markers, title=spec.name))
+    backend.write_text(written["curves"], curves_markdown(curves, title=spec.name))
     plot_claims(judgements, written["claims_plot"])
+    plot_validation_curves(curves, written["curves_plot"])
     plot_recipes(rows, written["recipes_plot"], metric=spec.summary_metrics[0],
                  variants=spec.default_variants or tuple(spec.variants), level=spec.level, headline=headline)
     return list(written.values())
