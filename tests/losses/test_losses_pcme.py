@@ -274,3 +274,36 @@ def test_fused_uniformity_matches_pairwise_reference(dtype, num, dim, spread):
     torch.testing.assert_close(got.double(), want, **tolerance)
     scale = want_grad.abs().max().clamp_min(1e-30)
     torch.testing.assert_close(got_grad.double() / scale, want_grad / scale, **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("num_img", "num_cap", "j", "k", "a_value"), [(3, 5, 2, 3, 6.0), (7, 4, 1, 1, 2.0), (6, 6, 3, 2, 60.0)])
+def test_fused_pair_loss_values_and_gradients_match_brute_force(dtype, num_img, num_cap, j, k, a_value):
+    """The fused per-pair loss against the double loop in float64: samples, a and b all get their
+    gradient; a = 60 drives logits far into the tails."""
+    gen = torch.Generator().manual_seed(num_img * 10 + j)
+    image_samples = torch.randn(num_img, j, 5, generator=gen, dtype=torch.float64)
+    caption_samples = torch.randn(num_cap, k, 5, generator=gen, dtype=torch.float64)
+    positives = torch.rand(num_img, num_cap, generator=gen) < 0.4
+    leaves = [image_samples.requires_grad_(), caption_samples.requires_grad_(),
+              torch.tensor(a_value, dtype=torch.float64, requires_grad=True),
+              torch.tensor(1.5, dtype=torch.float64, requires_grad=True)]
+    want = brute_force_pcme(leaves[0], leaves[1], positives, leaves[2], leaves[3])
+    want_grads = torch.autograd.grad(want, leaves)
+    cast = [t.detach().to(dtype).requires_grad_() for t in leaves]
+    image = Gaussian(torch.zeros(num_img, 5, dtype=dtype), torch.zeros(num_img, 5, dtype=dtype))
+    caption = Gaussian(torch.zeros(num_cap, 5, dtype=dtype), torch.zeros(num_cap, 5, dtype=dtype))
+    got = soft_contrastive_loss(image, caption, positives, cast[2], cast[3], image_samples=cast[0],
+                                caption_samples=cast[1])
+    got_grads = torch.autograd.grad(got, cast)
+    tolerance = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-9, "atol": 1e-12}
+    torch.testing.assert_close(got.double(), want, **tolerance)
+    for name, got_grad, want_grad in zip(("image_samples", "caption_samples", "a", "b"), got_grads, want_grads):
+        torch.testing.assert_close(got_grad.double(), want_grad, **tolerance, msg=name)
+    # a caption sample equal to an image sample: distance at the floor, finite gradients (the loop's are NaN)
+    same = cast[1].detach().clone()
+    same[0, 0] = cast[0].detach()[0, 0]
+    same.requires_grad_()
+    value = soft_contrastive_loss(image, caption, positives, cast[2], cast[3], image_samples=cast[0],
+                                  caption_samples=same)
+    assert all(torch.isfinite(g).all() for g in torch.autograd.grad(value, [cast[0], same]))
