@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from training_phases import STUDY_SIZES
 from pcmr.train import Trainer, load_config
 from pcmr.train.recipes import find_recipe
+from training_phases import STUDY_SIZES
 
 
 def main() -> None:

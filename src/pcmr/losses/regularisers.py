@@ -6,7 +6,6 @@ PCME §3.2.1 and §A.1 (after HIB and Wang & Isola, ICML 2020).
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import torch
