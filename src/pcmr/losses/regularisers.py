@@ -100,7 +100,7 @@ class _Uniformity(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, points: Tensor, t: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, points: Tensor, t: float) -> Tensor:
         squared_norms = points.pow(2).sum(dim=1, keepdim=True)  # [N, 1]
         ones = torch.ones_like(squared_norms)
         left = torch.cat([points, squared_norms, ones], dim=1)  # [N, D + 2]
@@ -120,7 +120,7 @@ class _Uniformity(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, None]:
         points, weights = ctx.saved_tensors
         row_sums = weights.sum(dim=1, keepdim=True)  # [N, 1]
         grad = (row_sums * points - weights @ points).mul_(-4.0 * ctx.t * grad_output)  # [N, D]

@@ -171,7 +171,7 @@ class _PairNll(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, image_samples: Tensor, caption_samples: Tensor, positives: Tensor,  # type: ignore[override]
+    def forward(ctx: Any, image_samples: Tensor, caption_samples: Tensor, positives: Tensor,
                 a: Tensor, b: Tensor) -> Tensor:
         n, j, dim = image_samples.shape
         m, k, _ = caption_samples.shape
@@ -188,7 +188,7 @@ class _PairNll(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_nll: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_nll: Tensor) -> tuple[Tensor | None, ...]:
         images, captions, squared, distances, signed, log_terms, log_sum, sign, a = ctx.saved_tensors
         n, j, m, k = ctx.shape
         # d nll / d logit = -(+-1) * w * sigmoid(-(+-logit)), scaled by the incoming gradient
