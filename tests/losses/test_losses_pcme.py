@@ -307,3 +307,31 @@ def test_fused_pair_loss_values_and_gradients_match_brute_force(dtype, num_img, 
     value = soft_contrastive_loss(image, caption, positives, cast[2], cast[3], image_samples=cast[0],
                                   caption_samples=same)
     assert all(torch.isfinite(g).all() for g in torch.autograd.grad(value, [cast[0], same]))
+
+
+def test_uniformity_points_subsample_as_the_release_draws_them():
+    """``uniformity_points=P``: the uniformity term over P samples drawn with replacement from the
+    batch's samples (PCME's release: ``np.random.choice(len(x), 128)``, then its pdist form)."""
+    image, caption, positives, _ = make_pair(seed=5)
+    image_samples, caption_samples = image.sample(3), caption.sample(3)
+    all_samples = torch.cat([image_samples.reshape(-1, 4), caption_samples.reshape(-1, 4)])  # 2 * 3 * ... points
+    points = 5
+    assert all_samples.shape[0] > points
+    loss_fn = create_loss("pcme", num_samples=3, lambda_unif=1.0, uniformity_points=points).double()
+    terms = loss_fn(image=image, caption=caption, positives=positives, image_samples=image_samples,
+                    caption_samples=caption_samples, generator=torch.Generator().manual_seed(11))
+    chosen = torch.randint(all_samples.shape[0], (points,), generator=torch.Generator().manual_seed(11))
+    subset = all_samples[chosen]
+    release_form = torch.pdist(subset).pow(2).mul(-2.0).exp().mean().log()
+    torch.testing.assert_close(terms["uniformity"], release_form)
+    everything = create_loss("pcme", num_samples=3, lambda_unif=1.0).double()(
+        image=image, caption=caption, positives=positives, image_samples=image_samples,
+        caption_samples=caption_samples)
+    torch.testing.assert_close(everything["uniformity"], uniformity_loss(all_samples))
+    few = create_loss("pcme", num_samples=3, lambda_unif=1.0, uniformity_points=10_000).double()(
+        image=image, caption=caption, positives=positives, image_samples=image_samples,
+        caption_samples=caption_samples)
+    torch.testing.assert_close(few["uniformity"], everything["uniformity"])  # fewer samples than P: all
+    for bad in (1, 2.5, True):
+        with pytest.raises(ValueError, match="uniformity_points"):
+            create_loss("pcme", uniformity_points=bad)

@@ -244,6 +244,10 @@ class PcmeConfig:
         lambda_kl: weight of the KL prior (PCME COCO 1e-5, CUB 1e-3).
         lambda_unif: weight of the uniformity loss (PCME COCO 0, CUB 10).
         uniformity_t: temperature ``t`` of the uniformity loss (2).
+        uniformity_points: ``None`` (default, PCME eq.A.1): the uniformity term over all drawn
+            samples of the batch; an int ``P``: over ``P`` of them drawn uniformly *with replacement*
+            when there are more than ``P`` (as PCME's release does, ``P = 128``, to avoid a CUDA
+            limit; a point drawn twice contributes a pair at distance 0, as there).
         kl_form: ``"release"`` (default): the KL term PCME's release computes, with its weights
             meaning what they mean there (:func:`release_kl_prior`); ``"logvar"``: the exact
             ``KL(N(mean, var) || N(0, I))`` (:func:`pcmr.losses.regularisers.kl_prior_loss`),
@@ -257,6 +261,7 @@ class PcmeConfig:
     lambda_unif: float = 10.0
     uniformity_t: float = 2.0
     kl_form: str = "release"
+    uniformity_points: int | None = None
 
     def __post_init__(self) -> None:
         check_choice("kl_form", self.kl_form, KL_FORMS)
@@ -266,6 +271,11 @@ class PcmeConfig:
         check_positive_number("lambda_kl", self.lambda_kl, allow_zero=True)
         check_positive_number("lambda_unif", self.lambda_unif, allow_zero=True)
         check_positive_number("uniformity_t", self.uniformity_t)
+        if self.uniformity_points is not None and (
+            isinstance(self.uniformity_points, bool) or not isinstance(self.uniformity_points, int)
+            or self.uniformity_points < 2
+        ):
+            raise ValueError(f"uniformity_points must be null or an int >= 2, got {self.uniformity_points!r}")
 
 
 class PcmeLoss(RetrievalLoss):
@@ -330,6 +340,11 @@ class PcmeLoss(RetrievalLoss):
         total = matching + cfg.lambda_kl * kl
         if cfg.lambda_unif > 0:
             all_samples = torch.cat([image_samples.flatten(0, 1), caption_samples.flatten(0, 1)])  # [B_img J + B_cap K, D]
+            if cfg.uniformity_points is not None and all_samples.shape[0] > cfg.uniformity_points:
+                device = generator.device if generator is not None else all_samples.device
+                chosen = torch.randint(all_samples.shape[0], (cfg.uniformity_points,), generator=generator,
+                                       device=device).to(all_samples.device)
+                all_samples = all_samples[chosen]  # [P, D], drawn with replacement (the release)
             terms["uniformity"] = uniformity_loss(all_samples, cfg.uniformity_t)
             total = total + cfg.lambda_unif * terms["uniformity"]
         return {"loss": total, **terms, "a": a.detach(), "b": b.detach()}
