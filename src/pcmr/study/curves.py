@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.ticker import MaxNLocator
+
 from pcmr.report import format_table
 from pcmr.report.plots import new_figure, save_figure
 
@@ -102,6 +104,7 @@ def plot_validation_curves(curves: Curves, path: str | os.PathLike[str], *, metr
                     label=label if ax is axes[0] else None)
         ax.set_title(f"trained on {variant}", fontsize=10)
         ax.set_xlabel("epoch", fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"validation {metric} (%)", fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
