@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.ticker import MaxNLocator
-
 from pcmr.report import format_table
 from pcmr.report.plots import new_figure, save_figure
 
