@@ -85,6 +85,8 @@ def curves_markdown(curves: Curves, *, title: str, metric: str = CURVE_METRIC) -
 def plot_validation_curves(curves: Curves, path: str | os.PathLike[str], *, metric: str = CURVE_METRIC) -> Path:
     """``curves.png``: one panel per training variant; per recipe, the mean over seeds (line and
     markers) and every seed (thin line), validation ``metric`` against epochs."""
+    from matplotlib.ticker import MaxNLocator  # matplotlib is imported only where a figure is drawn
+
     variants = list(dict.fromkeys(variant for _, variant in sorted(curves)))
     labels = sorted({label for label, _ in curves})
     figure = new_figure(5.0 * max(1, len(variants)) + 2.6, 4.0)
