@@ -60,12 +60,16 @@ def random_scores(rng, num_rows, num_cols, ties, dtype=torch.float32):
 SHAPES = [(1, 1), (1, 7), (7, 1), (5, 13), (13, 5), (11, 11), (2, 29), (29, 3), (17, 23), (23, 17)]
 
 
-@pytest.fixture(params=["default", "tiny"])
+@pytest.fixture(params=["whole", "lazy", "tiny"])
 def fetch_policy(request, monkeypatch):
-    """'tiny' fetches k candidates per row (grown on demand), refills one row at a time and reads the
-    matrix in blocks of a few rows, so that refills, placeholders and tie closures are exercised."""
+    """'whole' (the default for matrices this small) fetches every row whole at once; 'lazy' fetches
+    a few times k per row as large matrices do; 'tiny' fetches k candidates per row (grown on demand),
+    refills one row at a time and reads the matrix in blocks of a few rows, so that refills,
+    placeholders and tie closures are exercised."""
+    if request.param != "whole":
+        monkeypatch.setattr(stream, "WHOLE_FETCH_ENTRIES", 0)
     if request.param == "tiny":
-        monkeypatch.setattr(stream, "initial_fetch_size", lambda k, num_cols: 1)
+        monkeypatch.setattr(stream, "initial_fetch_size", lambda k, num_cols, num_rows=None: 1)
         monkeypatch.setattr(stream, "MIN_REFILL_ROWS", 1)
         monkeypatch.setattr(ordering, "BLOCK_ELEMENTS", 20)  # blocks of a few rows, a short last one
     return request.param
@@ -257,3 +261,19 @@ def test_anti_hub_columns_and_many_short_rows(backend, fetch_policy):
         np.testing.assert_array_equal(
             greedy_matching(scores, backend=backend).numpy(), literal_greedy(scores)
         )
+
+
+def test_whole_row_sort_is_reused_only_for_the_same_unmodified_matrix():
+    """Matrices small enough are sorted whole once; matching the same tensor again (another lambda
+    or k, as lambda selection does) reuses that sort, and an in-place change of the tensor or another
+    tensor at the same values does not see a stale one."""
+    scores = random_scores(np.random.default_rng(4), 37, 19, ties=True)
+    first = relaxed_greedy_matching(scores, 3, 1.0)
+    assert stream._last_whole_sort and stream._last_whole_sort[0][0] is scores
+    again = relaxed_greedy_matching(scores, 5, 2.0)  # served from the kept sort
+    fresh = relaxed_greedy_matching(scores.clone(), 5, 2.0)  # sorted anew
+    assert torch.equal(again, fresh) and torch.equal(first, relaxed_greedy_matching(scores.clone(), 3, 1.0))
+    scores.mul_(-1.0)  # in place: the version counter moves, the kept sort is not used
+    flipped = relaxed_greedy_matching(scores, 3, 1.0)
+    assert torch.equal(flipped, relaxed_greedy_matching(scores.clone(), 3, 1.0))
+    assert not torch.equal(flipped, first)

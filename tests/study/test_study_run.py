@@ -167,3 +167,26 @@ def test_an_incomplete_marker_means_not_finished(finished: Path, tmp_path: Path)
     assert read_marker(folder) is None
     shutil.copy(finished / "runs" / "pcme-base-s0" / "study.json", folder / "study.json")
     assert read_marker(folder)["run"] == "pcme-base-s0"
+
+
+def test_signal_gate_does_not_depend_on_the_process_random_state(finished: Path, tmp_path: Path) -> None:
+    """The gate's untrained reference model is drawn from the run's own seed: evaluating a run again,
+    after any other use of the random generator, gives the same gate columns as in the study."""
+    import shutil
+
+    import torch
+
+    from pcmr.study.backend import evaluate_run
+    from pcmr.study.spec import AnalysisOptions
+
+    run_dir = tmp_path / "pcme-base-s0"
+    shutil.copytree(finished / "runs" / "pcme-base-s0", run_dir)
+    options = AnalysisOptions(corruption=False, binary_selection=False, max_items=24)
+    gate = ("image_uncertainty_spread_init", "caption_uncertainty_spread_init", "caption_uncertainty_signal")
+    values = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        torch.rand(1000)
+        rows = evaluate_run(run_dir, ["cosine"], ["nns"], ["exact"], options)
+        values.append([rows[0][key] for key in gate])
+    assert values[0] == values[1] and values[0][0] > 0

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from pcmr.atomic import atomic_write_text
@@ -35,6 +36,7 @@ from pcmr.train import check_config, load_config
 from pcmr.train.lifecycle import start_or_resume
 from pcmr.train.recipes import find_recipe
 from pcmr.train.run import load_run, load_run_split
+from pcmr.train.trainer import torch_seed
 
 __all__ = ["UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "resolve_config", "schedule_text", "train_run",
            "write_text"]
@@ -134,7 +136,9 @@ def _signal_columns(evaluation: EncodedEvaluation, trained: Any) -> dict[str, fl
 
     config = trained.config
     options = {k: v for k, v in config.model.items() if k != "name"}
-    initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(trained.vocab)})
+    with torch.random.fork_rng(devices=[]):  # the run's own seed, not whatever this process drew before
+        torch.manual_seed(torch_seed(config.train.seed))
+        initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(trained.vocab)})
     initial = encode_split(initial_model, evaluation.split, trained.vocab, batch_size=evaluation.batch_size,
                            device=evaluation.device)
     num_samples = int(config.loss.get("num_samples", 1) or 1)

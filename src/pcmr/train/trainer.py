@@ -83,15 +83,20 @@ from pcmr.train.schedules import (
 )
 from pcmr.train.validation import validate
 
-__all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything"]
+__all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything", "torch_seed"]
 
 def seed_everything(seed: int, *parts: int) -> None:
     """Seed torch, numpy and Python from ``(seed, *parts)`` (a SeedSequence hash)."""
-    state = np.random.SeedSequence([seed, *parts]).generate_state(2, dtype=np.uint32)
-    value = int(state[0]) << 32 | int(state[1])
+    value = torch_seed(seed, *parts)
     torch.manual_seed(value)
-    np.random.seed(int(state[0]))
+    np.random.seed(value >> 32)
     random.seed(value)
+
+
+def torch_seed(seed: int, *parts: int) -> int:
+    """The value :func:`seed_everything` gives ``torch.manual_seed`` for ``(seed, *parts)``."""
+    state = np.random.SeedSequence([seed, *parts]).generate_state(2, dtype=np.uint32)
+    return int(state[0]) << 32 | int(state[1])
 
 
 def _loss_seed(seed: int, step: int) -> int:
