@@ -8,7 +8,8 @@ optimiser step, and the whole step as the trainer runs it. The phases do not add
 exactly (the step's backward runs through towers and loss at once), but their shares show where a
 speed-up must come from.
 
-Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/training_phases.py [--recipes pcme vsepp_max]``
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/training_phases.py [--recipes pcme vsepp_max]
+[--set KEY=VALUE ...]``
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ def _backward(value: Any) -> None:
     sum(t.float().sum() for t in tensors).backward()
 
 
-def phases(recipe: str, repeats: int, cache: str) -> dict[str, float]:
-    """Median seconds of each phase of a step of ``recipe`` (see the module docstring)."""
-    config = load_config(find_recipe(recipe), [*STUDY_SIZES, f"data.options.cache_dir={cache}"])
+def phases(recipe: str, repeats: int, cache: str, overrides: tuple[str, ...] = ()) -> dict[str, float]:
+    """Median seconds of each phase of a step of ``recipe`` (see the module docstring), with ``overrides``
+    (``KEY=VALUE``) applied after the study sizes."""
+    config = load_config(find_recipe(recipe), [*STUDY_SIZES, f"data.options.cache_dir={cache}", *overrides])
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(config, Path(run_dir))
         model, loss_fn = trainer.model, trainer.loss_fn
@@ -74,12 +76,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", default=["pcme", "vsepp_max"])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides after the study sizes, e.g. data.options.image_size=32")
     args = parser.parse_args()
     torch.set_num_threads(1)
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, one thread; before: {load}")
     with tempfile.TemporaryDirectory() as cache:
-        results = {recipe: phases(recipe, args.repeats, cache) for recipe in args.recipes}
+        results = {recipe: phases(recipe, args.repeats, cache, tuple(args.set)) for recipe in args.recipes}
     print(f"after: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     names = list(next(iter(results.values())))
     print("\n| recipe | " + " | ".join(f"{n} (s)" for n in names) + " | pairs/s (whole step) |")

@@ -10,8 +10,10 @@ The figure is the median over ``--rounds`` of pairs per second (128 pairs per st
 
 Configurations: ``fp32`` (the default; results equal the baseline's up to float rounding) and
 ``bf16`` (``train.precision=bf16``: the towers under bfloat16 autocast, the loss in float32;
-results within the tolerance stated in docs/benchmarks.md). A configuration is a comma-separated
-list of ``--set`` overrides, or ``fp32`` for none.
+results within the tolerance stated in docs/training.md). A configuration is a comma-separated
+list of ``--set`` overrides, or ``fp32`` for none; ``--before-configurations`` times the baseline
+under several (its first is the reference every ratio is taken against), e.g. at the uncertainty
+study's sizes: ``data.options.preset=multiplicity,data.options.image_size=32``.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/training_speedup.py [--recipes pcme vsepp_max]``
 """
@@ -78,7 +80,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=BASELINE, help="git commit of the 'before' code")
     parser.add_argument("--recipes", nargs="+", default=["pcme", "vsepp_max"])
-    parser.add_argument("--configurations", nargs="+", default=["fp32", "train.precision=bf16"])
+    parser.add_argument("--configurations", nargs="+", default=["fp32", "train.precision=bf16"],
+                        help="configurations of the current tree")
+    parser.add_argument("--before-configurations", nargs="+", default=["fp32"],
+                        help="configurations of the baseline; the first is the reference of 'x before'")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=4, help="training steps timed per round")
     args = parser.parse_args()
@@ -90,7 +95,7 @@ def main() -> None:
         labels: list[tuple[str, str, str]] = []
         workers: list[Worker] = []
         for recipe in args.recipes:
-            for tree, src, configurations in (("before", baseline_src, ["fp32"]),
+            for tree, src, configurations in (("before", baseline_src, args.before_configurations),
                                               ("after", ROOT / "src", args.configurations)):
                 for configuration in configurations:
                     labels.append((recipe, tree, configuration))
@@ -109,7 +114,8 @@ def main() -> None:
     for (recipe, tree, configuration), record in zip(labels, times):
         step = statistics.median(record)
         before.setdefault(recipe, step)
-        print(f"| {recipe} | {tree} | {configuration} | {step:.3f} | {128 / step:.0f} | {before[recipe] / step:.2f} |")
+        shown = configuration if configuration == "fp32" else f"`{configuration}`"
+        print(f"| {recipe} | {tree} | {shown} | {step:.3f} | {128 / step:.0f} | {before[recipe] / step:.2f} |")
 
 
 if __name__ == "__main__":

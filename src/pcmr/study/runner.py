@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +102,8 @@ def execute_run(spec: StudySpec, run: StudyRun, out: Path) -> dict[str, Any]:
               "overrides": run.overrides, "train_seconds": train_seconds,
               "eval_seconds": time.perf_counter() - start, "rows": [{**ids, **row} for row in rows]}
     marker = _json_safe(marker)
+    if not _parent_alive():  # the study that started this child was killed: leave the run unfinished
+        os._exit(1)
     backend.write_text(run_dir / MARKER, json.dumps(marker, indent=1) + "\n")
     return marker
 
@@ -116,17 +119,40 @@ PARENT_ENV = "PCMR_STUDY_PARENT"
 
 
 def _die_with_parent() -> None:
-    """In a child started by :func:`_run_children`: have Linux kill this process when the study
-    process dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), and stop at once if it is already gone."""
+    """In a child started by :func:`_run_children`: end this process when the study process dies.
+
+    Linux kills it on the parent's death (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), where the kernel
+    allows it; a daemon thread also checks the parent every :data:`PARENT_POLL_SECONDS` and ends the
+    process once it is gone (sandboxes may refuse or not deliver the signal), and
+    :func:`_parent_alive` is asked again just before a run writes its marker, so a run whose study
+    was killed is never recorded as finished. Stops at once if the parent is already gone."""
     parent = os.environ.get(PARENT_ENV)
-    if not parent or not sys.platform.startswith("linux"):
+    if not parent:
         return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if str(os.getppid()) != parent:
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if not _parent_alive():
         os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_SECONDS)
+            if not _parent_alive():
+                os._exit(1)
+
+    threading.Thread(target=watch, name="pcmr-study-parent-watch", daemon=True).start()
+
+
+PARENT_POLL_SECONDS = 0.1
+
+
+def _parent_alive() -> bool:
+    """True unless this process is a study child whose study process has died (it was re-parented)."""
+    parent = os.environ.get(PARENT_ENV)
+    return not parent or str(os.getppid()) == parent
 
 
 def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: int, threads: int,
