@@ -1,17 +1,32 @@
-"""Print, for every shapes preset, how multiplicity correlates with caption length and object count.
+"""Print, for every shapes preset, how multiplicity correlates with caption length and object count,
+and how far PMRP's label-based plausibility agrees with the true relevance.
 
     python tools/shapes_confounds.py [--split test] [--seed 0]
 
-The table is the one in docs/datasets.md ("Multiplicity and its confounds").
+The tables are the ones in docs/datasets.md ("Multiplicity and its confounds", "PMRP on shapes").
+The second table scores two reference rankings with PMRP (PCME App. C.1; captions take their source
+image's (shape, colour) labels): the *true-relevance oracle* (every relevant pair above every other,
+ties broken at random) and a random ranking (seed 0).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from pcmr.data import load_dataset
+import torch
+
+from pcmr.data import RetrievalSplit, load_dataset
 from pcmr.data.shapes.config import SHAPES_PRESETS
 from pcmr.metrics.correlation import multiplicity_confounds
+from pcmr.metrics.pmrp import pmrp
+
+
+def reference_pmrp(split: RetrievalSplit, generator: torch.Generator) -> dict[str, dict[str, dict[str, float]]]:
+    """PMRP (both directions) of the true-relevance oracle and of a random ranking of ``split``."""
+    relevant = split.relevance_matrix().to(torch.float32)
+    noise = torch.rand(relevant.shape, generator=generator)
+    rankings = {"true-relevance oracle": relevant + 1e-3 * noise, "random": noise}
+    return {name: pmrp(scores, split.image_labels, split.caption_labels) for name, scores in rankings.items()}
 
 
 def main() -> None:
@@ -19,17 +34,25 @@ def main() -> None:
     parser.add_argument("--split", default="test")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    splits = {preset: load_dataset("shapes", args.split, preset=preset, seed=args.seed, cache=False)
+               for preset in SHAPES_PRESETS}
     print("| preset | caption words | rho(length, relevant images) | rho(objects, relevant captions) "
           "| relevant images per caption (mean / max) | relevant captions per image (mean) |")
     print("|---|---|---:|---:|---|---:|")
-    for preset in SHAPES_PRESETS:
-        split = load_dataset("shapes", args.split, preset=preset, seed=args.seed, cache=False)
+    for preset, split in splits.items():
         s = multiplicity_confounds(split)
         words = f"{s['caption_words_min']:.0f}-{s['caption_words_max']:.0f}"
         rho = ["n/a (constant)" if r != r else f"{r:+.2f}" for r in (s["rho_length_caption"], s["rho_objects_image"])]
         print(f"| {preset} | {words} | {rho[0]} | {rho[1]} | {s['caption_multiplicity_mean']:.1f} / "
               f"{s['caption_multiplicity_max']:.0f} | {s['image_multiplicity_mean']:.1f} |")
-
+    print("\n| preset | ranking | i2t PMRP (0 / 1 / 2 / mean) | t2i PMRP (0 / 1 / 2 / mean) |")
+    print("|---|---|---|---|")
+    generator = torch.Generator().manual_seed(0)
+    for preset, split in splits.items():
+        for name, values in reference_pmrp(split, generator).items():
+            cells = [" / ".join(f"{values[d][k]:.1f}" for k in ("pmrp@0", "pmrp@1", "pmrp@2", "pmrp"))
+                     for d in ("i2t", "t2i")]
+            print(f"| {preset} | {name} | {cells[0]} | {cells[1]} |")
 
 if __name__ == "__main__":
     main()

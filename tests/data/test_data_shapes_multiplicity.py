@@ -98,3 +98,26 @@ def test_natural_presets_keep_their_captions(preset, digest):
     """The new settings leave the existing presets' captions exactly as the generator wrote them before."""
     data = load_dataset("shapes", "train", cache=False, seed=0, preset=preset, **SMALL)
     assert hashlib.sha256("\n".join(data.caption_texts).encode()).hexdigest()[:16] == digest
+
+
+def test_pmrp_of_reference_rankings_on_shapes(train):
+    """The docs' "PMRP on shapes" table: the true-relevance oracle scores far below the label oracle's
+    100 (labels do not follow what a slot caption fits), yet above a random ranking."""
+    import importlib.util
+    from pathlib import Path
+
+    from pcmr.metrics.pmrp import pmrp
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "shapes_confounds.py"
+    spec = importlib.util.spec_from_file_location("shapes_confounds", path)
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    values = tool.reference_pmrp(train, torch.Generator().manual_seed(0))
+    oracle, random = values["true-relevance oracle"], values["random"]
+    for direction in ("i2t", "t2i"):
+        assert random[direction]["pmrp"] < oracle[direction]["pmrp"] < 60.0
+    image_labels, caption_labels = train.image_labels.float(), train.caption_labels.float()
+    hamming = image_labels.sum(1)[:, None] + caption_labels.sum(1)[None] - 2 * image_labels @ caption_labels.T
+    by_labels = pmrp(-hamming, train.image_labels, train.caption_labels, zetas=(0,))
+    assert by_labels["i2t"]["pmrp"] == 100.0 and by_labels["t2i"]["pmrp"] == 100.0
