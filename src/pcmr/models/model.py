@@ -80,10 +80,23 @@ class Tower(nn.Module):
         self.mean_head = mean_head
         self.variance_head = variance_head
         self.variance_encoder = variance_encoder
+        # per-item backbone outputs of a frozen backbone during training (pcmr.train.feature_cache;
+        # set by the trainer under train.cache_frozen_features); not a module: no parameters, no state
+        self.feature_cache: Any = None
+
+    def _backbone_features(self, batch: Mapping[str, Any]) -> EncodedFeatures | None:
+        backbone = self.encoder.backbone
+        if backbone is None:
+            return None
+        cache = self.feature_cache
+        if (cache is not None and self.training and cache.index_key in batch
+                and not self.encoder.backbone_trainable):
+            return cache.features(backbone, batch)
+        return backbone(batch)
 
     def forward(self, batch: Mapping[str, Any]) -> Gaussian:
         """Encode one batch into a Gaussian with ``mean [B, D]`` and ``logvar [B, D] | [B, 1] | None``."""
-        backbone_features = self.encoder.backbone(batch) if self.encoder.backbone is not None else None
+        backbone_features = self._backbone_features(batch)
         features = self.encoder.features(batch, backbone_features)
         mean = self.mean_head(features)  # [B, D]
         if self.variance_head is None:

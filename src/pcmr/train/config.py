@@ -105,6 +105,9 @@ class TrainConfig:
     max_steps_per_epoch: int | None = None  # truncate epochs (smoke tests); None: full epochs
     device: str = "cpu"  # torch device string, e.g. cpu, cuda, cuda:1 (several processes: cuda:LOCAL_RANK)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast of the model forward; the loss stays fp32
+    # keep the outputs of frozen pretrained backbones per training item and reuse them from the second
+    # epoch on (needs that modality un-augmented; pcmr.train.feature_cache, docs/training.md)
+    cache_frozen_features: bool = False
     # tqdm bars with loss terms and throughput: true (always), false (none, and no per-epoch lines),
     # null (bars only when stderr is a terminal; plain per-epoch lines otherwise)
     progress: bool | None = None

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from pcmr.config import ConfigError
 from pcmr.data.batching import train_loader
 from pcmr.evaluation.encode import image_input_size
 from pcmr.hub import preprocessor_config
@@ -58,6 +59,7 @@ from pcmr.train.distributed import (
     wrap_ddp,
 )
 from pcmr.train.faults import NonFiniteGuard
+from pcmr.train.feature_cache import attach_feature_caches, loader_augments
 from pcmr.train.global_batchnorm import convert_global_batchnorm
 from pcmr.train.loggers import RunLog, open_run_log
 from pcmr.train.precision import autocast_factory, grad_scaler
@@ -185,6 +187,14 @@ class Trainer:
             rank=self.context.rank,
             **config.data.loader_options,
         )
+        self.cached_towers: list[str] = []
+        if train.cache_frozen_features:
+            image_augmented, caption_augmented = loader_augments(config.data.loader_options)
+            try:
+                self.cached_towers = attach_feature_caches(
+                    self.model, image_augmented=image_augmented, caption_augmented=caption_augmented)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         relation = self.parts.train_split.relevance
         self.train_step = TrainStep(
             self.model,
