@@ -128,8 +128,14 @@ def test_a_claim_on_an_untrained_head_is_no_signal() -> None:
         row["image_uncertainty_signal"] = 1.0
     judgement = judge_claim(gated, rows)[0]
     assert judgement.verdict == NO_SIGNAL and judgement.seeds == (0, 1, 2)
-    image = _claim(metric="slope", a=gated.a.__dict__, b=None, signal="image")
-    assert judge_claim(image, rows)[0].verdict == "holds"
+    assert judgement.ungated == "holds"  # the interval's own verdict, kept beside the gate's
+    from pcmr.study.report import claims_markdown
+
+    table = claims_markdown([judgement], title="t")
+    assert "| without the gate |" in table and "| no signal | holds |" in table
+    assert "without the gate |" not in claims_markdown(judge_claim(image := _claim(
+        metric="slope", a=gated.a.__dict__, b=None, signal="image"), rows), title="t").split("Totals")[1]
+    assert judge_claim(image, rows)[0].verdict == "holds" and judge_claim(image, rows)[0].ungated == ""
     assert judge_claim(_claim(metric="slope", a=gated.a.__dict__, b=None), rows)[0].verdict == "holds"
     for row in rows:
         row["caption_uncertainty_signal"] = 1.0

@@ -78,6 +78,9 @@ class Judgement:
     interval: Interval
     verdict: str
     seeds: tuple[int, ...]
+    #: the verdict the interval alone gives, where the trained-signal gate made it ``no signal``
+    #: (else ""): what the runs show if their sub-floor heads are read anyway
+    ungated: str = ""
 
 
 @dataclass
@@ -211,9 +214,10 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
         seeds = tuple(sorted(set(a_values) & set(b_values)))
         interval = paired_interval([a_values[s] for s in seeds], [b_values[s] for s in seeds], level)
         outcome = NO_DATA if not seeds else verdict(interval, claim.expect, claim.margin)
+        ungated = ""
         if seeds and _without_signal(rows, a, claim, seeds):
-            outcome = NO_SIGNAL
-        out.append(Judgement(claim, condition, a, b, interval, outcome, seeds))
+            outcome, ungated = NO_SIGNAL, outcome
+        out.append(Judgement(claim, condition, a, b, interval, outcome, seeds, ungated))
     return out
 
 

@@ -197,7 +197,9 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
              f"otherwise `inconclusive` (always with fewer than two seeds); `{NO_SIGNAL}`: a claim about "
              "an uncertainty head on runs where that head learned nothing (its per-item spread below twice "
              "an untrained model's or below the Monte-Carlo floor, in some seed); "
-             f"`{NO_DATA}`: no seed was measured on both sides. See docs/study.md.", "",
+             f"`{NO_DATA}`: no seed was measured on both sides. Where some verdict is `{NO_SIGNAL}`, the "
+             "column `without the gate` gives the verdict its interval alone would give (the reading of "
+             "sub-floor heads). See docs/study.md.", "",
              "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()), ""]
     table: list[dict[str, Any]] = []
     for j in judgements:
@@ -212,8 +214,9 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
         ci = "-" if math.isnan(interval.half_width) else f"[{_fmt(interval.low)}, {_fmt(interval.high)}]"
         table.append({"claim": claim.id, "paper": claim.paper, "statement": claim.statement, "condition": condition,
                       "a": a, "b": b, "expect": expect, "n": interval.n, "mean a-b": _fmt(interval.mean), "CI": ci,
-                      "verdict": j.verdict})
-    lines += [format_table(table, CLAIM_COLUMNS), ""]
+                      "verdict": j.verdict, "without the gate": j.ungated})
+    gated = any(j.verdict == NO_SIGNAL for j in judgements)
+    lines += [format_table(table, CLAIM_COLUMNS + (("without the gate",) if gated else ())), ""]
     if errors:
         lines += ["Claims not judged:", ""] + [f"- {claim_id}: {reason}" for claim_id, reason in errors.items()] + [""]
     return "\n".join(lines)
