@@ -155,3 +155,6 @@ def test_shipped_uncertainty_study_resolves_every_run_and_judges_every_uncertain
             assert config.model["image_head"]["logvar_init"] == -8 and config.model["caption_head"]["logvar_init"] == -8
     uncertainty = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "uncertain"))]
     assert len(uncertainty) == 12 and all(c.signal in ("image", "caption") for c in uncertainty)
+    ablation = {c.id for c in spec.claims if c.b is not None and c.b.recipe == "pcme_mu_only"}
+    assert ablation == {f"{label}-vs-mu-only-{m}-{d}" for label in ("pcme", "pcme_small_init")
+                        for m in ("rp", "pmrp") for d in ("i2t", "t2i")}
