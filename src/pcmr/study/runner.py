@@ -14,6 +14,7 @@ the same process; a child dies with its parent (Linux).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -130,10 +131,8 @@ def _die_with_parent() -> None:
     if not parent:
         return
     if sys.platform.startswith("linux"):
-        try:
+        with contextlib.suppress(OSError, AttributeError):  # no libc / no prctl: the watchdog alone
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
     if not _parent_alive():
         os._exit(1)
 

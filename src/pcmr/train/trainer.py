@@ -472,6 +472,7 @@ class Trainer:
             "optimizer_requested": self.config.train.optimizer,
             "epochs": self.config.train.epochs,
             "schedule": self.config.train.schedule_summary(),  # in epochs, fractions resolved
+            "cached_features": self.cached_towers,  # towers whose frozen backbone output is cached
             "world_size": self.context.world_size,
             **self._position(),
             "best_metric": self.progress["best_metric"],
@@ -513,6 +514,7 @@ class Trainer:
                 "start", epochs=train.epochs, steps_per_epoch=self.steps_per_epoch,
                 world_size=self.context.world_size, precision=train.precision,
                 optimizer=optimizer_name(self.optimizer), optimizer_requested=train.optimizer,
+                cached_features=self.cached_towers,
             )
         self._write_summary("running")
         while self.progress["epoch"] < train.epochs:
