@@ -109,9 +109,10 @@ def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *
                 drawn.append(mean)
                 label = None  # one legend entry per variant
         ax.set_title(f"evaluated with {mode} relevance", fontsize=10)
-        cut = "" if bounds is None else f"; intervals cut at {low:g} and {high:g}"
-        ax.set_xlabel(f"{metric} (mean and {100 * level:g} % interval over seeds{cut})", fontsize=9)
+        ax.set_xlabel(metric, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
+    cut = "" if bounds is None else f"; intervals cut at {low:g} and {high:g}"
+    figure.supxlabel(f"mean and {100 * level:g} % interval over seeds{cut}", fontsize=9)
     finite = [v for v in drawn if math.isfinite(v)]
     if finite:
         pad = max(1.0, 0.05 * (max(finite) - min(finite)))
