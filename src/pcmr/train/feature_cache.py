@@ -47,12 +47,6 @@ class FeatureCache:
     def __len__(self) -> int:
         return len(self._pooled)
 
-    def clear(self) -> None:
-        """Forget every cached item."""
-        self._local.clear()
-        self._pooled.clear()
-        self._masked = None
-
     def features(self, backbone: Callable[[Mapping[str, Any]], EncodedFeatures],
                  batch: Mapping[str, Any]) -> EncodedFeatures:
         """``backbone(batch)``, read from the cache when every row of the batch is cached; otherwise
