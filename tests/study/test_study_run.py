@@ -20,6 +20,8 @@ import pcmr
 from pcmr.cli import main
 from pcmr.study import StudyError, find_study, load_study, read_marker, run_study
 from pcmr.study.backend import train_run
+from pcmr.train.lock import LOCK_FILE, read_lock
+from pcmr.train.lock import _alive as lock_owner_alive
 
 STUDY = find_study("tiny")
 
@@ -134,9 +136,15 @@ def test_killed_study_resumes_to_identical_results(finished: Path, environment: 
         process.kill()  # the study process; its child dies with it
         process.wait()
     assert process.returncode == -signal.SIGKILL
-    time.sleep(0.5)
+    child = read_lock(started / LOCK_FILE)  # the run's child holds the run lock while it trains
+    assert child is not None
+    while lock_owner_alive(child["pid"]):  # it ends with the study (dead, or a zombie nobody reaped)
+        assert time.monotonic() < deadline, f"the run's child {child['pid']} outlived the killed study"
+        time.sleep(0.01)
     assert read_marker(started) is None and not (out / "results.csv").exists()
     outcome = run_study(load_study(STUDY), out, workers=1, threads=1, echo=lambda line: None)
+    logs = {name: (out / "logs" / f"{name}.log").read_text()[-3000:] for name in outcome.failed}
+    assert not outcome.failed, logs
     assert len(outcome.skipped) == 4 and outcome.ran == ["vsepp_sum-augmented-s0", "vsepp_sum-augmented-s1"]
     assert (out / "results.csv").read_text() == (finished / "results.csv").read_text()
 

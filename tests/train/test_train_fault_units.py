@@ -6,9 +6,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,6 +137,24 @@ def test_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path):
         lock = RunLock(tmp_path).acquire()
     assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
     lock.release()
+
+
+def test_lock_of_an_exited_unreaped_owner_is_stale(tmp_path):
+    # a killed run whose process nobody has reaped yet (a zombie) still holds its PID: the lock is stale
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": owner.pid, "host": socket.gethostname()}))
+        owner.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{owner.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the killed process did not become a zombie"
+            time.sleep(0.01)
+        os.kill(owner.pid, 0)  # the PID still answers
+        with pytest.warns(UserWarning, match=f"taking over the stale lock .*process {owner.pid} is not running"):
+            RunLock(tmp_path).acquire().release()
+    finally:
+        owner.kill()
+        owner.wait()
 
 
 def test_lock_of_another_host_is_refused_and_a_reused_pid_is_stale(tmp_path):

@@ -5,7 +5,8 @@ The lock file is created atomically (written under a temporary name, then hard-l
 ``pcmr train`` into a folder whose lock belongs to a live process is refused with
 :class:`RunLockedError`. A lock left by a process that has died (a ``kill -9``, a crashed
 node) is stale: on the same host this is detected from the PID (and, on Linux, the
-process start time, so a recycled PID is not mistaken for the owner) and the lock is
+process start time, so a recycled PID is not mistaken for the owner, and the process
+state, so an exited owner that nobody has reaped yet counts as dead) and the lock is
 taken over with a warning. A lock from another host cannot be checked from here and is
 refused, naming the file to delete once that run is known to be gone. In a distributed run
 only rank 0 holds the lock.
@@ -40,23 +41,32 @@ class RunLockedError(FileExistsError):
     """The run folder is in use by another live training process."""
 
 
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), or None if unknown."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3 onwards of Linux ``/proc/<pid>/stat`` (state, ppid, ...), or None if unknown."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[-1].split()[19]  # fields after "(comm)" start at field 3
+    return stat.rsplit(")", 1)[-1].split()  # fields after "(comm)" start at field 3
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), or None if unknown."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields else None
 
 
 def _alive(pid: int) -> bool:
+    """True while process ``pid`` runs. A zombie (it has exited; its parent, or the init process
+    that adopted it, has not reaped it yet) holds its PID but runs no more: it counts as dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+        pass
+    fields = _stat_fields(pid)
+    return not (fields and fields[0] in ("Z", "X"))  # Z: zombie, X: dead
 
 
 def _rank() -> int:
