@@ -3,8 +3,11 @@ small CNN and precomputed-feature backbones, VSRN reasoning (float64 loop refere
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pcmr.models import (
     GlobalFeatureBackbone,
@@ -16,6 +19,7 @@ from pcmr.models import (
     create_model,
     load_word_vectors,
 )
+from pcmr.models.text_encoders import run_gru
 from test_models_support import make_batch, random_captions, single_thread  # noqa: F401  (autouse fixture)
 
 VOCAB = 29
@@ -52,6 +56,32 @@ def test_gru_backbone_ignores_extra_padding_columns():
     b = backbone({"captions": padded, "caption_lengths": lengths})
     torch.testing.assert_close(a.pooled, b.pooled, rtol=0, atol=0)
     torch.testing.assert_close(a.local, b.local[:, :5], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_run_gru_on_full_length_captions_skips_packing_with_equal_values_and_gradients(bidirectional):
+    # fixed-length captions run the GRU on the padded tensor: the packed computation's values and gradients
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(6, 5, num_layers=2, batch_first=True, bidirectional=bidirectional).double()
+    inputs = torch.randn(4, 7, 6, dtype=torch.float64, requires_grad=True)
+    lengths = torch.full((4,), 7)
+    packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+    reference_out, reference_hidden = gru(packed)
+    reference_out, _ = pad_packed_sequence(reference_out, batch_first=True, total_length=7)
+    weights = torch.randn_like(reference_out)
+    reference_grads = torch.autograd.grad((reference_out * weights).sum() + reference_hidden.square().sum(),
+                                          [inputs, *gru.parameters()])
+    with mock.patch("pcmr.models.text_encoders.pack_padded_sequence", side_effect=AssertionError("packed")):
+        out, hidden = run_gru(gru, inputs, lengths)
+    grads = torch.autograd.grad((out * weights).sum() + hidden.square().sum(), [inputs, *gru.parameters()])
+    torch.testing.assert_close(out, reference_out, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(hidden, reference_hidden, rtol=1e-12, atol=1e-14)
+    for got, want in zip(grads, reference_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+    shorter = lengths.clone()
+    shorter[2] = 4  # one shorter caption: packed again, its padding positions zero
+    out, _ = run_gru(gru, inputs, shorter)
+    assert torch.equal(out[2, 4:], torch.zeros(3, out.shape[2], dtype=torch.float64))
 
 
 def test_word_vectors_from_a_glove_file(tmp_path):
