@@ -335,3 +335,16 @@ def test_uniformity_points_subsample_as_the_release_draws_them():
     for bad in (1, 2.5, True):
         with pytest.raises(ValueError, match="uniformity_points"):
             create_loss("pcme", uniformity_points=bad)
+
+
+def test_logsumexp_over_samples_equals_torch_logsumexp_with_infinite_entries():
+    from pcmr.losses.soft_contrastive import _logsumexp_over_samples
+
+    gen = torch.Generator().manual_seed(5)
+    terms = torch.randn(5, 3, 4, 2, generator=gen, dtype=torch.float64) * 30 - 40
+    terms[1, :, 2, :] = -math.inf  # every sample of one pair at -inf
+    terms[3, 0, 1, 1] = -math.inf  # one sample of another
+    terms[4, 2, 0, 0] = 700.0  # beyond exp's range
+    got = _logsumexp_over_samples(terms.clone())
+    torch.testing.assert_close(got, torch.logsumexp(terms, dim=(1, 3)), rtol=1e-13, atol=0)
+    assert got[1, 2] == -math.inf
