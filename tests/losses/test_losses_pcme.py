@@ -256,6 +256,12 @@ def test_log_sigmoid_matches_torch_values_and_gradients():
     (grad_theirs,) = torch.autograd.grad(theirs.sum(), x)
     torch.testing.assert_close(grad_ours, grad_theirs, rtol=1e-12, atol=5e-17)
     assert grad_ours[-1].item() == 0.5
+    for dtype in (DT, torch.float32):  # outside autograd the in-place path gives the same values, input untouched
+        plain = x.detach().to(dtype)
+        with torch.no_grad():
+            assert torch.equal(log_sigmoid(plain), log_sigmoid(plain.clone().requires_grad_()))
+        assert torch.equal(log_sigmoid(plain), log_sigmoid(plain.clone().requires_grad_()).detach())
+        assert torch.equal(plain, x.detach().to(dtype))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

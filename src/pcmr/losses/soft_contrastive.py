@@ -37,7 +37,7 @@ from pcmr.losses._inputs import check_choice, check_gaussian_pair, check_positiv
 from pcmr.losses.base import RetrievalLoss
 from pcmr.losses.match_scale import MatchScale
 from pcmr.losses.regularisers import kl_prior_loss, uniformity_loss
-from pcmr.similarity._primitives import DEFAULT_SQRT_EPS, safe_sqrt, squared_distances
+from pcmr.similarity._primitives import DEFAULT_SQRT_EPS, squared_distances
 
 __all__ = [
     "PcmeConfig",
@@ -67,6 +67,9 @@ def log_sigmoid(x: Tensor) -> Tensor:
     ``0.5 * (x - |x|)`` is ``min(x, 0)`` with the symmetric gradient 0.5 at 0.
     """
     magnitude = x.abs()
+    if not (torch.is_grad_enabled() and x.requires_grad):  # no autograd: the same values, in place
+        tail = magnitude.clamp_(max=LOG_SIGMOID_TAIL).neg_().exp_().log1p_()
+        return x.clamp(max=0.0).sub_(tail)
     return 0.5 * (x - magnitude) - torch.log1p(torch.exp(-magnitude.clamp(max=LOG_SIGMOID_TAIL)))
 
 
@@ -188,10 +191,10 @@ class _PairNll(torch.autograd.Function):
         n, j, dim = image_samples.shape
         m, k, _ = caption_samples.shape
         images, captions = image_samples.reshape(n * j, dim), caption_samples.reshape(m * k, dim)
-        squared = squared_distances(images, captions)  # [N J, M K]
-        distances = safe_sqrt(squared)
+        squared = squared_distances(images, captions, out=images.new_empty(n * j, m * k))  # [N J, M K]
+        distances = squared.clamp_min(DEFAULT_SQRT_EPS).sqrt_()  # safe_sqrt, one new tensor
         sign = torch.where(positives, 1.0, -1.0).to(distances.dtype).view(n, 1, m, 1)
-        signed = (b - a * distances).view(n, j, m, k).mul_(sign)  # [N, J, M, K]: +-logits
+        signed = distances.mul(a.neg()).add_(b).view(n, j, m, k).mul_(sign)  # [N, J, M, K]: +-logits
         log_terms = log_sigmoid(signed)
         log_sum = _logsumexp_over_samples(log_terms)  # [N, M]
         ctx.save_for_backward(images, captions, squared, distances, signed, log_terms, log_sum, sign, a)
@@ -205,9 +208,9 @@ class _PairNll(torch.autograd.Function):
         n, j, m, k = ctx.shape
         # d nll / d logit = -(+-1) * w * sigmoid(-(+-logit)), scaled by the incoming gradient
         grad_logits = (log_terms - log_sum.view(n, 1, m, 1)).exp_()  # w: softmax over (j, k)
-        grad_logits.mul_(torch.sigmoid(signed.neg())).mul_(sign).mul_(grad_nll.view(n, 1, m, 1)).neg_()
+        grad_logits.mul_(signed.neg().sigmoid_()).mul_(sign).mul_(grad_nll.view(n, 1, m, 1)).neg_()
         grad_logits = grad_logits.view(n * j, m * k)
-        grad_a = -(grad_logits * distances).sum() if ctx.needs_input_grad[3] else None
+        grad_a = -torch.dot(grad_logits.reshape(-1), distances.reshape(-1)) if ctx.needs_input_grad[3] else None
         grad_b = grad_logits.sum() if ctx.needs_input_grad[4] else None
         grad_image = grad_caption = None
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
