@@ -1,12 +1,17 @@
 """Print, for every shapes preset, how multiplicity correlates with caption length and object count,
-and how far PMRP's label-based plausibility agrees with the true relevance.
+how far PMRP's label-based plausibility agrees with the true relevance, and what R-Precision a
+ranking that ignores the query gets.
 
     python tools/shapes_confounds.py [--split test] [--seed 0]
 
 The tables are the ones in docs/datasets.md ("Multiplicity and its confounds", "PMRP on shapes").
 The second table scores two reference rankings with PMRP (PCME App. C.1; captions take their source
 image's (shape, colour) labels): the *true-relevance oracle* (every relevant pair above every other,
-ties broken at random) and a random ranking (seed 0).
+ties broken at random) and a random ranking (seed 0). The third table gives the R-Precision of an
+*image-blind* (query-blind) ranking: every image query gets the same caption list, the captions with
+the most relevant images first (and every caption query the images with the most relevant captions
+first), ties broken at random; and of a random ranking. A model's R-Precision near the query-blind
+value says it ranks by how generic an item is, not by what the query shows.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pcmr.data import RetrievalSplit, load_dataset
 from pcmr.data.shapes.config import SHAPES_PRESETS
 from pcmr.metrics.correlation import multiplicity_confounds
 from pcmr.metrics.pmrp import pmrp
+from pcmr.metrics.ranking import retrieval_metrics
 
 
 def reference_pmrp(split: RetrievalSplit, generator: torch.Generator) -> dict[str, dict[str, dict[str, float]]]:
@@ -27,6 +33,20 @@ def reference_pmrp(split: RetrievalSplit, generator: torch.Generator) -> dict[st
     noise = torch.rand(relevant.shape, generator=generator)
     rankings = {"true-relevance oracle": relevant + 1e-3 * noise, "random": noise}
     return {name: pmrp(scores, split.image_labels, split.caption_labels) for name, scores in rankings.items()}
+
+
+def query_blind_r_precision(split: RetrievalSplit, generator: torch.Generator) -> dict[str, dict[str, float]]:
+    """R-Precision (percent, both directions) of the query-blind ranking by multiplicity and of a random
+    ranking of ``split`` (see the module docstring)."""
+    relevant = split.relevance_matrix().bool()  # [N_img, N_cap]
+    out: dict[str, dict[str, float]] = {}
+    for name in ("query-blind (by multiplicity)", "random"):
+        out[name] = {}
+        for direction, rel in (("i2t", relevant), ("t2i", relevant.T)):
+            noise = torch.rand(rel.shape, generator=generator)
+            scores = rel.sum(0, dtype=torch.float32).expand_as(noise) + 1e-3 * noise if name != "random" else noise
+            out[name][direction] = retrieval_metrics(scores, rel)["r_precision"]
+    return out
 
 
 def main() -> None:
@@ -53,6 +73,12 @@ def main() -> None:
             cells = [" / ".join(f"{values[d][k]:.1f}" for k in ("pmrp@0", "pmrp@1", "pmrp@2", "pmrp"))
                      for d in ("i2t", "t2i")]
             print(f"| {preset} | {name} | {cells[0]} | {cells[1]} |")
+    print("\n| preset | ranking | i2t R-Precision | t2i R-Precision |")
+    print("|---|---|---:|---:|")
+    generator = torch.Generator().manual_seed(0)
+    for preset, split in splits.items():
+        for name, values in query_blind_r_precision(split, generator).items():
+            print(f"| {preset} | {name} | {values['i2t']:.1f} | {values['t2i']:.1f} |")
 
 if __name__ == "__main__":
     main()
