@@ -60,11 +60,10 @@ def _alive(pid: int) -> bool:
     """True while process ``pid`` runs. A zombie (it has exited; its parent, or the init process
     that adopted it, has not reaped it yet) holds its PID but runs no more: it counts as dead."""
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # it exists, owned by someone else
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # exists, owned by someone else
-        pass
     fields = _stat_fields(pid)
     return not (fields and fields[0] in ("Z", "X"))  # Z: zombie, X: dead
 
