@@ -263,13 +263,13 @@ def test_anti_hub_columns_and_many_short_rows(backend, fetch_policy):
         )
 
 
-def test_whole_row_sort_is_reused_only_for_the_same_unmodified_matrix():
-    """Matrices small enough are sorted whole once; matching the same tensor again (another lambda
-    or k, as lambda selection does) reuses that sort, and an in-place change of the tensor or another
-    tensor at the same values does not see a stale one."""
+def test_whole_matrix_order_is_reused_only_for_the_same_unmodified_matrix():
+    """Matrices small enough are put in the global order whole once; matching the same tensor again
+    (another lambda or k, as lambda selection does) reuses that order, and an in-place change of the
+    tensor or another tensor at the same values does not see a stale one."""
     scores = random_scores(np.random.default_rng(4), 37, 19, ties=True)
     first = relaxed_greedy_matching(scores, 3, 1.0)
-    assert stream._last_whole_sort and stream._last_whole_sort[0][0] is scores
+    assert stream._last_global_order and stream._last_global_order[0][0] is scores
     again = relaxed_greedy_matching(scores, 5, 2.0)  # served from the kept sort
     fresh = relaxed_greedy_matching(scores.clone(), 5, 2.0)  # sorted anew
     assert torch.equal(again, fresh) and torch.equal(first, relaxed_greedy_matching(scores.clone(), 3, 1.0))

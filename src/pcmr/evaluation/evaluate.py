@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,7 +42,7 @@ from pcmr.progress import status_line
 from pcmr.report import Report
 from pcmr.similarity import list_similarities
 
-__all__ = ["evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
+__all__ = ["evaluate_embeddings", "SharedWork", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
            "DEFAULT_LAMBDA_GRID"]
 
 DEFAULT_SIMILARITIES = ("cosine", "wasserstein", "match_prob", "elk", "kl")
@@ -58,9 +59,36 @@ def _ordered(row: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
     return {k: row[k] for k in keys + [k for k in row if k in last] if k in row}
 
 
+@dataclass
+class SharedWork:
+    """The work of an evaluation that does not depend on the relevance relation, done under the first
+    relevance mode and reused under the others (:class:`pcmr.evaluation.RetrievalEvaluator` passes one
+    to each :func:`evaluate_embeddings` call of the same embeddings, options and seed).
+
+    Attributes:
+        scores: ``{(similarity, "test" | "val"): S [N_img, N_cap]}``.
+        runs: ``{(similarity, re-ranker, direction): {(lambda, K): lists [Q, K]}}``, the matching's runs of
+            lambda selection on the validation scores (``select_lambda``'s ``runs``).
+        pmrp: ``{(similarity, re-ranker): {column: value}}``, the PMRP columns (class labels only).
+    """
+
+    scores: dict[tuple[str, str], Tensor] = field(default_factory=dict)
+    runs: dict[tuple[str, str, str], dict[tuple[float, int], Tensor]] = field(default_factory=dict)
+    pmrp: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def score_matrix(self, name: str, part: str, images: Gaussian, captions: Gaussian, options: dict[str, Any],
+                     seed: int) -> Tensor:
+        """``score_matrix(name, images, captions, options, seed=seed)``, computed once per ``(name, part)``."""
+        if (name, part) not in self.scores:
+            self.scores[(name, part)] = score_matrix(name, images, captions, options, seed=seed)
+        return self.scores[(name, part)]
+
+
 def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str, tuple[Tensor, Tensor]] | None,
-                      ks: Sequence[int], grid: Sequence[float]) -> dict[str, tuple[Reranker, Any]]:
-    """Per direction, the re-ranker with its tuned parameter set (given, or selected on validation)."""
+                      ks: Sequence[int], grid: Sequence[float],
+                      runs: dict[str, dict[tuple[float, int], Tensor]] | None = None) -> dict[str, tuple[Reranker, Any]]:
+    """Per direction, the re-ranker with its tuned parameter set (given, or selected on validation;
+    ``runs[direction]`` keeps the matching's runs, see ``select_lambda``)."""
     tuned = base.tuned_parameter
     if tuned is None:
         return {d: (base, None) for d in DIRECTIONS}
@@ -74,7 +102,8 @@ def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str
             val_scores, val_relevant = val_dirs[d]
             usable_ks = tuple(k for k in ks if k <= val_scores.shape[1])
             value = float(select_lambda(val_scores, val_relevant, ks=usable_ks, grid=tuple(grid),
-                                        method=base.fitted(tuple(val_scores.shape))).best_lam)
+                                        method=base.fitted(tuple(val_scores.shape)),
+                                        runs=None if runs is None else runs[d]).best_lam)
         out[d] = (base.with_parameters(**{tuned: float(value)}), value)
     return out
 
@@ -122,7 +151,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
                         num_folds: int | None = None, meta: dict[str, Any] | None = None,
                         figures: bool = True, hubness_ks: Sequence[int] = HUBNESS_KS,
-                        seed: int = DEFAULT_SEED, progress: bool | None = False) -> Report:
+                        seed: int = DEFAULT_SEED, progress: bool | None = False,
+                        shared: SharedWork | None = None) -> Report:
     """The evaluation table of already encoded embeddings.
 
     Args:
@@ -146,6 +176,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         figures: compute the figures' data (uncertainty deciles, k-occurrence, 2-D embeddings).
         hubness_ks: the k of the hubness columns (``()``: no ``hs_sum``).
         seed: seeds the samples of sampled similarities (``match_prob``).
+        shared: the relevance-independent work (:class:`SharedWork`) of earlier calls on the same
+            embeddings, options and seed (other relevance modes), reused and completed here.
     """
 
     check_finite_embeddings(images, captions, "the embeddings given to evaluate_embeddings")
@@ -159,6 +191,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         raise ValueError(f"num_folds must be a positive integer dividing the {images.num} images, got {num_folds!r}")
     similarity_options = {k: dict(v) for k, v in (similarity_options or {}).items()}
     rerank_options = {k: dict(v) for k, v in (rerank_options or {}).items()}
+    shared = SharedWork() if shared is None else shared
     device = images.device
     relevance = relevance.to(device)
     if image_labels is not None and caption_labels is not None:
@@ -186,8 +219,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         status_line(f"  {name}: scoring {images.num} images x {captions.num} captions, then "
                     f"{', '.join(rerankers)} ...", progress)
         try:
-            scores = score_matrix(name, images, captions, options, seed=seed)  # [N_img, N_cap]
-            val_scores = score_matrix(name, val[0].to(device), val[1].to(device), options, seed=seed) if val else None
+            scores = shared.score_matrix(name, "test", images, captions, options, seed)  # [N_img, N_cap]
+            val_scores = (shared.score_matrix(name, "val", val[0].to(device), val[1].to(device), options, seed)
+                          if val else None)
         except ValueError as err:
             result.skipped.append({"similarity": name, "rerank": "*", "reason": str(err)})
             continue
@@ -201,17 +235,24 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             rerank_started = time.perf_counter()
             params = dict(rerank_options.get(rerank, {}))
             base = get_reranker(rerank, **params)
-            per_direction = _tuned_directions(base, params, val_dirs, ks, lambda_grid)
+            runs = {d: shared.runs.setdefault((name, rerank, d), {}) for d in DIRECTIONS}
+            per_direction = _tuned_directions(base, params, val_dirs, ks, lambda_grid, runs)
             row: dict[str, Any] = {"similarity": name, "rerank": rerank}
             if base.tuned_parameter is not None and params.get(base.tuned_parameter) is None:
                 for d, (_, value) in per_direction.items():
                     result.meta["selected_lambda"][f"{name}/{rerank}/{d}"] = value
+            known_pmrp = shared.pmrp.get((name, rerank))  # PMRP depends on the class labels only
             evaluation = evaluate_directions(
                 scores, relevance, reranker={d: method for d, (method, _) in per_direction.items()}, ks=ks,
                 num_folds=num_folds, extra_positives=extra_positives, hubness_ks=tuple(hubness_ks),
-                image_labels=image_labels, caption_labels=caption_labels)
+                image_labels=image_labels if known_pmrp is None else None,
+                caption_labels=caption_labels if known_pmrp is None else None)
             lists = not base.returns_scores
             row.update(_table_row(evaluation.report, ks, extra_positives if not lists else (), lists, num_folds))
+            if known_pmrp is None:
+                shared.pmrp[(name, rerank)] = {key: value for key, value in row.items() if "_pmrp_" in key}
+            else:
+                row.update(known_pmrp)
             if lists:
                 row.update({f"{d}_lambda": value for d, (_, value) in per_direction.items()})
             result.rows.append(_ordered(row, ks))

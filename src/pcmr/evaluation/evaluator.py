@@ -33,6 +33,7 @@ from pcmr.evaluation.evaluate import (
     DEFAULT_LAMBDA_GRID,
     DEFAULT_RERANKERS,
     DEFAULT_SIMILARITIES,
+    SharedWork,
     evaluate_embeddings,
 )
 from pcmr.evaluation.figures import corruption_series
@@ -181,6 +182,7 @@ class RetrievalEvaluator:
         if num_folds is None and getattr(split, "name", "") == "coco" and images.num == 5000:
             num_folds = COCO_NUM_FOLDS
         reports: dict[str, Report] = {}
+        shared = SharedWork()  # scores, lambda-selection runs and PMRP: computed once, for every mode
         for position, (mode, matrix) in enumerate(modes.items()):
             primary = position == 0
             status_line(f"evaluating with {mode} relevance ({len(self.similarities)} similarities x "
@@ -195,7 +197,7 @@ class RetrievalEvaluator:
                 rerank_options=self.rerank_options, ks=self.ks, lambda_grid=self.lambda_grid,
                 uncertainty_measure=self.uncertainty_measure, num_folds=num_folds if primary else None,
                 meta=info, figures=self.figures, hubness_ks=HUBNESS_KS if self.hubness else (), seed=self.seed,
-                progress=self.progress)
+                progress=self.progress, shared=shared)
         if extra_note:
             next(iter(reports.values())).meta["notes"].append(extra_note)
         encoded = EncodedEvaluation(model, vocab, split, images, captions, dict(modes), reports, options,

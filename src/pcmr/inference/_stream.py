@@ -14,6 +14,12 @@ and when many columns have filled up, rows whose buffered candidates all lie in 
 them and are refilled together (instead of one round trip per row). Hence the accepted pairs, in
 acceptance order, are exactly those of the literal algorithm, while the candidates held are
 typically a small multiple of ``Q * k`` (the matrix itself is only read in blocks of rows).
+
+A matrix of at most :data:`WHOLE_FETCH_ENTRIES` entries (evaluation-sized) is instead put in the
+global order whole, by one stable sort of its flattened entries, and scanned linearly
+(:func:`accept_pairs_sorted`): the same pairs in the same order, without the heap's per-entry cost,
+and the order is kept for the next matching of the same tensor (lambda selection runs one per
+lambda and K).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from torch import Tensor
 from pcmr.ranking import greedy_loop
 from pcmr.ranking.blocks import block_rows
 from pcmr.ranking.greedy_loop import FINISHED
-from pcmr.ranking.topk import sort_row_segments
+from pcmr.ranking.topk import ordered_topk, sort_row_segments
 
 #: Rows refilled together at least (when that many are waiting), to keep round trips few.
 MIN_REFILL_ROWS = 64
@@ -236,6 +242,8 @@ def accept_pairs(
         ``row_count [Q]`` and ``row_top [Q, k]``, each row's own top-k in the global order.
     """
     num_rows, num_cols = scores.shape
+    if num_rows * num_cols <= WHOLE_FETCH_ENTRIES and initial_fetch_size(k, num_cols, num_rows) >= num_cols:
+        return accept_pairs_sorted(scores, k, capacity, max_pairs, backend)
     device = scores.device
     run = stream_runner(backend)
     row_count = np.zeros(num_rows, dtype=np.int64)
@@ -321,6 +329,53 @@ def accept_pairs(
         marked[rows] = True
         marked[drained] = True
         dirty = np.flatnonzero(marked[in_heap]).astype(np.int64)
+    return accepted.reshape(num_rows, k), row_count, row_top
+
+
+#: The last matrix put in the global order (the tensor, its version counter and the order): lambda
+#: selection matches one re-weighted matrix once per (lambda, K) and orders it only once.
+_last_global_order: list[tuple[Tensor, int, np.ndarray]] = []
+
+
+def global_order(scores: Tensor) -> np.ndarray:
+    """Flat row-major indices ``r * G + g`` of every entry of ``scores [Q, G]`` in the global order of
+    the scan (score descending, then row, then column): one stable descending sort of the flattened
+    matrix. The order of the last matrix is kept (with a reference to it, so it is reused only for
+    that same tensor, unmodified)."""
+    cached = _last_global_order[0] if _last_global_order else None
+    if cached is not None and cached[0] is scores and cached[1] == scores._version:
+        return cached[2]
+    flat = scores.reshape(-1) + 0.0  # -0.0 becomes 0.0: equal scores, ordered by position as the scan does
+    order = torch.sort(flat, descending=True, stable=True).indices.cpu().numpy().astype(np.int64, copy=False)
+    _last_global_order[:] = [(scores, scores._version, order)]
+    return order
+
+
+def accept_pairs_sorted(
+    scores: Tensor, k: int, capacity: int, max_pairs: int | None, backend: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`accept_pairs` for a matrix small enough to be put in the global order whole
+    (:func:`global_order`): one linear pass over that order (``greedy_loop.scan_sorted``) instead of
+    the merged stream, with the same accepted pairs in the same order. ``row_top`` holds the top-k
+    of the rows left short (every other row holds ``-1``; only those rows are completed)."""
+    num_rows, num_cols = scores.shape
+    order = global_order(scores)
+    row_count = np.zeros(num_rows, dtype=np.int64)
+    col_count = np.zeros(num_cols, dtype=np.int64)
+    accepted = np.full(num_rows * k, -1, dtype=np.int64)
+    arguments = (order, num_rows, num_cols, k, capacity, -1 if max_pairs is None else max_pairs,
+                 row_count, col_count, accepted)
+    if backend == "numba":
+        from pcmr.ranking import _numba_kernels
+
+        _numba_kernels.scan_sorted(*arguments)
+    else:  # memoryviews index a few times faster than numpy arrays from interpreted Python
+        greedy_loop.scan_sorted(*[memoryview(a) if isinstance(a, np.ndarray) else a for a in arguments])
+    row_top = np.full((num_rows, k), -1, dtype=np.int64)
+    short = np.flatnonzero(row_count < k)
+    if short.shape[0]:
+        index = torch.from_numpy(short).to(scores.device)
+        row_top[short] = ordered_topk(scores.index_select(0, index), k).cpu().numpy()
     return accepted.reshape(num_rows, k), row_count, row_top
 
 
