@@ -277,3 +277,20 @@ def test_whole_matrix_order_is_reused_only_for_the_same_unmodified_matrix():
     flipped = relaxed_greedy_matching(scores, 3, 1.0)
     assert torch.equal(flipped, relaxed_greedy_matching(scores.clone(), 3, 1.0))
     assert not torch.equal(flipped, first)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_global_order_is_the_stable_descending_sort(dtype):
+    """The whole-matrix order (packed integer keys for float32) equals a stable descending sort of the
+    flattened scores: signed zeros tie, extremes and ties keep row-major order, transposed views too."""
+    special = [0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, 3.4e38, -3.4e38, 0.5, 0.5, -2.0, 7.0, -0.0]
+    rng = np.random.default_rng(3)
+    matrices = [torch.tensor([special] * 7, dtype=dtype),
+                random_scores(rng, 41, 29, ties=True, dtype=dtype),
+                random_scores(rng, 29, 41, ties=False, dtype=dtype).T]
+    for scores in matrices:
+        stream._last_global_order.clear()
+        reference = torch.sort(scores.reshape(-1) + 0.0, descending=True, stable=True).indices.numpy()
+        np.testing.assert_array_equal(stream.global_order(scores), reference)
+        literal = literal_rgm(scores, 2, 3)
+        np.testing.assert_array_equal(relaxed_greedy_matching(scores, 2, 1.5).numpy(), literal)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 
@@ -167,3 +168,20 @@ def test_recall_at_k_from_topk_errors():
         recall_at_k_from_topk(torch.zeros(2, 3), [[0], [1]])
     with pytest.raises(ValueError, match="outside"):
         recall_at_k_from_topk(torch.full((2, 3), 9), torch.ones(2, 4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_mixed_widths_in_blocks_of_similar_widths_match_reference(kernel):
+    """Queries needing from 1 to G listed items (R-Precision's R), with ties, on a transposed view: the
+    pass groups them into blocks of similar widths, and wide lists come from one sort of the row."""
+    from pcmr.ranking.backend import numba_disabled
+
+    generator = torch.Generator().manual_seed(8)
+    scores = torch.randint(0, 6, (53, 23), generator=generator).float()  # [G, Q]: queries are its columns
+    relevant = torch.rand(23, 53, generator=generator) < torch.linspace(0.02, 1.0, 23)[:, None]  # [Q, G]
+    relevant[0, :] = False
+    relevant[0, 5] = True
+    expected = reference_metrics(scores.T, relevant.tolist())
+    with numba_disabled() if not kernel else contextlib.nullcontext():
+        for block_size in (None, 3):
+            assert_same(retrieval_metrics(scores.T, relevant, block_size=block_size), expected)

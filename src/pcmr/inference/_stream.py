@@ -346,7 +346,18 @@ def global_order(scores: Tensor) -> np.ndarray:
     if cached is not None and cached[0] is scores and cached[1] == scores._version:
         return cached[2]
     flat = scores.reshape(-1) + 0.0  # -0.0 becomes 0.0: equal scores, ordered by position as the scan does
-    order = torch.sort(flat, descending=True, stable=True).indices.cpu().numpy().astype(np.int64, copy=False)
+    position_bits = max(1, (flat.numel() - 1).bit_length())
+    if flat.dtype == torch.float32 and position_bits <= 31:
+        # one sort of distinct int64 keys (score descending in the high bits, position in the low ones)
+        # gives the same order as a stable sort of the scores, at about half its cost
+        bits = flat.view(torch.int32)  # [N]; as integers the negative floats run backwards
+        ascending = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # int32 that orders as the scores do
+        descending = 0x7FFFFFFF - ascending.to(torch.int64)  # in [0, 2^32)
+        keys = (descending << position_bits) | torch.arange(flat.numel(), device=flat.device)
+        order_t = torch.sort(keys).values & ((1 << position_bits) - 1)
+    else:
+        order_t = torch.sort(flat, descending=True, stable=True).indices
+    order = order_t.cpu().numpy().astype(np.int64, copy=False)
     _last_global_order[:] = [(scores, scores._version, order)]
     return order
 
@@ -369,8 +380,8 @@ def accept_pairs_sorted(
         from pcmr.ranking import _numba_kernels
 
         _numba_kernels.scan_sorted(*arguments)
-    else:  # memoryviews index a few times faster than numpy arrays from interpreted Python
-        greedy_loop.scan_sorted(*[memoryview(a) if isinstance(a, np.ndarray) else a for a in arguments])
+    else:
+        _as_memoryviews(greedy_loop.scan_sorted, *arguments)
     row_top = np.full((num_rows, k), -1, dtype=np.int64)
     short = np.flatnonzero(row_count < k)
     if short.shape[0]:
@@ -450,6 +461,10 @@ def stream_runner(backend: str) -> Callable[..., int]:
 
 
 def _run_interpreted(*args: Any) -> int:
-    # memoryviews index a few times faster than numpy arrays from interpreted Python
-    converted = [memoryview(a) if hasattr(a, "__array_interface__") else a for a in args]
-    return greedy_loop.advance_stream(*converted)
+    return _as_memoryviews(greedy_loop.advance_stream, *args)
+
+
+def _as_memoryviews(loop: Callable[..., int], *args: Any) -> int:
+    """``loop(*args)`` interpreted, with the arrays passed as memoryviews (they index a few times faster
+    than numpy arrays from interpreted Python)."""
+    return loop(*[memoryview(a) if hasattr(a, "__array_interface__") else a for a in args])

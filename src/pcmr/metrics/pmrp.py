@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics.block_ranks import precision_at_r_block
-from pcmr.ranking.blocks import block_rows, query_blocks
+from pcmr.ranking.blocks import block_rows, query_blocks, width_blocks
 from pcmr.ranking.checks import check_scores
 from pcmr.ranking.topk import ordered_topk_block
 
@@ -61,7 +61,7 @@ def _pmrp_direction(scores: Tensor, query_labels: Tensor, gallery_labels: Tensor
     order = torch.sort(widest, stable=True).indices
     order = order[widest[order] > 0]
     precision = torch.zeros(len(zetas), num_queries, dtype=torch.float64, device=device)
-    for start, stop in query_blocks(order.numel(), rows):
+    for start, stop in width_blocks(widest[order], rows):  # blocks of similar widths
         query_ids = order[start:stop]
         block = scores.index_select(0, query_ids)  # [b, G]
         _, top = ordered_topk_block(block, int(widest[query_ids].max()))  # [b, width]
