@@ -86,6 +86,10 @@ def test_modes_share_scores_lambda_runs_and_pmrp_with_the_same_tables(monkeypatc
     # labels only: once for both modes, and each direction's queries only
     assert pmrp.calls == len(similarities) * len(scored_rerankers) * 2
     assert set(shared.runs) == {(s, r, d) for s in similarities for r in rerankers for d in ("i2t", "t2i")}
+    matchings = [r for r in rerankers if "+" in r]
+    assert set(shared.test_runs) == {(s, r, d) for s in similarities for r in matchings for d in ("i2t", "t2i")}
+    lambdas = {(s, d): {key[0] for key in shared.test_runs[(s, r, d)]} for s in similarities for r in matchings
+               for d in ("i2t", "t2i")}  # the lambdas the modes selected (a lambda shared by both: one run)
     per_selection = 10 * 3  # the default grid x K = 1, 5, 10
-    test_runs = 2 * 3 * len(data["modes"])  # both directions, every K, each mode (lambda may differ)
-    assert matching.calls <= len(similarities) * (2 * per_selection + test_runs)
+    test_runs = sum(3 * len(found) for found in lambdas.values())  # every K once per selected lambda
+    assert matching.calls <= len(similarities) * 2 * per_selection + test_runs

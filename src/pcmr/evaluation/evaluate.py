@@ -69,11 +69,14 @@ class SharedWork:
         scores: ``{(similarity, "test" | "val"): S [N_img, N_cap]}``.
         runs: ``{(similarity, re-ranker, direction): {(lambda, K): lists [Q, K]}}``, the matching's runs of
             lambda selection on the validation scores (``select_lambda``'s ``runs``).
+        test_runs: ``{(similarity, re-ranker, direction): {(parameters, K): lists [Q, K]}}``, a matching's
+            runs on the test scores (a mode whose lambda another mode selected too matches nothing).
         pmrp: ``{(similarity, re-ranker): {column: value}}``, the PMRP columns (class labels only).
     """
 
     scores: dict[tuple[str, str], Tensor] = field(default_factory=dict)
     runs: dict[tuple[str, str, str], dict[tuple[float, int], Tensor]] = field(default_factory=dict)
+    test_runs: dict[tuple[str, str, str], dict[tuple[Any, int], Tensor]] = field(default_factory=dict)
     pmrp: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def score_matrix(self, name: str, part: str, images: Gaussian, captions: Gaussian, options: dict[str, Any],
@@ -82,6 +85,32 @@ class SharedWork:
         if (name, part) not in self.scores:
             self.scores[(name, part)] = score_matrix(name, images, captions, options, seed=seed)
         return self.scores[(name, part)]
+
+
+@dataclass(frozen=True)
+class _KeptRuns:
+    """A matching re-ranker whose runs (``topk_rescored``) are kept in ``runs`` by its parameters and K:
+    the driver's interface (``returns_scores``, ``fitted``, ``rescore``, ``topk_rescored``) for one
+    direction of one score matrix."""
+
+    reranker: Reranker
+    runs: dict[tuple[Any, int], Tensor]
+
+    @property
+    def returns_scores(self) -> bool:
+        return self.reranker.returns_scores
+
+    def fitted(self, size: tuple[int, ...]) -> _KeptRuns:
+        return _KeptRuns(self.reranker.fitted(size), self.runs)
+
+    def rescore(self, scores: Tensor) -> Tensor:
+        return self.reranker.rescore(scores)
+
+    def topk_rescored(self, rescored: Tensor, k: int) -> Tensor:
+        key = (tuple(sorted(self.reranker.parameters().items())), k)
+        if key not in self.runs:
+            self.runs[key] = self.reranker.topk_rescored(rescored, k)
+        return self.runs[key]
 
 
 def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str, tuple[Tensor, Tensor]] | None,
@@ -242,8 +271,11 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                 for d, (_, value) in per_direction.items():
                     result.meta["selected_lambda"][f"{name}/{rerank}/{d}"] = value
             known_pmrp = shared.pmrp.get((name, rerank))  # PMRP depends on the class labels only
+            methods: dict[str, Any] = {d: method if method.returns_scores else
+                                       _KeptRuns(method, shared.test_runs.setdefault((name, rerank, d), {}))
+                                       for d, (method, _) in per_direction.items()}
             evaluation = evaluate_directions(
-                scores, relevance, reranker={d: method for d, (method, _) in per_direction.items()}, ks=ks,
+                scores, relevance, reranker=methods, ks=ks,
                 num_folds=num_folds, extra_positives=extra_positives, hubness_ks=tuple(hubness_ks),
                 image_labels=image_labels if known_pmrp is None else None,
                 caption_labels=caption_labels if known_pmrp is None else None)
