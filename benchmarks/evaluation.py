@@ -14,7 +14,12 @@ less). The script then checks that the two trees wrote the same ``results.json``
 row and figure series) and prints the per-phase lines (``scores``, each re-ranker, encoding,
 figures) of each tree's last run.
 
-Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/evaluation.py [--run RUN] [--rounds 3]``
+With ``--profile`` each tree then evaluates once more under cProfile with a CPU-time clock
+(``benchmarks/_profile_cli.py``), and the script prints where the CPU time went: the cumulative time
+of the functions behind each phase (the profiler's own overhead inflates interpreted code, e.g.
+matplotlib, far more than compiled loops, so these shares are indicative).
+
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/evaluation.py [--run RUN] [--rounds 3] [--profile]``
 (without ``--run`` a 2-epoch ``pcme`` run on 500 training images is trained first, into ``--work``).
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -68,6 +74,37 @@ def evaluate(src: Path, run: Path, out: Path) -> tuple[float, float, str]:
     return wall, usage.ru_utime + usage.ru_stime, stderr
 
 
+#: (phase, file suffix, function): a phase's CPU time is the cumulative time of that function (nested
+#: phases are contained in their parents: the metrics passes include those of the decile figure).
+PHASES = (
+    ("whole command", "pcmr/cli/__init__.py", "main"),
+    ("encoding the test and validation splits", "pcmr/evaluation/encode.py", "encode_split"),
+    ("score matrices", "pcmr/evaluation/scoring.py", "score_matrix"),
+    ("RGM lambda selection (validation)", "pcmr/inference/lambda_selection.py", "select_lambda"),
+    ("evaluate_directions (metrics of every row)", "pcmr/metrics/driver.py", "evaluate_directions"),
+    ("  metrics passes (R@K, R-Precision, MAP@R, N_k)", "pcmr/metrics/scan.py", "scan"),
+    ("  PMRP", "pcmr/metrics/pmrp.py", "pmrp"),
+    ("  matching runs on the test split", "pcmr/metrics/driver.py", "_lists_direction"),
+    ("uncertainty-decile figure data", "pcmr/evaluation/figures.py", "decile_series"),
+    ("occlusion / word-erasure series", "pcmr/evaluation/figures.py", "corruption_series"),
+    ("drawing and writing the PNGs", "pcmr/report/plots.py", "save_figures"),
+)
+
+
+def profile(src: Path, run: Path, out: Path, stats_path: Path) -> dict[str, float]:
+    """CPU seconds per phase of one profiled evaluation with ``src`` first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, str(BENCHMARKS / "_profile_cli.py"), str(stats_path), "evaluate", str(run),
+                    "--out", str(out), "--overwrite"], env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    entries = pstats.Stats(str(stats_path)).stats
+    seconds = {}
+    for label, suffix, function in PHASES:
+        seconds[label] = sum(values[3] for (path, _, name), values in entries.items()
+                             if name == function and path.endswith(suffix))
+    return seconds
+
+
 def phase_lines(stderr: str) -> list[str]:
     """The timed lines of the command's progress output (``... done in X s``)."""
     return [line.strip() for line in stderr.splitlines() if "done in" in line]
@@ -91,6 +128,7 @@ def main() -> None:
     parser.add_argument("--before", default=BASELINE, help=f"baseline commit (default {BASELINE})")
     parser.add_argument("--after", default=None, help="commit to time as 'after' (default: this checkout)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="also print the CPU time per phase of each tree")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "benchmark-evaluation",
                         help="folder for the trees, the trained run and the reports")
     args = parser.parse_args()
@@ -128,6 +166,12 @@ def main() -> None:
         print(f"\nphases of the last '{name}' run (wall):")
         for line in phase_lines(logs[name]):
             print(f"  {line}")
+    if args.profile:
+        shares = {name: profile(src, run, outs[name], args.work / f"{name}.prof") for name, src in trees.items()}
+        print("\n| phase (CPU s under cProfile) | before | after |")
+        print("|---|---:|---:|")
+        for label, _, _ in PHASES:
+            print(f"| {label} | {shares['before'][label]:.2f} | {shares['after'][label]:.2f} |")
     if not same:
         sys.exit(1)
 
