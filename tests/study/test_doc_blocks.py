@@ -55,6 +55,13 @@ def test_blocks_render_from_the_files(root: Path) -> None:
     assert "\n| recipe | rsum |\n|---|---:|\n| pcme | 20.00 |\n<!-- /results -->" in out
     assert "-->Totals: holds 1, reversed 0<!-- /results -->" in out
     assert render(out, root) == out  # rendering is idempotent
+    claims = "| claim | condition | CI |\n|---|---|---|\n| c1 | variant=a, relevance=b | [+1, +2] |\n"
+    (root / "claims.md").write_text(claims)
+    cell = render('<!-- results cell="claims.md" row="claim=c1;condition=variant=a, relevance=b" column="CI" -->'
+                  '?<!-- /results -->', root)
+    assert cell.endswith("-->[+1, +2]<!-- /results -->")
+    runs = render('<!-- results value="results.csv" stat="runs" -->?<!-- /results -->', root)
+    assert runs.endswith("-->3<!-- /results -->")  # distinct runs a, b, c
 
 
 def test_check_names_a_stale_block(root: Path) -> None:
@@ -73,6 +80,7 @@ def test_check_names_a_stale_block(root: Path) -> None:
     ('<!-- results table="recipes.md" heading="Nowhere" -->x<!-- /results -->', "no heading"),
     ('<!-- results table="recipes.md" line="recipes.md" -->x<!-- /results -->', "exactly one of"),
     ('<!-- results value="results.csv" metric="rsum" stat="median" -->x<!-- /results -->', "stat must be"),
+    ('<!-- results cell="recipes.md" row="recipe=other" column="rsum" -->x<!-- /results -->', "no table row"),
 ])
 def test_bad_blocks_name_the_file_and_line(root: Path, block: str, message: str) -> None:
     with pytest.raises(BlockError, match=message) as info:

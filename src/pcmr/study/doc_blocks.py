@@ -15,8 +15,12 @@ generated text up to the closing comment::
   or its first table without ``heading``.
 - ``value``: the mean over the ``results.csv`` rows matching ``where`` (``key=value`` pairs, comma
   separated) of ``metric``, with ``digits`` decimals (default 1); ``stat="range"`` gives
-  ``min-max`` instead, ``stat="count"`` the number of rows.
+  ``min-max`` instead, ``stat="count"`` the number of rows, ``stat="runs"`` the number of distinct
+  ``run`` values among them.
 - ``line``: the first line of a file that starts with ``prefix``.
+- ``cell``: one cell of a Markdown table of a committed file (e.g. ``claims.md``): the row whose cells
+  match ``row`` (``column=value`` pairs separated by ``;``; the first table row that matches) and the
+  cell of ``column`` (``heading`` narrows the search to the table under that heading).
 
 :func:`render` rewrites every block from the files (paths relative to ``root``); :func:`check` says
 which blocks differ. ``python tools/results_docs.py`` rewrites README.md and docs/*.md, ``--check``
@@ -35,7 +39,7 @@ from pathlib import Path
 __all__ = ["BlockError", "check", "render"]
 
 _BLOCK = re.compile(r"<!-- results (?P<attrs>[^>]*?) -->(?P<body>.*?)<!-- /results -->", re.S)
-_KINDS = ("table", "value", "line")
+_KINDS = ("table", "value", "line", "cell")
 
 
 class BlockError(ValueError):
@@ -90,12 +94,14 @@ def _value(text: str, attrs: dict[str, str], where: str) -> str:
     if any(not sep for _, sep, _ in conditions):
         raise BlockError(f"{where}: where must be key=value pairs separated by commas")
     metric, stat = attrs.get("metric"), attrs.get("stat", "mean")
-    if stat != "count" and not metric:
+    if stat not in ("count", "runs") and not metric:
         raise BlockError(f"{where}: a value block needs metric=\"COLUMN\"")
     rows = [row for row in csv.DictReader(text.splitlines())
             if all(row.get(key) == value for key, _, value in conditions)]
     if stat == "count":
         return str(len(rows))
+    if stat == "runs":
+        return str(len({row.get("run") for row in rows}))
     values = []
     for row in rows:
         cell = row.get(str(metric))
@@ -110,7 +116,7 @@ def _value(text: str, attrs: dict[str, str], where: str) -> str:
         return f"{math.fsum(values) / len(values):.{digits}f}"
     if stat == "range":
         return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
-    raise BlockError(f"{where}: stat must be mean, range or count, got {stat!r}")
+    raise BlockError(f"{where}: stat must be mean, range, count or runs, got {stat!r}")
 
 
 def _line(text: str, prefix: str, where: str) -> str:
@@ -120,11 +126,39 @@ def _line(text: str, prefix: str, where: str) -> str:
     raise BlockError(f"{where}: no line starts with {prefix!r}")
 
 
+def _split_row(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _cell(text: str, attrs: dict[str, str], where: str) -> str:
+    lines = _table(text, attrs["heading"], where).strip().splitlines() if attrs.get("heading") else \
+        [line for line in text.splitlines() if line.startswith("|")]
+    wanted = [pair.partition("=") for pair in attrs.get("row", "").split(";") if pair]
+    column = attrs.get("column")
+    if not column or not wanted or any(not sep for _, sep, _ in wanted):
+        raise BlockError(f"{where}: a cell block needs row=\"column=value;...\" and column=\"NAME\"")
+    header: list[str] = []
+    for index, line in enumerate(lines):
+        cells = _split_row(line)
+        following = lines[index + 1] if index + 1 < len(lines) else ""
+        if following and set(following.replace("|", "").strip()) <= set("-: "):
+            header = cells  # the line above a separator line heads a table
+            continue
+        if set(line.replace("|", "").strip()) <= set("-: "):
+            continue
+        row = dict(zip(header, cells))
+        if column in row and all(row.get(key.strip()) == value.strip() for key, _, value in wanted):
+            return row[column]
+    raise BlockError(f"{where}: no table row with {attrs.get('row')!r} and a column {column!r}")
+
+
 def _render_block(root: Path, attrs: dict[str, str], where: str) -> str:
     if "table" in attrs:
         return _table(_read(root, attrs["table"], where), attrs.get("heading"), where)
     if "value" in attrs:
         return _value(_read(root, attrs["value"], where), attrs, where)
+    if "cell" in attrs:
+        return _cell(_read(root, attrs["cell"], where), attrs, where)
     return _line(_read(root, attrs["line"], where), attrs.get("prefix", ""), where)
 
 
