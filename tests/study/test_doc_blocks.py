@@ -52,7 +52,7 @@ def test_blocks_render_from_the_files(root: Path) -> None:
     out = render(text, root)
     assert "rsum <!-- results" in out and "-->172.2<!-- /results -->" in out
     assert '-->2<!-- /results --> seeds' in out and "-->170-174<!-- /results -->" in out  # 174.5 rounds to even
-    assert "\n| recipe | rsum |\n|---|---:|\n| pcme | 20.00 |\n<!-- /results -->" in out
+    assert "-->\n\n| recipe | rsum |\n|---|---:|\n| pcme | 20.00 |\n\n<!-- /results -->" in out
     assert "-->Totals: holds 1, reversed 0<!-- /results -->" in out
     assert render(out, root) == out  # rendering is idempotent
     claims = "| claim | condition | CI |\n|---|---|---|\n| c1 | variant=a, relevance=b | [+1, +2] |\n"

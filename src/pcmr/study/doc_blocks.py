@@ -86,7 +86,7 @@ def _table(text: str, heading: str | None, where: str) -> str:
             break
     if not rows:
         raise BlockError(f"{where}: no table" + (f" under {heading!r}" if heading else ""))
-    return "\n" + "\n".join(rows) + "\n"
+    return "\n\n" + "\n".join(rows) + "\n\n"  # blank lines: Markdown sees a table, not HTML
 
 
 def _value(text: str, attrs: dict[str, str], where: str) -> str:
