@@ -399,10 +399,12 @@ def _load_folder(directory: Path, map_location: str | torch.device,
     network = load_model(directory, map_location=map_location)
     check_finite_tensors(network.state_dict(), directory / WEIGHTS_FILE)
     in_run = (directory.parent / _RUN_CONFIG_YAML).is_file()  # RUN/model: the run's files sit beside it
-    vocab_path = Path(vocabulary) if vocabulary is not None else _companion(directory, VOCABULARY_FILE, RUN_VOCAB_FILE)
-    if vocabulary is not None and not vocab_path.is_file():
-        raise FileNotFoundError(f"vocabulary file {str(vocab_path)!r} does not exist; expected the vocab.json or "
-                                "vocabulary.json of the run that trained the model")
+    vocab_path = _companion(directory, VOCABULARY_FILE, RUN_VOCAB_FILE)
+    if vocabulary is not None:
+        vocab_path = Path(vocabulary)
+        if not vocab_path.is_file():
+            raise FileNotFoundError(f"vocabulary file {str(vocab_path)!r} does not exist; expected the vocab.json "
+                                    "or vocabulary.json of the run that trained the model")
     vocab = Vocabulary.load(vocab_path) if vocab_path is not None else None
     if vocab is not None and vocab_path is not None:
         check_model_vocabulary(network, vocab, directory, vocab_path)

@@ -107,15 +107,16 @@ def _corruption_columns(model: Any, split: Any, vocab: Any, device: Any, batch_s
     return out
 
 
-def _binary_selection_columns(trained: Model, config: RunConfig, similarities: Sequence[str], device: Any,
-                              batch_size: int) -> dict[str, dict[str, float]]:
+def _binary_selection_columns(trained: Model, config: RunConfig, similarities: Sequence[str], evaluation: EncodedEvaluation
+                              ) -> dict[str, dict[str, float]]:
     """``{similarity: {binsel_*: accuracy}}`` on the shapes ``binary_selection`` split."""
 
     split = load_run_split(config, "binary_selection")
     roles = split.info.get("roles")
     if not roles or split.num_images == 0:
         return {}
-    images, captions = encode_split(trained.network, split, trained.vocabulary, batch_size=batch_size, device=device)
+    images, captions = encode_split(trained.network, split, evaluation.vocab, batch_size=evaluation.batch_size,
+                                    device=evaluation.device)
     out = {}
     for name in similarities:
         options = dict(trained.similarity_options.get(name, {}))
@@ -194,8 +195,7 @@ class _AnalysisColumns:
         if self._binary is None:
             self._binary = {}
             if self.analysis.binary_selection and self.config.data.name == "shapes":
-                self._binary = _binary_selection_columns(self.trained, self.config, self.similarities,
-                                                         evaluation.device, evaluation.batch_size)
+                self._binary = _binary_selection_columns(self.trained, self.config, self.similarities, evaluation)
         return self._binary
 
     def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
