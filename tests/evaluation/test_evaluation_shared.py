@@ -93,3 +93,19 @@ def test_modes_share_scores_lambda_runs_and_pmrp_with_the_same_tables(monkeypatc
     per_selection = 10 * 3  # the default grid x K = 1, 5, 10
     test_runs = sum(3 * len(found) for found in lambdas.values())  # every K once per selected lambda
     assert matching.calls <= len(similarities) * 2 * per_selection + test_runs
+
+
+def test_the_modes_are_evaluated_on_one_torch_thread_and_the_setting_is_restored():
+    from pcmr.evaluation.evaluator import _one_torch_thread
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with _one_torch_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), _one_torch_thread():
+            raise RuntimeError("fails inside")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
