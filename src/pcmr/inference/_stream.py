@@ -332,9 +332,10 @@ def accept_pairs(
     return accepted.reshape(num_rows, k), row_count, row_top
 
 
-#: The last matrix put in the global order (the tensor, its version counter and the order): lambda
-#: selection matches one re-weighted matrix once per (lambda, K) and orders it only once.
-_last_global_order: list[tuple[Tensor, int, np.ndarray]] = []
+#: The last matrix put in the global order (the tensor, its version counter, the order and its rows'
+#: own top-k lists by k): lambda selection matches one re-weighted matrix once per (lambda, K) and
+#: orders it only once.
+_last_global_order: list[tuple[Tensor, int, np.ndarray, dict[int, np.ndarray]]] = []
 
 
 def global_order(scores: Tensor) -> np.ndarray:
@@ -358,7 +359,7 @@ def global_order(scores: Tensor) -> np.ndarray:
     else:
         order_t = torch.sort(flat, descending=True, stable=True).indices
     order = order_t.cpu().numpy().astype(np.int64, copy=False)
-    _last_global_order[:] = [(scores, scores._version, order)]
+    _last_global_order[:] = [(scores, scores._version, order, {})]
     return order
 
 
@@ -367,8 +368,8 @@ def accept_pairs_sorted(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`accept_pairs` for a matrix small enough to be put in the global order whole
     (:func:`global_order`): one linear pass over that order (``greedy_loop.scan_sorted``) instead of
-    the merged stream, with the same accepted pairs in the same order. ``row_top`` holds the top-k
-    of the rows left short (every other row holds ``-1``; only those rows are completed)."""
+    the merged stream, with the same accepted pairs in the same order. ``row_top`` is every row's own
+    top-k when a row is left short (computed once per matrix and k), else ``-1`` (nothing is completed)."""
     num_rows, num_cols = scores.shape
     order = global_order(scores)
     row_count = np.zeros(num_rows, dtype=np.int64)
@@ -382,12 +383,12 @@ def accept_pairs_sorted(
         _numba_kernels.scan_sorted(*arguments)
     else:
         _as_memoryviews(greedy_loop.scan_sorted, *arguments)
-    row_top = np.full((num_rows, k), -1, dtype=np.int64)
-    short = np.flatnonzero(row_count < k)
-    if short.shape[0]:
-        index = torch.from_numpy(short).to(scores.device)
-        row_top[short] = ordered_topk(scores.index_select(0, index), k).cpu().numpy()
-    return accepted.reshape(num_rows, k), row_count, row_top
+    if not bool((row_count < k).any()):  # nothing to complete
+        return accepted.reshape(num_rows, k), row_count, np.full((num_rows, k), -1, dtype=np.int64)
+    kept = _last_global_order[0][3] if _last_global_order and _last_global_order[0][0] is scores else {}
+    if k not in kept:  # each row's own top-k, once per matrix and k
+        kept[k] = ordered_topk(scores, k).cpu().numpy()
+    return accepted.reshape(num_rows, k), row_count, kept[k]
 
 
 def _rows_to_refill(
