@@ -112,3 +112,34 @@ def test_plateau_schedule_counts_after_the_warm_up():
 def test_plateau_settings_are_checked(field, value):
     with pytest.raises(ConfigError, match=f"train.{field}"):
         TrainConfig(**{field: value})
+
+
+def test_a_pvse_run_logs_the_release_scheduler_lr(tmp_path, cache_dir):
+    """The pvse recipe's run (patience shortened to 1 so that the halvings fall in 5 epochs) logs, per
+    step, the lr torch's ReduceLROnPlateau gives when fed the rising rsum as the release feeds it."""
+    import json
+
+    from pcmr.train import Trainer, save_config
+
+    config = load_config(list_recipes()["pvse"], [
+        "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
+        f"image_size: 32, cache_dir: {cache_dir}}}",
+        "data.batch_size=10", "train.epochs=5", "train.max_steps_per_epoch=1", "train.log_every=1",
+        "train.plateau_patience=1", "train.progress=false", "train.validate_every=0", "model.embed_dim=8",
+        "model.text_encoder={word_dim: 8, hidden_dim: 8}", "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
+    ])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(config, run_dir / "config.yaml")
+    Trainer(config, run_dir).fit()
+    lines = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    logged = [line["lr"] for line in lines if line.get("event") == "step"]
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([parameter], lr=config.train.lr)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, min_lr=1e-10, patience=1)
+    want = []
+    for epoch in range(5):
+        want.append(optimizer.param_groups[0]["lr"])
+        scheduler.step(100.0 + epoch)
+    assert logged == pytest.approx(want, rel=1e-12)
+    assert want == pytest.approx([2e-4, 2e-4, 2e-4, 1e-4, 1e-4])
