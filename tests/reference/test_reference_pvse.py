@@ -143,3 +143,11 @@ def test_a_pvse_run_logs_the_release_scheduler_lr(tmp_path, cache_dir):
         scheduler.step(100.0 + epoch)
     assert logged == pytest.approx(want, rel=1e-12)
     assert want == pytest.approx([2e-4, 2e-4, 2e-4, 1e-4, 1e-4])
+
+
+def test_the_study_reports_the_plateau_schedule():
+    from pcmr.study.backend import schedule_text
+
+    summary = load_config(list_recipes()["pvse"]).train.schedule_summary()
+    assert summary["plateau_patience"] == 10 and summary["plateau_factor"] == 0.5
+    assert schedule_text(summary).startswith("plateau: 30 epochs, lr x 0.5 at epochs 1 + 11k, k >= 1")
