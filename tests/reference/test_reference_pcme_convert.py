@@ -193,3 +193,15 @@ def test_the_fixture_tool_casts_as_apex_o2_does():
     assert dtypes.pop("1.num_batches_tracked") == torch.int64
     assert {dtypes.pop(f"1.{name}") for name in ("weight", "bias", "running_mean", "running_var")} == {torch.float32}
     assert set(dtypes.values()) == {torch.float16}
+
+
+def test_cli_writes_a_float32_model_from_a_half_precision_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "pcmr", "convert", "pcme-release", str(CHECKPOINT_FP16), str(run)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    model = load_model(run / "model")
+    assert {value.dtype for value in model.state_dict().values() if value.is_floating_point()} == {torch.float32}
+    _check_outputs(model, Vocabulary.load(run / "vocab.json").words, "model_fp16/output")
