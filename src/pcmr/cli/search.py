@@ -320,11 +320,16 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
         built = index.build_ann(score, modalities, args.index_type,
                                 shard_size=args.shard_size, progress=None, reference_sample=args.reference_sample,
                                 **params)
+    notes: dict[str, list[str]] = {}
     for modality, ann in built.items():
         how = "chosen by gallery size" if args.index_type == "auto" else "requested"
         params_text = ", ".join(f"{key}={value}" for key, value in ann.params.items()) or "none"
         print(f"faiss index over {ann.ntotal} {modality}s: {ann.index_type} ({how}), score {ann.score}, "
               f"params {params_text}")
+        for note in ann.notes:
+            notes.setdefault(note, []).append(modality)
+    for note, modalities in notes.items():  # one line per cause, not one per faiss k-means
+        print(f"warning: {' and '.join(modalities)} index: {note}", file=sys.stderr)
 
 
 def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[str, Any]]:
@@ -381,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
     if index is None:
         index = GalleryIndex.load(args.index, device=args.device)
     options = _rerank_options(args.option)
-    blocks = []
+    blocks, notes = [], []
     for queries, modality, function in ((list(args.text), "image", index.search_text),
                                         (list(args.image), "caption", index.search_image)):
         if queries:
@@ -389,6 +394,7 @@ def run(args: argparse.Namespace) -> int:
             results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
                                rerank_options=options, backend=args.backend, candidates=args.candidates)
             blocks.append(_shown(index, results, queries, args.k))
+            notes += results.notes
     if args.json:
         print(json.dumps([entry for block in blocks for entry in block], indent=2, ensure_ascii=False))
     else:
@@ -397,4 +403,6 @@ def run(args: argparse.Namespace) -> int:
     for entry in (e for block in blocks for e in block):
         for warning in entry["warnings"]:
             print(f"warning: {warning}", file=sys.stderr)
+    for note in dict.fromkeys(notes):
+        print(f"warning: {note}", file=sys.stderr)
     return 0

@@ -13,6 +13,7 @@ import socket
 import sys
 
 from pcmr.search import GalleryIndex
+from pcmr.search.compose import search_notes
 from pcmr.search.service import create_app
 
 __all__ = ["add_parser", "run"]
@@ -71,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     index = GalleryIndex.load(args.index, device=args.device)
     app = create_app(index, similarity=args.similarity, rerank=args.rerank, backend=args.backend,
                      candidates=args.candidates, access_log=sys.stderr if args.access_log else None)
+    for note in search_notes(index, args.rerank, backend=args.backend, candidates=args.candidates):
+        print(f"warning: {note}", file=sys.stderr)
     sock = bind_socket(args.host, args.port)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"serving {args.index} ({index.images.num} images, {index.captions.num} captions) on "

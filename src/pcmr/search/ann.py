@@ -56,8 +56,8 @@ def _small_training_note(kind: str, rows: int, centroids: int) -> str | None:
     need = centroids * KMEANS_POINTS_PER_CENTROID
     if rows >= need:
         return None
-    return (f"{kind} trained its {centroids}-centroid k-means on {rows} items (faiss asks for {need}), so its "
-            f"candidates are coarse; for a gallery this small use --index-type flat (exact) or hnsw")
+    return (f"{kind} trained its {centroids}-centroid k-means on fewer items than faiss asks for ({need}), so "
+            "its candidates are coarse; for a gallery this small use --index-type flat (exact) or hnsw")
 
 
 def _quiet_kmeans(index: Any, faiss: Any) -> Any:

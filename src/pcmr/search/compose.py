@@ -44,7 +44,7 @@ from pcmr.search.store import GalleryStore
 if TYPE_CHECKING:
     from pcmr.search.gallery import GalleryIndex
 
-__all__ = ["BACKENDS", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index"]
+__all__ = ["BACKENDS", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes"]
 
 BACKENDS = ("auto", "exact", "faiss", "milvus")
 MODALITIES = ("image", "caption")
@@ -65,6 +65,21 @@ def candidate_count(reranker: Reranker, gallery_size: int, candidates: int | Non
     return width, (f"re-ranker {reranker.name!r} re-weights every item by a statistic of the whole gallery, so its "
                    f"top-k among {width} candidates per query may differ from the exact search; ask for "
                    f"{gallery_size} candidates (--candidates {gallery_size}) or the exact backend for the exact result")
+
+
+def search_notes(index: GalleryIndex, rerank: str, *, backend: str = "auto", candidates: int | None = None,
+                 rerank_options: dict[str, Any] | None = None) -> list[str]:
+    """The notes every search of ``index`` with these settings will carry (e.g. for ``pcmr serve`` to
+    print once at start): one per gallery modality whose ANN candidates may give another top-k than
+    the exact search."""
+    reranker = get_reranker(rerank, **(rerank_options or {}))
+    notes = []
+    for modality in MODALITIES:
+        if reranker.works_on_candidates and _ann_source(index, backend, modality) is not None:
+            _, note = candidate_count(reranker, index.gallery(modality).num, candidates)
+            if note:
+                notes.append(f"{modality} gallery: {note}")
+    return notes
 
 
 def _ann_source(index: GalleryIndex, backend: str, gallery_modality: str) -> CandidateSource | None:
