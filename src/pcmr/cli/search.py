@@ -163,7 +163,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--collection-prefix", default="pcmr",
                         help="milvus backend (building): collections are named PREFIX_image and PREFIX_caption")
     query.add_argument("--candidates", type=int, default=None,
-                       help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
+                       help="faiss/milvus backend: candidates per query re-scored exactly (default 100; "
+                       "is/csls: every item of a gallery of up to 50,000)")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
 

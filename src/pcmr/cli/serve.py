@@ -35,7 +35,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
                         help="search backend (default auto: the index's candidate source, faiss or milvus, if any)")
     parser.add_argument("--candidates", type=int, default=None,
-                        help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
+                        help="faiss/milvus backend: candidates per query re-scored exactly (default 100; "
+                        "is/csls: every item of a gallery of up to 50,000)")
     parser.add_argument("--device", default=None, help="torch device (default cpu)")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="do not print one line per request on stderr (default: print them)")
