@@ -329,8 +329,8 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
               f"params {params_text}")
         for note in ann.notes:
             notes.setdefault(note, []).append(modality)
-    for note, modalities in notes.items():  # one line per cause, not one per faiss k-means
-        print(f"warning: {' and '.join(modalities)} index: {note}", file=sys.stderr)
+    for note, built_over in notes.items():  # one line per cause, not one per faiss k-means
+        print(f"warning: {' and '.join(built_over)} index: {note}", file=sys.stderr)
 
 
 def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[str, Any]]:
@@ -387,7 +387,8 @@ def run(args: argparse.Namespace) -> int:
     if index is None:
         index = GalleryIndex.load(args.index, device=args.device)
     options = _rerank_options(args.option)
-    blocks, notes = [], []
+    blocks: list[list[dict[str, Any]]] = []
+    notes: list[str] = []
     for queries, modality, function in ((list(args.text), "image", index.search_text),
                                         (list(args.image), "caption", index.search_image)):
         if queries:

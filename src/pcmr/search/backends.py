@@ -10,7 +10,7 @@ work on the backend as built.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -18,17 +18,15 @@ from pcmr.gaussian import Gaussian
 from pcmr.search.ann import ProgressCounter
 from pcmr.search.ann import build_ann as build_ann_index
 from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE
+from pcmr.search.stored import StoredGallery
 from pcmr.search.vectordb import MilvusCandidates
-
-if TYPE_CHECKING:
-    from pcmr.search.gallery import GalleryIndex
 
 __all__ = ["add_items", "build_ann", "build_milvus"]
 
 MODALITIES = ("image", "caption")
 
 
-def build_ann(index: GalleryIndex, score: str = "cosine", modalities: Sequence[str] = MODALITIES,
+def build_ann(index: StoredGallery, score: str = "cosine", modalities: Sequence[str] = MODALITIES,
               index_type: str = "auto", *, shard_size: int = 65_536, progress: bool | None = False,
               reference_sample: int = DEFAULT_REFERENCE_SAMPLE, **params: Any) -> dict[str, Any]:
     """A faiss index (:class:`pcmr.search.ann.AnnIndex`) over each gallery modality of ``index`` in
@@ -51,7 +49,7 @@ def build_ann(index: GalleryIndex, score: str = "cosine", modalities: Sequence[s
     return dict(index.ann)
 
 
-def build_milvus(index: GalleryIndex, uri: str, score: str = "cosine", modalities: Sequence[str] = MODALITIES,
+def build_milvus(index: StoredGallery, uri: str, score: str = "cosine", modalities: Sequence[str] = MODALITIES,
                  index_type: str = "auto", *, collection_prefix: str = "pcmr", shard_size: int = 65_536,
                  reference_sample: int = DEFAULT_REFERENCE_SAMPLE, **params: Any) -> dict[str, Any]:
     """Write the ANN vectors of each modality in ``modalities`` to a Milvus collection
@@ -77,7 +75,7 @@ def build_milvus(index: GalleryIndex, uri: str, score: str = "cosine", modalitie
     return dict(index.ann)
 
 
-def add_items(index: GalleryIndex, modality: str, items: Gaussian, ids: Sequence[Any],
+def add_items(index: StoredGallery, modality: str, items: Gaussian, ids: Sequence[Any],
               metadata: Sequence[dict[str, Any]] | None, texts: Sequence[str] | None, *, shard_size: int = 65_536,
               progress: bool | None = False) -> None:
     """Append gallery items of ``modality`` to ``index`` and to its faiss index of that modality (when

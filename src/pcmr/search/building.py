@@ -5,9 +5,9 @@ index's model."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -26,15 +26,15 @@ from pcmr.models.model import RetrievalModel
 from pcmr.point_set import PointSet
 from pcmr.search.manifest import STORE_DIRS
 from pcmr.search.store import write_store
+from pcmr.search.stored import StoredGallery
 
-if TYPE_CHECKING:
-    from pcmr.search.gallery import GalleryIndex
+T = TypeVar("T", bound=StoredGallery)
 
 __all__ = ["build_from_split", "build_on_disk", "encode_image_queries", "encode_text_queries"]
 
-def build_from_split(cls: type[GalleryIndex], model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
+def build_from_split(cls: Callable[..., T], model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
           device: torch.device | str | None = None, similarity_options: dict[str, dict[str, Any]] | None = None,
-          meta: dict[str, Any] | None = None, progress: bool | None = False) -> GalleryIndex:
+          meta: dict[str, Any] | None = None, progress: bool | None = False) -> T:
     """Encode every image and caption of a retrieval split with ``model`` (eval mode, no grad).
 
     ``split`` is a ``pcmr.data`` retrieval split (``image_ids``, ``caption_ids``, ``caption_texts``,
@@ -50,11 +50,11 @@ def build_from_split(cls: type[GalleryIndex], model: RetrievalModel, split: Retr
                image_metadata=split_image_metadata(split), similarity_options=similarity_options,
                meta=meta, model=model, vocab=vocab)
 
-def build_on_disk(cls: type[GalleryIndex], model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary,
+def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary,
                   folder: str | os.PathLike[str], *, dtype: str = "float16", batch_size: int = ENCODE_BATCH_SIZE,
                   device: torch.device | str | None = None,
                   similarity_options: dict[str, dict[str, Any]] | None = None,
-                  meta: dict[str, Any] | None = None, progress: bool | None = False) -> GalleryIndex:
+                  meta: dict[str, Any] | None = None, progress: bool | None = False) -> T:
     """Like :func:`build_from_split`, but each modality is encoded batch by batch straight into a
     :class:`~pcmr.search.store.GalleryStore` (``dtype`` float16 or float32) in ``folder``, the folder
     this index is then saved to: one encoding batch in memory, never the whole gallery. Build the
@@ -94,14 +94,14 @@ def _image_source(split: Any) -> dict[str, Any]:
     return {}
 
 
-def _require_encoder(index: GalleryIndex) -> tuple[RetrievalModel, Vocabulary]:
+def _require_encoder(index: StoredGallery) -> tuple[RetrievalModel, Vocabulary]:
     if index.model is None or index.vocab is None:
         raise ValueError("this index holds no model/vocabulary (saved with include_model=False); "
                          "it can only be searched with Gaussian queries (GalleryIndex.search)")
     return index.model, index.vocab
 
 
-def encode_text_queries(index: GalleryIndex, texts: str | Sequence[str]) -> Gaussian:
+def encode_text_queries(index: StoredGallery, texts: str | Sequence[str]) -> Gaussian:
     """Caption text(s) encoded with the index's model, ``Gaussian [Q, D]`` on the index's device."""
     model, vocab = _require_encoder(index)
     texts = [texts] if isinstance(texts, str) else list(texts)
@@ -110,7 +110,7 @@ def encode_text_queries(index: GalleryIndex, texts: str | Sequence[str]) -> Gaus
     return encode_texts(model, vocab, texts, device=index.device)
 
 
-def encode_image_queries(index: GalleryIndex,
+def encode_image_queries(index: StoredGallery,
                          paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Gaussian:
     """Image file(s) decoded with Pillow, preprocessed like the dataset and encoded with the index's
     model, ``Gaussian [Q, D]``."""

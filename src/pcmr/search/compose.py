@@ -18,7 +18,7 @@ generator (exact, faiss or Milvus), the exact re-scorer and the re-ranker of
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,9 +40,7 @@ from pcmr.search.searcher import (
     Search,
 )
 from pcmr.search.store import GalleryStore
-
-if TYPE_CHECKING:
-    from pcmr.search.gallery import GalleryIndex
+from pcmr.search.stored import StoredGallery
 
 __all__ = ["BACKENDS", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes"]
 
@@ -67,7 +65,7 @@ def candidate_count(reranker: Reranker, gallery_size: int, candidates: int | Non
                    f"{gallery_size} candidates (--candidates {gallery_size}) or the exact backend for the exact result")
 
 
-def search_notes(index: GalleryIndex, rerank: str, *, backend: str = "auto", candidates: int | None = None,
+def search_notes(index: StoredGallery, rerank: str, *, backend: str = "auto", candidates: int | None = None,
                  rerank_options: dict[str, Any] | None = None) -> list[str]:
     """The notes every search of ``index`` with these settings will carry (e.g. for ``pcmr serve`` to
     print once at start): one per gallery modality whose ANN candidates may give another top-k than
@@ -82,7 +80,7 @@ def search_notes(index: GalleryIndex, rerank: str, *, backend: str = "auto", can
     return notes
 
 
-def _ann_source(index: GalleryIndex, backend: str, gallery_modality: str) -> CandidateSource | None:
+def _ann_source(index: StoredGallery, backend: str, gallery_modality: str) -> CandidateSource | None:
     """The ANN source (faiss or Milvus) that proposes candidates over ``gallery_modality``, or None for
     the exact generator."""
     if backend not in BACKENDS:
@@ -94,7 +92,7 @@ def _ann_source(index: GalleryIndex, backend: str, gallery_modality: str) -> Can
     return source if backend in ("faiss", "milvus") or (backend == "auto" and source is not None) else None
 
 
-def _reference_scores(index: GalleryIndex, similarity: str, modality: str, opts: dict[str, Any]) -> Tensor:
+def _reference_scores(index: StoredGallery, similarity: str, modality: str, opts: dict[str, Any]) -> Tensor:
     """Scores ``[R, G]`` of the stored items of the query modality against the gallery (cached)."""
     try:
         key: tuple[str, str, str] | None = (similarity, modality, json.dumps(opts, sort_keys=True))
@@ -110,7 +108,7 @@ def _reference_scores(index: GalleryIndex, similarity: str, modality: str, opts:
     return reference
 
 
-def plan_search(index: GalleryIndex, gallery_modality: str, scoring: Scoring, rerank_params: dict[str, Any], *,
+def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, rerank_params: dict[str, Any], *,
                 backend: str = "auto", candidates: int | None = None) -> tuple[Search, list[str]]:
     """The :class:`~pcmr.search.searcher.Search` that answers ``scoring`` over ``gallery_modality``,
     and the notes its results carry (module docstring)."""
@@ -128,8 +126,8 @@ def plan_search(index: GalleryIndex, gallery_modality: str, scoring: Scoring, re
                              "candidate lists of the faiss backend; use backend 'exact'")
         assert isinstance(gallery, Gaussian)
         reference = _reference_scores(index, scoring.similarity, scoring.query_modality, scoring.options)
-        generator = ExactCandidates(gallery, scoring, chunk=max(1, gallery.num))
-        return Search(generator, ExactRescorer(gallery, scoring),
+        whole = ExactCandidates(gallery, scoring, chunk=max(1, gallery.num))
+        return Search(whole, ExactRescorer(gallery, scoring),
                       MatchingRanker(reranker.name, rerank_params, reference), gallery.num), []
     if on_disk and source is None:
         raise ValueError(f"this on-disk index has no faiss candidates over its {gallery_modality}s; "
@@ -149,7 +147,7 @@ def plan_search(index: GalleryIndex, gallery_modality: str, scoring: Scoring, re
             [note] if note else [])
 
 
-def search_index(index: GalleryIndex, query: Gaussian, k: int = 10, similarity: str = "cosine",
+def search_index(index: StoredGallery, query: Gaussian, k: int = 10, similarity: str = "cosine",
                  rerank: str = "nns", *, modality: str = "caption", rerank_options: dict[str, Any] | None = None,
                  backend: str = "auto", candidates: int | None = None, **options: Any) -> SearchResults:
     """Top-k gallery items of ``index`` for each query Gaussian; the arguments of

@@ -112,7 +112,7 @@ class GalleryIndex:
         self.statistics = GalleryStatistics(self.gallery)
         #: scores of the stored items of one modality against the other (matchings' reference rows)
         self.reference_cache: dict[tuple[str, str, str], Tensor] = {}
-        self._uncertainty: dict[str, Tensor] = {}
+        self.uncertainty_cache: dict[str, Tensor] = {}
 
     def __repr__(self) -> str:
         ann = ", ".join(f"{m}: {a.score}/{a.index_type}" for m, a in self.ann.items()) or "none"
@@ -198,7 +198,7 @@ class GalleryIndex:
             self.captions, self.caption_ids = merged, self.caption_ids + _json_ids(ids, "caption_ids")
             self.caption_texts = self.caption_texts + [str(t) for t in texts or []]
         self.reference_cache.clear()
-        self._uncertainty.clear()
+        self.uncertainty_cache.clear()
         self.statistics.clear()  # recomputed on first use: the gallery or its reference queries changed
 
     # ----------------------------------------------------------------- storage (pcmr.search.manifest)
@@ -232,13 +232,13 @@ class GalleryIndex:
 
     def item_uncertainty(self, modality: str) -> Tensor:
         """Uncertainty ``[N]`` of every stored item of ``modality`` (``meta["uncertainty_measure"]``), cached."""
-        cached = self._uncertainty.get(modality)
+        cached = self.uncertainty_cache.get(modality)
         gallery = self.gallery(modality)
         if cached is None or cached.shape[0] != gallery.num:
             measure = self.meta["uncertainty_measure"]
             cached = (torch.cat([chunk.uncertainty(measure) for _, chunk in gallery.chunks()])
                       if isinstance(gallery, GalleryStore) else gallery.uncertainty(measure))
-            self._uncertainty[modality] = cached
+            self.uncertainty_cache[modality] = cached
         return cached
 
     @property

@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import torch
 from safetensors import SafetensorError
@@ -40,10 +41,10 @@ from pcmr.search.ann import AnnIndex
 from pcmr.search.searcher import Gallery
 from pcmr.search.statistics import STATISTICS_FILE
 from pcmr.search.store import GalleryStore
+from pcmr.search.stored import StoredGallery
 from pcmr.search.vectordb import MilvusCandidates
 
-if TYPE_CHECKING:
-    from pcmr.search.gallery import GalleryIndex
+T = TypeVar("T", bound=StoredGallery)
 
 __all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "save_index"]
 
@@ -59,7 +60,7 @@ MODALITIES = ("image", "caption")
 STORE_DIRS = {"image": "store-image", "caption": "store-caption"}
 
 
-def save_index(index: GalleryIndex, directory: str | os.PathLike[str], include_model: bool = True) -> Path:
+def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_model: bool = True) -> Path:
     """Write ``index``'s folder (see the module docstring). ``include_model=False`` stores only the
     embeddings (search by Gaussian queries still works)."""
     out = Path(directory)
@@ -118,7 +119,7 @@ def save_index(index: GalleryIndex, directory: str | os.PathLike[str], include_m
     atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
     return out
 
-def _store_files(index: GalleryIndex, out: Path) -> list[str]:
+def _store_files(index: StoredGallery, out: Path) -> list[str]:
     """The files of the stores of an on-disk index, relative to ``out`` (which must hold them)."""
     files: list[str] = []
     for modality in (MODALITIES if index.on_disk else ()):
@@ -131,8 +132,8 @@ def _store_files(index: GalleryIndex, out: Path) -> list[str]:
     return files
 
 
-def load_index(cls: type[GalleryIndex], directory: str | os.PathLike[str], device: torch.device | str | None = None,
-               load_model: bool = True) -> GalleryIndex:
+def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device: torch.device | str | None = None,
+               load_model: bool = True) -> T:
     """Read an index folder written by :func:`save_index` as a ``cls``; embeddings (and model) go to ``device``
     (default CPU). Raises FileNotFoundError / ValueError naming the file and the problem."""
 
@@ -241,7 +242,7 @@ def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None
                              f"{meta_path.name}; the file was truncated or edited, rebuild the index")
 
 
-def _load_ann(index: GalleryIndex, root: Path, info: dict[str, Any], meta_path: Path) -> None:
+def _load_ann(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
     """Read the faiss indexes (or reconnect to the Milvus collections) listed in ``index.json`` and check
     they fit the gallery."""
     for modality, entry in (info.get("ann") or {}).items():
@@ -264,7 +265,7 @@ def _load_ann(index: GalleryIndex, root: Path, info: dict[str, Any], meta_path: 
         index.ann[modality] = ann
 
 
-def _load_uncertainty(index: GalleryIndex, root: Path, info: dict[str, Any], meta_path: Path) -> None:
+def _load_uncertainty(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
     """The items' uncertainties an on-disk index saved (``uncertainty`` of ``index.json``), if any."""
     entry = info.get("uncertainty")
     if entry is None:
@@ -276,7 +277,7 @@ def _load_uncertainty(index: GalleryIndex, root: Path, info: dict[str, Any], met
     for modality, value in _read_embeddings(root / UNCERTAINTY_FILE).items():
         if modality not in MODALITIES or value.shape != (index.gallery(modality).num,):
             raise ValueError(f"{root / UNCERTAINTY_FILE}: {modality!r} must hold one value per item of a modality")
-        index._uncertainty[modality] = value
+        index.uncertainty_cache[modality] = value
 
 
 def _open_milvus(entry: dict[str, Any], gallery: Gallery, meta_path: Path) -> Any:
