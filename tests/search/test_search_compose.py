@@ -10,8 +10,6 @@ import math
 import pytest
 import torch
 
-from _search_index import make_run
-from conftest import TINY_SHAPES, make_tiny_run
 from pcmr import Gaussian
 from pcmr.cli import main
 from pcmr.evaluation.scoring import rerank_topk, score_matrix
@@ -158,10 +156,12 @@ def test_candidate_count_rescores_small_galleries_whole_and_notes_large_ones():
 
 
 @pytest.fixture(scope="module")
-def larger_index(tmp_path_factory):
+def larger_index(tiny_run_factory, tmp_path_factory):
     """An index over 150 test images and 750 captions (more than the 100 default candidates)."""
     root = tmp_path_factory.mktemp("larger")
-    run = make_tiny_run(root / "run", shapes={**TINY_SHAPES, "num_test": 150})
+    shapes = dict(image_size=16, num_train=24, num_val=11, num_test=150, num_test_unseen=1, num_binary_selection=1,
+                  cache=False)
+    run = tiny_run_factory(root / "run", shapes=shapes)
     assert main(["search", str(root / "index"), "--build", str(run), "--backend", "faiss", "--index-type", "hnsw",
                  "--similarity", "wasserstein"]) == 0
     return root / "index"
@@ -217,9 +217,9 @@ def test_serve_prints_the_note_once_at_start(tmp_path, capsys, monkeypatch):
     assert "may differ" not in capsys.readouterr().err
 
 
-def test_make_run_index_answers_is_with_every_item_rescored(tmp_path):
+def test_a_partial_ivf_index_answers_is_and_csls_with_every_item_rescored(tiny_run_factory, tmp_path):
     index_dir = tmp_path / "index"
-    run = make_run(tmp_path / "run")
+    run = tiny_run_factory(tmp_path / "run")
     assert main(["search", str(index_dir), "--build", str(run), "--backend", "faiss", "--index-type", "ivf",
                  "--nlist", "2", "--nprobe", "1", "--ann-score", "cosine"]) == 0
     index = GalleryIndex.load(index_dir)

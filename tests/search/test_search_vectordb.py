@@ -109,8 +109,9 @@ def test_bad_uri_and_missing_collection_are_named(tmp_path, capsys):
     assert "--backend milvus needs --uri" in capsys.readouterr().err
 
 
-def test_relative_uri_is_stored_absolute_and_queried_from_another_directory(tmp_path, monkeypatch, capsys):
-    run = make_run(tmp_path / "run")
+def test_relative_uri_is_stored_absolute_and_queried_from_another_directory(tiny_run_factory, tmp_path, monkeypatch,
+                                                                          capsys):
+    run = tiny_run_factory(tmp_path / "run")
     (tmp_path / "build").mkdir()
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "build")
