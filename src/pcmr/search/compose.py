@@ -140,11 +140,14 @@ def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, r
         return Search(ExactCandidates(gallery, scoring), rescorer, ranker, gallery.num,
                       candidates=1 if plain else None), []
     width, note = candidate_count(reranker, gallery.num, candidates)
+    width = DEFAULT_CANDIDATES if width is None else width
     generator: CandidateSource = source
-    if width is not None and width >= gallery.num and not getattr(source, "exhaustive", False):
-        generator = ExactCandidates(gallery, scoring)  # every item: an approximate index may leave slots empty
-    return (Search(generator, rescorer, ranker, gallery.num, DEFAULT_CANDIDATES if width is None else width),
-            [note] if note else [])
+    if width >= gallery.num and (gallery.num > DEFAULT_CANDIDATES or not getattr(source, "exhaustive", False)):
+        # every item is re-scored: the exact generator scores them in row chunks, faster than asking the
+        # ANN source for all of them and re-scoring each, and complete where an approximate index may
+        # leave slots empty (galleries within the default count keep the source's list)
+        generator = ExactCandidates(gallery, scoring)
+    return Search(generator, rescorer, ranker, gallery.num, width), [note] if note else []
 
 
 def search_index(index: StoredGallery, query: Gaussian, k: int = 10, similarity: str = "cosine",
