@@ -33,6 +33,7 @@ from pcmr.search.searcher import (
     CandidateSource,
     ExactCandidates,
     ExactRescorer,
+    ExactSearcher,
     Gallery,
     MatchingRanker,
     ReweightingRanker,
@@ -133,12 +134,9 @@ def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, r
         raise ValueError(f"this on-disk index has no faiss candidates over its {gallery_modality}s; "
                          "build it with `pcmr search INDEX --build RUN --on-disk` without --modality")
     sample = int(index.meta.get("reference_sample", DEFAULT_REFERENCE_SAMPLE))
-    ranker = ReweightingRanker(reranker, index.statistics.get(gallery_modality, scoring, sample))
-    rescorer = ExactRescorer(gallery, scoring)
+    statistic = index.statistics.get(gallery_modality, scoring, sample)
     if source is None:
-        plain = reranker.weighting.identity
-        return Search(ExactCandidates(gallery, scoring), rescorer, ranker, gallery.num,
-                      candidates=1 if plain else None), []
+        return ExactSearcher(gallery, scoring, statistic), []
     width, note = candidate_count(reranker, gallery.num, candidates)
     width = DEFAULT_CANDIDATES if width is None else width
     generator: CandidateSource = source
@@ -147,7 +145,9 @@ def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, r
         # ANN source for all of them and re-scoring each, and complete where an approximate index may
         # leave slots empty (galleries within the default count keep the source's list)
         generator = ExactCandidates(gallery, scoring)
-    return Search(generator, rescorer, ranker, gallery.num, width), [note] if note else []
+    search = Search(generator, ExactRescorer(gallery, scoring), ReweightingRanker(reranker, statistic), gallery.num,
+                    width)
+    return search, [note] if note else []
 
 
 def search_index(index: StoredGallery, query: Gaussian, k: int = 10, similarity: str = "cosine",

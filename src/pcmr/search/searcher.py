@@ -247,8 +247,9 @@ class Search:
         self.gallery_size, self.candidates = gallery_size, candidates
 
     def width(self, k: int) -> int:
-        """Candidates per query: the whole gallery for a matching or without a candidate count, else at
-        least ``k`` and the re-weighting's neighbourhood, at most the gallery."""
+        """Candidates per query: the whole gallery for a matching or without a candidate count, else
+        ``candidates`` raised to at least ``k`` and the re-weighting's neighbourhood (``candidates=1``:
+        the top-k alone), at most the gallery."""
         if self.candidates is None or not self.ranker.works_on_candidates:
             return self.gallery_size
         neighbourhood = getattr(self.ranker, "neighbourhood", 1)
@@ -268,7 +269,7 @@ class ExactSearcher(Search):
 
     def __init__(self, gallery: Gallery, scoring: Scoring, statistic: Tensor | None = None, *,
                  chunk: int = 65_536) -> None:
-        plain = scoring.reranker.weighting.identity
+        plain = scoring.reranker.weighting.identity  # the running top-k alone; a re-weighting reads whole rows
         super().__init__(ExactCandidates(gallery, scoring, chunk=chunk), ExactRescorer(gallery, scoring),
                          ReweightingRanker(scoring.reranker, statistic), gallery.num,
                          candidates=1 if plain else None)
