@@ -164,7 +164,20 @@ def larger_index(tiny_run_factory, tmp_path_factory):
     run = tiny_run_factory(root / "run", shapes=shapes)
     assert main(["search", str(root / "index"), "--build", str(run), "--backend", "faiss", "--index-type", "hnsw",
                  "--similarity", "wasserstein"]) == 0
+    assert main(["search", str(root / "disk"), "--build", str(run), "--on-disk", "--store-dtype", "float32",
+                 "--index-type", "ivf", "--nlist", "3", "--nprobe", "1"]) == 0
     return root / "index"
+
+
+def test_an_on_disk_index_answers_is_and_csls_like_the_exact_backend(larger_index):
+    memory, disk = GalleryIndex.load(larger_index), GalleryIndex.load(larger_index.parent / "disk")
+    for modality in ("caption", "image"):
+        query = (memory.captions if modality == "caption" else memory.images)[:6]
+        for rerank in ("is", "csls"):
+            exact = memory.search(query, k=5, similarity="kl", rerank=rerank, modality=modality, backend="exact")
+            found = disk.search(query, k=5, similarity="kl", rerank=rerank, modality=modality)
+            assert torch.equal(found.indices, exact.indices) and found.notes == []
+            torch.testing.assert_close(found.scores, exact.scores, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("rerank", ["is", "csls"])
