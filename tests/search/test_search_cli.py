@@ -130,3 +130,15 @@ def test_quieting_faiss_kmeans_leaves_the_trained_index_unchanged(monkeypatch):
     monkeypatch.setattr(ann_module, "_quiet_kmeans", lambda index, faiss: [])
     loud = ann_module.build_ann(gallery, "wasserstein", "ivfpq", nlist=8, pq_m=8, opq=True)
     assert bytes(faiss.serialize_index(quiet.index)) == bytes(faiss.serialize_index(loud.index))
+
+
+def test_ivf_on_a_tiny_gallery_prints_one_line_per_cause(tmp_path, capfd):
+    _small_gallery_file(tmp_path / "e.safetensors", num_images=30, num_captions=20)
+    assert main(["search", str(tmp_path / "idx"), "--from-embeddings", str(tmp_path / "e.safetensors"), "--backend",
+                 "faiss", "--index-type", "ivf", "--nlist", "2"]) == 0
+    err = capfd.readouterr().err
+    assert "WARNING clustering" not in err
+    lines = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert lines == ["warning: image and caption indexes: IVF trained its 2-centroid k-means on fewer items than faiss "
+                     "asks for (78), so its candidates are coarse; for a gallery this small use --index-type flat "
+                     "(exact) or hnsw"]

@@ -330,7 +330,8 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
         for note in ann.notes:
             notes.setdefault(note, []).append(modality)
     for note, built_over in notes.items():  # one line per cause, not one per faiss k-means
-        print(f"warning: {' and '.join(built_over)} index: {note}", file=sys.stderr)
+        print(f"warning: {' and '.join(built_over)} index{'es' if len(built_over) > 1 else ''}: {note}",
+              file=sys.stderr)
 
 
 def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[str, Any]]:

@@ -305,7 +305,7 @@ class AnnIndex:
             index.train(_padded(gallery_vectors(score, gallery[rows.sort().values], layout), pad))
             del keep
             notes += [n for n in (_small_training_note("IVF-PQ", len(rows), PQ_CENTROIDS),
-                                  _small_training_note(f"IVF with {nlist} lists", len(rows), nlist)) if n][:1]
+                                  _small_training_note("IVF", len(rows), nlist)) if n][:1]
             ivf.nprobe = min(nprobe, nlist)
             params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq), "pad": pad,
                       "refine": refine}
@@ -321,7 +321,7 @@ class AnnIndex:
             rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
             index.cp.min_points_per_centroid = 1  # see _quiet_kmeans
             index.train(gallery_vectors(score, gallery[rows.sort().values], layout))
-            notes += [n for n in (_small_training_note(f"IVF with {nlist} lists", len(rows), nlist),) if n]
+            notes += [n for n in (_small_training_note("IVF", len(rows), nlist),) if n]
             index.nprobe = min(nprobe, nlist)
             params = {"nlist": nlist, "nprobe": index.nprobe}
         return cls(score, kind, layout, gallery.dim, index, params, notes)
