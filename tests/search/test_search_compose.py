@@ -226,6 +226,10 @@ def test_serve_prints_the_note_once_at_start(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert started["ran"] and err.count("may differ from the exact search") == 2  # image and caption galleries
     assert "image gallery:" in err and "--candidates 120" in err
+    from fastapi.testclient import TestClient
+
+    warnings = TestClient(started["app"]).get("/api/images/0", params={"k": 3}).json()["warnings"]
+    assert any("may differ from the exact search" in w and "--candidates 40" in w for w in warnings)
     assert main(["serve", str(root / "index"), "--rerank", "csls"]) == 0
     assert "may differ" not in capsys.readouterr().err
 
