@@ -30,7 +30,6 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from pcmr import Gaussian
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
 
