@@ -29,6 +29,7 @@ from pcmr.gaussian import Gaussian
 from pcmr.progress import phase
 from pcmr.search import GalleryIndex
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
+from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
@@ -39,7 +40,7 @@ from pcmr.search.presentation import (
     uncertainty_percentile,
     word_vocabulary,
 )
-from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE
+from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
 from pcmr.train.loading import load_run_or_model, load_split
 
 __all__ = ["add_parser", "run"]
@@ -153,7 +154,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="re-ranker option, e.g. beta=30 (is), csls_k=10 (csls), lam=2 (rgm); repeatable",
     )
     query.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+    parser.add_argument("--backend", default="auto", choices=list(BACKENDS),
                         help="search backend; with --build/--from-embeddings, 'faiss' also builds the ANN index and "
                         "'milvus' writes the ANN vectors to the Milvus collection at --uri (default auto: the "
                         "candidate source the index has, else exact)")
@@ -163,8 +164,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--collection-prefix", default="pcmr",
                         help="milvus backend (building): collections are named PREFIX_image and PREFIX_caption")
     query.add_argument("--candidates", type=int, default=None,
-                       help="faiss/milvus backend: candidates per query re-scored exactly (default 100; "
-                       "is/csls: every item of a gallery of up to 50,000)")
+                       help=f"faiss/milvus backend: candidates per query re-scored exactly (default {DEFAULT_CANDIDATES}; "
+                       f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
 

@@ -13,7 +13,8 @@ import socket
 import sys
 
 from pcmr.search import GalleryIndex
-from pcmr.search.compose import search_notes
+from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, search_notes
+from pcmr.search.searcher import DEFAULT_CANDIDATES
 from pcmr.search.service import create_app
 
 __all__ = ["add_parser", "run"]
@@ -32,11 +33,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--similarity", default="cosine", help="similarity of every query (default cosine)")
     parser.add_argument("--rerank", default="nns", help="re-ranker of every query (default nns)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+    parser.add_argument("--backend", default="auto", choices=list(BACKENDS),
                         help="search backend (default auto: the index's candidate source, faiss or milvus, if any)")
     parser.add_argument("--candidates", type=int, default=None,
-                        help="faiss/milvus backend: candidates per query re-scored exactly (default 100; "
-                        "is/csls: every item of a gallery of up to 50,000)")
+                        help=f"faiss/milvus backend: candidates per query re-scored exactly (default {DEFAULT_CANDIDATES}; "
+                        f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
     parser.add_argument("--device", default=None, help="torch device (default cpu)")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="do not print one line per request on stderr (default: print them)")

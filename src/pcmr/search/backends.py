@@ -18,12 +18,10 @@ from pcmr.gaussian import Gaussian
 from pcmr.search.ann import ProgressCounter
 from pcmr.search.ann import build_ann as build_ann_index
 from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE
-from pcmr.search.stored import StoredGallery
+from pcmr.search.stored import MODALITIES, StoredGallery
 from pcmr.search.vectordb import MilvusCandidates
 
 __all__ = ["add_items", "build_ann", "build_milvus"]
-
-MODALITIES = ("image", "caption")
 
 
 def build_ann(index: StoredGallery, score: str = "cosine", modalities: Sequence[str] = MODALITIES,

@@ -41,12 +41,11 @@ from pcmr.search.searcher import (
     Search,
 )
 from pcmr.search.store import GalleryStore
-from pcmr.search.stored import StoredGallery
+from pcmr.search.stored import MODALITIES, StoredGallery
 
 __all__ = ["BACKENDS", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes"]
 
 BACKENDS = ("auto", "exact", "faiss", "milvus")
-MODALITIES = ("image", "caption")
 #: galleries up to this size are re-scored whole under a re-weighting with a gallery statistic
 RESCORE_ALL_MAX = 50_000
 

@@ -48,10 +48,9 @@ from pcmr.search.results import SearchHit, SearchResults
 from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE, Gallery
 from pcmr.search.statistics import GalleryStatistics
 from pcmr.search.store import GalleryStore
+from pcmr.search.stored import MODALITIES
 
 __all__ = ["GalleryIndex", "SearchHit", "SearchResults", "INDEX_FORMAT", "INDEX_VERSION"]
-
-MODALITIES = ("image", "caption")
 
 
 def _json_ids(ids: Sequence[Any], name: str) -> list[Any]:

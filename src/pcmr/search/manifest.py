@@ -41,7 +41,7 @@ from pcmr.search.ann import AnnIndex
 from pcmr.search.searcher import Gallery
 from pcmr.search.statistics import STATISTICS_FILE
 from pcmr.search.store import GalleryStore
-from pcmr.search.stored import StoredGallery
+from pcmr.search.stored import MODALITIES, StoredGallery
 from pcmr.search.vectordb import MilvusCandidates
 
 T = TypeVar("T", bound=StoredGallery)
@@ -56,7 +56,6 @@ EMBEDDINGS_FILE = "embeddings.safetensors"
 MODEL_DIR = "model"
 VOCAB_FILE = "vocab.json"
 UNCERTAINTY_FILE = "uncertainty.safetensors"  # on-disk indexes: each item's uncertainty, computed once
-MODALITIES = ("image", "caption")
 STORE_DIRS = {"image": "store-image", "caption": "store-caption"}
 
 

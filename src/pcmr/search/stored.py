@@ -18,7 +18,10 @@ from pcmr.models.model import RetrievalModel
 from pcmr.search.searcher import Gallery
 from pcmr.search.statistics import GalleryStatistics
 
-__all__ = ["StoredGallery"]
+__all__ = ["MODALITIES", "StoredGallery"]
+
+#: the two modalities of a gallery, in the order an index stores them
+MODALITIES = ("image", "caption")
 
 
 class StoredGallery(Protocol):
