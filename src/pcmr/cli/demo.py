@@ -4,7 +4,6 @@ evaluate both, print the comparison table and where the reports and plots were w
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from pcmr.evaluation import RetrievalEvaluator
 from pcmr.evaluation.columns import EVALUATION_COLUMNS
 from pcmr.report import Report, format_table, merge_rows
 from pcmr.search.presentation import collapsed_recall_warning
-from pcmr.train.lifecycle import start_run
+from pcmr.train.lifecycle import remove_run, start_run
 from pcmr.train.run import load_run, load_run_split
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
@@ -90,7 +89,7 @@ def _prepare(out: Path) -> None:
             f"choose an empty or new folder"
         )
     for path in out.iterdir():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        remove_run(path) if path.is_dir() else path.unlink()  # a run folder only under its lock
 
 
 def evaluate_run(run_dir: Path, out_dir: Path, progress: bool | None = None) -> Report:

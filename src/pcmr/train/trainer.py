@@ -61,7 +61,7 @@ from pcmr.train.distributed import (
 from pcmr.train.faults import NonFiniteGuard
 from pcmr.train.feature_cache import attach_feature_caches, loader_augments
 from pcmr.train.global_batchnorm import convert_global_batchnorm
-from pcmr.train.loggers import RunLog, open_run_log
+from pcmr.train.loggers import JsonlLog, RunLog, open_run_log
 from pcmr.train.precision import autocast_factory, grad_scaler
 from pcmr.train.preemption import StopRequest, TrainingInterrupted, resume_command
 from pcmr.train.run import (
@@ -109,25 +109,6 @@ def _loss_seed(seed: int, step: int) -> int:
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-
-
-class _JsonlLog:
-    """Append-only JSON-lines log; a partial last line left by a killed run is dropped."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        if path.is_file():
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                path.write_bytes(data[: data.rfind(b"\n") + 1])
-        self.handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def write(self, event: str, **fields: Any) -> None:
-        self.handle.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
-        self.handle.flush()
-
-    def close(self) -> None:
-        self.handle.close()
 
 
 class _NoLog:
@@ -210,7 +191,7 @@ class Trainer:
         self.similarity = train.select_similarity or self.loss_fn.similarity_name
         self.nonfinite = NonFiniteGuard(train.max_nonfinite_steps, self.run_dir)
         self.stop = StopRequest()
-        self.log: _JsonlLog | _NoLog | RunLog = _NoLog()
+        self.log: _NoLog | RunLog = _NoLog()
         self.progress = TrainingProgress()
 
     # ------------------------------------------------------------------ state
@@ -495,7 +476,7 @@ class Trainer:
         train = self.config.train
         self.log = _NoLog()
         if self.context.is_main:
-            self.log = open_run_log(train.loggers, self.run_dir, lambda: _JsonlLog(self.run_dir / LOG_FILE))
+            self.log = open_run_log(train.loggers, self.run_dir, lambda: JsonlLog(self.run_dir / LOG_FILE))
         try:
             with self.stop:
                 self._fit(train)
