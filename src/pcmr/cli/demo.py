@@ -11,7 +11,7 @@ from typing import Any
 
 from pcmr.atomic import atomic_write_text
 from pcmr.evaluation import RetrievalEvaluator
-from pcmr.evaluation.columns import EVALUATION_COLUMNS
+from pcmr.evaluation.columns import EVALUATION_COLUMNS, HS_SUM, RSUM, pmrp, r_precision, recall
 from pcmr.report import Report, format_table, merge_rows
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.train.lifecycle import remove_run, start_run
@@ -40,13 +40,14 @@ DEMO_COLUMNS = [
     "similarity",
     "rerank",
     "relevance",
-    "i2t_R@1",
-    "t2i_R@1",
-    "rsum",
-    "i2t_r_precision",
-    "t2i_r_precision",
-    "pmrp_mean",
-    "hs_sum",
+    recall("i2t", 1),
+    recall("t2i", 1),
+    RSUM,
+    r_precision("i2t"),
+    r_precision("t2i"),
+    pmrp("i2t", "mean"),
+    pmrp("t2i", "mean"),
+    HS_SUM,
 ]
 
 

@@ -26,6 +26,7 @@ from pcmr.evaluation import (
     score_matrix,
     unsupported_reason,
 )
+from pcmr.evaluation import columns as schema
 from pcmr.evaluation.evaluator import needs_validation
 from pcmr.evaluation.figures import corruption_series
 from pcmr.metrics.signal import uncertainty_signal
@@ -101,12 +102,9 @@ def _corruption_columns(model: Any, split: Any, vocab: Any, device: Any, batch_s
     series = corruption_series(model, split, vocab, UNCERTAINTY_MEASURE, max_items=options.max_items,
                                batch_size=batch_size, device=device) or {}
     out: dict[str, float | None] = {}
-    if "image" in series:
-        out["image_uncertainty_occlusion_slope"] = _finite(
-            least_squares_slope(series["image"]["ratios"], series["image"]["mean_uncertainty"]))
-    if "caption" in series:
-        out["caption_uncertainty_erasure_slope"] = _finite(
-            least_squares_slope(series["caption"]["ratios"], series["caption"]["mean_uncertainty"]))
+    for side, key in schema.CORRUPTION_SLOPE.items():
+        if side in series:
+            out[key] = _finite(least_squares_slope(series[side]["ratios"], series[side]["mean_uncertainty"]))
     return out
 
 
@@ -125,7 +123,7 @@ def _binary_selection_columns(trained: Any, similarities: Sequence[str], device:
         if unsupported_reason(name, images, captions, options) is not None:
             continue
         scores = score_matrix(name, images, captions, options)  # [3N, 2N]
-        out[name] = {f"binsel_{k}": v for k, v in binary_selection(scores, roles).items()}
+        out[name] = {schema.binary_selection(k): v for k, v in binary_selection(scores, roles).items()}
     return out
 
 
@@ -147,13 +145,12 @@ def _signal_columns(evaluation: EncodedEvaluation, trained: Any) -> dict[str, fl
         if not (_has_variance(now) and _has_variance(before)):
             continue
         gate = uncertainty_signal(now, before, num_samples=num_samples)
-        out[f"{side}_uncertainty_signal"] = float(gate["signal"])
-        for key in ("spread", "spread_init", "floor"):
-            out[f"{side}_uncertainty_{key}"] = float(gate[key])
+        for key in schema.SIGNAL_KEYS:
+            out[schema.uncertainty_signal(side, key)] = float(gate[key])
     match = trained.similarity_options.get("match_prob") or {}
     for key in ("a", "b"):
         if key in match:
-            out[f"match_{key}"] = float(match[key])
+            out[schema.learned_option(key)] = float(match[key])
     return out
 
 
@@ -189,7 +186,7 @@ class _AnalysisColumns:
                     images.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(images) else None,
                     captions.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(captions) else None)
                 for side, value in rho.items():
-                    columns[f"{side}_uncertainty_relevant_rho"] = _finite(value)
+                    columns[schema.relevant_count_rho(side)] = _finite(value)
             self._modes[mode] = columns
         return self._modes[mode]
 
@@ -207,9 +204,9 @@ class _AnalysisColumns:
             figure = evaluation.reports[mode].figures.get("uncertainty_r1") or {}
             series = figure.get("series", {}).get(row["similarity"]) if self.analysis.deciles else None
             if series:
-                for direction in ("i2t", "t2i"):
-                    columns[f"{direction}_r1_least_uncertain"] = series[direction][0]
-                    columns[f"{direction}_r1_most_uncertain"] = series[direction][-1]
+                for direction in schema.DIRECTIONS:
+                    columns[schema.r1_by_uncertainty(direction, "least")] = series[direction][0]
+                    columns[schema.r1_by_uncertainty(direction, "most")] = series[direction][-1]
             columns.update(self._binary_columns(evaluation).get(row["similarity"], {}))
         return columns
 

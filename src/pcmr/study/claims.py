@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pcmr.config import ConfigError, build_dataclass
+from pcmr.evaluation.columns import uncertainty_signal
 from pcmr.study.stats import EXPECTATIONS, Interval, paired_interval, verdict
 
 __all__ = ["Claim", "Judgement", "Selector", "judge_claim", "judge_claims", "parse_claims", "NO_DATA", "NO_SIGNAL",
@@ -181,7 +182,7 @@ def _without_signal(rows: Sequence[dict[str, Any]], selector: Selector, claim: C
     """True when some seed's rows of ``selector`` record no trained signal (``<side>_uncertainty_signal``
     of 0) for a head the claim reads; rows without the column (older results) are not gated."""
     for side in SIGNAL_SIDES[claim.signal]:
-        values = _values_by_seed(rows, selector, f"{side}_uncertainty_signal", claim.id)
+        values = _values_by_seed(rows, selector, uncertainty_signal(side), claim.id)
         if any(values.get(seed) == 0.0 for seed in seeds):
             return True
     return False

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pcmr.evaluation.columns import EVALUATION_COLUMNS
+from pcmr.evaluation.columns import ALL_COLUMNS
 from pcmr.report import Column, ColumnSchema, Report, format_table
 from pcmr.study.claims import NO_DATA, NO_SIGNAL, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
@@ -27,9 +27,9 @@ __all__ = ["ID_COLUMNS", "claims_markdown", "first_similarities", "read_results_
 
 ID_COLUMNS = ("run", "recipe", "variant", "seed", "similarity", "rerank", "relevance")
 GROUP_COLUMNS = ("recipe", "variant", "similarity", "rerank")
-#: the study's rows: its identifying columns, then the evaluation's columns (titles and groups)
-STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*EVALUATION_COLUMNS.columns, Column("seeds", "seeds")),
-                             patterns=EVALUATION_COLUMNS.patterns)
+#: the study's rows: its identifying columns, then the evaluation's and the analysis columns
+STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*ALL_COLUMNS.columns, Column("seeds", "seeds")),
+                             patterns=ALL_COLUMNS.patterns)
 
 
 #: the columns of claims.md and times.md (titled by their keys)

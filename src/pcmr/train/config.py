@@ -32,7 +32,7 @@ from pcmr.atomic import atomic_write_text
 from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.data.batching import TRAIN_BATCH_SIZE
-from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
+from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SELECT_ON, DEFAULT_SIMILARITIES
 from pcmr.relevance import relevance_mode
 
 __all__ = [
@@ -96,7 +96,7 @@ class TrainConfig:
     grad_clip: float | None = 2.0  # max global gradient norm; None disables clipping
     seed: int = 0
     deterministic: bool = False  # torch.use_deterministic_algorithms(True)
-    select_on: Literal["rsum", "r_precision"] = "rsum"  # validation metric for model selection
+    select_on: str = DEFAULT_SELECT_ON  # validation metric for model selection (pcmr.evaluation.columns.SELECTION_METRICS)
     select_similarity: str | None = None  # score used for validation; None = the loss's own score
     validate_every: int = 1  # epochs between validations (0: never; the last model is kept)
     checkpoint_every_steps: int = 0  # also checkpoint mid-epoch every N steps (0: epoch ends only)

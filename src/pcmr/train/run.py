@@ -27,6 +27,7 @@ from torch import nn
 
 from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
+from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
 from pcmr.models import RetrievalModel, create_model, list_models, load_model, save_model
@@ -163,6 +164,7 @@ def check_config(config: RunConfig) -> None:
         _check_names("train.select_similarity", [config.train.select_similarity], similarities)
     _check_names("eval.similarities", config.eval.similarities, similarities + ["all"])
     _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])
+    _check_names("train.select_on", [config.train.select_on], list(SELECTION_METRICS))
     check_loggers(config.train.loggers)
 
 

@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader
 
 from pcmr.config import ConfigError
 from pcmr.data.batching import train_loader
+from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
 from pcmr.evaluation.encode import image_input_size
 from pcmr.hub import preprocessor_config
 from pcmr.progress import progress_bar, progress_enabled, write_line
@@ -463,7 +464,7 @@ class Trainer:
         else:
             val = record["val"]
             line += (f" training, {record['val_seconds']:.0f} s validation); val {self.similarity}: "
-                     f"rsum {val['rsum']:.1f}, R-Precision {val['r_precision']:.1f}")
+                     f"rsum {val[RSUM]:.1f}, R-Precision {val[MEAN_R_PRECISION]:.1f}")
         write_line(line, bars=progress_enabled(self.config.train.progress))
 
     def fit(self) -> dict[str, Any]:
