@@ -35,6 +35,7 @@ from pcmr.suggest import did_you_mean, name_list, unknown_name
 
 __all__ = [
     "ConfigError",
+    "NotAMappingError",
     "apply_overrides",
     "build_dataclass",
     "check_known_keys",
@@ -47,6 +48,10 @@ __all__ = [
 
 class ConfigError(ValueError):
     """A configuration (file, override or field value) is invalid."""
+
+
+class NotAMappingError(ConfigError):
+    """A configuration file holds something other than a mapping of keys to values (a list, a number)."""
 
 
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -288,7 +293,7 @@ def load_mapping(path: str | Path, what: str = "config file") -> dict[str, Any]:
     if data is None and not is_json:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{what} {path} must hold a mapping of keys to values, got {type(data).__name__}")
+        raise NotAMappingError(f"{what} {path} must hold a mapping of keys to values, got {type(data).__name__}")
     return data
 
 

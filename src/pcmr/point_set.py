@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import Gaussian, NonFiniteEmbeddingError
 
 __all__ = ["PointSet", "as_points", "uncertainty_measure_for", "UNCERTAINTY_MEASURES"]
 
@@ -39,7 +39,7 @@ def _check_points(points: Tensor) -> None:
         raise ValueError(f"PointSet.points must be a floating tensor, got dtype {points.dtype}")
     if not bool(torch.isfinite(points).all()):
         bad = int((~torch.isfinite(points)).sum())
-        raise ValueError(f"PointSet.points holds {bad} non-finite value(s) (NaN or inf) out of {points.numel()}; "
+        raise NonFiniteEmbeddingError(f"PointSet.points holds {bad} non-finite value(s) (NaN or inf) out of {points.numel()}; "
                          f"expected finite numbers")
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from pcmr import Gaussian
-from pcmr.evaluation import evaluate_embeddings
 from pcmr.evaluation import columns as schema
+from pcmr.evaluation import evaluate_embeddings
 from pcmr.evaluation.columns import ALL_COLUMNS, EVALUATION_COLUMNS, metric_bounds
 from pcmr.metrics.driver import DIRECTIONS
 

@@ -12,6 +12,7 @@ from typing import Any
 from pcmr.atomic import atomic_write_text
 from pcmr.evaluation import RetrievalEvaluator
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, HS_SUM, RSUM, pmrp, r_precision, recall
+from pcmr.inference import get_reranker
 from pcmr.report import Report, format_table, merge_rows
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.train.lifecycle import remove_run, start_run
@@ -114,12 +115,15 @@ def evaluate_run(run_dir: Path, out_dir: Path, progress: bool | None = None) -> 
 def _comparison_rows(rows: list[dict[str, Any]], trained: dict[str, str]) -> list[dict[str, Any]]:
     """Exact relevance: NNS rows of every similarity, then the other re-rankers on each model's trained
     score; then source (COCO-style) relevance: NNS on each model's trained score."""
+    def plain(row: dict[str, Any]) -> bool:  # nearest-neighbour search: no re-ranking
+        return get_reranker(row["rerank"]).is_identity
+
     exact = [r for r in rows if r.get("relevance", "exact") == "exact"]
-    nns = [r for r in exact if r["rerank"] == "nns"]
-    reranked = [r for r in exact if r["rerank"] != "nns" and r["similarity"] == trained.get(r["model"])]
-    source = [r for r in rows if r.get("relevance") == "source" and r["rerank"] == "nns"
+    nns = [r for r in exact if plain(r)]
+    reranked = [r for r in exact if not plain(r) and r["similarity"] == trained.get(r["model"])]
+    source = [r for r in rows if r.get("relevance") == "source" and plain(r)
               and r["similarity"] == trained.get(r["model"])]
-    return sorted(nns + reranked, key=lambda r: (r["model"], r["rerank"] != "nns")) + source
+    return sorted(nns + reranked, key=lambda r: (r["model"], not plain(r))) + source
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from pcmr.data.errors import (
     warn_skipped,
 )
 from pcmr.data.images import FeatureImages
+from pcmr.data.karpathy import coco_protocol_info
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import tokenize
 
@@ -190,5 +191,5 @@ def load_precomputed(
         caption_texts=texts, caption_image=np.asarray(caption_image, dtype=np.int64), image_ids=image_ids,
         caption_ids=caption_ids, skipped=skipped,
         info={"features": str(feat_path), "captions": str(caps_path), "captions_per_image": per_image,
-              "caption_id_kind": "line_index"},
+              "caption_id_kind": "line_index", **coco_protocol_info(name, num_images)},
     )

@@ -162,7 +162,8 @@ def ordered(row: Mapping[str, Any], ks: Sequence[int]) -> dict[str, Any]:
     """Canonical column order: ids, R@K both ways, rsum, R-P, MAP@R, PMRP, extras, hs-sum, lambdas."""
     first = ["similarity", "rerank"] + [recall(d, k) for d in DIRECTIONS for k in ks] + [RSUM]
     first += [key(d) for d in DIRECTIONS for key in (r_precision, map_at_r)]
-    first += [pmrp(d, z) for d in DIRECTIONS for z in (*PMRP_ZETAS, "mean")]
+    thresholds: tuple[int | str, ...] = (*PMRP_ZETAS, "mean")
+    first += [pmrp(d, z) for d in DIRECTIONS for z in thresholds]
     last = [HS_SUM, *(tuned_value(d) for d in DIRECTIONS)]
     keys = [k for k in first if k in row] + [k for k in row if k not in first and k not in last]
     return {k: row[k] for k in keys + [k for k in row if k in last] if k in row}

@@ -32,7 +32,7 @@ from pcmr.evaluation.figures import (
     occurrence_histogram,
 )
 from pcmr.evaluation.scoring import DEFAULT_SEED, check_names, score_matrix, unsupported_reason
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
 from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, evaluate_directions
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
@@ -78,7 +78,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         val: tuple[Gaussian, Gaussian, Tensor] | None = None,
                         rerank_options: dict[str, dict[str, Any]] | None = None,
                         ks: Sequence[int] = DEFAULT_KS, lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
-                        uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
+                        uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE, extra_positives: Sequence[Any] = (),
                         num_folds: int | None = None, meta: dict[str, Any] | None = None,
                         figures: bool = True, hubness_ks: Sequence[int] = HUBNESS_KS,
                         seed: int = DEFAULT_SEED, progress: bool | None = False) -> Report:

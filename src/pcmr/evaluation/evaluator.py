@@ -37,7 +37,7 @@ from pcmr.evaluation.evaluate import (
 )
 from pcmr.evaluation.figures import corruption_series
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_positives
 from pcmr.progress import phase, status_line
@@ -122,7 +122,7 @@ class RetrievalEvaluator:
     progress: bool | None = False  # encoding bars (None: only on a terminal)
     ks: Sequence[int] = DEFAULT_KS
     lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID
-    uncertainty_measure: str = "log_det"
+    uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE
     seed: int = 0
     extra_positives: Sequence[str] | None = None
     num_folds: int | None = None
@@ -178,7 +178,7 @@ class RetrievalEvaluator:
                 "val_split": getattr(self.val_split, "split", None), "device": str(images.device), **self.meta}
         extra_sets, extra_note = _load_extra_positives(split, self.extra_positives)
         num_folds = self.num_folds
-        if num_folds is None and getattr(split, "name", "") == "coco" and images.num == 5000:
+        if num_folds is None and split.info.get("coco_5k_test"):
             num_folds = COCO_NUM_FOLDS
         reports: dict[str, Report] = {}
         for position, (mode, matrix) in enumerate(modes.items()):
@@ -219,7 +219,7 @@ def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
                    device: torch.device | str | None = None, out_dir: str | os.PathLike[str] | None = None,
                    progress: bool | None = False, ks: Sequence[int] = DEFAULT_KS,
                    rerank_options: Mapping[str, Mapping[str, Any]] | None = None,
-                   lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
+                   lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE,
                    extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
                    meta: Mapping[str, Any] | None = None, relevance: Sequence[str] | None = None) -> Report:
     """Encode ``split`` (and ``val_split`` when a re-ranker tunes a parameter on it) with ``model`` and
@@ -247,8 +247,7 @@ def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
 def _load_extra_positives(split: RetrievalSplit, names: Sequence[str] | None) -> tuple[list[Any], str | None]:
     """CxC / ECCV Caption positives for ``split`` and a note, if any (see :class:`RetrievalEvaluator`)."""
 
-    requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"
-                                                         else [])
+    requested = list(names) if names is not None else list(split.info.get("extra_positive_sets", ()))
     problem = coco_id_problem(split) if requested else None  # ids that are not COCO ids would mislabel
     if problem is not None:
         if names is not None:

@@ -45,6 +45,8 @@ class Similarity(ABC):
         accepts_point_sets: whether ``pcmr.PointSet`` inputs (K points per item) are scored;
             every other score refuses them.
         options: accepted options and their defaults.
+        learned_options: options whose value a training learns (their defaults are placeholders, so
+            an evaluation without the learned values skips the score).
         reference: paper and equation.
     """
 
@@ -54,6 +56,7 @@ class Similarity(ABC):
     needs_caption_variance: bool = False
     accepts_point_sets: bool = False
     options: Mapping[str, Any] = {}
+    learned_options: tuple[str, ...] = ()
     reference: str = ""
 
     @abstractmethod

@@ -250,6 +250,7 @@ class MatchProbability(_Sampled):
     name = "match_prob"
     reference = "PCME eq.2-3 (match probability)"
     options: dict[str, Any] = {**_Sampled.options, "a": 30.0, "b": 30.0}
+    learned_options = ("a", "b")  # learned by the match-probability loss (pcmr.losses.match_scale)
 
     def check_options(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> None:
         super().check_options(images, captions, options)

@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from pcmr.atomic import atomic_write_text
-from pcmr.config import ConfigError
+from pcmr.data import offers_split
 from pcmr.evaluation import (
     EncodedEvaluation,
     RetrievalEvaluator,
@@ -29,12 +29,15 @@ from pcmr.evaluation import (
 from pcmr.evaluation import columns as schema
 from pcmr.evaluation.evaluator import needs_validation
 from pcmr.evaluation.figures import corruption_series
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
+from pcmr.inference import NO_RERANKING, get_reranker
 from pcmr.metrics.signal import uncertainty_signal
 from pcmr.models import create_model
+from pcmr.similarity import get_similarity
 from pcmr.study.analysis import binary_selection, least_squares_slope, relevant_count_correlation
 from pcmr.study.spec import AnalysisOptions, StudyError
 from pcmr.train import check_config, load_config
-from pcmr.train.lifecycle import start_or_resume
+from pcmr.train.lifecycle import ConfigMismatchError, start_or_resume
 from pcmr.train.recipes import find_recipe
 from pcmr.train.run import load_run, load_run_split
 from pcmr.train.trainer import torch_seed
@@ -42,7 +45,9 @@ from pcmr.train.trainer import torch_seed
 __all__ = ["UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "resolve_config", "schedule_text", "train_run",
            "write_text"]
 
-UNCERTAINTY_MEASURE = "log_det"
+UNCERTAINTY_MEASURE = DEFAULT_UNCERTAINTY_MEASURE
+#: the controlled split of the binary-selection analysis (ProbVSE Sec. 5; offered by shapes)
+BINARY_SELECTION_SPLIT = "binary_selection"
 
 
 def write_text(path: Path, text: str) -> None:
@@ -80,9 +85,7 @@ def train_run(recipe: str, overrides: Mapping[str, Any], run_dir: Path) -> float
     config = resolve_config(recipe, overrides)
     try:
         start_or_resume(config, run_dir)
-    except ConfigError as exc:
-        if "another config" not in str(exc):
-            raise
+    except ConfigMismatchError as exc:
         raise StudyError(f"{exc} (the study's config)") from None
     return time.perf_counter() - start
 
@@ -112,7 +115,7 @@ def _binary_selection_columns(trained: Any, similarities: Sequence[str], device:
                               batch_size: int) -> dict[str, dict[str, float]]:
     """``{similarity: {binsel_*: accuracy}}`` on the shapes ``binary_selection`` split."""
 
-    split = load_run_split(trained.config, "binary_selection")
+    split = load_run_split(trained.config, BINARY_SELECTION_SPLIT)
     roles = split.info.get("roles")
     if not roles or split.num_images == 0:
         return {}
@@ -133,13 +136,13 @@ def _signal_columns(evaluation: EncodedEvaluation, trained: Any) -> dict[str, fl
     learned match-probability ``a``, ``b`` where the run has them."""
 
     config = trained.config
-    options = {k: v for k, v in config.model.items() if k != "name"}
+    options = config.model.options
     with torch.random.fork_rng(devices=[]):  # the run's own seed, not whatever this process drew before
         torch.manual_seed(torch_seed(config.train.seed))
-        initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(trained.vocab)})
+        initial_model = create_model(config.model.name, **{**options, "vocab_size": len(trained.vocab)})
     initial = encode_split(initial_model, evaluation.split, trained.vocab, batch_size=evaluation.batch_size,
                            device=evaluation.device)
-    num_samples = int(config.loss.get("num_samples", 1) or 1)
+    num_samples = int(config.loss.options.get("num_samples", 1) or 1)
     out: dict[str, float | None] = {}
     for side, now, before in (("image", evaluation.images, initial[0]), ("caption", evaluation.captions, initial[1])):
         if not (_has_variance(now) and _has_variance(before)):
@@ -147,10 +150,10 @@ def _signal_columns(evaluation: EncodedEvaluation, trained: Any) -> dict[str, fl
         gate = uncertainty_signal(now, before, num_samples=num_samples)
         for key in schema.SIGNAL_KEYS:
             out[schema.uncertainty_signal(side, key)] = float(gate[key])
-    match = trained.similarity_options.get("match_prob") or {}
-    for key in ("a", "b"):
-        if key in match:
-            out[schema.learned_option(key)] = float(match[key])
+    for name, options in trained.similarity_options.items():  # the learned options (match_prob's a, b)
+        for key in get_similarity(name).learned_options:
+            if key in options:
+                out[schema.learned_option(key)] = float(options[key])
     return out
 
 
@@ -193,14 +196,14 @@ class _AnalysisColumns:
     def _binary_columns(self, evaluation: EncodedEvaluation) -> dict[str, dict[str, float]]:
         if self._binary is None:
             self._binary = {}
-            if self.analysis.binary_selection and self.trained.config.data.name == "shapes":
+            if self.analysis.binary_selection and offers_split(self.trained.config.data.name, BINARY_SELECTION_SPLIT):
                 self._binary = _binary_selection_columns(self.trained, self.similarities, evaluation.device,
                                                          evaluation.batch_size)
         return self._binary
 
     def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
         columns = dict(self._mode_columns(evaluation, mode))
-        if row["rerank"] == "nns":
+        if get_reranker(row["rerank"]).is_identity:
             figure = evaluation.reports[mode].figures.get("uncertainty_r1") or {}
             series = figure.get("series", {}).get(row["similarity"]) if self.analysis.deciles else None
             if series:
@@ -225,8 +228,8 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
     config = trained.config
     similarities = list(similarities or config.eval.similarities)
     rerankers = list(rerankers or config.eval.rerankers)
-    if "nns" not in rerankers:  # the analysis columns describe the raw scores: the nns rows carry them
-        rerankers.insert(0, "nns")
+    if not any(get_reranker(name).is_identity for name in rerankers):  # the analysis columns describe the
+        rerankers.insert(0, NO_RERANKING)  # raw scores: the nns rows carry them
     analysis_columns = _AnalysisColumns(trained, similarities, analysis)
     evaluator = RetrievalEvaluator(
         load_run_split(config, config.eval.split),

@@ -33,12 +33,17 @@ from pcmr.train.recipes import find_recipe
 from pcmr.train.run import CONFIG_FILE, RUN_FILE, check_config
 from pcmr.train.trainer import Trainer
 
-__all__ = ["RESUME_OVERRIDABLE", "config_difference", "is_finished", "remove_run", "resume_run", "start_or_resume",
+__all__ = ["RESUME_OVERRIDABLE", "ConfigMismatchError", "config_difference", "is_finished", "remove_run", "resume_run", "start_or_resume",
            "start_run"]
 
 #: config keys that may differ when a run is resumed (they do not change the computation)
 RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "train.loggers", "data.root",
                       "data.num_workers")
+
+
+class ConfigMismatchError(ConfigError):
+    """A run folder was trained with another config than the one requested (beyond
+    :data:`RESUME_OVERRIDABLE`); the message names the first difference."""
 
 
 def _comparable(config: RunConfig) -> dict[str, Any]:
@@ -153,7 +158,7 @@ def start_or_resume(config: RunConfig, run_dir: str | Path) -> dict[str, Any] | 
     continuation of an interrupted one, or nothing when its training finished (returns None).
 
     A folder killed before its config was written is started afresh. A folder holding another
-    config (beyond :data:`RESUME_OVERRIDABLE`) raises :class:`ConfigError` naming the first difference.
+    config (beyond :data:`RESUME_OVERRIDABLE`) raises :class:`ConfigMismatchError` naming the first difference.
     """
     run_dir = Path(run_dir)
     saved_path = run_dir / CONFIG_FILE
@@ -166,7 +171,7 @@ def start_or_resume(config: RunConfig, run_dir: str | Path) -> dict[str, Any] | 
         saved = load_config(saved_path)
         difference = config_difference(saved, config)
         if difference is not None:
-            raise ConfigError(f"run folder {run_dir} was trained with another config ({difference}); "
+            raise ConfigMismatchError(f"run folder {run_dir} was trained with another config ({difference}); "
                               f"delete the folder to train it again with this config")
         if is_finished(run_dir):
             return None

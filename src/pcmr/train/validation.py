@@ -19,6 +19,7 @@ from pcmr.data.text import Vocabulary
 from pcmr.evaluation.columns import validation_metrics
 from pcmr.evaluation.evaluator import RetrievalEvaluator
 from pcmr.evaluation.relevance_modes import relevance_modes
+from pcmr.inference import NO_RERANKING
 
 __all__ = ["validate"]
 
@@ -41,7 +42,7 @@ def validate(
     same weights always give the same numbers; the global RNG is left untouched.
     """
 
-    evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=["nns"],
+    evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=[NO_RERANKING],
                                    relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
                                    figures=False, corruption=False, hubness=False, extra_positives=[])
     with torch.random.fork_rng(devices=[]):
