@@ -14,7 +14,6 @@ import torch
 
 import pcmr.report.plots as report_plots
 import pcmr.study.plots as study_plots
-from _search_index import make_run
 from pcmr.evaluation.figures import (
     corruption_series,
     decile_series,
@@ -165,8 +164,8 @@ def test_claims_labels_are_readable_and_legend_outside(tmp_path: Path, caught) -
     _legend_clear_of_marks(figure)
 
 
-def test_uncertainty_vs_corruption_from_a_model(tmp_path: Path, caught) -> None:
-    trained = load_run(make_run(tmp_path / "run"))
+def test_uncertainty_vs_corruption_from_a_model(search_run_factory, tmp_path: Path, caught) -> None:
+    trained = load_run(search_run_factory(tmp_path / "run"))
     split = load_run_split(trained.config, "test")
     series = corruption_series(trained.model, split, trained.vocab, "log_det", max_items=8)
     assert series is not None and set(series) == {"measure", "image", "caption"}
