@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian, NonFiniteEmbeddingError
+from pcmr.suggest import unknown_name
 
 __all__ = ["PointSet", "as_points", "uncertainty_measure_for", "UNCERTAINTY_MEASURES"]
 
@@ -106,8 +107,8 @@ class PointSet(Gaussian):
         """One uncertainty value per item, ``[N]``; ``measure`` is ``spread`` (the only proxy of a
         point set: log-determinants and entropies need a variance)."""
         if measure not in UNCERTAINTY_MEASURES:
-            raise ValueError(f"unknown uncertainty measure {measure!r} for a PointSet (K points, no variance); "
-                             f"expected one of: {', '.join(UNCERTAINTY_MEASURES)}")
+            raise ValueError(f"{unknown_name('uncertainty measure', measure, UNCERTAINTY_MEASURES)} (a PointSet "
+                             f"has K points and no variance)")
         return self.spread()
 
     def log_det(self) -> Tensor:

@@ -44,6 +44,7 @@ from pcmr.data.errors import (
 from pcmr.data.images import FileImages
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import tokenize
+from pcmr.suggest import unknown_name
 
 __all__ = ["COCO_5K_TEST_IMAGES", "COCO_EXTRA_POSITIVE_SETS", "KARPATHY_SPLITS", "coco_protocol_info", "load_karpathy"]
 
@@ -142,7 +143,7 @@ def load_karpathy(
     name = dataset or (data.get("dataset") if isinstance(data.get("dataset"), str) else "karpathy")
     present = sorted({str(r["split"]) for r in records if isinstance(r, dict) and isinstance(r.get("split"), str)})
     if split not in KARPATHY_SPLITS:
-        raise DataError(f"unknown split {split!r}", path=path, location="split", expected=f"one of {KARPATHY_SPLITS}")
+        raise DataError(unknown_name("split", split, KARPATHY_SPLITS), path=path, location="split")
     wanted = {"train", "restval"} if (split == "train" and include_restval) else {split}
     if not wanted & set(present):
         raise DataError(f"no image has split {split!r}", path=path, location="images[*].split",

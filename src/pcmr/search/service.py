@@ -27,7 +27,6 @@ from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages
 from pcmr.data.shapes.dataset import load_shapes
-from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
@@ -118,7 +117,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
     images = _Images(index)
-    measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
+    measure = index.meta.get("uncertainty_measure", "log_det")
     levels = {m: _relative_levels(None if index.gallery(m).is_point else index.item_uncertainty(m))
               for m in ("image", "caption")}
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves

@@ -215,8 +215,7 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
         else tuple(variants)
     undefined = [v for v in default if v not in variants]
     if undefined:
-        raise _fail(f"{where}: default_variants", f"unknown variant(s) {undefined}; the study defines "
-                                                  f"{', '.join(variants)}")
+        raise _fail(f"{where}: default_variants", unknown_name("variant", undefined, variants))
     if not fields.recipes:
         raise _fail(f"{where}: recipes", f"expected a mapping of recipe names to options, got {raw.get('recipes')!r}")
     recipes = tuple(_recipe_entry(k, v, variants, default, where) for k, v in fields.recipes.items())

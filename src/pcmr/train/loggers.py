@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from pcmr.suggest import unknown_name
 from pcmr.train.config import ConfigError
 
 __all__ = ["LOGGERS", "EventLog", "JsonlLog", "RunLog", "check_loggers", "open_run_log", "read_jsonl"]
@@ -109,8 +110,7 @@ def check_loggers(names: Sequence[str]) -> None:
     """``train.loggers`` names known loggers, each once; ``tensorboard`` needs its package."""
     unknown = [name for name in names if name not in LOGGERS]
     if unknown:
-        raise ConfigError(f"config key 'train.loggers': unknown logger(s) {', '.join(map(repr, unknown))}; "
-                          f"accepted: {', '.join(LOGGERS)}")
+        raise ConfigError(f"config key 'train.loggers': {unknown_name('logger', unknown, LOGGERS)}")
     if len(set(names)) != len(names):
         raise ConfigError(f"config key 'train.loggers' names a logger twice: {list(names)}")
     if "tensorboard" in names and importlib.util.find_spec("tensorboard") is None:

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pcmr.suggest import unknown_name
+
 __all__ = ["EpochRecord", "TrainingProgress"]
 
 #: one finished epoch as written to ``log.jsonl`` and ``run.json``'s ``history``: ``epoch`` (1-based),
@@ -56,6 +58,5 @@ class TrainingProgress:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(data) - set(names))
         if unknown:
-            raise ValueError(f"checkpoint progress: unknown key(s) {', '.join(map(repr, unknown))}; "
-                             f"accepted: {', '.join(names)}")
+            raise ValueError(f"checkpoint progress: {unknown_name('key', unknown, names)}")
         return cls(**data)
