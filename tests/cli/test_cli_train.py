@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from pcmr.cli import main
 from pcmr.train.checkpoint import load_latest_checkpoint
+from pcmr.train.loggers import read_jsonl
 
 
 @pytest.fixture
@@ -43,9 +45,22 @@ def test_train_writes_run_folder(tmp_path, tiny_args, capsys):
     events = [json.loads(line)["event"] for line in (run_dir / "log.jsonl").read_text().splitlines()]
     assert events[0] == "start" and "epoch" in events and events[-1] == "finished"
     assert load_latest_checkpoint(run_dir / "checkpoints").state["progress"]["epoch"] == 1
+    assert not (run_dir / "train.lock").exists() and not (run_dir / ".train.lock.guard").exists()  # no lock files
     # an existing run folder is never overwritten
     status, _, err = run_cli(capsys, ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run"])
     assert status == 2 and "already exists" in err
+
+
+def test_epoch_line_shows_training_and_validation_time(tmp_path, tiny_training, as_set_args, capsys):
+    """Not a terminal, no --no-progress: one plain line per epoch, with both times."""
+    status, out, err = run_cli(capsys, ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run",
+                                        *as_set_args(tiny_training)])
+    assert status == 0, err
+    epoch_lines = [line for line in (out + err).splitlines() if line.startswith("epoch 1/1:")]
+    assert len(epoch_lines) == 1, out + err
+    assert re.search(r"\(\d+ s training, \d+ s validation\); val cosine: rsum", epoch_lines[0]), epoch_lines
+    record = next(event for event in read_jsonl(tmp_path / "run" / "log.jsonl") if event["event"] == "epoch")
+    assert record["seconds"] > 0 and record["val_seconds"] > 0
 
 
 def test_pcme_learns_match_prob_options(tmp_path, tiny_args, capsys):

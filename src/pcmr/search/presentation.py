@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from pcmr.data.text import tokenize
-from pcmr.evaluation.columns import recall
+from pcmr.evaluation import columns as schema
 from pcmr.inference import get_reranker
 from pcmr.metrics import DEFAULT_KS
 from pcmr.metrics.driver import DIRECTIONS
@@ -141,7 +141,7 @@ def collapsed_recall_warning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int
     flat: list[list[float]] = []
     for row in rows:
         for direction in DIRECTIONS:
-            values = [row.get(recall(direction, k)) for k in ks]
+            values = [row.get(schema.recall(direction, k)) for k in ks]
             numbers = [float(v) for v in values if isinstance(v, (int, float))]
             if len(numbers) != len(values):
                 return None
