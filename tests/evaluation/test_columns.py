@@ -18,8 +18,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "pcmr"
 
 # a metric key of an evaluation row or of the study's analysis columns, or a piece of one in an f-string
 METRIC_KEY = re.compile(r"(?:^|_)(?:r_precision|map_at_r|pmrp(?:_\w+)?|rsum|hs_sum|r1_(?:least|most)_uncertain"
-                        r"|uncertainty_(?:signal|spread|spread_init|floor|relevant_rho|occlusion_slope|erasure_slope))$"
-                        r"|_R@\d*$|^(?:i2t|t2i)?_lambda$|^binsel_|^match_[ab]$")
+                        r"|uncertainty_(?:signal|spread|spread_init|floor|relevant_rho(?:_strata)?|occlusion_slope"
+                        r"|erasure_slope|agreement|S|R2))(?:_untrained)?$"
+                        r"|_R@\d*$|_aurc(?:_margin|_multiplicity)?$|^(?:i2t|t2i)?_lambda$|^binsel_|^match_[ab]$")
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:
@@ -52,7 +53,8 @@ def test_the_scan_recognises_every_key_of_the_schema():
     keys += [schema.recall(d, k) for d in DIRECTIONS for k in (1, 5, 10)]
     keys += [schema.binary_selection("i2t_union"), "folds_i2t_R@5", schema.recall("t2i", 1, "cxc")]
     assert [k for k in keys if not METRIC_KEY.search(k)] == []
-    for fragment in ("_R@", "_r_precision", "_map_at_r", "_pmrp_", "_r1_least_uncertain", "_uncertainty_signal"):
+    for fragment in ("_R@", "_r_precision", "_map_at_r", "_pmrp_", "_r1_least_uncertain", "_uncertainty_signal",
+                     "_aurc", "_uncertainty_agreement", "_uncertainty_relevant_rho"):
         assert METRIC_KEY.search(fragment) or METRIC_KEY.search(fragment.rstrip("_")), fragment
 
 

@@ -24,9 +24,10 @@ from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.report import GENERIC_COLUMNS, Column, ColumnPattern, ColumnSchema, Report
 
 __all__ = ["ALL_COLUMNS", "ANALYSIS_COLUMNS", "CORRUPTION_SLOPE", "DIRECTIONS", "EVALUATION_COLUMNS", "HS_SUM", "MEAN_R_PRECISION", "RSUM",
-           "SELECTION_METRICS", "SIGNAL_KEYS", "binary_selection", "format_number", "learned_option", "map_at_r",
-           "metric_bounds", "ordered", "pmrp", "r1_by_uncertainty", "r_precision", "recall",
-           "relevant_count_rho", "table_row", "tuned_value", "uncertainty_signal", "validation_metrics"]
+           "SELECTION_METRICS", "SIGNAL_KEYS", "aurc", "binary_selection", "format_number", "learned_option", "map_at_r",
+           "metric_bounds", "of_untrained", "ordered", "pmrp", "r1_by_uncertainty", "r_precision", "recall",
+           "relevant_count_rho", "table_row", "tuned_value", "uncertainty_agreement", "uncertainty_fit",
+           "uncertainty_signal", "validation_metrics"]
 
 #: the sum of R@K over the Ks and both directions (VSE++); the default of ``train.select_on``
 RSUM = DEFAULT_SELECT_ON
@@ -37,6 +38,7 @@ MEAN_R_PRECISION = "r_precision"
 #: the metrics a run's model selection may use (``train.select_on``)
 SELECTION_METRICS = (RSUM, MEAN_R_PRECISION)
 _FOLDS = "folds_"
+_UNTRAINED = "_untrained"
 _PERCENT = (0.0, 100.0)
 
 
@@ -66,6 +68,19 @@ def pmrp(direction: str, zeta: int | str) -> str:
     return f"{direction}_pmrp_{zeta}"
 
 
+def aurc(direction: str, ranked_by: str | None = None) -> str:
+    """100 x the area under the risk-coverage curve of one direction, queries ranked by their
+    uncertainty (``ranked_by`` None), by the top-1 margin (``"margin"``) or by the true multiplicity
+    (``"multiplicity"``, the oracle); lower is better."""
+    return f"{direction}_aurc_{ranked_by}" if ranked_by else f"{direction}_aurc"
+
+
+def uncertainty_fit(direction: str, statistic: str) -> str:
+    """How well the queries' uncertainty predicts their recall in one direction (ProbVLM's ``S`` and
+    ``R2``, ``pcmr.metrics.risk_coverage``)."""
+    return f"{direction}_uncertainty_{statistic}"
+
+
 def tuned_value(direction: str) -> str:
     """The parameter a matching re-ranker selected on validation (RGM's lambda) for one direction."""
     return f"{direction}_lambda"
@@ -85,14 +100,28 @@ def r1_by_uncertainty(direction: str, which: str) -> str:
     return f"{direction}_r1_{which}_uncertain"
 
 
+def uncertainty_agreement(side: str, untrained: bool = False) -> str:
+    """Mean pairwise Spearman rho of one modality's per-item uncertainty across seeds (of the
+    untrained models with ``untrained``)."""
+    key = f"{side}_uncertainty_agreement"
+    return of_untrained(key) if untrained else key
+
+
 def uncertainty_signal(side: str, key: str = "signal") -> str:
     """A value of the trained-signal gate of one modality (``key`` one of :data:`SIGNAL_KEYS`)."""
     return f"{side}_uncertainty_{key}"
 
 
-def relevant_count_rho(side: str) -> str:
-    """Rank correlation of one modality's uncertainty with its number of relevant items."""
-    return f"{side}_uncertainty_relevant_rho"
+def relevant_count_rho(side: str, *, strata: bool = False, untrained: bool = False) -> str:
+    """Rank correlation of one modality's uncertainty with its number of relevant items (``strata``:
+    within strata of caption wildcard count; ``untrained``: of the run's untrained model)."""
+    key = f"{side}_uncertainty_relevant_rho" + ("_strata" if strata else "")
+    return of_untrained(key) if untrained else key
+
+
+def of_untrained(key: str) -> str:
+    """The column of an analysis ``key`` measured on the run's untrained model (the null)."""
+    return f"{key}{_UNTRAINED}"
 
 
 def learned_option(option: str) -> str:
@@ -116,6 +145,10 @@ def _direction_columns(d: str) -> list[Column]:
         Column(r_precision(d, "eccv"), f"{d} ECCV R-P", bounds=_PERCENT, higher_is_better=True),
         Column(map_at_r(d, "eccv"), f"{d} ECCV MAP@R", bounds=_PERCENT, higher_is_better=True),
         Column(tuned_value(d), f"{d} λ", "recall"),
+        Column(aurc(d), f"{d} AURC", bounds=_PERCENT, higher_is_better=False),
+        Column(aurc(d, "margin"), f"{d} AURC margin", bounds=_PERCENT, higher_is_better=False),
+        Column(aurc(d, "multiplicity"), f"{d} AURC multiplicity", bounds=_PERCENT, higher_is_better=False),
+        Column(uncertainty_fit(d, "S"), f"{d} unc. S"), Column(uncertainty_fit(d, "R2"), f"{d} unc. R²"),
     ]
 
 
@@ -143,7 +176,11 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     *(Column(key, key) for key in CORRUPTION_SLOPE.values()),
     *(Column(uncertainty_signal(side, key), uncertainty_signal(side, key))
       for side in ("image", "caption") for key in SIGNAL_KEYS),
-    *(Column(relevant_count_rho(side), relevant_count_rho(side), bounds=(-1.0, 1.0)) for side in ("image", "caption")),
+    *(Column(relevant_count_rho(side, strata=strata, untrained=untrained),
+             relevant_count_rho(side, strata=strata, untrained=untrained), bounds=(-1.0, 1.0))
+      for side in ("image", "caption") for strata in (False, True) for untrained in (False, True)),
+    *(Column(uncertainty_agreement(side, untrained), uncertainty_agreement(side, untrained), bounds=(-1.0, 1.0))
+      for side in ("image", "caption") for untrained in (False, True)),
     *(Column(learned_option(option), learned_option(option)) for option in ("a", "b")),
 )
 _BINARY_SELECTION = ColumnPattern(r"binsel_\w+", r"\g<0>", "other", _PERCENT, True)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.evaluation.abstention import abstention_columns, abstention_series, pca_ellipse_series
 from pcmr.evaluation.checks import check_finite_embeddings
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number, ordered, table_row, tuned_value
 from pcmr.evaluation.figures import (
@@ -134,6 +135,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         notes.append("no uncertainty-decile figure: it needs at least 10 queries with a relevant item in "
                      "each direction")
     decile_data: dict[str, Any] = {}
+    abstention_data: dict[str, Any] = {}
     hub_data: dict[str, Any] = {}
     # the k_occurrence figure shows N_k at k = 10 (or the largest hubness k when 10 is not one of them)
     figure_k = OCCURRENCE_FIGURE_K if OCCURRENCE_FIGURE_K in hubness_ks else max(hubness_ks, default=0)
@@ -185,8 +187,17 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         measure = uncertainty_measure_for((images, captions), uncertainty_measure)  # PVSE point sets: spread
         if measure is not None and deciles_possible:
             decile_data[name] = decile_series(scores, relevance, images, captions, measure)
+            abstention_data[name] = abstention_series(scores, relevance, images, captions, measure)
+            for row in result.rows:  # the uncertainty of the raw scores: the nns row carries it
+                if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
+                    row.update(abstention_columns(abstention_data[name]))
     if decile_data:
         result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
+    if abstention_data:
+        result.figures["risk_coverage"] = {"measure": measure, "series": abstention_data}
+    if figures and all(isinstance(g, Gaussian) and g.logvar is not None for g in (images, captions)) \
+            and images.dim > 2:
+        result.figures["embeddings_pca"] = pca_ellipse_series(images, captions, relevance)
     if hub_data and min(images.num, captions.num) > figure_k:
         result.figures["k_occurrence"] = {"k": figure_k, "series": hub_data}
     if figures and images.dim == 2:
