@@ -60,7 +60,8 @@ def test_save_and_load_round_trip(tmp_path):
                               figures=_figures())
     written = result.save(tmp_path)
     assert {p.name for p in written.values()} == {"results.md", "results.csv", "results.json"} | {
-        f"{name}.png" for name in FIGURES}
+        f"{name}.png" for name in _figures()}  # every figure given (each registered in FIGURES) is drawn
+    assert set(_figures()) <= set(FIGURES)
     for path in written.values():
         assert path.stat().st_size > 0
     markdown = (tmp_path / "results.md").read_text()

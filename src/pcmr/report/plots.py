@@ -22,10 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pcmr.atomic import atomic_write
 from pcmr.suggest import unknown_name
 
 __all__ = [
+    "ellipse_axes",
     "new_figure",
     "save_figure",
     "plot_uncertainty_deciles",
@@ -92,6 +95,14 @@ def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str])
         axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     figure.suptitle("R@1 per uncertainty decile", fontsize=11)
     return save_figure(figure, path)
+
+
+def ellipse_axes(covariance: np.ndarray) -> tuple[float, float, float]:
+    """``(width, height, angle in degrees)`` of the one-standard-deviation ellipse of a 2 x 2 covariance."""
+    values, vectors = np.linalg.eigh(np.asarray(covariance, dtype=np.float64))
+    values = np.clip(values, 0.0, None)
+    angle = float(np.degrees(np.arctan2(vectors[1, 1], vectors[0, 1])))
+    return 2.0 * float(np.sqrt(values[1])), 2.0 * float(np.sqrt(values[0])), angle
 
 
 def _readable_log_axis(axis: Any, limits: tuple[float, float]) -> None:
@@ -285,7 +296,6 @@ def plot_pca_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
     the most specific and the most generic captions, and a few images."""
     from matplotlib.patches import Ellipse
 
-    from pcmr.evaluation.abstention import ellipse_axes
 
     figure = new_figure(6.6, 6.0)
     ax = figure.subplots()
