@@ -11,7 +11,7 @@ from typing import Any
 
 from pcmr.atomic import atomic_write_text
 from pcmr.evaluation import RetrievalEvaluator
-from pcmr.evaluation.columns import EVALUATION_COLUMNS, HS_SUM, RSUM, pmrp, r_precision, recall
+from pcmr.evaluation.columns import EVALUATION_COLUMNS, HS_SUM, RSUM, r_precision, recall
 from pcmr.inference import get_reranker
 from pcmr.report import Report, format_table, merge_rows
 from pcmr.search.presentation import collapsed_recall_warning
@@ -46,8 +46,6 @@ DEMO_COLUMNS = [
     RSUM,
     r_precision("i2t"),
     r_precision("t2i"),
-    pmrp("i2t", "mean"),
-    pmrp("t2i", "mean"),
     HS_SUM,
 ]
 
