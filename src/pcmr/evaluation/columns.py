@@ -24,7 +24,7 @@ from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.report import GENERIC_COLUMNS, Column, ColumnPattern, ColumnSchema, Report
 
 __all__ = ["ALL_COLUMNS", "ANALYSIS_COLUMNS", "CORRUPTION_SLOPE", "DIRECTIONS", "EVALUATION_COLUMNS", "HS_SUM", "MEAN_R_PRECISION", "RSUM",
-           "SELECTION_METRICS", "SIGNAL_KEYS", "aurc", "binary_selection", "format_number", "learned_option", "map_at_r",
+           "SELECTION_METRICS", "SIGNAL_KEYS", "aurc", "random_aurc_within", "selection_value", "binary_selection", "format_number", "learned_option", "map_at_r",
            "metric_bounds", "of_untrained", "ordered", "pmrp", "r1_by_uncertainty", "r_precision", "recall",
            "relevant_count_rho", "table_row", "tuned_value", "uncertainty_agreement", "uncertainty_fit",
            "uncertainty_signal", "validation_metrics"]
@@ -68,11 +68,18 @@ def pmrp(direction: str, zeta: int | str) -> str:
     return f"{direction}_pmrp_{zeta}"
 
 
-def aurc(direction: str, ranked_by: str | None = None) -> str:
+def aurc(direction: str, ranked_by: str | None = None, *, within: bool = False) -> str:
     """100 x the area under the risk-coverage curve of one direction, queries ranked by their
     uncertainty (``ranked_by`` None), by the top-1 margin (``"margin"``) or by the true multiplicity
-    (``"multiplicity"``, the oracle); lower is better."""
-    return f"{direction}_aurc_{ranked_by}" if ranked_by else f"{direction}_aurc"
+    (``"multiplicity"``, the oracle); ``within``: averaged within multiplicity strata. Lower is better."""
+    key = f"{direction}_aurc_{ranked_by}" if ranked_by else f"{direction}_aurc"
+    return f"{key}_within" if within else key
+
+
+def random_aurc_within(direction: str) -> str:
+    """100 x the AURC of a random ranking within multiplicity strata (the chance level of
+    ``aurc(direction, within=True)``)."""
+    return f"{direction}_random_within"
 
 
 def uncertainty_fit(direction: str, statistic: str) -> str:
@@ -148,6 +155,9 @@ def _direction_columns(d: str) -> list[Column]:
         Column(aurc(d), f"{d} AURC", bounds=_PERCENT, higher_is_better=False),
         Column(aurc(d, "margin"), f"{d} AURC margin", bounds=_PERCENT, higher_is_better=False),
         Column(aurc(d, "multiplicity"), f"{d} AURC multiplicity", bounds=_PERCENT, higher_is_better=False),
+        Column(aurc(d, within=True), f"{d} AURC within", bounds=_PERCENT, higher_is_better=False),
+        Column(aurc(d, "margin", within=True), f"{d} AURC margin within", bounds=_PERCENT, higher_is_better=False),
+        Column(random_aurc_within(d), f"{d} AURC random within", bounds=_PERCENT, higher_is_better=False),
         Column(uncertainty_fit(d, "S"), f"{d} unc. S"), Column(uncertainty_fit(d, "R2"), f"{d} unc. R²"),
     ]
 
@@ -239,6 +249,16 @@ def table_row(report: Report, ks: Sequence[int], extra_positives: Sequence[Any],
     return row
 
 
+def selection_value(row: Mapping[str, Any], metric: str) -> float:
+    """The value of the selection metric ``metric`` (one of :data:`SELECTION_METRICS`) in a report row:
+    :data:`RSUM`, or :data:`MEAN_R_PRECISION`, the mean of both directions' R-Precision."""
+    if metric == MEAN_R_PRECISION:
+        return 0.5 * sum(float(row[r_precision(d)]) for d in DIRECTIONS)
+    if metric == RSUM:
+        return float(row[RSUM])
+    raise ValueError(f"selection metric {metric!r}: expected one of {', '.join(SELECTION_METRICS)}")
+
+
 def validation_metrics(row: Mapping[str, Any], ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
     """Training's validation metrics from one evaluation row: R@K and R-Precision per direction,
     :data:`RSUM` and :data:`MEAN_R_PRECISION` (the mean of both directions), in percent."""
@@ -246,8 +266,8 @@ def validation_metrics(row: Mapping[str, Any], ks: Sequence[int] = DEFAULT_KS) -
     for d in DIRECTIONS:
         for key in (*(recall(d, k) for k in ks), r_precision(d)):
             metrics[key] = float(row[key])
-    metrics[RSUM] = float(row[RSUM])
-    metrics[MEAN_R_PRECISION] = 0.5 * sum(metrics[r_precision(d)] for d in DIRECTIONS)
+    for name in SELECTION_METRICS:  # both are logged; a run is selected on one of them
+        metrics[name] = selection_value(row, name)
     return metrics
 
 

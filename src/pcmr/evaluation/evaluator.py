@@ -28,6 +28,7 @@ from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.checks import coco_id_problem, naming_source
+from pcmr.evaluation.columns import SELECTION_METRICS, selection_value
 from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.evaluate import (
     DEFAULT_LAMBDA_GRID,
@@ -40,10 +41,17 @@ from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_m
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_positives
+from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.progress import phase, status_line
 from pcmr.report import Report
 
-__all__ = ["EncodedEvaluation", "ExtraColumns", "RetrievalEvaluator", "evaluate_model", "needs_validation"]
+__all__ = ["EncodedEvaluation", "ExtraColumns", "PRIMARY_METRIC", "RetrievalEvaluator", "SELECTION_METRICS",
+           "evaluate_model", "needs_validation", "selection_value"]
+
+#: The metric a :class:`RetrievalEvaluator` names as its primary one unless told otherwise (rsum; the
+#: metrics that rank models, :data:`SELECTION_METRICS`, and their values, :func:`selection_value`, are
+#: defined with the other columns in :mod:`pcmr.evaluation.columns`).
+PRIMARY_METRIC = DEFAULT_SELECT_ON
 
 
 @dataclass
@@ -108,6 +116,8 @@ class RetrievalEvaluator:
         corruption: the uncertainty-vs-corruption figure (re-encodes occluded items);
         hubness: hubness columns (``hs_sum``).
         meta: extra report metadata (e.g. ``{"run": path}``).
+        primary_metric: the metric that ranks models (one of :data:`SELECTION_METRICS`); training's
+            model selection reads it (:meth:`primary_value`).
     """
 
     split: RetrievalSplit
@@ -130,6 +140,15 @@ class RetrievalEvaluator:
     corruption: bool = True
     hubness: bool = True
     meta: dict[str, Any] = field(default_factory=dict)
+    primary_metric: str = PRIMARY_METRIC
+
+    def __post_init__(self) -> None:
+        if self.primary_metric not in SELECTION_METRICS:
+            raise ValueError(f"primary_metric {self.primary_metric!r}: expected one of {', '.join(SELECTION_METRICS)}")
+
+    def primary_value(self, row: Mapping[str, Any]) -> float:
+        """The :attr:`primary_metric` of one report row (higher is better)."""
+        return selection_value(row, self.primary_metric)
 
     @property
     def needs_validation(self) -> bool:

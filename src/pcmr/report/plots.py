@@ -97,14 +97,6 @@ def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str])
     return save_figure(figure, path)
 
 
-def ellipse_axes(covariance: np.ndarray) -> tuple[float, float, float]:
-    """``(width, height, angle in degrees)`` of the one-standard-deviation ellipse of a 2 x 2 covariance."""
-    values, vectors = np.linalg.eigh(np.asarray(covariance, dtype=np.float64))
-    values = np.clip(values, 0.0, None)
-    angle = float(np.degrees(np.arctan2(vectors[1, 1], vectors[0, 1])))
-    return 2.0 * float(np.sqrt(values[1])), 2.0 * float(np.sqrt(values[0])), angle
-
-
 def _readable_log_axis(axis: Any, limits: tuple[float, float]) -> None:
     """Label a log axis readably: its decades, or, when fewer than two decades fall inside
     ``limits`` (a short range such as 1 to 8), ticks at 1, 2, 5 times each power of ten, written as
@@ -290,12 +282,19 @@ def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Pa
     return save_figure(figure, path)
 
 
+def ellipse_axes(covariance: Any) -> tuple[float, float, float]:
+    """``(width, height, angle in degrees)`` of the one-standard-deviation ellipse of a 2 x 2 covariance."""
+    values, vectors = np.linalg.eigh(np.asarray(covariance, dtype=np.float64))
+    values = np.clip(values, 0.0, None)
+    angle = float(np.degrees(np.arctan2(vectors[1, 1], vectors[0, 1])))
+    return 2.0 * float(np.sqrt(values[1])), 2.0 * float(np.sqrt(values[0])), angle
+
+
 def plot_pca_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Gaussians of any dimension on the two principal axes of their means, one-standard-deviation ellipses
     of the exactly projected covariances (``data`` from :func:`pcmr.evaluation.abstention.pca_ellipse_series`):
     the most specific and the most generic captions, and a few images."""
     from matplotlib.patches import Ellipse
-
 
     figure = new_figure(6.6, 6.0)
     ax = figure.subplots()
