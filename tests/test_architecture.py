@@ -388,3 +388,17 @@ def test_each_protocol_default_is_defined_once():
                 if _default_name(default) != PROTOCOL_DEFAULTS[name]:
                     offenders.append(f"{module}.{node.name}({name}={ast.unparse(default)})")
     assert offenders == [], offenders
+
+
+def test_test_helpers_are_fixtures_not_imports():
+    """Shared test helpers are conftest fixtures: no test module imports a conftest by name (pytest
+    hands its fixtures to every test below it)."""
+    tests = Path(__file__).resolve().parent
+    local = {"conftest"}
+    offenders = []
+    for path in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offenders += [f"{path.relative_to(tests)}:{node.lineno}" for name in names if name.split(".")[0] in local]
+    assert offenders == [], offenders

@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "pcmr"
 METRIC_KEY = re.compile(r"(?:^|_)(?:r_precision|map_at_r|pmrp(?:_\w+)?|rsum|hs_sum|r1_(?:least|most)_uncertain"
                         r"|uncertainty_(?:signal|spread|spread_init|floor|relevant_rho(?:_strata)?|occlusion_slope"
                         r"|erasure_slope|agreement|S|R2))(?:_untrained)?$"
-                        r"|_R@\d*$|_aurc(?:_margin|_multiplicity)?$|^(?:i2t|t2i)?_lambda$|^binsel_|^match_[ab]$")
+                        r"|_R@\d*$|_aurc(?:_margin|_multiplicity)?(?:_within)?$|_random_within$|^(?:i2t|t2i)?_lambda$|^binsel_|^match_[ab]$")
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:
@@ -54,7 +54,7 @@ def test_the_scan_recognises_every_key_of_the_schema():
     keys += [schema.binary_selection("i2t_union"), "folds_i2t_R@5", schema.recall("t2i", 1, "cxc")]
     assert [k for k in keys if not METRIC_KEY.search(k)] == []
     for fragment in ("_R@", "_r_precision", "_map_at_r", "_pmrp_", "_r1_least_uncertain", "_uncertainty_signal",
-                     "_aurc", "_uncertainty_agreement", "_uncertainty_relevant_rho"):
+                     "_aurc", "_aurc_within", "_random_within", "_uncertainty_agreement", "_uncertainty_relevant_rho"):
         assert METRIC_KEY.search(fragment) or METRIC_KEY.search(fragment.rstrip("_")), fragment
 
 
