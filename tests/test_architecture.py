@@ -402,3 +402,12 @@ def test_test_helpers_are_fixtures_not_imports():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             offenders += [f"{path.relative_to(tests)}:{node.lineno}" for name in names if name.split(".")[0] in local]
     assert offenders == [], offenders
+
+
+def test_the_default_uncertainty_measure_is_spelled_once():
+    """docs/architecture.md (Where defaults live): the measure's name appears as a string only where
+    ``pcmr.gaussian`` defines the default and its table of measures."""
+    spelled = sorted(name for name, (path, _) in _modules().items()
+                     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                     if isinstance(node, ast.Constant) and node.value == "log_det")
+    assert spelled == ["pcmr.gaussian", "pcmr.gaussian"], spelled
