@@ -211,3 +211,37 @@ def test_uncertainty_multiplicity_holds_its_data_legend_clear(tmp_path: Path, ca
     for ax in figure.axes:
         _assert_holds(ax, _data_points(ax))
     _legend_clear_of_marks(figure)
+
+
+def test_risk_coverage_holds_its_curves_in_0_1_legend_clear(tmp_path: Path, caught) -> None:
+    from pcmr.evaluation.abstention import abstention_series
+
+    images, captions, relevance = _gaussians(60, 4, 4)
+    relevance |= torch.rand(relevance.shape, generator=torch.Generator().manual_seed(5)) < 0.05
+    scores = images.mean @ captions.mean.T
+    series = {"cosine": abstention_series(scores, relevance, images, captions, "log_det")}
+    report_plots.plot_risk_coverage({"measure": "log_det", "series": series}, tmp_path / "r.png")
+    figure = caught[-1]
+    assert len(figure.axes) == 2
+    for ax in figure.axes:
+        assert sorted(ax.get_ylim()) == [0.0, 1.0] and sorted(ax.get_xlim()) == [0.0, 1.0]
+        _assert_holds(ax, _data_points(ax))
+        assert len(ax.get_lines()) == 4  # uncertainty, margin, multiplicity, no abstention
+    _legend_clear_of_marks(figure)
+
+
+def test_pca_ellipses_hold_every_ellipse(tmp_path: Path, caught) -> None:
+    from pcmr.evaluation.abstention import pca_ellipse_series
+
+    images, captions, relevance = _gaussians(30, 6, 6)
+    relevance[:10, :] |= torch.arange(60) % 3 == 0  # some generic captions
+    report_plots.plot_pca_ellipses(pca_ellipse_series(images, captions, relevance), tmp_path / "p.png")
+    figure = caught[-1]
+    (ax,) = figure.axes
+    figure.canvas.draw()
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    for patch in ax.patches:  # every ellipse lies inside the axes
+        box = patch.get_extents().transformed(ax.transData.inverted())
+        assert x0 - 1e-6 <= box.x0 and box.x1 <= x1 + 1e-6 and y0 - 1e-6 <= box.y0 and box.y1 <= y1 + 1e-6
+    assert len(ax.patches) == 8 + 16
+    _legend_clear_of_marks(figure)

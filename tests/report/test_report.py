@@ -36,6 +36,13 @@ def _figures() -> dict:
         "uncertainty_multiplicity": {"measure": "log_det", "image": {
             "multiplicity": [1, 3, 40], "uncertainty": [-2.0, -1.5, -0.5], "rho": 1.0,
             "bins": {"multiplicity": [2.0, 40.0], "uncertainty": [-1.75, -0.5]}}},
+        "risk_coverage": {"measure": "log_det", "series": {"kl": {d: {
+            "coverage": [0.5, 1.0], "risk": [0.4, 0.6], "margin_risk": [0.5, 0.6], "multiplicity_risk": [0.7, 0.6],
+            "aurc": 0.5, "aurc_margin": 0.55, "aurc_multiplicity": 0.65, "random": 0.6} for d in ("i2t", "t2i")}}},
+        "embeddings_pca": {"explained": [0.4, 0.2],
+                           "image": {"mean": [[0.0, 1.0]], "covariance": [[[0.2, 0.05], [0.05, 0.1]]]},
+                           "caption": {"mean": [[0.5, 0.5], [1.0, -1.0]], "multiplicity": [1, 9],
+                                       "covariance": [[[0.1, 0.0], [0.0, 0.1]], [[0.4, -0.1], [-0.1, 0.3]]]}},
     }
 
 
