@@ -14,7 +14,6 @@ import torch
 
 import pcmr.report.plots as report_plots
 import pcmr.study.plots as study_plots
-from _search_index import make_run
 from pcmr.evaluation.figures import (
     corruption_series,
     decile_series,
@@ -101,6 +100,27 @@ def test_uncertainty_deciles_within_0_100_with_every_line_visible(tmp_path: Path
     _legend_clear_of_marks(figure)
 
 
+def _labelled_ticks(axis, limits) -> list[str]:
+    """The tick labels of ``axis`` drawn inside ``limits`` (after a draw)."""
+    low, high = sorted(limits)
+    return [tick.label1.get_text() for tick in axis.get_major_ticks()
+            if low <= tick.get_loc() <= high and tick.label1.get_visible() and tick.label1.get_text()]
+
+
+def test_k_occurrence_axes_have_two_labels_on_a_short_range(tmp_path: Path, caught) -> None:
+    """Counts of 1 to 5 span less than a decade: the log axis gets labels at 1, 2, 5, not one lone 10^0."""
+    short = {"values": [3, 40, 60, 120], "frequency": [1, 2, 1, 5]}
+    wide = {"values": [1, 2, 5, 30], "frequency": [20, 8, 2, 1]}
+    report_plots.plot_k_occurrence({"k": 10, "series": {"cosine/nns": {"i2t": wide, "t2i": short}}},
+                                   tmp_path / "k.png")
+    figure = caught[-1]
+    figure.canvas.draw()
+    for ax in figure.axes:
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            assert len(_labelled_ticks(axis, limits)) >= 2, (ax.get_title(), _labelled_ticks(axis, limits))
+    assert {"1", "2", "5"} <= set(_labelled_ticks(figure.axes[1].yaxis, figure.axes[1].get_ylim()))
+
+
 def test_k_occurrence_and_ellipses_hold_their_data(tmp_path: Path, caught) -> None:
     images, captions, relevance = _gaussians(30, 2, 1)
     scores = images.mean @ captions.mean.T
@@ -167,8 +187,8 @@ def test_claims_labels_are_readable_and_legend_outside(tmp_path: Path, caught) -
     _legend_clear_of_marks(figure)
 
 
-def test_uncertainty_vs_corruption_from_a_model(tmp_path: Path, caught) -> None:
-    trained = load(make_run(tmp_path / "run"))
+def test_uncertainty_vs_corruption_from_a_model(search_run_factory, tmp_path: Path, caught) -> None:
+    trained = load(search_run_factory(tmp_path / "run"))
     split = load_run_split(run_config(trained), "test")
     series = corruption_series(trained.network, split, trained.vocabulary, "log_det", max_items=8)
     assert series is not None and set(series) == {"measure", "image", "caption"}
