@@ -31,7 +31,7 @@ from pcmr.progress import phase
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, read_risk_curve
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
-from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX
+from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
@@ -140,7 +140,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="PATH",
         help="image file query (searches the captions); repeatable",
     )
-    query.add_argument("-k", "--top-k", dest="k", type=int, default=10, help="results per query (default 10)")
+    query.add_argument("-k", "--top-k", dest="k", type=int, default=DEFAULT_TOP_K,
+                       help=f"results per query (default {DEFAULT_TOP_K})")
     query.add_argument(
         "--similarity",
         default="cosine",
