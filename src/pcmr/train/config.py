@@ -172,7 +172,7 @@ class TrainConfig:
         # the two-phase settings where they differ from their defaults (the warm-up's only with a warm-up)
         names = ["schedule_every", "finetune_lr_factor"]
         if self.warmup_epoch_count():
-            names += ["warmup_schedule", "warmup_lr_factor", "restart_optimizer"]
+            names += ["warmup_schedule", "restart_optimizer"]
         defaults = TrainConfig.__dataclass_fields__
         out.update({name: getattr(self, name) for name in names if getattr(self, name) != defaults[name].default})
         return out
