@@ -79,3 +79,14 @@ def test_center_crop_keeps_the_middle_of_the_resized_image(tmp_path):
 def test_random_resized_crop_counts_as_image_augmentation():
     assert loader_augments({"image_augment": "random_resized_crop"}) == (True, False)
     assert loader_augments({"image_augment": "none"}) == (False, False)
+
+
+def test_one_per_class_shards_make_up_the_one_process_batch(shapes_train):
+    from pcmr.data.batching import PairBatchSampler
+
+    whole = list(PairBatchSampler(shapes_train, 8, mode="one_per_class", seed=2))
+    shards = [list(PairBatchSampler(shapes_train, 8, mode="one_per_class", seed=2, num_replicas=2, rank=r))
+              for r in range(2)]
+    for b, batch in enumerate(whole):
+        joined = [key[:2] for key in shards[0][b] + shards[1][b]]
+        assert joined == batch
