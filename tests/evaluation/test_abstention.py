@@ -16,11 +16,10 @@ from pcmr.evaluation import evaluate_embeddings
 from pcmr.evaluation.abstention import (
     abstention_columns,
     abstention_series,
-    ellipse_axes,
     pca_ellipse_series,
     project_gaussians,
 )
-from pcmr.report.plots import save_figures
+from pcmr.report.plots import ellipse_axes, save_figures
 
 
 def _gaussians(seed: int, num: int, dim: int, logvar_dim: int | None = None) -> Gaussian:

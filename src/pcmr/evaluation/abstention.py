@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -121,11 +120,3 @@ def pca_ellipse_series(images: Gaussian, captions: Gaussian, relevance: Tensor, 
     if caption_texts is not None:
         out["caption"]["text"] = [caption_texts[c] for c in picked]
     return out
-
-
-def ellipse_axes(covariance: np.ndarray) -> tuple[float, float, float]:
-    """``(width, height, angle in degrees)`` of the one-standard-deviation ellipse of a 2 x 2 covariance."""
-    values, vectors = np.linalg.eigh(np.asarray(covariance, dtype=np.float64))
-    values = np.clip(values, 0.0, None)
-    angle = float(np.degrees(np.arctan2(vectors[1, 1], vectors[0, 1])))
-    return 2.0 * float(np.sqrt(values[1])), 2.0 * float(np.sqrt(values[0])), angle

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pcmr.atomic import atomic_write
 from pcmr.suggest import unknown_name
 
@@ -266,13 +268,19 @@ def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Pa
     return save_figure(figure, path)
 
 
+def ellipse_axes(covariance: Any) -> tuple[float, float, float]:
+    """``(width, height, angle in degrees)`` of the one-standard-deviation ellipse of a 2 x 2 covariance."""
+    values, vectors = np.linalg.eigh(np.asarray(covariance, dtype=np.float64))
+    values = np.clip(values, 0.0, None)
+    angle = float(np.degrees(np.arctan2(vectors[1, 1], vectors[0, 1])))
+    return 2.0 * float(np.sqrt(values[1])), 2.0 * float(np.sqrt(values[0])), angle
+
+
 def plot_pca_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Gaussians of any dimension on the two principal axes of their means, one-standard-deviation ellipses
     of the exactly projected covariances (``data`` from :func:`pcmr.evaluation.abstention.pca_ellipse_series`):
     the most specific and the most generic captions, and a few images."""
     from matplotlib.patches import Ellipse
-
-    from pcmr.evaluation.abstention import ellipse_axes
 
     figure = new_figure(6.6, 6.0)
     ax = figure.subplots()

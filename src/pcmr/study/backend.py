@@ -20,15 +20,9 @@ import yaml
 
 from pcmr.atomic import atomic_write_text
 from pcmr.config import ConfigError
-from pcmr.evaluation import (
-    EncodedEvaluation,
-    RetrievalEvaluator,
-    encode_split,
-    score_matrix,
-    unsupported_reason,
-)
-from pcmr.evaluation.evaluator import needs_validation
+from pcmr.evaluation import EncodedEvaluation, encode_split, score_matrix, unsupported_reason
 from pcmr.evaluation.figures import corruption_series
+from pcmr.hub import Model, load
 from pcmr.metrics.signal import uncertainty_signal
 from pcmr.models import create_model
 from pcmr.study.analysis import (
@@ -40,9 +34,12 @@ from pcmr.study.analysis import (
 )
 from pcmr.study.spec import AnalysisOptions, StudyError
 from pcmr.train import check_config, load_config
+from pcmr.train.config import RunConfig
+from pcmr.train.evaluation import evaluate_run_modes
 from pcmr.train.lifecycle import start_or_resume
+from pcmr.train.loading import run_config
 from pcmr.train.recipes import find_recipe
-from pcmr.train.run import load_run, load_run_split
+from pcmr.train.run import load_run_split
 from pcmr.train.trainer import torch_seed
 
 __all__ = ["ITEM_UNCERTAINTY", "UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "read_item_uncertainty",
@@ -117,15 +114,16 @@ def _corruption_columns(model: Any, split: Any, vocab: Any, device: Any, batch_s
     return out
 
 
-def _binary_selection_columns(trained: Any, similarities: Sequence[str], device: Any,
-                              batch_size: int) -> dict[str, dict[str, float]]:
+def _binary_selection_columns(trained: Model, config: RunConfig, similarities: Sequence[str],
+                              evaluation: EncodedEvaluation) -> dict[str, dict[str, float]]:
     """``{similarity: {binsel_*: accuracy}}`` on the shapes ``binary_selection`` split."""
 
-    split = load_run_split(trained.config, "binary_selection")
+    split = load_run_split(config, "binary_selection")
     roles = split.info.get("roles")
     if not roles or split.num_images == 0:
         return {}
-    images, captions = encode_split(trained.model, split, trained.vocab, batch_size=batch_size, device=device)
+    images, captions = encode_split(trained.network, split, evaluation.vocab, batch_size=evaluation.batch_size,
+                                    device=evaluation.device)
     out = {}
     for name in similarities:
         options = dict(trained.similarity_options.get(name, {}))
@@ -136,26 +134,25 @@ def _binary_selection_columns(trained: Any, similarities: Sequence[str], device:
     return out
 
 
-def _untrained_encoding(evaluation: EncodedEvaluation, trained: Any) -> tuple[Any, Any, Any]:
+def _untrained_encoding(evaluation: EncodedEvaluation, config: RunConfig) -> tuple[Any, Any, Any]:
     """``(model, images, captions)``: an untrained model of the run's configuration, drawn from the run's
     own seed, and the test items it encodes (the null every uncertainty statistic is read against)."""
 
-    config = trained.config
     options = {k: v for k, v in config.model.items() if k != "name"}
     with torch.random.fork_rng(devices=[]):  # the run's own seed, not whatever this process drew before
         torch.manual_seed(torch_seed(config.train.seed))
-        initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(trained.vocab)})
-    initial = encode_split(initial_model, evaluation.split, trained.vocab, batch_size=evaluation.batch_size,
+        initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(evaluation.vocab)})
+    initial = encode_split(initial_model, evaluation.split, evaluation.vocab, batch_size=evaluation.batch_size,
                            device=evaluation.device)
     return initial_model, initial[0], initial[1]
 
 
-def _signal_columns(evaluation: EncodedEvaluation, trained: Any, initial: tuple[Any, Any]) -> dict[str, float | None]:
+def _signal_columns(evaluation: EncodedEvaluation, trained: Model, config: RunConfig,
+                    initial: tuple[Any, Any]) -> dict[str, float | None]:
     """The trained-signal gate per modality (:func:`pcmr.metrics.signal.uncertainty_signal`): the test
     items encoded by the trained model and by an untrained one of the same configuration (``initial``:
     its images and captions); plus the learned match-probability ``a``, ``b`` where the run has them."""
 
-    config = trained.config
     num_samples = int(config.loss.get("num_samples", 1) or 1)
     out: dict[str, float | None] = {}
     for side, now, before in (("image", evaluation.images, initial[0]), ("caption", evaluation.captions, initial[1])):
@@ -198,9 +195,9 @@ class _AnalysisColumns:
     number of relevant items, and on the ``nns`` rows R@1 of the least / most uncertain decile and
     binary-selection accuracy."""
 
-    def __init__(self, trained: Any, similarities: Sequence[str], analysis: AnalysisOptions,
+    def __init__(self, trained: Model, config: RunConfig, similarities: Sequence[str], analysis: AnalysisOptions,
                  run_dir: Path | None = None) -> None:
-        self.trained, self.similarities, self.analysis = trained, list(similarities), analysis
+        self.trained, self.config, self.similarities, self.analysis = trained, config, list(similarities), analysis
         self.run_dir = run_dir
         self._initial: tuple[Any, Any, Any] | None = None
         self._run: dict[str, Any] | None = None
@@ -209,7 +206,7 @@ class _AnalysisColumns:
 
     def _untrained(self, evaluation: EncodedEvaluation) -> tuple[Any, Any, Any]:
         if self._initial is None:
-            self._initial = _untrained_encoding(evaluation, self.trained)
+            self._initial = _untrained_encoding(evaluation, self.config)
             if self.run_dir is not None:  # per-item uncertainty, for the agreement across seeds
                 write_item_uncertainty(self.run_dir, evaluation.images, evaluation.captions, self._initial[1],
                                        self._initial[2])
@@ -228,7 +225,8 @@ class _AnalysisColumns:
                                                 evaluation.device, evaluation.batch_size, self.analysis)
                 self._run.update({f"{key}_untrained": value for key, value in untrained.items()})
             if self.analysis.signal:
-                self._run.update(_signal_columns(evaluation, self.trained, (initial_images, initial_captions)))
+                self._run.update(_signal_columns(evaluation, self.trained, self.config,
+                                                 (initial_images, initial_captions)))
         return self._run
 
     def _mode_columns(self, evaluation: EncodedEvaluation, mode: str) -> dict[str, Any]:
@@ -248,9 +246,8 @@ class _AnalysisColumns:
     def _binary_columns(self, evaluation: EncodedEvaluation) -> dict[str, dict[str, float]]:
         if self._binary is None:
             self._binary = {}
-            if self.analysis.binary_selection and self.trained.config.data.name == "shapes":
-                self._binary = _binary_selection_columns(self.trained, self.similarities, evaluation.device,
-                                                         evaluation.batch_size)
+            if self.analysis.binary_selection and self.config.data.name == "shapes":
+                self._binary = _binary_selection_columns(self.trained, self.config, self.similarities, evaluation)
         return self._binary
 
     def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -269,28 +266,27 @@ class _AnalysisColumns:
 def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: Sequence[str] | None,
                  relevance_modes: Sequence[str], analysis: AnalysisOptions) -> list[dict[str, Any]]:
     """Evaluate the selected model of ``run_dir`` on its test split under each relevance mode, with
-    :class:`pcmr.evaluation.RetrievalEvaluator` (the analysis columns are its extras).
+    :func:`pcmr.train.evaluation.run_evaluator`, the one evaluation of a run (the analysis columns are its
+    extras).
 
     Returns one flat row per (similarity, re-ranker, relevance mode) with every metric of the
     evaluation table plus the analysis columns (``docs/study.md``). The evaluation tables are also
     saved under ``run_dir/eval-<mode>/``.
     """
 
-    trained = load_run(run_dir)
-    config = trained.config
+    trained = load(run_dir)
+    config = run_config(trained)
+    if config is None:
+        raise StudyError(f"{run_dir} records no run config (config.yaml); it is not a run of this study")
     similarities = list(similarities or config.eval.similarities)
     rerankers = list(rerankers or config.eval.rerankers)
     if "nns" not in rerankers:  # the analysis columns describe the raw scores: the nns rows carry them
         rerankers.insert(0, "nns")
-    analysis_columns = _AnalysisColumns(trained, similarities, analysis, run_dir)
-    evaluator = RetrievalEvaluator(
-        load_run_split(config, config.eval.split),
-        val_split=load_run_split(config, config.data.val_split) if needs_validation(rerankers) else None,
-        similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
-        batch_size=config.eval.batch_size, device=config.train.device, uncertainty_measure=UNCERTAINTY_MEASURE,
-        extras=[analysis_columns], extra_positives=[], num_folds=None, corruption=False,
-        meta={"run": str(run_dir)})
-    reports = evaluator.evaluate_modes(trained.model, trained.vocab, trained.similarity_options)
+    analysis_columns = _AnalysisColumns(trained, config, similarities, analysis, run_dir)
+    reports = evaluate_run_modes(
+        trained, similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
+        uncertainty_measure=UNCERTAINTY_MEASURE, extras=[analysis_columns], extra_positives=[], num_folds=None,
+        corruption=False, meta={"run": str(run_dir)})
     schedule = schedule_text(config.train.schedule_summary())
     rows: list[dict[str, Any]] = []
     for mode, report in reports.items():
