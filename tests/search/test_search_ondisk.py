@@ -195,7 +195,7 @@ def test_chunked_encoding_equals_the_whole_split_and_needs_split_order(built, mo
 def test_item_uncertainties_are_saved_once_and_equal_the_stores(built):
     index = GalleryIndex.load(built["disk"])
     memory = GalleryIndex.load(built["memory"])
-    assert set(index._uncertainty) == {"image", "caption"}  # read from uncertainty.safetensors, not the stores
+    assert set(index.uncertainty_cache) == {"image", "caption"}  # read from uncertainty.safetensors, not the stores
     for modality in ("image", "caption"):
         assert index.item_uncertainty(modality).tolist() == memory.item_uncertainty(modality).tolist()
     info = json.loads((built["disk"] / "index.json").read_text())

@@ -86,7 +86,7 @@ def test_overrides_apply_and_coerce(tmp_path):
         (["train.lr=fast"], "config key 'train.lr' expects a number"),
         (
             ["train.schedule=linear"],
-            "config key 'train.schedule' expects one of 'cosine', 'step', 'constant'",
+            "config key 'train.schedule' expects one of 'cosine', 'step', 'plateau', 'constant'",
         ),
         (["train.deterministic=3"], "expects true or false"),
         (["model.name="], "config section 'model' needs a 'name'"),

@@ -30,6 +30,7 @@ from pcmr.hub import load
 from pcmr.progress import phase
 from pcmr.search import GalleryIndex
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
+from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
@@ -40,7 +41,7 @@ from pcmr.search.presentation import (
     uncertainty_percentile,
     word_vocabulary,
 )
-from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE
+from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
 from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
@@ -158,7 +159,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="re-ranker option, e.g. beta=30 (is), csls_k=10 (csls), lam=2 (rgm); repeatable",
     )
     query.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+    parser.add_argument("--backend", default="auto", choices=list(BACKENDS),
                         help="search backend; with --build/--from-embeddings, 'faiss' also builds the ANN index and "
                         "'milvus' writes the ANN vectors to the Milvus collection at --uri (default auto: the "
                         "candidate source the index has, else exact)")
@@ -168,7 +169,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--collection-prefix", default="pcmr",
                         help="milvus backend (building): collections are named PREFIX_image and PREFIX_caption")
     query.add_argument("--candidates", type=int, default=None,
-                       help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
+                       help=f"faiss/milvus backend: candidates per query re-scored exactly (default {DEFAULT_CANDIDATES}; "
+                       f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
 
@@ -333,11 +335,17 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
         built = index.build_ann(score, modalities, args.index_type,
                                 shard_size=args.shard_size, progress=None, reference_sample=args.reference_sample,
                                 **params)
+    notes: dict[str, list[str]] = {}
     for modality, ann in built.items():
         how = "chosen by gallery size" if args.index_type == "auto" else "requested"
         params_text = ", ".join(f"{key}={value}" for key, value in ann.params.items()) or "none"
         print(f"faiss index over {ann.ntotal} {modality}s: {ann.index_type} ({how}), score {ann.score}, "
               f"params {params_text}")
+        for note in ann.notes:
+            notes.setdefault(note, []).append(modality)
+    for note, built_over in notes.items():  # one line per cause, not one per faiss k-means
+        print(f"warning: {' and '.join(built_over)} index{'es' if len(built_over) > 1 else ''}: {note}",
+              file=sys.stderr)
 
 
 def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[str, Any]]:
@@ -394,7 +402,8 @@ def run(args: argparse.Namespace) -> int:
     if index is None:
         index = GalleryIndex.load(args.index, device=args.device)
     options = _rerank_options(args.option)
-    blocks = []
+    blocks: list[list[dict[str, Any]]] = []
+    notes: list[str] = []
     for queries, modality, function in ((list(args.text), "image", index.search_text),
                                         (list(args.image), "caption", index.search_image)):
         if queries:
@@ -402,6 +411,7 @@ def run(args: argparse.Namespace) -> int:
             results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
                                rerank_options=options, backend=args.backend, candidates=args.candidates)
             blocks.append(_shown(index, results, queries, args.k))
+            notes += results.notes
     if args.json:
         print(json.dumps([entry for block in blocks for entry in block], indent=2, ensure_ascii=False))
     else:
@@ -410,4 +420,6 @@ def run(args: argparse.Namespace) -> int:
     for entry in (e for block in blocks for e in block):
         for warning in entry["warnings"]:
             print(f"warning: {warning}", file=sys.stderr)
+    for note in dict.fromkeys(notes):
+        print(f"warning: {note}", file=sys.stderr)
     return 0

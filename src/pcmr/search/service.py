@@ -190,7 +190,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         gallery_unc = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
         entries = shown_entries(results.hits[0], k, gallery_unc)
         vocabulary = word_vocabulary(index.model, index.vocab) if text is not None else None
-        warnings = result_warnings(entries, text if text is not None else "", vocabulary)
+        warnings = result_warnings(entries, text if text is not None else "", vocabulary) + results.notes
         return [hit_json(e, modality) for e in entries], warnings
 
     @app.get("/api/health")

@@ -337,4 +337,7 @@ def schedule_text(summary: Mapping[str, Any]) -> str:
         text += f", {summary['warmup_epochs']} frozen warm-up"
     if summary["schedule"] == "step":
         text += f", lr x {summary['step_gamma']:g} every {summary['step_period']}"
+    if summary["schedule"] == "plateau":
+        text += (f", lr x {summary['plateau_factor']:g} at epochs 1 + {summary['plateau_patience'] + 1}k, k >= 1"
+                 f" (ReduceLROnPlateau in mode 'min' fed a rising rsum)")
     return text

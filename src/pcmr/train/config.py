@@ -82,7 +82,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     momentum: float = 0.9  # sgd only
     amsgrad: bool = False  # adam / adamw only: the AMSGrad variant (the PVSE release trains with it)
-    schedule: Literal["cosine", "step", "constant"] = "cosine"
+    schedule: Literal["cosine", "step", "plateau", "constant"] = "cosine"
     warmup_epochs: int = 0  # PCME: epochs training the heads only, backbones frozen
     # the warm-up as a share of `epochs` (wins over warmup_epochs): a run's epoch count scales it
     warmup_fraction: float | None = None
@@ -104,6 +104,10 @@ class TrainConfig:
     step_fraction: float | None = None
     step_gamma: float = 0.1
     min_lr_factor: float = 0.0  # cosine schedule floor, as a fraction of lr
+    # plateau schedule (the PVSE release's ReduceLROnPlateau in mode 'min' fed the validation rsum):
+    # lr x plateau_factor after every (plateau_patience + 1) epochs, counted from the second epoch
+    plateau_patience: int = 10
+    plateau_factor: float = 0.5
     grad_clip: float | None = 2.0  # max global gradient norm; None disables clipping
     # what the clipping covers: "all" trained parameters (the loss's too, e.g. PCME's a, b; PCME++'s
     # release) or the "model"'s only (the PCME release)
@@ -145,6 +149,12 @@ class TrainConfig:
         if self.cosine_epochs is not None and (isinstance(self.cosine_epochs, bool)
                                                or not isinstance(self.cosine_epochs, int) or self.cosine_epochs < 1):
             raise ConfigError(f"train.cosine_epochs={self.cosine_epochs!r}: expected a positive integer or null")
+        if isinstance(self.plateau_patience, bool) or not isinstance(self.plateau_patience, int) \
+                or self.plateau_patience < 0:
+            raise ConfigError(f"train.plateau_patience={self.plateau_patience!r}: expected an integer >= 0")
+        if isinstance(self.plateau_factor, bool) or not isinstance(self.plateau_factor, (int, float)) \
+                or not 0.0 < self.plateau_factor < 1.0:
+            raise ConfigError(f"train.plateau_factor={self.plateau_factor!r}: expected a number in (0, 1)")
 
     def warmup_epoch_count(self) -> int:
         """Epochs of the frozen warm-up: ``round(warmup_fraction * epochs)``, else ``warmup_epochs``."""
@@ -165,6 +175,8 @@ class TrainConfig:
                                "warmup_epochs": self.warmup_epoch_count()}
         if self.schedule == "step":
             out.update(step_period=self.step_period(), step_gamma=self.step_gamma)
+        if self.schedule == "plateau":
+            out.update(plateau_patience=self.plateau_patience, plateau_factor=self.plateau_factor)
         if self.schedule == "cosine":
             out["min_lr_factor"] = self.min_lr_factor
             if self.cosine_epochs is not None:
