@@ -8,15 +8,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from _search_index import make_run
 from pcmr import Gaussian
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("cli") / "run")
+def run_dir(search_run_factory, tmp_path_factory):
+    return search_run_factory(tmp_path_factory.mktemp("cli") / "run")
 
 
 def test_build_with_faiss_prints_the_chosen_structure_and_searches(run_dir, tmp_path, capsys):

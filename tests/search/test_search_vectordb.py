@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from _search_index import make_run
 from pcmr import Gaussian
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
@@ -18,9 +17,9 @@ pytest.importorskip("milvus_lite")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(search_run_factory, tmp_path_factory):
     root = tmp_path_factory.mktemp("milvus")
-    run = make_run(root / "run")
+    run = search_run_factory(root / "run")
     uri = str(root / "gallery.db")
     assert main(["search", str(root / "index"), "--build", str(run), "--backend", "milvus", "--uri", uri,
                  "--similarity", "kl"]) == 0

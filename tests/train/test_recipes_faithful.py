@@ -136,7 +136,7 @@ RELEASE_SETTINGS = {
 def test_recipe_follows_one_setting_of_its_paper_or_release(recipe):
     config = load_config(list_recipes()[recipe])
     # the step period in epochs at the recipe's own epoch count (recipes give it as a share of training)
-    sections = {"train": {**config.train.__dict__, "step_period": config.train.step_period()}, "loss": config.loss}
+    sections = {"train": {**config.train.__dict__, "step_period": config.train.step_period()}, "loss": config.loss.to_dict()}
     for key, expected in RELEASE_SETTINGS[recipe].items():
         section, name = key.split(".")
         assert sections[section].get(name) == pytest.approx(expected), f"{recipe}: {key}"

@@ -43,7 +43,10 @@ from pcmr.search.searcher import (
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
 
-__all__ = ["BACKENDS", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes"]
+__all__ = ["BACKENDS", "DEFAULT_TOP_K", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes"]
+
+#: results per query when a search names no k (the library, pcmr search and pcmr serve)
+DEFAULT_TOP_K = 10
 
 BACKENDS = ("auto", "exact", "faiss", "milvus")
 #: galleries up to this size are re-scored whole under a re-weighting with a gallery statistic
@@ -149,7 +152,7 @@ def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, r
     return search, [note] if note else []
 
 
-def search_index(index: StoredGallery, query: Gaussian, k: int = 10, similarity: str = "cosine",
+def search_index(index: StoredGallery, query: Gaussian, k: int = DEFAULT_TOP_K, similarity: str = "cosine",
                  rerank: str = "nns", *, modality: str = "caption", rerank_options: dict[str, Any] | None = None,
                  backend: str = "auto", candidates: int | None = None, **options: Any) -> SearchResults:
     """Top-k gallery items of ``index`` for each query Gaussian; the arguments of

@@ -39,10 +39,10 @@ from torch import Tensor
 
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.data.split import RetrievalSplit
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.models.model import RetrievalModel
 from pcmr.search import backends, building, manifest
-from pcmr.search.compose import search_index
+from pcmr.search.compose import DEFAULT_TOP_K, search_index
 from pcmr.search.manifest import INDEX_FORMAT, INDEX_VERSION
 from pcmr.search.results import SearchHit, SearchResults
 from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE, Gallery
@@ -102,7 +102,7 @@ class GalleryIndex:
         self.image_metadata = [dict(m) for m in image_metadata] if image_metadata is not None else None
         self.similarity_options = {k: dict(v) for k, v in (similarity_options or {}).items()}
         self.meta = dict(meta or {})
-        self.meta.setdefault("uncertainty_measure", "log_det")
+        self.meta.setdefault("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
         self.model = model
         self.vocab = vocab
         #: gallery modality -> candidate source (pcmr.search.ann.AnnIndex or a Milvus collection)
@@ -246,7 +246,7 @@ class GalleryIndex:
         return torch.device("cpu") if isinstance(self.images, GalleryStore) else self.images.device
 
     # ----------------------------------------------------------------- search (pcmr.search.compose)
-    def search(self, query: Gaussian, k: int = 10, similarity: str = "cosine", rerank: str = "nns", *,
+    def search(self, query: Gaussian, k: int = DEFAULT_TOP_K, similarity: str = "cosine", rerank: str = "nns", *,
                modality: str = "caption", rerank_options: dict[str, Any] | None = None,
                backend: str = "auto", candidates: int | None = None, **options: Any) -> SearchResults:
         """Top-k gallery items for each query Gaussian (:func:`pcmr.search.compose.search_index`).
@@ -275,13 +275,13 @@ class GalleryIndex:
         return search_index(self, query, k, similarity, rerank, modality=modality, rerank_options=rerank_options,
                             backend=backend, candidates=candidates, **options)
 
-    def search_text(self, texts: str | Sequence[str], k: int = 10, similarity: str = "cosine",
+    def search_text(self, texts: str | Sequence[str], k: int = DEFAULT_TOP_K, similarity: str = "cosine",
                     rerank: str = "nns", **kwargs: Any) -> SearchResults:
         """Encode caption text(s) with the stored model and search the image gallery."""
         query = building.encode_text_queries(self, texts)
         return self.search(query, k, similarity, rerank, modality="caption", **kwargs)
 
-    def search_image(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], k: int = 10,
+    def search_image(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], k: int = DEFAULT_TOP_K,
                      similarity: str = "cosine", rerank: str = "nns", **kwargs: Any) -> SearchResults:
         """Decode image file(s) with Pillow, preprocess them like the dataset, encode with the stored
         model and search the caption gallery."""

@@ -45,6 +45,8 @@ class Similarity(ABC):
         accepts_point_sets: whether ``pcmr.PointSet`` inputs (K points per item) are scored;
             every other score refuses them.
         options: accepted options and their defaults.
+        learned_options: options whose value a training learns (their defaults are placeholders, so
+            an evaluation without the learned values skips the score).
         reference: paper and equation.
         means_only: True when the score reads the means alone (never a log-variance), so the
             search re-scores it from the means of a gallery on disk.
@@ -59,6 +61,7 @@ class Similarity(ABC):
     needs_caption_variance: bool = False
     accepts_point_sets: bool = False
     options: Mapping[str, Any] = {}
+    learned_options: tuple[str, ...] = ()
     reference: str = ""
     means_only: bool = False
     ann_score: str = "wasserstein"

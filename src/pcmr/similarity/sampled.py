@@ -252,6 +252,7 @@ class MatchProbability(_Sampled):
     ann_score = "csd"  # a decreasing function of the sample distances: ranked like their expected square
     reference = "PCME eq.2-3 (match probability)"
     options: dict[str, Any] = {**_Sampled.options, "a": 30.0, "b": 30.0}
+    learned_options = ("a", "b")  # learned by the match-probability loss (pcmr.losses.match_scale)
 
     def check_options(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> None:
         super().check_options(images, captions, options)

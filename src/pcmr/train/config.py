@@ -21,6 +21,7 @@ was given and what is accepted.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +30,21 @@ from typing import Any, Literal
 import yaml
 
 from pcmr.atomic import atomic_write_text
-from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
+from pcmr.config import (
+    ConfigError,
+    NotAMappingError,
+    apply_overrides,
+    build_dataclass,
+    load_mapping,
+    parse_override,
+)
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.data.batching import TRAIN_BATCH_SIZE
-from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
+from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SELECT_ON, DEFAULT_SIMILARITIES
 from pcmr.relevance import relevance_mode
 
 __all__ = [
+    "ComponentConfig",
     "ConfigError",
     "DataConfig",
     "EvalConfig",
@@ -114,7 +123,7 @@ class TrainConfig:
     grad_clip_scope: Literal["all", "model"] = "all"
     seed: int = 0
     deterministic: bool = False  # torch.use_deterministic_algorithms(True)
-    select_on: Literal["rsum", "r_precision"] = "rsum"  # validation metric for model selection
+    select_on: str = DEFAULT_SELECT_ON  # validation metric for model selection (pcmr.evaluation.columns.SELECTION_METRICS)
     select_similarity: str | None = None  # score used for validation; None = the loss's own score
     validate_every: int = 1  # epochs between validations (0: never; the last model is kept)
     checkpoint_every_steps: int = 0  # also checkpoint mid-epoch every N steps (0: epoch ends only)
@@ -201,28 +210,56 @@ class EvalConfig:
 
 
 @dataclass
+class ComponentConfig:
+    """A registry entry and its options: the ``model`` and ``loss`` sections of a run config.
+
+    In YAML the options sit next to the name (``model: {name: pcme, embed_dim: 16}``); the model's
+    options override its family config (``pcmr.models.create_model``), the loss's are its config
+    dataclass's fields (``pcmr.losses.create_loss``), both checked when the run is built.
+    """
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_section(cls, section: str, raw: Any) -> ComponentConfig:
+        """Read the section ``section`` (``model`` / ``loss``) of a run config: a mapping with a ``name``."""
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config section '{section}' must be a mapping with a 'name', got {raw!r}")
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"config section '{section}' needs a 'name' (a string), got {name!r}")
+        return cls(name, {key: value for key, value in raw.items() if key != "name"})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as written in YAML: ``{"name": ..., **options}``."""
+        return {"name": self.name, **copy.deepcopy(self.options)}
+
+
+@dataclass
 class RunConfig:
     """A whole run: model, loss, data, train and eval sections."""
 
-    model: dict[str, Any] = field(default_factory=lambda: {"name": "pcme"})
-    loss: dict[str, Any] = field(default_factory=lambda: {"name": "pcme"})
+    model: ComponentConfig = field(default_factory=lambda: ComponentConfig("pcme"))
+    loss: ComponentConfig = field(default_factory=lambda: ComponentConfig("pcme"))
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (YAML/JSON serialisable)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["model"], data["loss"] = self.model.to_dict(), self.loss.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
         """Build and type check a run config from a nested mapping."""
+        raw = dict(raw)
+        components = {section: raw.pop(section) for section in ("model", "loss") if section in raw}
         config = build_dataclass(cls, raw, where="")
-        for section in ("model", "loss"):
-            value = getattr(config, section)
-            name = value.get("name")
-            if not isinstance(name, str) or not name:
-                raise ConfigError(f"config section '{section}' needs a 'name' (a string), got {name!r}")
+        for section, value in components.items():
+            setattr(config, section, ComponentConfig.from_section(section, value))
         if config.train.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints must be >= 1, got {config.train.keep_checkpoints}")
         if config.train.max_nonfinite_steps < 1:
@@ -255,12 +292,10 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raw = load_mapping(path)
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
-        except ConfigError as exc:
-            if "must hold a mapping" in str(exc):
-                raise ConfigError(
-                    f"config file {path} must hold a mapping with sections model/loss/data/train/eval"
-                ) from None
-            raise
+        except NotAMappingError:
+            raise ConfigError(
+                f"config file {path} must hold a mapping with sections model/loss/data/train/eval"
+            ) from None
     raw = apply_overrides(raw, overrides or [], schema=RunConfig)
     return RunConfig.from_dict(raw)
 
