@@ -344,7 +344,7 @@ class Trainer:
         restores the fresh optimizer's state from its checkpoint instead."""
         train = self.config.train
         warmup = train.warmup_epoch_count()
-        if train.restart_optimizer and warmup and epoch == warmup and self.progress["step_in_epoch"] == 0:
+        if train.restart_optimizer and warmup and epoch == warmup and self.progress.step_in_epoch == 0:
             self.optimizer = build_optimizer(train, [*self.model.parameters(), *self.loss_fn.parameters()])
             self.log.write("optimizer_restart", **self._position())
 
