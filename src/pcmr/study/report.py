@@ -19,6 +19,7 @@ from typing import Any
 
 from pcmr.evaluation.columns import EVALUATION_COLUMNS
 from pcmr.report import Column, ColumnSchema, Report, format_table
+from pcmr.study.benchmark import BENCHMARK_NOT_LEARNED, BenchmarkResult, benchmark_markdown
 from pcmr.study.claims import NO_DATA, NO_SIGNAL, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
 
@@ -183,11 +184,14 @@ def _fmt(value: float) -> str:
 
 
 def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float = 0.95,
-                    errors: dict[str, str] | None = None) -> str:
+                    errors: dict[str, str] | None = None, benchmark: BenchmarkResult | None = None) -> str:
     """The claims table: one line per claim and condition with the mean difference, its paired
-    t-interval and the verdict."""
+    t-interval and the verdict; first the benchmark check (``pcmr.study.benchmark``) where the study has one."""
     pct = f"{100 * level:g} %"
-    counts = {v: sum(j.verdict == v for j in judgements) for v in (*VERDICTS, NO_SIGNAL, NO_DATA)}
+    counts = {v: sum(j.verdict == v for j in judgements)
+              for v in (*VERDICTS, NO_SIGNAL, NO_DATA, BENCHMARK_NOT_LEARNED)}
+    if not any(j.verdict == BENCHMARK_NOT_LEARNED for j in judgements):
+        del counts[BENCHMARK_NOT_LEARNED]
     lines = [f"# {title}: claims", "",
              f"Each claim compares a metric between conditions a and b on paired seeds: the mean of "
              f"a - b and its two-sided {pct} paired t-interval [low, high]. Verdict (margin m, 0 unless "
@@ -200,6 +204,7 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
              f"`{NO_DATA}`: no seed was measured on both sides. Where some verdict is `{NO_SIGNAL}`, the "
              "column `without the gate` gives the verdict its interval alone would give (the reading of "
              "sub-floor heads). See docs/study.md.", "",
+             *(benchmark_markdown(benchmark) if benchmark is not None else []),
              "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()), ""]
     table: list[dict[str, Any]] = []
     for j in judgements:
