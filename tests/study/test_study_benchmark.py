@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pcmr.study import load_study, parse_study
+from pcmr.study.backend import resolve_config
 from pcmr.study.benchmark import BENCHMARK_NOT_LEARNED, BenchmarkCheck, check_benchmark
 from pcmr.study.runner import MARKER, MARKER_FORMAT, collect, run_folder
 from pcmr.study.spec import StudyError, find_study
@@ -54,7 +55,7 @@ def test_missing_rows_or_column_fail() -> None:
     rows = [{k: v for k, v in r.items() if k != "i2t_query_blind_r_precision"} for r in _rows([70.0], [95.0])]
     assert "i2t_query_blind_r_precision" in check_benchmark(CHECK, rows).reason
     ambiguous = check_benchmark(BenchmarkCheck(recipe="mu", relevance="exact"), _rows([70.0], [95.0]))
-    assert not ambiguous.passed and "several variants" in ambiguous.reason
+    assert not ambiguous.passed and "several values of variant (exact, source)" in ambiguous.reason
 
 
 STUDY = {
@@ -113,9 +114,12 @@ def test_uncertainty_study_checks_the_benchmark_and_judges_exact_relevance_only(
     """The shipped uncertainty study: the thresholds on the mu-only baseline trained on the exact relation,
     source pairs as the main training, exact relevance only (source relevance leaves every model at chance)."""
     spec = load_study(find_study("uncertainty"))
-    assert spec.benchmark == BenchmarkCheck(recipe="pcme_mu_only", variant="exact", similarity=None, rerank="nns",
+    assert spec.benchmark == BenchmarkCheck(recipe="pcme_mu_only", variant="exact", similarity="cosine", rerank="nns",
                                             relevance="exact", min_t2i_r_precision=60.0, min_i2t_skill=0.5)
     assert spec.overrides["data.options.preset"] == "multiplicity_simple"
     assert spec.default_variants == ("source",) and spec.relevance == ("exact",)
     assert "exact" in next(e for e in spec.recipes if e.label == "pcme_mu_only").variants
+    baseline = next(r for r in spec.runs() if r.label == "pcme_mu_only" and r.variant == "exact")
+    config = resolve_config(baseline.recipe, baseline.overrides)
+    assert config.data.train_relevance == "exact" and "cosine" in config.eval.similarities
     assert all(claim.a.relevance in (None, "exact") for claim in spec.claims)

@@ -103,8 +103,8 @@ def check_benchmark(check: BenchmarkCheck, rows: Sequence[dict[str, Any]]) -> Be
     for field in ("variant", "similarity"):
         found = sorted({str(r.get(field)) for r in chosen})
         if len(found) > 1:
-            return BenchmarkResult(check, False, f"the baseline {check.describe()} matches several {field}s "
-                                                 f"({', '.join(found)}); pin benchmark.{field}")
+            return BenchmarkResult(check, False, f"the baseline {check.describe()} matches several values of "
+                                                 f"{field} ({', '.join(found)}); pin benchmark.{field}")
     means: dict[str, float] = {}
     seeds: set[int] = set()
     for column in ("t2i_r_precision", "i2t_r_precision", QUERY_BLIND_COLUMN):
