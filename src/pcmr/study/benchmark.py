@@ -141,8 +141,14 @@ def benchmark_markdown(result: BenchmarkResult) -> list[str]:
 
 
 def apply_benchmark(judgements: Sequence[Judgement], result: BenchmarkResult | None) -> list[Judgement]:
-    """``judgements`` as judged when the check passed (or there is none); otherwise each with the
-    verdict :data:`BENCHMARK_NOT_LEARNED` (its interval kept, the gate's reading dropped)."""
+    """``judgements`` as judged when the check passed (or there is none); otherwise each, and each of its
+    sweep cells, with the verdict and the Holm verdict :data:`BENCHMARK_NOT_LEARNED` (its interval and
+    p-value kept, the gate's reading dropped)."""
     if result is None or result.passed:
         return list(judgements)
-    return [replace(j, verdict=BENCHMARK_NOT_LEARNED, ungated="") for j in judgements]
+
+    def withheld(j: Judgement) -> Judgement:
+        return replace(j, verdict=BENCHMARK_NOT_LEARNED, holm=BENCHMARK_NOT_LEARNED, ungated="",
+                       cells=tuple(withheld(c) for c in j.cells))
+
+    return [withheld(j) for j in judgements]

@@ -1,7 +1,8 @@
 """Validation during training: the retrieval metrics of the validation split under one score.
 
-Model selection uses ``rsum`` (sum of R@1/5/10 in both directions, docs/metrics.md) or the mean
-``r_precision`` of both directions (PCME Sec. 4.1.1). The numbers come from the one evaluator,
+Model selection uses the evaluator's primary metric, named by ``train.select_on``: ``rsum`` (sum of
+R@1/5/10 in both directions, docs/metrics.md) or the mean ``r_precision`` of both directions (PCME
+Sec. 4.1.1; :data:`pcmr.evaluation.evaluator.SELECTION_METRICS`). The numbers come from the one evaluator,
 :class:`pcmr.evaluation.RetrievalEvaluator`, with one similarity, no re-ranking, the split's exact
 relation, and neither figures nor hubness columns.
 """
@@ -16,7 +17,7 @@ from torch import nn
 from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
-from pcmr.evaluation.evaluator import RetrievalEvaluator
+from pcmr.evaluation.evaluator import PRIMARY_METRIC, SELECTION_METRICS, RetrievalEvaluator, selection_value
 from pcmr.evaluation.relevance_modes import relevance_modes
 from pcmr.metrics import DEFAULT_KS
 
@@ -32,18 +33,21 @@ def validate(
     similarity_options: dict[str, Any] | None = None,
     batch_size: int = ENCODE_BATCH_SIZE,
     seed: int = 0,
+    primary_metric: str = PRIMARY_METRIC,
 ) -> dict[str, float]:
     """Retrieval metrics of ``model`` on ``split`` under one pairwise score.
 
     Returns ``{"i2t_R@1", ..., "t2i_R@10", "i2t_r_precision", "t2i_r_precision", "rsum",
-    "r_precision"}`` in percent (``r_precision`` is the mean of both directions).
+    "r_precision"}`` in percent (``r_precision`` is the mean of both directions); the value the model
+    is selected on is under ``primary_metric``, the evaluator's primary metric.
     Sampled scores (``match_prob``) draw from a generator seeded with ``seed`` so that the
     same weights always give the same numbers; the global RNG is left untouched.
     """
 
     evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=["nns"],
                                    relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
-                                   figures=False, corruption=False, hubness=False, extra_positives=[])
+                                   figures=False, corruption=False, hubness=False, extra_positives=[],
+                                   primary_metric=primary_metric)
     with torch.random.fork_rng(devices=[]):
         report = evaluator.evaluate(model, vocab, {similarity: dict(similarity_options or {})})
     if not report.rows:
@@ -54,8 +58,8 @@ def validate(
     for direction in ("i2t", "t2i"):
         for key in (*(f"R@{k}" for k in DEFAULT_KS), "r_precision"):
             metrics[f"{direction}_{key}"] = float(row[f"{direction}_{key}"])
-    metrics["rsum"] = float(row["rsum"])
-    metrics["r_precision"] = 0.5 * (metrics["i2t_r_precision"] + metrics["t2i_r_precision"])
+    for name in SELECTION_METRICS:  # both are logged; the run is selected on evaluator.primary_metric
+        metrics[name] = selection_value(row, name)
     return metrics
 
 
