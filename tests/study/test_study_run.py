@@ -105,10 +105,14 @@ def test_results_summary_and_claims(finished: Path) -> None:
         if mode == "source":
             assert float(row["i2t_R@10"]) <= float(by_key[(run, sim, rerank, "exact")]["i2t_R@10"]) + 1e-9
     # the query-blind ranking's R-Precision on the test split, per relevance mode (the benchmark check)
+    from pcmr.hub import load
     from pcmr.metrics.query_blind import query_blind_r_precision
-    from pcmr.train.run import load_run, load_run_split
+    from pcmr.train.loading import run_config
+    from pcmr.train.run import load_run_split
 
-    split = load_run_split(load_run(finished / "runs" / "pcme-base-s0").config, "test")
+    config = run_config(load(finished / "runs" / "pcme-base-s0"))
+    assert config is not None
+    split = load_run_split(config, "test")
     relevant = split.relevance_matrix().bool()
     exact_rows = [r for r in rows if r["relevance"] == "exact"]
     for direction, matrix in (("i2t", relevant), ("t2i", relevant.T)):

@@ -286,8 +286,8 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
     extras).
 
     Returns one flat row per (similarity, re-ranker, relevance mode) with every metric of the
-    evaluation table plus the analysis columns and the query-blind R-Precision (``docs/study.md``). The evaluation tables are also
-    saved under ``run_dir/eval-<mode>/``.
+    evaluation table plus the analysis columns and the query-blind R-Precision (``docs/study.md``). The
+    evaluation tables are also saved under ``run_dir/eval-<mode>/``.
     """
 
     trained = load(run_dir)
@@ -301,7 +301,8 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
     analysis_columns = _AnalysisColumns(trained, config, similarities, analysis, run_dir)
     reports = evaluate_run_modes(
         trained, similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
-        uncertainty_measure=UNCERTAINTY_MEASURE, extras=[analysis_columns, _QueryBlindColumns()], extra_positives=[], num_folds=None,
+        uncertainty_measure=UNCERTAINTY_MEASURE, extras=[analysis_columns, _QueryBlindColumns()],
+        extra_positives=[], num_folds=None,
         corruption=False, meta={"run": str(run_dir)})
     schedule = schedule_text(config.train.schedule_summary())
     rows: list[dict[str, Any]] = []
