@@ -1,8 +1,8 @@
 """Validation during training: the retrieval metrics of the validation split under one score.
 
-Model selection uses the evaluator's primary metric, named by ``train.select_on``: ``rsum`` (sum of
-R@1/5/10 in both directions, docs/metrics.md) or the mean ``r_precision`` of both directions (PCME
-Sec. 4.1.1; :data:`pcmr.evaluation.evaluator.SELECTION_METRICS`). The numbers come from the one evaluator,
+Model selection uses the evaluator's primary metric, named by ``train.select_on``: rsum (sum of
+R@1/5/10 in both directions, docs/metrics.md) or the mean R-Precision of both directions (PCME
+Sec. 4.1.1; ``pcmr.evaluation.columns.SELECTION_METRICS``). The numbers come from the one evaluator,
 :class:`pcmr.evaluation.RetrievalEvaluator`, with one similarity, no re-ranking, the split's exact
 relation, and neither figures nor hubness columns.
 """
@@ -17,9 +17,10 @@ from torch import nn
 from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
-from pcmr.evaluation.evaluator import PRIMARY_METRIC, SELECTION_METRICS, RetrievalEvaluator, selection_value
+from pcmr.evaluation.columns import validation_metrics
+from pcmr.evaluation.evaluator import PRIMARY_METRIC, RetrievalEvaluator
 from pcmr.evaluation.relevance_modes import relevance_modes
-from pcmr.metrics import DEFAULT_KS
+from pcmr.inference import NO_RERANKING
 
 __all__ = ["validate"]
 
@@ -37,14 +38,14 @@ def validate(
 ) -> dict[str, float]:
     """Retrieval metrics of ``model`` on ``split`` under one pairwise score.
 
-    Returns ``{"i2t_R@1", ..., "t2i_R@10", "i2t_r_precision", "t2i_r_precision", "rsum",
-    "r_precision"}`` in percent (``r_precision`` is the mean of both directions); the value the model
-    is selected on is under ``primary_metric``, the evaluator's primary metric.
+    Returns :func:`pcmr.evaluation.columns.validation_metrics` of the row: R@K and R-Precision per
+    direction, and both selection metrics (rsum and the mean R-Precision of both directions), in
+    percent; the model is selected on ``primary_metric``, the evaluator's primary metric.
     Sampled scores (``match_prob``) draw from a generator seeded with ``seed`` so that the
     same weights always give the same numbers; the global RNG is left untouched.
     """
 
-    evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=["nns"],
+    evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=[NO_RERANKING],
                                    relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
                                    figures=False, corruption=False, hubness=False, extra_positives=[],
                                    primary_metric=primary_metric)
@@ -53,14 +54,7 @@ def validate(
     if not report.rows:
         reasons = "; ".join(item["reason"] for item in report.skipped) or "no row"
         raise ValueError(f"validation with similarity {similarity!r} is impossible: {reasons}")
-    row = report.rows[0]
-    metrics: dict[str, float] = {}
-    for direction in ("i2t", "t2i"):
-        for key in (*(f"R@{k}" for k in DEFAULT_KS), "r_precision"):
-            metrics[f"{direction}_{key}"] = float(row[f"{direction}_{key}"])
-    for name in SELECTION_METRICS:  # both are logged; the run is selected on evaluator.primary_metric
-        metrics[name] = selection_value(row, name)
-    return metrics
+    return validation_metrics(report.rows[0])
 
 
 def _exact_mode(split: RetrievalSplit) -> str:
