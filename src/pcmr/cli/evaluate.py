@@ -23,11 +23,11 @@ from pcmr.evaluation.scoring import check_names
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.progress import phase
 from pcmr.search.presentation import collapsed_recall_warning
-from pcmr.similarity import get_similarity, list_similarities
+from pcmr.similarity import check_similarity_option_values, get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
 from pcmr.train.loading import load_run_or_model, load_split
 
-__all__ = ["add_parser", "run", "parse_names", "check_option_owners", "prepare_out"]
+__all__ = ["add_parser", "run", "parse_names", "check_option_owners", "check_option_values", "prepare_out"]
 
 
 def parse_names(values: list[str] | None) -> list[str] | None:
@@ -72,6 +72,23 @@ def check_option_owners(items: list[tuple[str, str, Any]], similarities: list[st
         if option not in accepted:
             raise ValueError(f"{flag}: {kind} '{owner}' has no option '{option}'{did_you_mean(option, accepted)}; "
                              f"expected one of: {name_list(accepted)}")
+
+
+def check_option_values(items: list[tuple[str, str, Any]], similarity_options: dict[str, dict[str, Any]],
+                        rerank_options: dict[str, dict[str, Any]]) -> None:
+    """Each given ``--option`` value must be one its owner accepts (e.g. ``is.beta`` a number > 0,
+    ``match_prob.a`` a number > 0): checked before any data is loaded or encoded; ValueError naming the
+    flag and what is expected."""
+
+    for owner, option, value in items:
+        flag = f"--option {owner}.{option}={value}"
+        try:
+            if owner in rerank_options:
+                get_reranker(owner, **rerank_options[owner])
+            else:
+                check_similarity_option_values(owner, similarity_options.get(owner, {}))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{flag}: {err}") from None
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
@@ -196,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
     for owner, option, value in given:
         target = similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
+    check_option_values(given, similarity_options, rerank_options)  # before loading data or encoding
     needs_val = needs_validation(rerankers, rerank_options)
     split = split_of(split_name)
     if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
@@ -240,4 +258,7 @@ def run(args: argparse.Namespace) -> int:
     collapsed = collapsed_recall_warning(result.rows)
     if collapsed:
         print(f"warning: {collapsed}", file=sys.stderr)
+    for similarity, text in dict.fromkeys((row.get("similarity"), row["warning"]) for row in result.rows
+                                          if row.get("warning")):
+        print(f"warning: {similarity}: {text}", file=sys.stderr)
     return 0

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from pcmr.evaluation.checks import check_finite_embeddings
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number
+from pcmr.evaluation.degenerate import degenerate_score_warning
 from pcmr.evaluation.figures import (
     decile_series,
     embeddings_2d_series,
@@ -53,7 +54,7 @@ def _ordered(row: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
     first = ["similarity", "rerank"] + [f"{d}_R@{k}" for d in DIRECTIONS for k in ks] + ["rsum"]
     first += [f"{d}_{m}" for d in DIRECTIONS for m in ("r_precision", "map_at_r")]
     first += [f"{d}_pmrp_{z}" for d in DIRECTIONS for z in ("0", "1", "2", "mean")]
-    last = ["hs_sum", "i2t_lambda", "t2i_lambda"]
+    last = ["hs_sum", "i2t_lambda", "t2i_lambda", "warning"]
     keys = [k for k in first if k in row] + [k for k in row if k not in first and k not in last]
     return {k: row[k] for k in keys + [k for k in row if k in last] if k in row}
 
@@ -193,6 +194,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             continue
         result.meta["similarity_options"][name] = {k: v for k, v in options.items() if isinstance(v, (int, float))}
         timings = [f"scores {time.perf_counter() - started:.1f} s"]
+        degenerate = degenerate_score_warning(scores, name)  # every row of this score carries it
         val_dirs = None
         if val_scores is not None and val is not None:
             val_relevance = val[2].to(device)
@@ -203,6 +205,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             base = get_reranker(rerank, **params)
             per_direction = _tuned_directions(base, params, val_dirs, ks, lambda_grid)
             row: dict[str, Any] = {"similarity": name, "rerank": rerank}
+            if degenerate is not None:
+                row["warning"] = degenerate
             if base.tuned_parameter is not None and params.get(base.tuned_parameter) is None:
                 for d, (_, value) in per_direction.items():
                     result.meta["selected_lambda"][f"{name}/{rerank}/{d}"] = value

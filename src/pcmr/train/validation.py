@@ -4,10 +4,15 @@ Model selection uses ``rsum`` (sum of R@1/5/10 in both directions, docs/metrics.
 ``r_precision`` of both directions (PCME Sec. 4.1.1). The numbers come from the one evaluator,
 :class:`pcmr.evaluation.RetrievalEvaluator`, with one similarity, no re-ranking, the split's exact
 relation, and neither figures nor hubness columns.
+
+A degenerate score (constant, or most queries' top scores tied; ``pcmr.evaluation.degenerate``) ranks
+nothing, so no model is selected on it: validation then falls back to ``cosine`` of the means (always
+defined), says so on stderr and in the returned ``fallback`` entry, and model selection uses those numbers.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -20,7 +25,10 @@ from pcmr.evaluation.evaluator import RetrievalEvaluator
 from pcmr.evaluation.relevance_modes import relevance_modes
 from pcmr.metrics import DEFAULT_KS
 
-__all__ = ["validate"]
+__all__ = ["validate", "FALLBACK_SIMILARITY"]
+
+#: the score validation falls back to when the requested one is degenerate
+FALLBACK_SIMILARITY = "cosine"
 
 
 def validate(
@@ -36,11 +44,32 @@ def validate(
     """Retrieval metrics of ``model`` on ``split`` under one pairwise score.
 
     Returns ``{"i2t_R@1", ..., "t2i_R@10", "i2t_r_precision", "t2i_r_precision", "rsum",
-    "r_precision"}`` in percent (``r_precision`` is the mean of both directions).
+    "r_precision"}`` in percent (``r_precision`` is the mean of both directions), and ``fallback``:
+    1.0 when ``similarity`` was degenerate and the numbers are those of :data:`FALLBACK_SIMILARITY`.
     Sampled scores (``match_prob``) draw from a generator seeded with ``seed`` so that the
     same weights always give the same numbers; the global RNG is left untouched.
     """
 
+    row = _validation_row(model, split, vocab, similarity, similarity_options, batch_size, seed)
+    fallback = 0.0
+    if row.get("warning") and similarity != FALLBACK_SIMILARITY:
+        print(f"warning: validation with {similarity}: {row['warning']}; model selection uses "
+              f"{FALLBACK_SIMILARITY} of the means for this validation instead", file=sys.stderr, flush=True)
+        row = _validation_row(model, split, vocab, FALLBACK_SIMILARITY, {}, batch_size, seed)
+        fallback = 1.0
+    metrics: dict[str, float] = {}
+    for direction in ("i2t", "t2i"):
+        for key in (*(f"R@{k}" for k in DEFAULT_KS), "r_precision"):
+            metrics[f"{direction}_{key}"] = float(row[f"{direction}_{key}"])
+    metrics["rsum"] = float(row["rsum"])
+    metrics["r_precision"] = 0.5 * (metrics["i2t_r_precision"] + metrics["t2i_r_precision"])
+    metrics["fallback"] = fallback
+    return metrics
+
+
+def _validation_row(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, similarity: str,
+                    similarity_options: dict[str, Any] | None, batch_size: int, seed: int) -> dict[str, Any]:
+    """The one evaluation row of ``similarity`` (nns, the split's exact relation)."""
     evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=["nns"],
                                    relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
                                    figures=False, corruption=False, hubness=False, extra_positives=[])
@@ -49,14 +78,7 @@ def validate(
     if not report.rows:
         reasons = "; ".join(item["reason"] for item in report.skipped) or "no row"
         raise ValueError(f"validation with similarity {similarity!r} is impossible: {reasons}")
-    row = report.rows[0]
-    metrics: dict[str, float] = {}
-    for direction in ("i2t", "t2i"):
-        for key in (*(f"R@{k}" for k in DEFAULT_KS), "r_precision"):
-            metrics[f"{direction}_{key}"] = float(row[f"{direction}_{key}"])
-    metrics["rsum"] = float(row["rsum"])
-    metrics["r_precision"] = 0.5 * (metrics["i2t_r_precision"] + metrics["t2i_r_precision"])
-    return metrics
+    return dict(report.rows[0])
 
 
 def _exact_mode(split: RetrievalSplit) -> str:
