@@ -8,14 +8,13 @@ import statistics
 import pytest
 import torch
 
+from _tie_orders import expected_metrics
 from pcmr.metrics import (
     first_positive_ranks,
     per_query_metrics,
     recall_at_k_from_topk,
     retrieval_metrics,
 )
-
-from _tie_orders import expected_metrics
 
 
 def reference_order(row: list[float]) -> list[int]:

@@ -25,7 +25,6 @@ from pcmr.ranking.backend import resolve_backend
 from pcmr.ranking.checks import check_positive_int, check_scores
 from pcmr.ranking.topk import ordered_topk
 
-
 #: Seed of the random order of queries and gallery items in which the matchings break ties.
 TIE_SEED = 0
 
@@ -146,7 +145,7 @@ def greedy_matching(scores: Tensor, *, backend: str = "auto", seed: int | None =
     """
     check_scores(scores, finite=True)
     backend = resolve_backend(backend)
-    orders = tie_orders(*scores.shape, seed)
+    orders = tie_orders(scores.shape[0], scores.shape[1], seed)
     accepted = accept_pairs(_permuted(scores, orders, seed), 1, 1, None, backend)[0]
     return _restored(torch.from_numpy(accepted[:, :1].copy()), orders)[:, 0].to(scores.device)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse, check_scores

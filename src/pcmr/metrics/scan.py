@@ -205,7 +205,9 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
             top, values = (top, values) if width > 0 else (None, None)
         else:
             block = scores[start:stop].contiguous() if order is None else scores.index_select(0, query_ids)
-            values, top = ordered_topk_block(block, width) if width > 0 else (None, None)  # [b, width]
+            values, top = None, None
+            if width > 0:
+                values, top = ordered_topk_block(block, width)  # [b, width]
         last = (_last_group_totals(scores, query_ids, values, needed, targets) if values is not None
                 else [None for _ in targets])
         for i, target in enumerate(targets):
@@ -213,7 +215,8 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
             top_relevant = None
             if top is not None and (target.precision or not target.exact_ranks):
                 top_relevant = target.relevant.contains(query_ids, top)  # [b, width]
-            last_items, last_positives = last[i] if last[i] is not None else (None, None)
+            totals = last[i]
+            last_items, last_positives = (None, None) if totals is None else totals
             if target.exact_ranks:
                 if not fused:
                     row, col = target.relevant.select(query_ids)

@@ -280,7 +280,8 @@ class MatchProbability(_Sampled):
         return options["a"], options["b"]
 
     def transform_(self, scaled_distances: Tensor, b: Tensor) -> None:
-        F.logsigmoid(torch.sub(b, scaled_distances, out=scaled_distances), out=scaled_distances)
+        torch.sub(b, scaled_distances, out=scaled_distances)
+        F.logsigmoid(scaled_distances, out=scaled_distances)  # type: ignore[call-arg]  # out= is accepted
 
     def transform(self, distances: Tensor, a: float | Tensor, b: float | Tensor) -> Tensor:
         return F.logsigmoid(b - a * distances)
