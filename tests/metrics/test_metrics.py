@@ -15,6 +15,7 @@ from pcmr.metrics import (
     recall_at_k_from_topk,
     retrieval_metrics,
 )
+from pcmr.ranking import numba_disabled
 
 
 def reference_order(row: list[float]) -> list[int]:
@@ -71,6 +72,10 @@ def test_retrieval_metrics_matches_reference_with_ties(dtype, block_size):
     assert_same(retrieval_metrics(scores, relevant, ks=(1, 2, 3, 5), block_size=block_size), expected)
     sparse = [row.nonzero().flatten().tolist() for row in relevant]
     assert_same(retrieval_metrics(scores, sparse, ks=(1, 2, 3, 5), block_size=block_size), expected)
+    with numba_disabled():  # the torch path (CUDA, or no numba) gives the same values
+        assert_same(retrieval_metrics(scores, relevant, ks=(1, 2, 3, 5), block_size=block_size), expected)
+        assert_same(retrieval_metrics(scores.T.contiguous().T, relevant, ks=(1, 2, 3, 5), block_size=block_size),
+                    expected)
 
 
 def test_retrieval_metrics_continuous_scores_and_wide_r():
@@ -174,3 +179,22 @@ def test_recall_at_k_from_topk_errors():
         recall_at_k_from_topk(torch.zeros(2, 3), [[0], [1]])
     with pytest.raises(ValueError, match="outside"):
         recall_at_k_from_topk(torch.full((2, 3), 9), torch.ones(2, 4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("block_size", [1, 3, None])
+def test_ranks_read_from_top_lists_agree_with_counted_ranks_under_ties(block_size):
+    """Extra positive sets read R@K from the top list (rank_limit): the same expectations over tie orders."""
+    from pcmr.metrics._relevance import as_sparse
+    from pcmr.metrics.ranking import summarize
+    from pcmr.metrics.scan import Target, scan
+
+    generator = torch.Generator().manual_seed(12)
+    scores = torch.randint(0, 3, (17, 23), generator=generator).float()
+    relevant = torch.rand(17, 23, generator=generator) < 0.15
+    rel = as_sparse(relevant, 17, 23)
+    for kernel in (True, False):
+        result = scan(scores, [Target(rel), Target(rel, exact_ranks=False, rank_limit=4)], block_size=block_size,
+                      use_kernel=kernel)
+        counted, listed = (summarize(p, (1, 2, 3, 4)) for p in result.per_query)
+        for key in ("R@1", "R@2", "R@3", "R@4", "r_precision", "map_at_r"):
+            assert listed[key] == pytest.approx(counted[key], abs=1e-9), key

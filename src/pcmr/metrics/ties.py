@@ -111,6 +111,7 @@ def first_group_with(values: Tensor, relevant: Tensor, last_ties: Tensor | None 
     :func:`expected_precision_at_r`."""
     start, size, positives, _ = list_groups(values, relevant)
     size, positives = _with_last_group(values, size, positives, last_ties, last_positives)
-    found = relevant.any(1)
-    first = relevant.to(torch.uint8).argmax(1, keepdim=True)  # [b, 1]
+    holds = positives > 0  # the last group may hold positives the list cut off
+    found = holds.any(1)
+    first = holds.to(torch.uint8).argmax(1, keepdim=True)  # [b, 1]
     return found, start.gather(1, first)[:, 0], size.gather(1, first)[:, 0], positives.gather(1, first)[:, 0]
