@@ -227,8 +227,13 @@ class _Sampled(Similarity):
                 tile.clamp_min_(floor).sqrt_()  # a d
                 self.transform_(tile, b)
                 dest = out[r0 - rows.start: r1 - rows.start, c0:c1]
-                reduce = torch.logsumexp if self.log_mean else torch.sum
-                reduce(tile.view(r1 - r0, j * k, c1 - c0), dim=1, out=dest)
+                pairs = tile.view(r1 - r0, j * k, c1 - c0)
+                if self.log_mean:  # log-sum-exp in place: max, exp of the shifted values, sum, log
+                    top = pairs.amax(dim=1, keepdim=True)  # [nt, 1, mt]
+                    torch.sum(pairs.sub_(top).exp_(), dim=1, out=dest)
+                    dest.log_().add_(top.squeeze(1))
+                else:
+                    torch.sum(pairs, dim=1, out=dest)
         if self.log_mean:
             return out.sub_(math.log(j * k)).mul_(self.sign)
         return out.mul_(self.sign / (j * k))
