@@ -83,7 +83,7 @@ from pcmr.train.schedules import (
     set_learning_rate,
     trainable_backbone_parameters,
 )
-from pcmr.train.validation import validate
+from pcmr.train.validation import FALLBACK_SIMILARITY, validate
 
 __all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything", "torch_seed"]
 
@@ -486,7 +486,8 @@ class Trainer:
         line = f"epoch {record['epoch']}/{self.config.train.epochs}: {shown} ({record['seconds']:.0f} s)"
         if record["val"] is not None:
             val = record["val"]
-            line += f"; val {self.similarity}: rsum {val['rsum']:.1f}, R-Precision {val['r_precision']:.1f}"
+            used = FALLBACK_SIMILARITY if val.get("fallback") else self.similarity  # degenerate: cosine
+            line += f"; val {used}: rsum {val['rsum']:.1f}, R-Precision {val['r_precision']:.1f}"
         write_line(line, bars=progress_enabled(self.config.train.progress))
 
     def fit(self) -> dict[str, Any]:
