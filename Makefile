@@ -2,6 +2,7 @@
 #   make demo   -- installs, then runs the main job on the built-in data
 #   make test   -- installs, then lints and runs the whole test suite
 #   make docs   -- builds the documentation site (mkdocs, --strict) into site/
+#   make results-docs -- regenerates the study results quoted in README.md and docs/*.md
 #   make test-browser -- the `pcmr serve` page in headless chromium (needs the Debian packages
 #                   chromium and chromium-driver; .ci/run installs them and runs both targets)
 # Both create/refresh a local virtual environment in .venv. torch is installed
@@ -15,7 +16,7 @@ EXTRAS ?= dev,fast,eccv,pretrained,search,vectordb,adamp,tensorboard
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pcmr-installed
 
-.PHONY: demo test test-browser lint install clean bench docs
+.PHONY: demo test test-browser lint install clean bench docs results-docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +45,9 @@ test-browser: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[docs]"
 	$(BIN)/mkdocs build --strict --site-dir site
+
+results-docs: $(STAMP)
+	$(BIN)/python tools/results_docs.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/similarity.py

@@ -134,7 +134,7 @@ def test_save_pretrained_round_trip_is_exact(model, image_files, tmp_path):
     model.save_pretrained(tmp_path / "hf")
     names = sorted(p.name for p in (tmp_path / "hf").iterdir())
     assert names == ["README.md", "config.json", "metrics.json", "model.safetensors", "preprocessor_config.json",
-                     "similarity_options.json", "vocabulary.json"]
+                     "run_config.json", "similarity_options.json", "vocabulary.json"]
     preprocessor = json.loads((tmp_path / "hf" / "preprocessor_config.json").read_text())
     assert preprocessor["input"] == "pixels" and preprocessor["image_size"] == model.image_size
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["embed_dim"] == 4
@@ -166,7 +166,7 @@ def test_model_card_lists_the_runs_metrics(tmp_path):
 
 
 def test_feature_model_takes_feature_tensors_only(tmp_path):
-    network = pcmr.create_model("pcme", vocab_size=10, embed_dim=4,
+    network = pcmr.create_model("pcme", vocab_size=len(Vocabulary(["red", "circle"])), embed_dim=4,
                                 image_encoder={"kind": "global_features", "feature_dim": 6},
                                 text_encoder={"word_dim": 8, "hidden_dim": 8})
     model = Model(network, Vocabulary(["red", "circle"]), image_size=None)
@@ -195,14 +195,28 @@ def test_bad_paths_name_the_path(tmp_path):
         Model(pcmr.create_model("pcme", vocab_size=10, embed_dim=4))
 
 
-def test_load_which_and_documented_load_run(run_dir):
-    import pcmr.train.run
+def test_load_which_and_the_run_it_came_from(run_dir):
+    from pcmr.train.loading import run_config
 
-    trained = pcmr.train.run.load_run(run_dir)
     loaded = pcmr.load(run_dir / "model")
-    torch.testing.assert_close(loaded.encode_text(["a red circle"]).mean,
-                               pcmr.load(run_dir).encode_text(["a red circle"]).mean)
-    assert trained.vocab.words == loaded.vocabulary.words
+    whole = pcmr.load(run_dir)
+    torch.testing.assert_close(loaded.encode_text(["a red circle"]).mean, whole.encode_text(["a red circle"]).mean)
+    assert Vocabulary.load(run_dir / "vocab.json").words == loaded.vocabulary.words
+    for model in (loaded, whole):
+        assert model.run_dir == run_dir and model.source == run_dir / "model"
+        assert run_config(model).data.name == "shapes"
+
+
+def test_each_model_of_a_run_has_its_own_similarity_options(tmp_path):
+    import shutil
+
+    run = make_run(tmp_path / "run")
+    shutil.copytree(run / "model", run / "model_last")  # the last epoch's options saved with its weights
+    (run / "model_last" / "similarity_options.json").write_text(json.dumps({"match_prob": {"a": 5.0, "b": 2.0}}))
+    last = pcmr.load(run, which="model_last")
+    assert last.source == run / "model_last" and last.run_dir == run
+    assert last.similarity_options == {"match_prob": {"a": 5.0, "b": 2.0}}
+    assert pcmr.load(run).similarity_options == {"match_prob": {"a": 3.0, "b": 1.0}}  # RUN/similarity_options.json
 
 
 def test_push_to_hub_uploads_the_saved_folder(model, monkeypatch):

@@ -13,10 +13,13 @@ open_clip or timm. A saved folder (or Hub repository) holds::
     preprocessor_config.json   image input: pixels (image_size, ImageNet mean/std) or features
     similarity_options.json    trained score parameters, e.g. {"match_prob": {"a": .., "b": ..}}
     metrics.json               the run's metrics (validation, and test rows when it was evaluated)
+    run_config.json            the resolved config of the run that trained it (its data, split and
+                               evaluation defaults), when the model came from a run
     README.md                  a generated model card with those metrics
 
 :func:`load` opens a run folder written by ``pcmr train`` (``RUN/``), a model folder inside it
-(``RUN/model``) or a folder written by :meth:`Model.save_pretrained`.
+(``RUN/model``) or a folder written by :meth:`Model.save_pretrained`; every way of opening a trained
+model (``pcmr evaluate``, ``pcmr search --build``, ``pcmr demo``, the study) goes through it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from torch import Tensor, nn
 from pcmr.atomic import atomic_write_text
 from pcmr.data import Vocabulary, load_dataset
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
+from pcmr.evaluation.checks import check_finite_tensors, check_model_vocabulary
 from pcmr.evaluation.encode import (
     ENCODE_BATCH_SIZE,
     ImageInput,
@@ -46,16 +50,20 @@ from pcmr.evaluation.encode import (
 from pcmr.gaussian import Gaussian
 from pcmr.models.config import ModelConfig
 from pcmr.models.model import RetrievalModel
-from pcmr.models.serialization import load_model, save_model
+from pcmr.models.serialization import WEIGHTS_FILE, load_model, save_model
 from pcmr.report import Report
 
-__all__ = ["Model", "load", "preprocessor_config", "VOCABULARY_FILE", "PREPROCESSOR_FILE", "SIMILARITY_OPTIONS_FILE", "METRICS_FILE"]
+__all__ = ["Model", "load", "preprocessor_config", "read_similarity_options", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
+           "SIMILARITY_OPTIONS_FILE", "METRICS_FILE", "RUN_CONFIG_FILE", "RUN_VOCAB_FILE"]
 
 VOCABULARY_FILE = "vocabulary.json"
 PREPROCESSOR_FILE = "preprocessor_config.json"
 SIMILARITY_OPTIONS_FILE = "similarity_options.json"
 METRICS_FILE = "metrics.json"
-_RUN_VOCAB_FILE = "vocab.json"  # RUN/vocab.json, next to RUN/model
+RUN_CONFIG_FILE = "run_config.json"  # a save_pretrained folder: the config of the run that trained it
+RUN_VOCAB_FILE = "vocab.json"  # RUN/vocab.json, next to RUN/model
+_RUN_CONFIG_YAML = "config.yaml"  # RUN/config.yaml, written by pcmr train
+_SIMILARITY_OPTIONS_FORM = 'an object mapping similarity names to their options, e.g. {"match_prob": {"a": 12.0, "b": 4.0}}'
 _MODEL_CARD = """---
 {{ card_data }}
 ---
@@ -100,6 +108,51 @@ def _read_json_file(path: Path, what: str) -> Any:
         raise ValueError(f"{what} file {str(path)!r} is not readable JSON: {error}") from error
 
 
+def read_similarity_options(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
+    """The trained score parameters of ``similarity_options.json``: ``{similarity: {option: number}}``.
+
+    Raises:
+        ValueError: naming the file and the expected form when it is not JSON, or not that mapping.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"similarity options file {str(path)!r} cannot be read ({error}); expected "
+                         f"{_SIMILARITY_OPTIONS_FORM}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"similarity options file {str(path)!r} is not valid JSON ({error.msg} at line "
+                         f"{error.lineno}, column {error.colno}); expected {_SIMILARITY_OPTIONS_FORM}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"similarity options file {str(path)!r} holds a JSON {type(data).__name__}; expected "
+                         f"{_SIMILARITY_OPTIONS_FORM}")
+    for name, options in data.items():
+        if not isinstance(options, dict):
+            raise ValueError(f"similarity options file {str(path)!r}: the options of {name!r} are a JSON "
+                             f"{type(options).__name__}; expected {_SIMILARITY_OPTIONS_FORM}")
+        for key, value in options.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"similarity options file {str(path)!r}: {name}.{key} is {value!r}, not a number; "
+                                 f"expected {_SIMILARITY_OPTIONS_FORM}")
+    return data
+
+
+def _read_run_config(path: Path) -> dict[str, Any]:
+    """The raw mapping of a run's ``config.yaml`` or a model's ``run_config.json`` (checked by the trainer's
+    config layer where it is used)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"run config file {str(path)!r} is not readable: {error}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"run config file {str(path)!r} must hold a mapping with sections model/loss/data/train/"
+                         f"eval, got a {type(raw).__name__}")
+    return raw
+
+
 def _metrics_markdown(metrics: dict[str, Any]) -> str:
     """The model card's metrics section: the validation choice and the test table, when known."""
     lines: list[str] = []
@@ -136,16 +189,11 @@ def _run_metrics(run_dir: Path) -> dict[str, Any]:
 class _LazyImageSize:
     """The image side of a run's data, found on first use by loading its validation split."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
+    def __init__(self, run_config: dict[str, Any]) -> None:
+        self.run_config = run_config
 
     def __call__(self) -> int | None:
-        config_path = self.run_dir / "config.yaml"
-        try:
-            raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as error:
-            raise ValueError(f"run config {str(config_path)!r} is not readable YAML: {error}") from error
-        data = raw.get("data", {}) if isinstance(raw, dict) else {}
+        data = self.run_config.get("data") or {}
         options = dict(data.get("options") or {})
         if data.get("root") is not None:
             options["root"] = str(Path(data["root"]).expanduser())
@@ -167,6 +215,11 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
 
     Attributes:
         network, vocabulary, similarity_options, metrics: as given.
+        run_config: the resolved config of the run that trained the model, as a plain mapping (its
+            ``data``, ``train`` and ``eval`` sections give the defaults of ``pcmr evaluate`` and
+            ``pcmr search``), or None; set by :func:`load` and saved by :meth:`save_pretrained`.
+        source: the model folder it was loaded from (None when built in memory).
+        run_dir: the run folder when the model was loaded from one (``RUN`` or ``RUN/model``), else None.
     """
 
     def __init__(self, network: RetrievalModel, vocabulary: Vocabulary | None = None, image_size: int | None = None,
@@ -183,6 +236,9 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         self._image_size_source: _LazyImageSize | None = None
         self.similarity_options = dict(similarity_options or {})
         self.metrics = dict(metrics or {})
+        self.run_config: dict[str, Any] | None = None
+        self.source: Path | None = None
+        self.run_dir: Path | None = None
         self._card_model_id: str | None = None
 
     # ------------------------------------------------------------------ properties
@@ -251,6 +307,8 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
             extra["vocabulary"] = self.vocabulary.to_dict()
         size = self.image_size
         extra["preprocessor_config"] = preprocessor_config(size)
+        if self.run_config is not None:
+            extra[RUN_CONFIG_FILE] = self.run_config
         save_model(self.network, save_directory, extra_json=extra)
         card = self.generate_model_card(model_id=self._card_model_id or str(save_directory))
         atomic_write_text(save_directory / "README.md", str(card))
@@ -324,25 +382,49 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         return _load_folder(Path(folder), map_location)
 
 
-def _load_folder(directory: Path, map_location: str | torch.device) -> Model:
-    """A model folder: ``RUN/model`` (with ``RUN/vocab.json`` beside it) or a save_pretrained folder."""
+def _companion(directory: Path, *names: str) -> Path | None:
+    """The first of ``names`` in ``directory``, else beside it (a run's ``RUN/model`` finds ``RUN/vocab.json``
+    and ``RUN/similarity_options.json``; so does the ``model/`` of ``pcmr convert``)."""
+    for folder in (directory, directory.parent):
+        for name in names:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def _load_folder(directory: Path, map_location: str | torch.device,
+                 vocabulary: str | os.PathLike[str] | None = None) -> Model:
+    """A model folder: ``RUN/model`` (the run's files beside it) or a save_pretrained folder; its weights are
+    checked finite and its vocabulary checked to be the one it was trained with."""
     network = load_model(directory, map_location=map_location)
-    in_run = (directory.parent / "config.yaml").is_file()  # RUN/model: the run's files sit beside it
-    vocab_path = directory / VOCABULARY_FILE
-    if not vocab_path.is_file() and in_run:
-        vocab_path = directory.parent / _RUN_VOCAB_FILE
-    vocabulary = Vocabulary.load(vocab_path) if vocab_path.is_file() else None
-    options: dict[str, Any] = {}
-    for options_path in (directory / SIMILARITY_OPTIONS_FILE, directory.parent / SIMILARITY_OPTIONS_FILE):
-        if options_path.is_file() and (options_path.parent == directory or in_run):
-            options = _read_json_file(options_path, "similarity options")
-            break
+    check_finite_tensors(network.state_dict(), directory / WEIGHTS_FILE)
+    in_run = (directory.parent / _RUN_CONFIG_YAML).is_file()  # RUN/model: the run's files sit beside it
+    vocab_path = _companion(directory, VOCABULARY_FILE, RUN_VOCAB_FILE)
+    if vocabulary is not None:
+        vocab_path = Path(vocabulary)
+        if not vocab_path.is_file():
+            raise FileNotFoundError(f"vocabulary file {str(vocab_path)!r} does not exist; expected the vocab.json "
+                                    "or vocabulary.json of the run that trained the model")
+    vocab = Vocabulary.load(vocab_path) if vocab_path is not None else None
+    if vocab is not None and vocab_path is not None:
+        check_model_vocabulary(network, vocab, directory, vocab_path)
+    elif network.config.text_encoder.kind == "gru":
+        raise FileNotFoundError(f"{str(directory)!r} has no vocabulary (looked for {VOCABULARY_FILE} in it and "
+                                f"{RUN_VOCAB_FILE} beside it); pass the vocab.json of the run that trained it")
+    options_path = _companion(directory, SIMILARITY_OPTIONS_FILE)
+    options = read_similarity_options(options_path) if options_path is not None else {}
     metrics: dict[str, Any] = {}
     if (directory / METRICS_FILE).is_file():
         metrics = _read_json_file(directory / METRICS_FILE, "metrics")
     elif in_run:
         metrics = _run_metrics(directory.parent)
-    model = Model(network, vocabulary, similarity_options=options, metrics=metrics)
+    model = Model(network, vocab, similarity_options=options, metrics=metrics)
+    model.source = directory
+    if in_run:
+        model.run_dir = directory.parent
+        model.run_config = _read_run_config(directory.parent / _RUN_CONFIG_YAML)
+    elif (directory / RUN_CONFIG_FILE).is_file():
+        model.run_config = _read_run_config(directory / RUN_CONFIG_FILE)
     preprocessor_path = directory / PREPROCESSOR_FILE
     if preprocessor_path.is_file():
         preprocessor = _read_json_file(preprocessor_path, "preprocessor config")
@@ -350,23 +432,36 @@ def _load_folder(directory: Path, map_location: str | torch.device) -> Model:
             raise ValueError(f"preprocessor config file {str(preprocessor_path)!r} must hold "
                              "{'input': 'pixels', 'image_size': N} or {'input': 'features'}")
         model._image_size = int(preprocessor["image_size"]) if preprocessor["input"] == "pixels" else None
-    elif in_run:
-        model._image_size_source = _LazyImageSize(directory.parent)
+    elif model.run_config is not None:
+        model._image_size_source = _LazyImageSize(model.run_config)
     return model.eval()
 
 
-def load(path: str | os.PathLike[str], *, which: str = "model", device: str | torch.device = "cpu") -> Model:
+def load(path: str | os.PathLike[str], *, which: str = "model", device: str | torch.device = "cpu",
+         vocabulary: str | os.PathLike[str] | None = None) -> Model:
     """Open a trained model: a run folder (``RUN``, its ``which`` model: ``model`` or ``model_last``),
     a model folder (``RUN/model``) or a :meth:`Model.save_pretrained` folder; eval mode, on ``device``.
 
+    The vocabulary is ``vocabulary`` when given (a ``vocab.json``), else the folder's ``vocabulary.json``
+    or the ``vocab.json`` beside it; the trained score parameters are the folder's (or its run's)
+    ``similarity_options.json`` (:func:`read_similarity_options`); :attr:`Model.run_config` is the run's
+    ``config.yaml`` or the folder's ``run_config.json``.
+
     Raises:
         FileNotFoundError: naming the path when it is none of these.
+        ValueError: naming the file when one is malformed, the weights are not finite or the vocabulary
+            is not the one the model was trained with.
     """
-    folder = Path(path)
-    if (folder / "config.yaml").is_file() and (folder / which).is_dir():
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"folder not found: {str(path)!r} (expected a run folder from `pcmr train`, its "
+                                "model/ folder or a folder written by Model.save_pretrained)")
+    if (folder / _RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():
+        if not (folder / which).is_dir():
+            raise FileNotFoundError(f"{str(folder / which)!r} is missing: {str(path)!r} is not a finished pcmr run "
+                                    "(train or resume it first)")
         folder = folder / which
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{str(path)!r} is not a pcmr run folder (config.yaml and {which}/) nor a model "
                                 "folder (config.json and model.safetensors)")
-    return _load_folder(folder, device)
-
+    return _load_folder(folder, device, vocabulary)

@@ -35,9 +35,18 @@ def test_evaluate_run_with_defaults_and_flags(run_dir, tmp_path, capsys):
     assert (tmp_path / "b" / "plots" / "uncertainty_r1.png").is_file()
 
 
-def test_evaluate_model_folder_needs_data(run_dir, tmp_path, capsys):
+def test_evaluate_model_folder_needs_data_only_without_a_run_config(run_dir, tmp_path, capsys):
+    import shutil
+
     assert main(["evaluate", str(run_dir / "model"), "--similarity", "cosine", "--rerank", "nns",
-                 "--out", str(tmp_path)]) == 2
+                 "--out", str(tmp_path / "in-run")]) == 0  # RUN/model: the run's config beside it
+    rows = json.loads((tmp_path / "in-run" / "results.json").read_text())["rows"]
+    assert {(r["similarity"], r["rerank"]) for r in rows} == {("cosine", "nns")}
+    alone = tmp_path / "alone"  # weights and vocabulary, no run config: the data must be named
+    shutil.copytree(run_dir / "model", alone)
+    shutil.copy(run_dir / "vocab.json", alone / "vocabulary.json")
+    capsys.readouterr()
+    assert main(["evaluate", str(alone), "--similarity", "cosine", "--rerank", "nns", "--out", str(tmp_path / "o")]) == 2
     assert "--data is required" in capsys.readouterr().err
 
 

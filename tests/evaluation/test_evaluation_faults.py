@@ -38,10 +38,10 @@ def error_line(capsys, argv):
 
 
 def test_the_untouched_run_passes_the_checks(run_dir):
-    from pcmr.train.loading import load_run_or_model
+    import pcmr
 
-    loaded = load_run_or_model(run_dir)
-    assert len(loaded.vocab) == loaded.model.config.vocab_size
+    loaded = pcmr.load(run_dir)
+    assert len(loaded.vocabulary) == loaded.network.config.vocab_size
 
 
 def test_nan_in_the_model_weights_file(run_dir, tmp_path, capsys):
@@ -59,10 +59,11 @@ def test_vocabulary_of_another_size(run_dir, tmp_path, capsys):
     from pcmr.data import Vocabulary
 
     run = copy_run(run_dir, tmp_path)
-    vocab = Vocabulary.load(run / "vocab.json")
-    Vocabulary([*vocab.words[4:], "extra"]).save(run / "vocab.json")
+    saved = run / "model" / "vocabulary.json"  # the vocabulary saved with the model is the one used
+    vocab = Vocabulary.load(saved)
+    Vocabulary([*vocab.words[4:], "extra"]).save(saved)
     err = error_line(capsys, ["evaluate", str(run), "--out", str(tmp_path / "out")])
-    assert f"{run / 'vocab.json'} holds {len(vocab) + 1} words but the model in {run / 'model'} embeds " \
+    assert f"{saved} holds {len(vocab) + 1} words but the model in {run / 'model'} embeds " \
            f"{len(vocab)} token ids" in err
 
 
@@ -71,14 +72,15 @@ def test_vocabulary_of_the_same_size_but_other_words(run_dir, tmp_path, capsys):
 
     run = copy_run(run_dir, tmp_path)
     words = Vocabulary.load(run / "vocab.json").words[4:]
-    Vocabulary([*words[:-1], "zzzz"]).save(run / "vocab.json")
-    err = error_line(capsys, ["evaluate", str(run), "--out", str(tmp_path / "out")])
-    assert f"{run / 'vocab.json'} differs from {run / 'model' / 'vocabulary.json'}" in err
+    other = tmp_path / "other-vocab.json"
+    Vocabulary([*words[:-1], "zzzz"]).save(other)
+    err = error_line(capsys, ["evaluate", str(run), "--vocab", str(other), "--out", str(tmp_path / "out")])
+    assert f"{other} differs from {run / 'model' / 'vocabulary.json'}" in err
 
 
 def test_nan_embeddings_name_their_source_and_rows(run_dir):
+    import pcmr
     from pcmr.data import load_dataset
-    from pcmr.train.run import load_run
 
     images = Gaussian(torch.zeros(3, 2), torch.zeros(3, 2))
     captions = Gaussian(torch.zeros(4, 2), torch.zeros(4, 2))
@@ -87,8 +89,8 @@ def test_nan_embeddings_name_their_source_and_rows(run_dir):
                                          r"'caption_logvar' \(4, 2\) holds NaN or inf"):
         evaluate_embeddings(images, captions, torch.eye(3, 4, dtype=torch.bool), similarities=["cosine"],
                             rerankers=["nns"])
-    trained = load_run(run_dir)
-    model = trained.model
+    trained = pcmr.load(run_dir)
+    model = trained.network
     encode_images = model.encode_images
 
     def diverged(batch):  # a model whose image means went NaN for one image
@@ -100,7 +102,7 @@ def test_nan_embeddings_name_their_source_and_rows(run_dir):
     split = load_dataset("shapes", "test", **SHAPES)
     with pytest.raises(ValueError, match=r"the embeddings of RetrievalSplit\(name='shapes', split='test'.* "
                                          r"encoded by the model: Gaussian.mean holds 4 non-finite value"):
-        evaluate_model(model, split, trained.vocab, similarities=["cosine"], rerankers=["nns"])
+        evaluate_model(model, split, trained.vocabulary, similarities=["cosine"], rerankers=["nns"])
 
 
 def test_check_finite_tensors_of_scalars_and_integers():

@@ -22,8 +22,10 @@ from pcmr.evaluation.figures import (
     k_occurrence_histogram,
 )
 from pcmr.gaussian import Gaussian
+from pcmr.hub import load
 from pcmr.study.claims import judge_claims, parse_claims
-from pcmr.train.run import load_run, load_run_split
+from pcmr.train.loading import run_config
+from pcmr.train.run import load_run_split
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -166,9 +168,9 @@ def test_claims_labels_are_readable_and_legend_outside(tmp_path: Path, caught) -
 
 
 def test_uncertainty_vs_corruption_from_a_model(tmp_path: Path, caught) -> None:
-    trained = load_run(make_run(tmp_path / "run"))
-    split = load_run_split(trained.config, "test")
-    series = corruption_series(trained.model, split, trained.vocab, "log_det", max_items=8)
+    trained = load(make_run(tmp_path / "run"))
+    split = load_run_split(run_config(trained), "test")
+    series = corruption_series(trained.network, split, trained.vocabulary, "log_det", max_items=8)
     assert series is not None and set(series) == {"measure", "image", "caption"}
     report_plots.plot_uncertainty_vs_corruption(series, tmp_path / "c.png")
     for ax, modality in zip(caught[-1].axes, ("image", "caption")):

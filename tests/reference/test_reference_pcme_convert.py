@@ -14,12 +14,12 @@ import sys
 import pytest
 import torch
 
+import pcmr
 from _reference import FIXTURES, assert_close, load_fixture, part
 from pcmr.data import Vocabulary
 from pcmr.data.text import SPECIAL_TOKENS as DATA_SPECIAL_TOKENS
 from pcmr.models import load_model
 from pcmr.models.convert_pcme_release import SPECIAL_TOKENS, ReleaseCheckpointError, convert_pcme_release
-from pcmr.train.loading import load_run_or_model
 
 CHECKPOINT = FIXTURES / "pcme_release_checkpoint.pth"
 TENSORS, PROVENANCE = load_fixture("pcme")
@@ -78,8 +78,8 @@ def test_cli_writes_a_model_folder_pcmr_loads(tmp_path):
     options = json.loads((run / "similarity_options.json").read_text())
     assert set(options["match_prob"]) == {"a", "b"}
     assert not (run / "image_backbone.safetensors").exists()  # the stand-in backbone has no weights
-    loaded = load_run_or_model(run / "model")  # what `pcmr evaluate RUN/model` opens
-    assert loaded.vocab.words == vocab.words and loaded.similarity_options == options
+    loaded = pcmr.load(run / "model")  # what `pcmr evaluate RUN/model` opens
+    assert loaded.vocabulary.words == vocab.words and loaded.similarity_options == options
 
 
 def test_bad_checkpoints_raise_one_clear_error(tmp_path):

@@ -177,18 +177,19 @@ def test_a_truncated_store_file_is_detected_on_load(built, tmp_path):
 
 def test_chunked_encoding_equals_the_whole_split_and_needs_split_order(built, monkeypatch):
     from pcmr.evaluation import encode
-    from pcmr.train.loading import load_run_or_model, load_split
+    from pcmr.hub import load
+    from pcmr.train.loading import load_split, run_config
 
-    loaded = load_run_or_model(str(built["run"]), None, "cpu")
-    split = load_split(None, "test", loaded.config, None)
-    whole = encode.encode_images(loaded.model, split)
-    chunks = list(encode.encode_split_chunks(loaded.model, split, loaded.vocab, "image", batch_size=64))
+    loaded = load(str(built["run"]))
+    split = load_split(None, "test", run_config(loaded), None)
+    whole = encode.encode_images(loaded.network, split)
+    chunks = list(encode.encode_split_chunks(loaded.network, split, loaded.vocabulary, "image", batch_size=64))
     assert [c.num for c in chunks] == [64, 64, 64, 64, 44]
     assert torch.allclose(torch.cat([c.mean for c in chunks]), whole.mean, atol=1e-6)
     original = encode.image_loader
     monkeypatch.setattr(encode, "image_loader", lambda split, size: list(original(split, size))[::-1])
     with pytest.raises(ValueError, match="in order"):
-        list(encode.encode_split_chunks(loaded.model, split, loaded.vocab, "image", batch_size=64))
+        list(encode.encode_split_chunks(loaded.network, split, loaded.vocabulary, "image", batch_size=64))
 
 
 def test_item_uncertainties_are_saved_once_and_equal_the_stores(built):

@@ -72,6 +72,19 @@ def test_results_summary_and_claims(finished: Path) -> None:
         assert all(r[column] != "" for r in pcme_nns), column
     exact = [r for r in pcme_nns if r["relevance"] == "exact"]
     assert all(r["caption_uncertainty_relevant_rho"] != "" for r in exact)
+    # every uncertainty statistic beside the same seed's untrained model's, and within wildcard strata
+    for column in ("caption_uncertainty_relevant_rho_untrained", "image_uncertainty_relevant_rho_untrained",
+                   "caption_uncertainty_relevant_rho_strata", "caption_uncertainty_relevant_rho_strata_untrained",
+                   "image_uncertainty_occlusion_slope_untrained", "caption_uncertainty_erasure_slope_untrained"):
+        assert all(r[column] != "" for r in exact), column
+    # the untrained null is the run's own seed: the same value in every row of a run, different across seeds
+    untrained = {r["run"]: r["caption_uncertainty_relevant_rho_untrained"] for r in exact}
+    assert len(set(untrained.values())) == len(untrained) == 2
+    # agreement of the per-item uncertainty across the two seeds, on every row of the recipe
+    assert all(r["caption_uncertainty_agreement"] != "" and r["caption_uncertainty_agreement_untrained"] != ""
+               for r in pcme_nns)
+    assert (finished / "runs" / "pcme-base-s0" / "item_uncertainty.json").is_file()
+    assert "| pcme | base | caption |" in (finished / "agreement.md").read_text()
     # the trained-signal gate: recorded per run; two steps of training leave the heads untrained
     for row in pcme_nns:
         assert row["image_uncertainty_signal"] in ("0.0", "1.0") and row["caption_uncertainty_signal"] == "0.0"

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import atomic_write_text
-from pcmr.evaluation import RetrievalEvaluator
 from pcmr.evaluation.columns import EVALUATION_COLUMNS
-from pcmr.report import Report, format_table, merge_rows
+from pcmr.hub import load
+from pcmr.report import format_table, merge_rows
 from pcmr.search.presentation import collapsed_recall_warning
+from pcmr.train.evaluation import evaluate_run
 from pcmr.train.lifecycle import start_run
-from pcmr.train.run import load_run, load_run_split
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
 
@@ -93,24 +93,6 @@ def _prepare(out: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def evaluate_run(run_dir: Path, out_dir: Path, progress: bool | None = None) -> Report:
-    """Evaluate a run's selected model on its test split (``eval`` section of its config) with
-    :class:`pcmr.evaluation.RetrievalEvaluator`; the report is saved under ``out_dir``."""
-
-    trained = load_run(run_dir)
-    config = trained.config
-    evaluator = RetrievalEvaluator(
-        load_run_split(config, config.eval.split),
-        val_split=load_run_split(config, config.data.val_split),
-        similarities=tuple(config.eval.similarities),
-        rerankers=tuple(config.eval.rerankers),
-        batch_size=config.eval.batch_size,
-        progress=progress,
-        meta={"run": str(run_dir)},
-    )
-    return evaluator.evaluate(trained.model, trained.vocab, trained.similarity_options, out_dir=out_dir)
-
-
 def _comparison_rows(rows: list[dict[str, Any]], trained: dict[str, str]) -> list[dict[str, Any]]:
     """Exact relevance: NNS rows of every similarity, then the other re-rankers on each model's trained
     score; then source (COCO-style) relevance: NNS on each model's trained score."""
@@ -137,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             f"validation {summary['select_on']} {summary['best_metric']:.2f}; evaluating ...",
             flush=True,
         )
-        result = evaluate_run(run_dir, run_dir / "evaluation", progress=args.progress)
+        result = evaluate_run(load(run_dir), out_dir=run_dir / "evaluation", progress=args.progress)
         if collapsed_recall_warning(result.rows):
             print(f"warning: {recipe}: {collapsed_recall_warning(result.rows)}", file=sys.stderr, flush=True)
         trained[recipe] = summary["trained_similarity"]

@@ -1,10 +1,10 @@
 """``pcmr evaluate RUN_OR_MODEL``: the evaluation table of a trained model (pcmr.evaluation).
 
-``RUN_OR_MODEL`` is a run folder written by ``pcmr train`` (``config.yaml``, ``model/``,
-``vocab.json``, ``similarity_options.json``) or a model folder written by
-``pcmr.models.save_model`` (then ``--data`` is required and the vocabulary is ``--vocab``, or a
-``vocab.json`` inside the folder or next to it). Defaults for the data, split, similarities and
-re-rankers come from the run's config; flags override them.
+``RUN_OR_MODEL`` is anything :func:`pcmr.load` opens: a run folder written by ``pcmr train``, its
+``model/`` folder, or a folder written by ``Model.save_pretrained`` (which records its run's config).
+Defaults for the data, split, similarities, re-rankers, batch size and device come from that run
+config (:func:`pcmr.train.evaluation.run_evaluator`); flags override them. A model folder that
+records no run config (e.g. ``pcmr convert`` output) needs ``--data``.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ from typing import Any
 from pcmr.atomic import write_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
-from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, evaluate_model
-from pcmr.evaluation.evaluator import needs_validation
+from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.evaluation.scoring import check_names
+from pcmr.hub import load
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.progress import phase
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.similarity import check_similarity_option_values, get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
-from pcmr.train.loading import load_run_or_model, load_split
+from pcmr.train.evaluation import evaluate_run
+from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run", "parse_names", "check_option_owners", "check_option_values", "prepare_out"]
 
@@ -121,13 +122,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "run_or_model",
         metavar="RUN_OR_MODEL",
-        help="run folder from `pcmr train`, or a model folder from pcmr.models.save_model",
+        help="run folder from `pcmr train`, its model/ folder, or a folder from Model.save_pretrained",
     )
     parser.add_argument(
         "--data",
         metavar="NAME_OR_PATH",
         default=None,
-        help="dataset name (see `pcmr list datasets`) or dataset folder (default: the run's data)",
+        help="dataset name (see `pcmr list datasets`) or dataset folder (default: the run's data, as "
+        "the run folder or the model folder records it)",
     )
     parser.add_argument(
         "--data-name",
@@ -172,7 +174,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="also report R@K averaged over N consecutive image folds, each re-scored on its own "
         "(default: 5 on COCO 5K-test, the COCO 1K protocol; none otherwise)",
     )
-    parser.add_argument("--vocab", default=None, help="vocab.json of the training run (model folders only)")
+    parser.add_argument("--vocab", default=None,
+                        help="vocab.json of the training run (default: the model folder's vocabulary.json, or the "
+                        "vocab.json beside it)")
     parser.add_argument(
         "--out",
         default=None,
@@ -183,7 +187,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="replace an earlier report in the output folder (the whole folder is swapped "
                         "in at once, so no figure of the old report stays)")
     parser.add_argument("--batch-size", type=int, default=None, help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
-    parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
+    parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: the run's train.device "
+                        "when this machine has it, else cpu)")
     parser.add_argument("--progress", action="store_const", const=True, default=None,
                         help="progress bars while encoding even when output is not a terminal "
                              "(default: bars only on a terminal)")
@@ -191,57 +196,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_run_or_model(args.run_or_model, args.vocab, args.device or "cpu")
-    config = loaded.config
-
-    def split_of(name: str) -> Any:
-        return load_split(args.data, name, config, args.data_name)
-
+    model = load(args.run_or_model, device=args.device or "cpu", vocabulary=args.vocab)
+    config = run_config(model)
     eval_cfg = config.eval if config is not None else None
     split_name = args.split or (eval_cfg.split if eval_cfg else "test")
-    val_name = args.val_split or (config.data.val_split if config is not None else "val")
     similarities = check_names("similarity", parse_names(args.similarity) or (
         list(eval_cfg.similarities) if eval_cfg else list(DEFAULT_SIMILARITIES)
     ), list_similarities())
     rerankers = check_names("re-ranker", parse_names(args.rerank) or (
         list(eval_cfg.rerankers) if eval_cfg else list(DEFAULT_RERANKERS)
     ), list_rerankers())
-    similarity_options = {k: dict(v) for k, v in loaded.similarity_options.items()}
-    rerank_options: dict[str, dict[str, Any]] = {}
     given = [_parse_option(item) for item in args.option]
     check_option_owners(given, similarities, rerankers)
+    rerank_options: dict[str, dict[str, Any]] = {}
     for owner, option, value in given:
-        target = similarity_options if owner in list_similarities() else rerank_options
+        target = model.similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
-    check_option_values(given, similarity_options, rerank_options)  # before loading data or encoding
-    needs_val = needs_validation(rerankers, rerank_options)
-    split = split_of(split_name)
+    check_option_values(given, model.similarity_options, rerank_options)  # before loading data or encoding
+    split = load_split(args.data, split_name, config, args.data_name)
     if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
         raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
                          f"{split.num_images} images, got {args.folds}")
-    val_split = split_of(val_name) if needs_val else None
-    batch_size = args.batch_size or (eval_cfg.batch_size if eval_cfg else ENCODE_BATCH_SIZE)
-    out = (
-        Path(args.out)
-        if args.out
-        else (loaded.source / f"eval-{split_name}" if config is not None else Path(f"eval-{split_name}"))
-    )
+    out = Path(args.out) if args.out else (model.run_dir or Path(".")) / f"eval-{split_name}"
     prepare_out(out, args.overwrite)
-    result = evaluate_model(
-        loaded.model,
-        split,
-        loaded.vocab,
-        similarities=similarities,
-        rerankers=rerankers,
-        similarity_options=similarity_options,
-        rerank_options=rerank_options,
-        val_split=val_split,
-        batch_size=batch_size,
-        device=args.device,
-        progress=args.progress,
-        num_folds=args.folds,
-        meta={"run": str(loaded.source)},
-    )
+    result = evaluate_run(model, split, val_split=args.val_split, data=args.data, data_name=args.data_name,
+                          similarities=similarities, rerankers=rerankers, rerank_options=rerank_options,
+                          batch_size=args.batch_size, device=args.device, progress=args.progress,
+                          num_folds=args.folds)
     if not result.rows:
         reasons = "; ".join(f"{s['similarity']}/{s['rerank']}: {s['reason']}" for s in result.skipped)
         raise ValueError(f"no (similarity, re-ranker) pair could be evaluated ({reasons or 'nothing selected'}); "

@@ -24,8 +24,9 @@ from typing import Any
 
 from pcmr.atomic import write_folder
 from pcmr.config import ConfigError, parse_override
-from pcmr.data import ENCODE_BATCH_SIZE
+from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
+from pcmr.hub import load
 from pcmr.progress import phase
 from pcmr.search import GalleryIndex
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
@@ -40,7 +41,7 @@ from pcmr.search.presentation import (
     word_vocabulary,
 )
 from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE
-from pcmr.train.loading import load_run_or_model, load_split
+from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
 
@@ -60,7 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--build",
         metavar="RUN_OR_MODEL",
         default=None,
-        help="encode a gallery with this run folder (from `pcmr train`) or model folder into INDEX",
+        help="encode a gallery with this run folder (from `pcmr train`), its model/ folder or a folder from "
+        "Model.save_pretrained into INDEX",
     )
     build.add_argument(
         "--data",
@@ -74,8 +76,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="dataset format of a --data folder (default: detected from its files)",
     )
-    build.add_argument("--split", default="test", help="split encoded as the gallery (default: test)")
-    build.add_argument("--vocab", default=None, help="vocab.json of the training run (model folders only)")
+    build.add_argument("--split", default=None,
+                       help="split encoded as the gallery (default: the run's eval.split, else test)")
+    build.add_argument("--vocab", default=None,
+                       help="vocab.json of the training run (default: the model folder's vocabulary.json, or the "
+                       "vocab.json beside it)")
     build.add_argument("--batch-size", type=int, default=ENCODE_BATCH_SIZE,
                        help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
     build.add_argument("--from-embeddings", metavar="FILE", default=None,
@@ -198,19 +203,21 @@ def _save_new(index: Any, args: argparse.Namespace) -> None:
 
 def _build(args: argparse.Namespace) -> Any:
     _check_target(args)
-    loaded = load_run_or_model(args.build, args.vocab, args.device or "cpu")
-    split = load_split(args.data, args.split, loaded.config, args.data_name)
+    model = load(args.build, device=args.device or "cpu", vocabulary=args.vocab)
+    config = run_config(model)
+    args.split = args.split or (config.eval.split if config is not None else "test")
+    split = load_split(args.data, args.split, config, args.data_name)
     if args.on_disk:
-        return _build_on_disk(args, loaded, split)
+        return _build_on_disk(args, model, split)
     with phase(f"encoding the gallery ({split.num_images} images, {split.num_captions} captions)"):
         index = GalleryIndex.build(
-            loaded.model,
+            model.network,
             split,
-            loaded.vocab,
+            _vocabulary(model),
             batch_size=args.batch_size,
             device=args.device,
-            similarity_options=loaded.similarity_options,
-            meta={"source": str(loaded.source), "dataset": split.name, "split": args.split},
+            similarity_options=model.similarity_options,
+            meta={"source": str(model.run_dir or model.source), "dataset": split.name, "split": args.split},
             progress=None,
         )
     _maybe_build_ann(index, args)
@@ -222,7 +229,12 @@ def _build(args: argparse.Namespace) -> Any:
     return index
 
 
-def _build_on_disk(args: argparse.Namespace, loaded: Any, split: Any) -> Any:
+def _vocabulary(model: Any) -> Vocabulary:
+    """The model's vocabulary (an empty one for text towers that read raw text)."""
+    return model.vocabulary if model.vocabulary is not None else Vocabulary([])
+
+
+def _build_on_disk(args: argparse.Namespace, model: Any, split: Any) -> Any:
     """--build --on-disk: the stores, the faiss index and the statistics are written into the new
     index folder (swapped in whole once complete), then the index is opened from there."""
     if args.backend not in ("auto", "faiss"):
@@ -233,9 +245,10 @@ def _build_on_disk(args: argparse.Namespace, loaded: Any, split: Any) -> Any:
     def write(folder: Path) -> None:
         with phase(f"encoding the gallery to disk ({split.num_images} images, {split.num_captions} captions)"):
             index = GalleryIndex.build_on_disk(
-                loaded.model, split, loaded.vocab, folder, dtype=args.store_dtype or "float16",
-                batch_size=args.batch_size, device=args.device, similarity_options=loaded.similarity_options,
-                meta={"source": str(loaded.source), "dataset": split.name, "split": args.split}, progress=None)
+                model.network, split, _vocabulary(model), folder, dtype=args.store_dtype or "float16",
+                batch_size=args.batch_size, device=args.device, similarity_options=model.similarity_options,
+                meta={"source": str(model.run_dir or model.source), "dataset": split.name, "split": args.split},
+                progress=None)
         _maybe_build_ann(index, args)
         index.save(folder)
 

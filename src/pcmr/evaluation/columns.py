@@ -28,6 +28,9 @@ def _direction_columns(direction: str) -> list[Column]:
         Column(f"{d}_cxc_r_precision", f"{d} RPC²"), Column(f"{d}_eccv_R@1", f"{d} ECCV R@1"),
         Column(f"{d}_eccv_r_precision", f"{d} ECCV R-P"), Column(f"{d}_eccv_map_at_r", f"{d} ECCV MAP@R"),
         Column(f"{d}_lambda", f"{d} λ", "recall"),
+        Column(f"{d}_aurc", f"{d} AURC"), Column(f"{d}_aurc_margin", f"{d} AURC margin"),
+        Column(f"{d}_aurc_multiplicity", f"{d} AURC multiplicity"),
+        Column(f"{d}_uncertainty_S", f"{d} unc. S"), Column(f"{d}_uncertainty_R2", f"{d} unc. R²"),
     ]
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.evaluation.abstention import abstention_columns, abstention_series, pca_ellipse_series
 from pcmr.evaluation.checks import check_finite_embeddings
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number
 from pcmr.evaluation.degenerate import degenerate_score_warning
@@ -176,6 +177,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         notes.append("no uncertainty-decile figure: it needs at least 10 queries with a relevant item in "
                      "each direction")
     decile_data: dict[str, Any] = {}
+    abstention_data: dict[str, Any] = {}
     hub_data: dict[str, Any] = {}
     for name in similarities:
         options = similarity_options.get(name, {})
@@ -228,8 +230,17 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         measure = uncertainty_measure_for((images, captions), uncertainty_measure)  # PVSE point sets: spread
         if measure is not None and deciles_possible:
             decile_data[name] = decile_series(scores, relevance, images, captions, measure)
+            abstention_data[name] = abstention_series(scores, relevance, images, captions, measure)
+            for row in result.rows:  # the uncertainty of the raw scores: the nns row carries it
+                if row["similarity"] == name and row["rerank"] == "nns":
+                    row.update(abstention_columns(abstention_data[name]))
     if decile_data:
         result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
+    if abstention_data:
+        result.figures["risk_coverage"] = {"measure": measure, "series": abstention_data}
+    if figures and all(isinstance(g, Gaussian) and g.logvar is not None for g in (images, captions)) \
+            and images.dim > 2:
+        result.figures["embeddings_pca"] = pca_ellipse_series(images, captions, relevance)
     if hub_data and min(images.num, captions.num) > 10:
         result.figures["k_occurrence"] = {"k": 10, "series": hub_data}
     if figures and images.dim == 2:

@@ -43,7 +43,23 @@ from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_posi
 from pcmr.progress import phase, status_line
 from pcmr.report import Report
 
-__all__ = ["EncodedEvaluation", "ExtraColumns", "RetrievalEvaluator", "evaluate_model", "needs_validation"]
+__all__ = ["EncodedEvaluation", "ExtraColumns", "PRIMARY_METRIC", "RetrievalEvaluator", "SELECTION_METRICS",
+           "evaluate_model", "needs_validation", "selection_value"]
+
+#: Metrics of one row that rank models (higher is better): ``rsum``, the sum of R@1/5/10 in both directions,
+#: and ``r_precision``, the mean R-Precision of both directions (PCME Sec. 4.1.1).
+SELECTION_METRICS = ("rsum", "r_precision")
+#: The metric a :class:`RetrievalEvaluator` names as its primary one unless told otherwise.
+PRIMARY_METRIC = "rsum"
+
+
+def selection_value(row: Mapping[str, Any], metric: str) -> float:
+    """The value of the selection metric ``metric`` (one of :data:`SELECTION_METRICS`) in a report row."""
+    if metric == "r_precision":
+        return 0.5 * (float(row["i2t_r_precision"]) + float(row["t2i_r_precision"]))
+    if metric == "rsum":
+        return float(row["rsum"])
+    raise ValueError(f"selection metric {metric!r}: expected one of {', '.join(SELECTION_METRICS)}")
 
 
 @dataclass
@@ -108,6 +124,8 @@ class RetrievalEvaluator:
         corruption: the uncertainty-vs-corruption figure (re-encodes occluded items);
         hubness: hubness columns (``hs_sum``).
         meta: extra report metadata (e.g. ``{"run": path}``).
+        primary_metric: the metric that ranks models (one of :data:`SELECTION_METRICS`); training's
+            model selection reads it (:meth:`primary_value`).
     """
 
     split: RetrievalSplit
@@ -130,6 +148,15 @@ class RetrievalEvaluator:
     corruption: bool = True
     hubness: bool = True
     meta: dict[str, Any] = field(default_factory=dict)
+    primary_metric: str = PRIMARY_METRIC
+
+    def __post_init__(self) -> None:
+        if self.primary_metric not in SELECTION_METRICS:
+            raise ValueError(f"primary_metric {self.primary_metric!r}: expected one of {', '.join(SELECTION_METRICS)}")
+
+    def primary_value(self, row: Mapping[str, Any]) -> float:
+        """The :attr:`primary_metric` of one report row (higher is better)."""
+        return selection_value(row, self.primary_metric)
 
     @property
     def needs_validation(self) -> bool:

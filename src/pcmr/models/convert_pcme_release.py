@@ -31,6 +31,8 @@ The release's heads predict log sigma; pcmr's converted heads keep that output
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +158,16 @@ def _words(word2idx: Mapping[str, Any], where: str) -> tuple[list[str], list[int
     return words, [int(word2idx[word]) for word in words]
 
 
+def _unreadable(where: str, error: BaseException) -> str:
+    """One line for a file torch cannot read as a weights-only checkpoint (torch's own message advises
+    loading with ``weights_only=False``, which would run the file's code: never done here)."""
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
+    if found:
+        return (f"{where} holds a Python object ({found.group(1)}) besides tensors, numbers and strings; pcmr reads "
+                f"checkpoints without running code, so expected the .pth written by the release's save_models")
+    return f"{where} is not a torch checkpoint; expected the .pth written by the release's save_models"
+
+
 def convert_pcme_release(path: str | Path) -> ConvertedRelease:
     """Convert the release checkpoint at ``path`` (a ``.pth`` written by its ``save_models``)."""
     path = Path(path)
@@ -163,9 +175,11 @@ def convert_pcme_release(path: str | Path) -> ConvertedRelease:
     if not path.is_file():
         raise FileNotFoundError(f"{where} does not exist")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of files it then refuses
+            warnings.simplefilter("ignore")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a weights-only load refuses anything that would run code
-        raise ReleaseCheckpointError(f"{where}: not a weights-only torch checkpoint ({error})") from error
+        raise ReleaseCheckpointError(_unreadable(where, error)) from None
     if not isinstance(checkpoint, dict):
         raise ReleaseCheckpointError(f"{where}: expected a dict, got {type(checkpoint).__name__}")
     state = {k.replace("module.", ""): v for k, v in _require(checkpoint, "model", dict, where).items()}

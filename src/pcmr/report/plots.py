@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pcmr.atomic import atomic_write
 from pcmr.suggest import unknown_name
 
@@ -234,6 +236,84 @@ def plot_uncertainty_multiplicity(data: dict[str, Any], path: str | os.PathLike[
     return save_figure(figure, path)
 
 
+def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Risk-coverage curves (the precision of the answered queries when the most uncertain are withheld),
+    one panel per direction: each similarity's uncertainty, and the first similarity's top-1-margin and
+    true-multiplicity references; AURC in the legend (lower is better).
+
+    ``data = {"measure": str, "series": {similarity: {"i2t": side, "t2i": side}}}``, ``side`` as written by
+    :func:`pcmr.evaluation.abstention.abstention_series`."""
+    series = data.get("series", {})
+    figure = new_figure(10.0, 4.2)
+    axes = figure.subplots(1, 2, squeeze=False)[0]
+    for ax, direction in zip(axes, ("i2t", "t2i")):
+        for index, (name, sides) in enumerate(series.items()):
+            side = sides[direction]
+            ax.plot(side["coverage"], side["risk"], color=f"C{index}", linewidth=1.6,
+                    label=f"{name} uncertainty (AURC {100 * side['aurc']:.1f})")
+            if index == 0:
+                ax.plot(side["coverage"], side["margin_risk"], color="0.45", linestyle="--", linewidth=1.2,
+                        label=f"top-1 margin (AURC {100 * side['aurc_margin']:.1f})")
+                ax.plot(side["coverage"], side["multiplicity_risk"], color="0.2", linestyle=":", linewidth=1.2,
+                        label=f"true multiplicity (AURC {100 * side['aurc_multiplicity']:.1f})")
+                ax.axhline(side["random"], color="0.7", linewidth=0.8, label="no abstention")
+        ax.set_xlim(0.0, 1.0)
+        ax.set_ylim(0.0, 1.0)
+        ax.set_xlabel("coverage (share of queries answered, least uncertain first)")
+        ax.set_ylabel("risk (1 - R-Precision of the answered)")
+        ax.set_title({"i2t": "image -> text", "t2i": "text -> image"}[direction], fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)  # below: never over a mark
+    figure.suptitle("risk-coverage: does abstaining on uncertain queries help?", fontsize=11)
+    return save_figure(figure, path)
+
+
+def ellipse_axes(covariance: Any) -> tuple[float, float, float]:
+    """``(width, height, angle in degrees)`` of the one-standard-deviation ellipse of a 2 x 2 covariance."""
+    values, vectors = np.linalg.eigh(np.asarray(covariance, dtype=np.float64))
+    values = np.clip(values, 0.0, None)
+    angle = float(np.degrees(np.arctan2(vectors[1, 1], vectors[0, 1])))
+    return 2.0 * float(np.sqrt(values[1])), 2.0 * float(np.sqrt(values[0])), angle
+
+
+def plot_pca_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Gaussians of any dimension on the two principal axes of their means, one-standard-deviation ellipses
+    of the exactly projected covariances (``data`` from :func:`pcmr.evaluation.abstention.pca_ellipse_series`):
+    the most specific and the most generic captions, and a few images."""
+    from matplotlib.patches import Ellipse
+
+    figure = new_figure(6.6, 6.0)
+    ax = figure.subplots()
+    caption, image = data["caption"], data["image"]
+    multiplicity = caption.get("multiplicity") or [0] * len(caption["mean"])
+    cut = sorted(multiplicity)[len(multiplicity) // 2] if multiplicity else 0
+    specific = [i for i, m in enumerate(multiplicity) if m < cut] or [i for i, m in enumerate(multiplicity) if m <= cut]
+    generic = [i for i in range(len(multiplicity)) if i not in specific]
+    groups = [("images", image, list(range(len(image["mean"]))), "C0", "s")]
+    if specific:
+        groups.append((f"specific captions ({min(multiplicity[i] for i in specific)}-"
+                       f"{max(multiplicity[i] for i in specific)} relevant images)", caption, specific, "C1", "o"))
+    if generic:
+        groups.append((f"generic captions ({min(multiplicity[i] for i in generic)}-"
+                       f"{max(multiplicity[i] for i in generic)} relevant images)", caption, generic, "C2", "^"))
+    for label, side, rows, color, marker in groups:
+        ax.scatter([side["mean"][i][0] for i in rows], [side["mean"][i][1] for i in rows], s=16, c=color,
+                   marker=marker, label=f"{label}, n={len(rows)}", zorder=3)
+        for i in rows:
+            width, height, angle = ellipse_axes(side["covariance"][i])
+            ax.add_patch(Ellipse(tuple(side["mean"][i]), width, height, angle=angle, facecolor=color,
+                                 edgecolor=color, alpha=0.12))
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.autoscale_view()
+    explained = data.get("explained", [float("nan")] * 2)
+    ax.set_xlabel(f"principal axis 1 ({100 * explained[0]:.0f} % of the means' variance)")
+    ax.set_ylabel(f"principal axis 2 ({100 * explained[1]:.0f} %)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1)
+    ax.grid(alpha=0.3)
+    ax.set_title("Gaussians on the means' two principal axes: 1-std ellipses", fontsize=11)
+    return save_figure(figure, path)
+
+
 #: figure name -> drawing function; the PNG is saved as ``<name>.png``.
 FIGURES: dict[str, Callable[[dict[str, Any], str | os.PathLike[str]], Path]] = {
     "uncertainty_r1": plot_uncertainty_deciles,
@@ -241,6 +321,8 @@ FIGURES: dict[str, Callable[[dict[str, Any], str | os.PathLike[str]], Path]] = {
     "uncertainty_vs_corruption": plot_uncertainty_vs_corruption,
     "embeddings_2d": plot_embedding_ellipses,
     "uncertainty_multiplicity": plot_uncertainty_multiplicity,
+    "risk_coverage": plot_risk_coverage,
+    "embeddings_pca": plot_pca_ellipses,
 }
 
 

@@ -8,6 +8,7 @@ only, so a change in those APIs touches one file.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -19,27 +20,30 @@ import yaml
 
 from pcmr.atomic import atomic_write_text
 from pcmr.config import ConfigError
-from pcmr.evaluation import (
-    EncodedEvaluation,
-    RetrievalEvaluator,
-    encode_split,
-    score_matrix,
-    unsupported_reason,
-)
-from pcmr.evaluation.evaluator import needs_validation
+from pcmr.evaluation import EncodedEvaluation, encode_split, score_matrix, unsupported_reason
 from pcmr.evaluation.figures import corruption_series
+from pcmr.hub import Model, load
 from pcmr.metrics.signal import uncertainty_signal
 from pcmr.models import create_model
-from pcmr.study.analysis import binary_selection, least_squares_slope, relevant_count_correlation
+from pcmr.study.analysis import (
+    binary_selection,
+    caption_wildcard_counts,
+    least_squares_slope,
+    relevant_count_correlation,
+    stratified_spearman,
+)
 from pcmr.study.spec import AnalysisOptions, StudyError
 from pcmr.train import check_config, load_config
+from pcmr.train.config import RunConfig
+from pcmr.train.evaluation import evaluate_run_modes
 from pcmr.train.lifecycle import start_or_resume
+from pcmr.train.loading import run_config
 from pcmr.train.recipes import find_recipe
-from pcmr.train.run import load_run, load_run_split
+from pcmr.train.run import load_run_split
 from pcmr.train.trainer import torch_seed
 
-__all__ = ["UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "resolve_config", "schedule_text", "train_run",
-           "write_text"]
+__all__ = ["ITEM_UNCERTAINTY", "UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "read_item_uncertainty",
+           "resolve_config", "schedule_text", "train_run", "write_item_uncertainty", "write_text"]
 
 UNCERTAINTY_MEASURE = "log_det"
 
@@ -110,15 +114,16 @@ def _corruption_columns(model: Any, split: Any, vocab: Any, device: Any, batch_s
     return out
 
 
-def _binary_selection_columns(trained: Any, similarities: Sequence[str], device: Any,
-                              batch_size: int) -> dict[str, dict[str, float]]:
+def _binary_selection_columns(trained: Model, config: RunConfig, similarities: Sequence[str],
+                              evaluation: EncodedEvaluation) -> dict[str, dict[str, float]]:
     """``{similarity: {binsel_*: accuracy}}`` on the shapes ``binary_selection`` split."""
 
-    split = load_run_split(trained.config, "binary_selection")
+    split = load_run_split(config, "binary_selection")
     roles = split.info.get("roles")
     if not roles or split.num_images == 0:
         return {}
-    images, captions = encode_split(trained.model, split, trained.vocab, batch_size=batch_size, device=device)
+    images, captions = encode_split(trained.network, split, evaluation.vocab, batch_size=evaluation.batch_size,
+                                    device=evaluation.device)
     out = {}
     for name in similarities:
         options = dict(trained.similarity_options.get(name, {}))
@@ -129,18 +134,25 @@ def _binary_selection_columns(trained: Any, similarities: Sequence[str], device:
     return out
 
 
-def _signal_columns(evaluation: EncodedEvaluation, trained: Any) -> dict[str, float | None]:
-    """The trained-signal gate per modality (:func:`pcmr.metrics.signal.uncertainty_signal`): the test
-    items encoded by the trained model and by an untrained one of the same configuration; plus the
-    learned match-probability ``a``, ``b`` where the run has them."""
+def _untrained_encoding(evaluation: EncodedEvaluation, config: RunConfig) -> tuple[Any, Any, Any]:
+    """``(model, images, captions)``: an untrained model of the run's configuration, drawn from the run's
+    own seed, and the test items it encodes (the null every uncertainty statistic is read against)."""
 
-    config = trained.config
     options = {k: v for k, v in config.model.items() if k != "name"}
     with torch.random.fork_rng(devices=[]):  # the run's own seed, not whatever this process drew before
         torch.manual_seed(torch_seed(config.train.seed))
-        initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(trained.vocab)})
-    initial = encode_split(initial_model, evaluation.split, trained.vocab, batch_size=evaluation.batch_size,
+        initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(evaluation.vocab)})
+    initial = encode_split(initial_model, evaluation.split, evaluation.vocab, batch_size=evaluation.batch_size,
                            device=evaluation.device)
+    return initial_model, initial[0], initial[1]
+
+
+def _signal_columns(evaluation: EncodedEvaluation, trained: Model, config: RunConfig,
+                    initial: tuple[Any, Any]) -> dict[str, float | None]:
+    """The trained-signal gate per modality (:func:`pcmr.metrics.signal.uncertainty_signal`): the test
+    items encoded by the trained model and by an untrained one of the same configuration (``initial``:
+    its images and captions); plus the learned match-probability ``a``, ``b`` where the run has them."""
+
     num_samples = int(config.loss.get("num_samples", 1) or 1)
     out: dict[str, float | None] = {}
     for side, now, before in (("image", evaluation.images, initial[0]), ("caption", evaluation.captions, initial[1])):
@@ -157,26 +169,64 @@ def _signal_columns(evaluation: EncodedEvaluation, trained: Any) -> dict[str, fl
     return out
 
 
+def _uncertainties(images: Any, captions: Any) -> tuple[Any, Any]:
+    """Per-item uncertainty ``[N_img]``, ``[N_cap]`` (None for a side without variances)."""
+    return (images.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(images) else None,
+            captions.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(captions) else None)
+
+
+def _relevant_rho_columns(relevance: Any, images: Any, captions: Any, strata: Any, suffix: str) -> dict[str, Any]:
+    """``<side>_uncertainty_relevant_rho<suffix>``, and for captions the same within strata of
+    wildcard count (``..._rho_strata<suffix>``) where the split records them."""
+    image_u, caption_u = _uncertainties(images, captions)
+    out: dict[str, Any] = {}
+    for side, value in relevant_count_correlation(relevance, image_u, caption_u).items():
+        out[f"{side}_uncertainty_relevant_rho{suffix}"] = _finite(value)
+    if caption_u is not None and strata is not None:
+        counts = relevance.sum(0).cpu().numpy()
+        out[f"caption_uncertainty_relevant_rho_strata{suffix}"] = _finite(
+            stratified_spearman(caption_u.detach().double().cpu().numpy(), counts, strata))
+    return out
+
+
 class _AnalysisColumns:
     """The study's analysis columns (``docs/study.md``) as extras of the evaluator: per run the
     uncertainty-vs-corruption slopes, per relevance mode the correlation of uncertainty with the
     number of relevant items, and on the ``nns`` rows R@1 of the least / most uncertain decile and
     binary-selection accuracy."""
 
-    def __init__(self, trained: Any, similarities: Sequence[str], analysis: AnalysisOptions) -> None:
-        self.trained, self.similarities, self.analysis = trained, list(similarities), analysis
+    def __init__(self, trained: Model, config: RunConfig, similarities: Sequence[str], analysis: AnalysisOptions,
+                 run_dir: Path | None = None) -> None:
+        self.trained, self.config, self.similarities, self.analysis = trained, config, list(similarities), analysis
+        self.run_dir = run_dir
+        self._initial: tuple[Any, Any, Any] | None = None
         self._run: dict[str, Any] | None = None
         self._modes: dict[str, dict[str, Any]] = {}
         self._binary: dict[str, dict[str, float]] | None = None
 
+    def _untrained(self, evaluation: EncodedEvaluation) -> tuple[Any, Any, Any]:
+        if self._initial is None:
+            self._initial = _untrained_encoding(evaluation, self.config)
+            if self.run_dir is not None:  # per-item uncertainty, for the agreement across seeds
+                write_item_uncertainty(self.run_dir, evaluation.images, evaluation.captions, self._initial[1],
+                                       self._initial[2])
+        return self._initial
+
     def _run_columns(self, evaluation: EncodedEvaluation) -> dict[str, Any]:
         if self._run is None:
             self._run = {}
-            if self.analysis.corruption and (_has_variance(evaluation.images) or _has_variance(evaluation.captions)):
+            if not (_has_variance(evaluation.images) or _has_variance(evaluation.captions)):
+                return self._run
+            untrained_model, initial_images, initial_captions = self._untrained(evaluation)
+            if self.analysis.corruption:
                 self._run.update(_corruption_columns(evaluation.model, evaluation.split, evaluation.vocab,
                                                      evaluation.device, evaluation.batch_size, self.analysis))
-            if self.analysis.signal and (_has_variance(evaluation.images) or _has_variance(evaluation.captions)):
-                self._run.update(_signal_columns(evaluation, self.trained))
+                untrained = _corruption_columns(untrained_model, evaluation.split, evaluation.vocab,
+                                                evaluation.device, evaluation.batch_size, self.analysis)
+                self._run.update({f"{key}_untrained": value for key, value in untrained.items()})
+            if self.analysis.signal:
+                self._run.update(_signal_columns(evaluation, self.trained, self.config,
+                                                 (initial_images, initial_captions)))
         return self._run
 
     def _mode_columns(self, evaluation: EncodedEvaluation, mode: str) -> dict[str, Any]:
@@ -184,21 +234,20 @@ class _AnalysisColumns:
             columns = dict(self._run_columns(evaluation))
             images, captions = evaluation.images, evaluation.captions
             if self.analysis.relevant_count and (_has_variance(images) or _has_variance(captions)):
-                rho = relevant_count_correlation(
-                    evaluation.relevance[mode],
-                    images.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(images) else None,
-                    captions.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(captions) else None)
-                for side, value in rho.items():
-                    columns[f"{side}_uncertainty_relevant_rho"] = _finite(value)
+                relevance = evaluation.relevance[mode]
+                strata = caption_wildcard_counts(evaluation.split)
+                _, initial_images, initial_captions = self._untrained(evaluation)
+                columns.update(_relevant_rho_columns(relevance, images, captions, strata, ""))
+                columns.update(_relevant_rho_columns(relevance, initial_images, initial_captions, strata,
+                                                     "_untrained"))
             self._modes[mode] = columns
         return self._modes[mode]
 
     def _binary_columns(self, evaluation: EncodedEvaluation) -> dict[str, dict[str, float]]:
         if self._binary is None:
             self._binary = {}
-            if self.analysis.binary_selection and self.trained.config.data.name == "shapes":
-                self._binary = _binary_selection_columns(self.trained, self.similarities, evaluation.device,
-                                                         evaluation.batch_size)
+            if self.analysis.binary_selection and self.config.data.name == "shapes":
+                self._binary = _binary_selection_columns(self.trained, self.config, self.similarities, evaluation)
         return self._binary
 
     def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -217,28 +266,27 @@ class _AnalysisColumns:
 def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: Sequence[str] | None,
                  relevance_modes: Sequence[str], analysis: AnalysisOptions) -> list[dict[str, Any]]:
     """Evaluate the selected model of ``run_dir`` on its test split under each relevance mode, with
-    :class:`pcmr.evaluation.RetrievalEvaluator` (the analysis columns are its extras).
+    :func:`pcmr.train.evaluation.run_evaluator`, the one evaluation of a run (the analysis columns are its
+    extras).
 
     Returns one flat row per (similarity, re-ranker, relevance mode) with every metric of the
     evaluation table plus the analysis columns (``docs/study.md``). The evaluation tables are also
     saved under ``run_dir/eval-<mode>/``.
     """
 
-    trained = load_run(run_dir)
-    config = trained.config
+    trained = load(run_dir)
+    config = run_config(trained)
+    if config is None:
+        raise StudyError(f"{run_dir} records no run config (config.yaml); it is not a run of this study")
     similarities = list(similarities or config.eval.similarities)
     rerankers = list(rerankers or config.eval.rerankers)
     if "nns" not in rerankers:  # the analysis columns describe the raw scores: the nns rows carry them
         rerankers.insert(0, "nns")
-    analysis_columns = _AnalysisColumns(trained, similarities, analysis)
-    evaluator = RetrievalEvaluator(
-        load_run_split(config, config.eval.split),
-        val_split=load_run_split(config, config.data.val_split) if needs_validation(rerankers) else None,
-        similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
-        batch_size=config.eval.batch_size, device=config.train.device, uncertainty_measure=UNCERTAINTY_MEASURE,
-        extras=[analysis_columns], extra_positives=[], num_folds=None, corruption=False,
-        meta={"run": str(run_dir)})
-    reports = evaluator.evaluate_modes(trained.model, trained.vocab, trained.similarity_options)
+    analysis_columns = _AnalysisColumns(trained, config, similarities, analysis, run_dir)
+    reports = evaluate_run_modes(
+        trained, similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
+        uncertainty_measure=UNCERTAINTY_MEASURE, extras=[analysis_columns], extra_positives=[], num_folds=None,
+        corruption=False, meta={"run": str(run_dir)})
     schedule = schedule_text(config.train.schedule_summary())
     rows: list[dict[str, Any]] = []
     for mode, report in reports.items():
@@ -248,6 +296,37 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
                      **{k: v for k, v in row.items() if k not in ("similarity", "rerank")}, "schedule": schedule}
                     for row in report.rows)
     return rows
+
+
+ITEM_UNCERTAINTY = "item_uncertainty.json"
+
+
+def write_item_uncertainty(run_dir: Path, images: Any, captions: Any, initial_images: Any,
+                           initial_captions: Any) -> None:
+    """``run_dir/item_uncertainty.json``: each test item's uncertainty under the trained and the
+    untrained model (``{"image": [...], "caption": [...], "image_untrained": ..., "caption_untrained": ...}``,
+    sides without variances left out), read back by the study to measure agreement across seeds."""
+    out: dict[str, list[float]] = {}
+    for side, now, before in (("image", images, initial_images), ("caption", captions, initial_captions)):
+        if _has_variance(now) and _has_variance(before):
+            out[side] = [float(v) for v in now.uncertainty(UNCERTAINTY_MEASURE).double().cpu()]
+            out[f"{side}_untrained"] = [float(v) for v in before.uncertainty(UNCERTAINTY_MEASURE).double().cpu()]
+    atomic_write_text(Path(run_dir) / ITEM_UNCERTAINTY, json.dumps(out) + "\n")
+
+
+def read_item_uncertainty(run_dir: Path) -> dict[str, list[float]]:
+    """What :func:`write_item_uncertainty` wrote (an empty mapping when the run has none)."""
+    path = Path(run_dir) / ITEM_UNCERTAINTY
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise StudyError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); expected a mapping of "
+                         "side to a list of numbers") from None
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise StudyError(f"{path}: expected a mapping of side (image, caption, ...) to a list of numbers")
+    return data
 
 
 def schedule_text(summary: Mapping[str, Any]) -> str:

@@ -7,6 +7,23 @@ optionally its own metric); a field ``b`` leaves out is taken from ``a``, and a 
 judged once per value found in the results (e.g. once per training-relevance variant). For each
 seed present on both sides the difference ``a - b`` is taken; its mean, paired t-interval and
 verdict come from :mod:`pcmr.study.stats`.
+
+Two rules keep the table honest (docs/study.md):
+
+- **Each judgement once.** Where a field is expanded over relevance modes but the compared values are
+  the same under every mode for every seed (a metric that does not read the relevance, e.g. PMRP or an
+  uncertainty slope), the claim is judged once, its condition reading ``relevance=any``.
+- **Sweep cells.** A claim with ``cells`` (a list of variants, e.g. learning rates x budgets) is judged
+  in every cell; its verdict is that of the cells when they all agree, ``unstable`` when some cell
+  holds or reverses and another does not agree, else ``inconclusive``. Its p-value is the largest of
+  the cells' (the claim is rejected only where every cell is).
+- **Family-wise error.** :func:`judge_claims` adds Holm's correction over the whole table: a
+  ``holds`` / ``reversed`` whose p-value Holm's procedure does not reject reads ``inconclusive`` in
+  the ``holm`` column.
+- **The gate reads agreement across seeds.** A claim about an uncertainty head (``signal``) is judged
+  ``no signal`` where that head's per-item uncertainty ranks agree too little across seeds (column
+  ``<side>_uncertainty_agreement``, the mean pairwise Spearman rho, below :data:`AGREEMENT_MIN`); results
+  without that column fall back to the per-run gate ``<side>_uncertainty_signal``.
 """
 
 from __future__ import annotations
@@ -18,10 +35,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pcmr.config import ConfigError, build_dataclass
-from pcmr.study.stats import EXPECTATIONS, Interval, paired_interval, verdict
+from pcmr.study.stats import EXPECTATIONS, Interval, holm_rejections, paired_interval, paired_p_value, verdict
 
-__all__ = ["Claim", "Judgement", "Selector", "judge_claim", "judge_claims", "parse_claims", "NO_DATA", "NO_SIGNAL",
-           "SIGNAL_SIDES"]
+__all__ = ["AGREEMENT_MIN", "ANY_RELEVANCE", "Claim", "Judgement", "Selector", "judge_claim", "judge_claims",
+           "parse_claims", "NO_DATA", "NO_SIGNAL", "SIGNAL_SIDES", "UNSTABLE"]
 
 SELECT_FIELDS = ("recipe", "variant", "similarity", "rerank", "relevance")
 EXPANDED_FIELDS = ("variant", "relevance")
@@ -30,6 +47,13 @@ NO_DATA = "no data"
 #: verdict of a claim about what an uncertainty means, on runs whose uncertainty head learned nothing
 #: (``pcmr.metrics.signal``): any seed of side ``a`` without signal in the modality the claim reads
 NO_SIGNAL = "no signal"
+#: verdict of a swept claim whose cells disagree (some hold or reverse, others do not agree)
+UNSTABLE = "unstable"
+#: condition value of a claim judged once because the relevance mode does not change its values
+ANY_RELEVANCE = "any"
+#: a head's per-item uncertainty ranks must agree across seeds at least this much (mean pairwise
+#: Spearman rho) for claims about what that uncertainty means to be judged
+AGREEMENT_MIN = 0.5
 #: the uncertainty heads a claim may read (its ``signal`` field)
 SIGNAL_SIDES = {"": (), "image": ("image",), "caption": ("caption",), "both": ("image", "caption")}
 
@@ -65,6 +89,8 @@ class Claim:
     expect: str  # greater | less | equal
     margin: float = 0.0
     signal: str = ""  # the uncertainty head(s) the claim reads: "", image, caption or both (gated)
+    min_effect: float = 0.0  # the smallest mean difference that counts as an effect (0: any)
+    cells: tuple[str, ...] = ()  # variants the claim is judged in, all of which must agree
 
 
 @dataclass(frozen=True)
@@ -81,6 +107,15 @@ class Judgement:
     #: the verdict the interval alone gives, where the trained-signal gate made it ``no signal``
     #: (else ""): what the runs show if their sub-floor heads are read anyway
     ungated: str = ""
+    #: two-sided p-value of the paired t-test (the largest over the cells of a swept claim)
+    p_value: float = math.nan
+    #: the verdict after Holm's correction over the whole claims table (set by :func:`judge_claims`)
+    holm: str = ""
+    #: a swept claim's judgement in each of its cells (empty for a claim without cells)
+    cells: tuple[Judgement, ...] = ()
+    #: means of side a and side b over the paired seeds (b: 0 for a claim against zero)
+    mean_a: float = math.nan
+    mean_b: float = math.nan
 
 
 @dataclass
@@ -96,6 +131,8 @@ class _ClaimFields:
     expect: str = ""
     margin: float = 0.0
     signal: str = ""
+    min_effect: float = 0.0
+    cells: list[str] | None = None
 
 
 def _check_selector(selector: Selector | None, where: str) -> Selector:
@@ -137,10 +174,24 @@ def parse_claims(raw: Any, where: str = "claims") -> tuple[Claim, ...]:
         if fields.signal not in SIGNAL_SIDES:
             raise ValueError(f"{here}.signal: expected one of image, caption, both (or leave it out), "
                              f"got {fields.signal!r}")
+        min_effect = fields.min_effect
+        if not min_effect >= 0 or math.isinf(min_effect):
+            raise ValueError(f"{here}.min_effect: expected a finite number >= 0, got {min_effect!r}")
+        if min_effect > 0 and (fields.expect == "equal" or margin > 0):
+            raise ValueError(f"{here}.min_effect: a minimum effect applies to a 'greater' or 'less' claim "
+                             "without a margin")
         a = _check_selector(fields.a, f"{here}.a")
         b = _check_selector(fields.b, f"{here}.b") if fields.b is not None else None
+        cells: tuple[str, ...] = ()
+        if fields.cells is not None:
+            if not fields.cells or not all(isinstance(c, str) and c for c in fields.cells) \
+                    or len(set(fields.cells)) != len(fields.cells):
+                raise ValueError(f"{here}.cells: expected a list of distinct variant names, got {fields.cells!r}")
+            if a.variant is not None or (b is not None and b.variant is not None):
+                raise ValueError(f"{here}.cells: a claim judged over cells must not pin a variant")
+            cells = tuple(fields.cells)
         claims.append(Claim(fields.id, fields.paper, fields.statement, fields.metric, a, b, fields.expect,
-                            float(margin), fields.signal))
+                            float(margin), fields.signal, float(min_effect), cells))
     return tuple(claims)
 
 
@@ -178,13 +229,59 @@ def _matching(rows: Sequence[dict[str, Any]], selector: Selector) -> list[dict[s
 
 
 def _without_signal(rows: Sequence[dict[str, Any]], selector: Selector, claim: Claim, seeds: Sequence[int]) -> bool:
-    """True when some seed's rows of ``selector`` record no trained signal (``<side>_uncertainty_signal``
-    of 0) for a head the claim reads; rows without the column (older results) are not gated."""
+    """True when a head the claim reads agrees across seeds less than :data:`AGREEMENT_MIN`
+    (``<side>_uncertainty_agreement``); results without that column fall back to the per-run gate
+    (``<side>_uncertainty_signal`` of 0 in some seed); rows with neither are not gated."""
     for side in SIGNAL_SIDES[claim.signal]:
+        agreement = _values_by_seed(rows, selector, f"{side}_uncertainty_agreement", claim.id)
+        if agreement:
+            if any(agreement.get(seed, math.inf) < AGREEMENT_MIN for seed in seeds):
+                return True
+            continue
         values = _values_by_seed(rows, selector, f"{side}_uncertainty_signal", claim.id)
         if any(values.get(seed) == 0.0 for seed in seeds):
             return True
     return False
+
+
+def _judge_condition(claim: Claim, rows: Sequence[dict[str, Any]], a: Selector, b: Selector | None,
+                     condition: dict[str, str], level: float) -> tuple[Judgement, tuple[Any, ...]]:
+    """One judgement, and the paired values it was made from (to find duplicates)."""
+    a_values = _values_by_seed(rows, a, a.metric or claim.metric, claim.id)
+    b_values = dict.fromkeys(a_values, 0.0) if b is None else _values_by_seed(rows, b, b.metric or claim.metric,
+                                                                               claim.id)
+    seeds = tuple(sorted(set(a_values) & set(b_values)))
+    pairs = tuple((s, a_values[s], b_values[s]) for s in seeds)
+    interval = paired_interval([a_values[s] for s in seeds], [b_values[s] for s in seeds], level)
+    outcome = NO_DATA if not seeds else verdict(interval, claim.expect, claim.margin, claim.min_effect)
+    ungated = ""
+    if seeds and _without_signal(rows, a, claim, seeds):
+        outcome, ungated = NO_SIGNAL, outcome
+    mean_a = math.fsum(a_values[s] for s in seeds) / len(seeds) if seeds else math.nan
+    mean_b = math.fsum(b_values[s] for s in seeds) / len(seeds) if seeds else math.nan
+    judgement = Judgement(claim, condition, a, b, interval, outcome, seeds, ungated, paired_p_value(interval),
+                          mean_a=mean_a, mean_b=mean_b)
+    return judgement, pairs
+
+
+def _combine_cells(claim: Claim, condition: dict[str, str], cells: list[Judgement]) -> Judgement:
+    """A swept claim's judgement from its cells (see the module docstring); the interval shown is
+    the weakest cell's."""
+    verdicts = {j.verdict for j in cells}
+    if len(verdicts) == 1:
+        outcome = cells[0].verdict
+    elif verdicts & {"holds", "reversed"}:
+        outcome = UNSTABLE
+    else:
+        outcome = "inconclusive"
+    p_values = [j.p_value for j in cells]
+    p_value = math.nan if any(math.isnan(p) for p in p_values) else max(p_values)
+    # the interval and means shown are the weakest cell's (its largest p-value)
+    first = cells[0] if math.isnan(p_value) else cells[p_values.index(p_value)]
+    seeds = tuple(sorted(set.intersection(*(set(j.seeds) for j in cells))))
+    return Judgement(claim, {**condition, "cells": "+".join(claim.cells)}, replace(first.a, variant=None),
+                     None if first.b is None else replace(first.b, variant=None), first.interval, outcome, seeds,
+                     p_value=p_value, cells=tuple(cells), mean_a=first.mean_a, mean_b=first.mean_b)
 
 
 def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.95) -> list[Judgement]:
@@ -193,7 +290,8 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
     if side_b is not None:  # fields b leaves out come from a
         side_b = replace(side_b, **{f: getattr(claim.a, f) for f in SELECT_FIELDS + ("metric",)
                                     if getattr(side_b, f) is None})
-    free = [f for f in EXPANDED_FIELDS if getattr(claim.a, f) is None and (side_b is None or getattr(side_b, f) is None)]
+    expanded = [f for f in EXPANDED_FIELDS if not (claim.cells and f == "variant")]
+    free = [f for f in expanded if getattr(claim.a, f) is None and (side_b is None or getattr(side_b, f) is None)]
     choices = []
     for f in free:  # values of the field found on both sides
         values = {str(r.get(f)) for r in _matching(rows, claim.a) if r.get(f) not in (None, "")}
@@ -203,21 +301,41 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
     if any(not values for values in choices):  # some field has no value measured on both sides
         empty = paired_interval([], [], level)
         return [Judgement(claim, {}, claim.a, side_b, empty, NO_DATA, ())]
-    out = []
+    out: list[Judgement] = []
+    seen: dict[tuple[Any, ...], int] = {}  # relevance-free duplicates: the values judged, without relevance
     for combo in itertools.product(*choices):
         condition = dict(zip(free, combo))
-        a = replace(claim.a, **condition)
-        a_values = _values_by_seed(rows, a, a.metric or claim.metric, claim.id)
-        b = replace(side_b, **condition) if side_b is not None else None
-        b_values = dict.fromkeys(a_values, 0.0) if b is None else _values_by_seed(rows, b, b.metric or claim.metric,
-                                                                                   claim.id)
-        seeds = tuple(sorted(set(a_values) & set(b_values)))
-        interval = paired_interval([a_values[s] for s in seeds], [b_values[s] for s in seeds], level)
-        outcome = NO_DATA if not seeds else verdict(interval, claim.expect, claim.margin)
-        ungated = ""
-        if seeds and _without_signal(rows, a, claim, seeds):
-            outcome, ungated = NO_SIGNAL, outcome
-        out.append(Judgement(claim, condition, a, b, interval, outcome, seeds, ungated))
+        cell_judgements, cell_pairs = [], []
+        for cell in claim.cells or (None,):
+            cell_condition = condition if cell is None else {**condition, "variant": cell}
+            a = replace(claim.a, **cell_condition)
+            b = replace(side_b, **cell_condition) if side_b is not None else None
+            judgement, pairs = _judge_condition(claim, rows, a, b, cell_condition, level)
+            cell_judgements.append(judgement)
+            cell_pairs.append(pairs)
+        judgement = cell_judgements[0] if not claim.cells else _combine_cells(claim, condition, cell_judgements)
+        if "relevance" in condition and all(cell_pairs):
+            key = (tuple(sorted((k, v) for k, v in condition.items() if k != "relevance")), tuple(cell_pairs))
+            if key in seen:  # the same values under another relevance mode: judged once
+                index = seen[key]
+                out[index] = replace(out[index], condition={**out[index].condition, "relevance": ANY_RELEVANCE})
+                continue
+            seen[key] = len(out)
+        out.append(judgement)
+    return out
+
+
+def _with_holm(judgements: list[Judgement], level: float) -> list[Judgement]:
+    """Each judgement with its verdict after Holm's correction over all directional judgements."""
+    family = [i for i, j in enumerate(judgements) if j.claim.expect != "equal" and j.verdict not in (NO_DATA,)]
+    rejected = holm_rejections([judgements[i].p_value for i in family], alpha=1.0 - level)
+    keeps = dict(zip(family, rejected))
+    out = []
+    for i, j in enumerate(judgements):
+        holm = j.verdict
+        if j.verdict in ("holds", "reversed") and not keeps.get(i, False):
+            holm = "inconclusive"
+        out.append(replace(j, holm=holm))
     return out
 
 
@@ -232,4 +350,4 @@ def judge_claims(claims: Sequence[Claim], rows: Sequence[dict[str, Any]],
             judgements.extend(judge_claim(claim, rows, level))
         except ValueError as err:
             errors[claim.id] = str(err)
-    return judgements, errors
+    return _with_holm(judgements, level), errors

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.report.plots import new_figure, save_figure
-from pcmr.study.claims import NO_DATA, NO_SIGNAL, Judgement
+from pcmr.study.claims import NO_DATA, NO_SIGNAL, UNSTABLE, Judgement
 from pcmr.study.report import recipe_metric_table
 
 __all__ = ["VERDICT_COLOURS", "metric_bounds", "plot_claims", "plot_recipes"]
 
 #: colour of each verdict in ``claims.png``
-VERDICT_COLOURS = {"holds": "#2a7f3f", "reversed": "#b8322a", "inconclusive": "#7a7a7a", NO_DATA: "#c9c9c9",
-                   NO_SIGNAL: "#d89b2b"}
+VERDICT_COLOURS = {"holds": "#2a7f3f", "reversed": "#b8322a", "equal": "#3b6ea8", "inconclusive": "#7a7a7a",
+                   UNSTABLE: "#8e44ad", NO_DATA: "#c9c9c9", NO_SIGNAL: "#d89b2b"}
 
 
 def metric_bounds(metric: str) -> tuple[float, float] | None:

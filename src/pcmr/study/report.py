@@ -19,10 +19,10 @@ from typing import Any
 
 from pcmr.evaluation.columns import EVALUATION_COLUMNS
 from pcmr.report import Column, ColumnSchema, Report, format_table
-from pcmr.study.claims import NO_DATA, NO_SIGNAL, Judgement
+from pcmr.study.claims import AGREEMENT_MIN, NO_DATA, NO_SIGNAL, UNSTABLE, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
 
-__all__ = ["ID_COLUMNS", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
+__all__ = ["ID_COLUMNS", "agreement_markdown", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
            "recipes_markdown", "results_csv", "summary_markdown", "times_markdown"]
 
 ID_COLUMNS = ("run", "recipe", "variant", "seed", "similarity", "rerank", "relevance")
@@ -33,7 +33,8 @@ STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*EVALUATION_COLUMNS
 
 
 #: the columns of claims.md and times.md (titled by their keys)
-CLAIM_COLUMNS = ("claim", "paper", "statement", "condition", "a", "b", "expect", "n", "mean a-b", "CI", "verdict")
+CLAIM_COLUMNS = ("claim", "paper", "statement", "condition", "a", "b", "expect", "n", "mean a", "mean b", "mean a-b",
+                 "CI", "p", "verdict", "Holm")
 TIME_COLUMNS = ("recipe", "runs", "train s (median)", "train s (range)", "eval s (median)", "total s")
 
 
@@ -187,20 +188,28 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
     """The claims table: one line per claim and condition with the mean difference, its paired
     t-interval and the verdict."""
     pct = f"{100 * level:g} %"
-    counts = {v: sum(j.verdict == v for j in judgements) for v in (*VERDICTS, NO_SIGNAL, NO_DATA)}
+    counts = {v: sum(j.verdict == v for j in judgements) for v in (*VERDICTS, UNSTABLE, NO_SIGNAL, NO_DATA)}
+    holm_counts = {v: sum(j.holm == v for j in judgements) for v in (*VERDICTS, UNSTABLE, NO_SIGNAL, NO_DATA)}
     lines = [f"# {title}: claims", "",
              f"Each claim compares a metric between conditions a and b on paired seeds: the mean of "
              f"a - b and its two-sided {pct} paired t-interval [low, high]. Verdict (margin m, 0 unless "
              "given): a > b expected -> `holds` when low > -m, `reversed` when high < -m; a < b expected -> "
              "`holds` when high < m, `reversed` when low > m; a ~ b (equivalence) -> `holds` when the "
              "interval lies inside (-m, m), `reversed` when it lies entirely outside [-m, m]; "
-             f"otherwise `inconclusive` (always with fewer than two seeds); `{NO_SIGNAL}`: a claim about "
-             "an uncertainty head on runs where that head learned nothing (its per-item spread below twice "
-             "an untrained model's or below the Monte-Carlo floor, in some seed); "
-             f"`{NO_DATA}`: no seed was measured on both sides. Where some verdict is `{NO_SIGNAL}`, the "
-             "column `without the gate` gives the verdict its interval alone would give (the reading of "
-             "sub-floor heads). See docs/study.md.", "",
-             "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()), ""]
+             "otherwise `inconclusive` (always with fewer than two seeds). A claim with a minimum effect e "
+             "`holds` only when its interval excludes zero and its mean reaches e, reads `equal` when the "
+             f"interval lies inside (-e, e). `{UNSTABLE}`: a claim judged in several cells (learning rates, "
+             f"budgets) whose cells disagree; `{NO_SIGNAL}`: a claim about an uncertainty head that learned "
+             f"nothing (its per-item ranks agree across seeds less than rho {AGREEMENT_MIN:g}, or, in results "
+             f"without that column, its per-run gate failed); `{NO_DATA}`: no seed was measured on both sides. "
+             "`p`: two-sided paired t-test (the largest over a claim's cells); `Holm`: the verdict after "
+             "Holm's correction over every directional judgement of this table (a `holds` or `reversed` "
+             "whose p-value is not rejected reads `inconclusive`). `relevance=any`: values identical under "
+             f"every relevance mode, judged once. Where some verdict is `{NO_SIGNAL}`, the column "
+             "`without the gate` gives the verdict its interval alone would give. See docs/study.md.", "",
+             "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n or v in VERDICTS),
+             "",
+             "After Holm: " + ", ".join(f"{v} {n}" for v, n in holm_counts.items() if n or v in VERDICTS), ""]
     table: list[dict[str, Any]] = []
     for j in judgements:
         claim = j.claim
@@ -212,13 +221,51 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
         condition = ", ".join(f"{k}={v}" for k, v in j.condition.items()) or "-"
         interval = j.interval
         ci = "-" if math.isnan(interval.half_width) else f"[{_fmt(interval.low)}, {_fmt(interval.high)}]"
+        if claim.min_effect:
+            expect += f" (e={claim.min_effect:g})"
+        p = "-" if math.isnan(j.p_value) else (f"{j.p_value:.3f}" if j.p_value >= 0.001 else "<0.001")
+        cells = "; ".join(f"{c.condition.get('variant', '?')}: {c.verdict} ({_fmt(c.interval.mean)})"
+                          for c in j.cells)
         table.append({"claim": claim.id, "paper": claim.paper, "statement": claim.statement, "condition": condition,
-                      "a": a, "b": b, "expect": expect, "n": interval.n, "mean a-b": _fmt(interval.mean), "CI": ci,
-                      "verdict": j.verdict, "without the gate": j.ungated})
+                      "a": a, "b": b, "expect": expect, "n": interval.n, "mean a": _fmt(j.mean_a),
+                      "mean b": _fmt(j.mean_b), "mean a-b": _fmt(interval.mean), "CI": ci, "p": p,
+                      "verdict": j.verdict, "Holm": j.holm or j.verdict, "cells": cells, "without the gate": j.ungated})
     gated = any(j.verdict == NO_SIGNAL for j in judgements)
-    lines += [format_table(table, CLAIM_COLUMNS + (("without the gate",) if gated else ())), ""]
+    swept = any(j.cells for j in judgements)
+    lines += [format_table(table, CLAIM_COLUMNS + (("cells",) if swept else ())
+                           + (("without the gate",) if gated else ())), ""]
     if errors:
         lines += ["Claims not judged:", ""] + [f"- {claim_id}: {reason}" for claim_id, reason in errors.items()] + [""]
+    return "\n".join(lines)
+
+
+AGREEMENT_COLUMNS = ("recipe", "variant", "head", "agreement", "untrained", "gate")
+
+
+def agreement_markdown(agreement: Mapping[tuple[str, str], Mapping[str, float]], *, title: str) -> str:
+    """How well each uncertainty head's per-item ranks agree across seeds (mean pairwise Spearman rho),
+    trained and untrained, and whether the claims about that head are judged (agreement of at least
+    the gate's minimum)."""
+    lines = [f"# {title}: agreement of uncertainty across seeds", "",
+             "For each recipe and variant, each head's per-item uncertainty on the test split is ranked in "
+             "every seed; `agreement` is the mean Spearman rho over every pair of seeds, `untrained` the same "
+             "for the untrained models of those seeds. Claims about what a head's uncertainty means are "
+             f"judged only where its agreement reaches {AGREEMENT_MIN:g} (`gate`); elsewhere they read "
+             f"`{NO_SIGNAL}`. The rule is the same for every recipe, sampled or closed-form.", ""]
+    table: list[dict[str, Any]] = []
+    for (recipe, variant), columns in agreement.items():
+        for side in ("image", "caption"):
+            value = columns.get(f"{side}_uncertainty_agreement")
+            if value is None:
+                continue
+            untrained = columns.get(f"{side}_uncertainty_agreement_untrained")
+            table.append({"recipe": recipe, "variant": variant, "head": side, "agreement": f"{value:.2f}",
+                          "untrained": "-" if untrained is None else f"{untrained:.2f}",
+                          "gate": "judged" if value >= AGREEMENT_MIN else NO_SIGNAL})
+    if not table:
+        lines += ["(no head with per-item uncertainty in two or more seeds)", ""]
+        return "\n".join(lines)
+    lines += [format_table(table, AGREEMENT_COLUMNS), ""]
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -31,10 +32,18 @@ from typing import Any
 import torch
 
 from pcmr.study import backend
+from pcmr.study.analysis import mean_pairwise_spearman
 from pcmr.study.claims import judge_claims
 from pcmr.study.curves import Curves, curves_markdown, plot_validation_curves, read_curve
 from pcmr.study.plots import plot_claims, plot_recipes
-from pcmr.study.report import claims_markdown, recipes_markdown, results_csv, summary_markdown, times_markdown
+from pcmr.study.report import (
+    agreement_markdown,
+    claims_markdown,
+    recipes_markdown,
+    results_csv,
+    summary_markdown,
+    times_markdown,
+)
 from pcmr.study.spec import StudyError, StudyRun, StudySpec
 
 __all__ = ["MARKER", "StudyOutcome", "collect", "execute_run", "read_marker", "run_study", "threads_per_worker"]
@@ -241,6 +250,35 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
     return outcome
 
 
+def _finished_by_group(spec: StudySpec, out: Path) -> dict[tuple[str, str], list[StudyRun]]:
+    """The finished runs of each (recipe label, variant), seeds in study order."""
+    groups: dict[tuple[str, str], list[StudyRun]] = {}
+    for run in spec.runs():
+        if read_marker(run_folder(out, run)) is not None:
+            groups.setdefault((run.label, run.variant), []).append(run)
+    return groups
+
+
+def seed_agreement(items: dict[tuple[str, str], list[dict[str, list[float]]]]) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (recipe, variant), how well each head's per-item uncertainty ranks agree across seeds:
+    ``<side>_uncertainty_agreement`` (trained) and ``..._agreement_untrained`` (the untrained models of
+    the same seeds), the mean pairwise Spearman rho (:func:`pcmr.study.analysis.mean_pairwise_spearman`).
+    ``items``: the runs' :func:`pcmr.study.backend.read_item_uncertainty` mappings."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for key, runs in items.items():
+        columns: dict[str, float] = {}
+        for side in ("image", "caption"):
+            for suffix in ("", "_untrained"):
+                series = [run[side + suffix] for run in runs if side + suffix in run]
+                if len(series) >= 2:
+                    value = mean_pairwise_spearman(series)
+                    if not math.isnan(value):
+                        columns[f"{side}_uncertainty_agreement{suffix}"] = value
+        if columns:
+            out[key] = columns
+    return out
+
+
 def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     """Write ``results.csv``, ``summary.md``, ``recipes.md``, ``claims.md``, ``times.md``, ``curves.md`` and the
     figures ``claims.png`` (every claim's interval), ``recipes.png`` (the first summary metric of every recipe)
@@ -259,8 +297,12 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
             markers.append(marker)
             rows.extend(marker["rows"])
             curves.setdefault((run.label, run.variant), []).append(read_curve(run_folder(out, run)))
+    agreement = seed_agreement({key: [backend.read_item_uncertainty(run_folder(out, run)) for run in runs]
+                                for key, runs in _finished_by_group(spec, out).items()})
+    rows = [{**row, **agreement.get((str(row["recipe"]), str(row["variant"])), {})} for row in rows]
     written = {"results": out / "results.csv", "summary": out / "summary.md", "recipes": out / "recipes.md",
-               "claims": out / "claims.md", "times": out / "times.md", "claims_plot": out / "claims.png",
+               "claims": out / "claims.md", "agreement": out / "agreement.md", "times": out / "times.md",
+               "claims_plot": out / "claims.png",
                "recipes_plot": out / "recipes.png", "curves": out / "curves.md", "curves_plot": out / "curves.png"}
     backend.write_text(written["results"], results_csv(rows))
     backend.write_text(written["summary"], summary_markdown(rows, spec.summary_metrics, title=spec.name,
@@ -271,6 +313,7 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     judgements, errors = judge_claims(spec.claims, rows, spec.level)
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
                                                           errors=errors))
+    backend.write_text(written["agreement"], agreement_markdown(agreement, title=spec.name))
     backend.write_text(written["times"], times_markdown(markers, title=spec.name))
     backend.write_text(written["curves"], curves_markdown(curves, title=spec.name))
     plot_claims(judgements, written["claims_plot"])

@@ -6,8 +6,10 @@
   ``mean ± t_{(1+level)/2, n-1} · s / sqrt(n)`` with the sample standard deviation ``s`` (n - 1
   in the denominator).
 - :func:`paired_interval`: the same on paired differences ``a_i - b_i`` (the paired t-interval).
-- :func:`verdict`: ``holds`` / ``reversed`` / ``inconclusive`` from an interval, the expected
-  direction and a margin (the rule is written out in ``docs/study.md``).
+- :func:`verdict`: ``holds`` / ``reversed`` / ``equal`` / ``inconclusive`` from an interval, the
+  expected direction, a margin and a minimum effect (the rule is written out in ``docs/study.md``).
+- :func:`paired_p_value`: the two-sided p-value of the paired t-test behind an interval.
+- :func:`holm_rejections`: Holm's step-down procedure over a family of p-values.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Interval", "EXPECTATIONS", "VERDICTS", "mean_interval", "paired_interval", "t_cdf",
-           "t_quantile", "verdict"]
+__all__ = ["Interval", "EXPECTATIONS", "VERDICTS", "holm_rejections", "mean_interval", "paired_interval",
+           "paired_p_value", "t_cdf", "t_quantile", "verdict"]
 
 #: expected relation of condition a to condition b: a > b, a < b, a ~ b (within the margin)
 EXPECTATIONS = ("greater", "less", "equal")
-VERDICTS = ("holds", "reversed", "inconclusive")
+VERDICTS = ("holds", "reversed", "equal", "inconclusive")
 
 
 def _beta_continued_fraction(a: float, b: float, x: float) -> float:
@@ -162,8 +164,39 @@ def paired_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95)
     return mean_interval([x - y for x, y in zip(a_values, b_values)], level)
 
 
-def verdict(interval: Interval, expect: str, margin: float = 0.0) -> str:
-    """``holds``, ``reversed`` or ``inconclusive`` for the difference ``a - b`` (see docs/study.md).
+def paired_p_value(interval: Interval) -> float:
+    """Two-sided p-value of the t-test of ``mean = 0`` behind ``interval``:
+    ``2 P(T_{n-1} >= |mean| / (std / sqrt(n)))``; 1.0 when the spread is zero with a zero mean, 0.0
+    when it is zero with a non-zero mean, NaN with fewer than two values."""
+    if interval.n < 2 or math.isnan(interval.std):
+        return math.nan
+    if interval.std == 0:
+        return 1.0 if interval.mean == 0 else 0.0
+    t = abs(interval.mean) / (interval.std / math.sqrt(interval.n))
+    return min(1.0, 2.0 * (1.0 - t_cdf(t, interval.n - 1)))
+
+
+def holm_rejections(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down procedure (Holm 1979): sort the ``m`` p-values ascending and reject the
+    ``k``-th smallest while ``p_(k) <= alpha / (m - k + 1)``; stop at the first that fails. Controls
+    the family-wise error rate at ``alpha``. NaN p-values are never rejected but count in ``m``.
+    Returns one flag per input, in input order."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be strictly between 0 and 1, got {alpha!r}")
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: (math.isnan(p_values[i]), p_values[i] if not math.isnan(p_values[i])
+                                            else 0.0))
+    rejected = [False] * m
+    for k, i in enumerate(order):
+        p = p_values[i]
+        if math.isnan(p) or p > alpha / (m - k):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def verdict(interval: Interval, expect: str, margin: float = 0.0, min_effect: float = 0.0) -> str:
+    """``holds``, ``reversed``, ``equal`` or ``inconclusive`` for the difference ``a - b`` (see docs/study.md).
 
     - ``greater`` (a > b; with ``margin > 0``: a >= b - margin): holds when ``low > -margin``,
       reversed when ``high < -margin``.
@@ -172,6 +205,11 @@ def verdict(interval: Interval, expect: str, margin: float = 0.0) -> str:
     - ``equal`` (a ~ b, ``margin > 0`` required): holds when ``-margin < low`` and ``high < margin``;
       reversed when the interval lies entirely outside ``[-margin, margin]``.
     - Otherwise, and whenever the interval is undefined (fewer than two pairs): inconclusive.
+
+    With a minimum effect ``e > 0`` (directional claims only), the difference must also be worth
+    having: ``holds`` needs the interval to exclude zero on the expected side and the mean to reach
+    ``e`` in the expected direction (``reversed`` the same the other way); an interval inside
+    ``(-e, e)`` reads ``equal``; anything else is ``inconclusive``.
     """
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {', '.join(EXPECTATIONS)}, got {expect!r}")
@@ -179,9 +217,20 @@ def verdict(interval: Interval, expect: str, margin: float = 0.0) -> str:
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     if expect == "equal" and margin == 0:
         raise ValueError("an 'equal' claim needs a margin > 0 (equivalence within +-margin)")
+    if isinstance(min_effect, bool) or not isinstance(min_effect, (int, float)) or not min_effect >= 0 \
+            or math.isinf(min_effect):
+        raise ValueError(f"min_effect must be a finite number >= 0, got {min_effect!r}")
     low, high = interval.low, interval.high
     if interval.n < 2 or math.isnan(low) or math.isnan(high):
         return "inconclusive"
+    if min_effect > 0 and expect != "equal":
+        sign = 1.0 if expect == "greater" else -1.0
+        mean, lo, hi = sign * interval.mean, *sorted((sign * low, sign * high))
+        if lo > 0 and mean >= min_effect:
+            return "holds"
+        if hi < 0 and mean <= -min_effect:
+            return "reversed"
+        return "equal" if -min_effect < low and high < min_effect else "inconclusive"
     if expect == "greater":
         return "holds" if low > -margin else ("reversed" if high < -margin else "inconclusive")
     if expect == "less":

@@ -8,7 +8,9 @@ Run folder layout (``RUN/``)::
     tensorboard/              TensorBoard scalars (train.loggers: [..., tensorboard]; pcmr.train.loggers)
     vocab.json                the training vocabulary (pcmr.data.Vocabulary.save)
     similarity_options.json   {similarity name: options} for evaluation, e.g. {"match_prob": {"a": .., "b": ..}}
-    model/                    the selected model (best validation metric), pcmr.models.save_model
+                              (read by pcmr.hub.read_similarity_options)
+    model/                    the selected model (best validation metric), pcmr.models.save_model;
+                              pcmr.load(RUN) opens it as a pcmr.Model with its vocabulary, options and config
     model_last/               the model after the last epoch, pcmr.models.save_model
     checkpoints/              crash-safe training state (see pcmr.train.checkpoint)
     train.lock                PID and host of the process training the run (see pcmr.train.lock)
@@ -27,12 +29,13 @@ from torch import nn
 
 from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
+from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
 from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
-from pcmr.models import RetrievalModel, create_model, list_models, load_model, save_model
+from pcmr.models import RetrievalModel, create_model, list_models, save_model
 from pcmr.similarity import list_similarities
 from pcmr.suggest import unknown_name
-from pcmr.train.config import ConfigError, RunConfig, load_config
+from pcmr.train.config import ConfigError, RunConfig
 from pcmr.train.loggers import check_loggers
 
 __all__ = [
@@ -46,9 +49,7 @@ __all__ = [
     "VOCAB_FILE",
     "build_parts",
     "check_config",
-    "load_run",
     "load_run_split",
-    "TrainedRun",
     "save_model_atomically",
     "write_json",
 ]
@@ -56,8 +57,7 @@ __all__ = [
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
 LOG_FILE = "log.jsonl"
-VOCAB_FILE = "vocab.json"
-SIMILARITY_OPTIONS_FILE = "similarity_options.json"
+VOCAB_FILE = RUN_VOCAB_FILE
 MODEL_DIR = "model"
 MODEL_LAST_DIR = "model_last"
 CHECKPOINT_DIR = "checkpoints"
@@ -164,41 +164,6 @@ def check_config(config: RunConfig) -> None:
     _check_names("eval.similarities", config.eval.similarities, similarities + ["all"])
     _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])
     check_loggers(config.train.loggers)
-
-
-@dataclass
-class TrainedRun:
-    """What evaluation needs from a finished (or running) run folder."""
-
-    run_dir: Path
-    config: RunConfig
-    model: RetrievalModel
-    vocab: Vocabulary
-    similarity_options: dict[str, dict[str, Any]]
-
-
-def load_run(run_dir: str | Path, *, which: str = MODEL_DIR, map_location: str = "cpu") -> TrainedRun:
-    """Load ``RUN/config.yaml``, the model ``RUN/<which>`` (``model`` or ``model_last``), the
-    vocabulary and the similarity options; errors name the missing file."""
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run folder {run_dir} does not exist")
-    for name in (CONFIG_FILE, VOCAB_FILE, which):
-        if not (run_dir / name).exists():
-            raise FileNotFoundError(
-                f"{run_dir / name} is missing: {run_dir} is not a finished pcmr run (train or resume it first)"
-            )
-    options: dict[str, dict[str, Any]] = {}
-    if (run_dir / SIMILARITY_OPTIONS_FILE).is_file():
-        options = json.loads((run_dir / SIMILARITY_OPTIONS_FILE).read_text())
-    return TrainedRun(
-        run_dir=run_dir,
-        config=load_config(run_dir / CONFIG_FILE),
-        model=load_model(run_dir / which, map_location=map_location),
-        vocab=Vocabulary.load(run_dir / VOCAB_FILE),
-        similarity_options=options,
-    )
 
 
 def load_run_split(config: RunConfig, split: str) -> RetrievalSplit:

@@ -438,6 +438,7 @@ class Trainer:
                 similarity_options=options,
                 batch_size=self.config.data.eval_batch_size,
                 seed=train.seed,
+                primary_metric=train.select_on,
             )
         metrics = broadcast_object(self.context, metrics)
         value = metrics[train.select_on]

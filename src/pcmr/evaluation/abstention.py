@@ -1,0 +1,122 @@
+"""What an evaluation reports about uncertainty beyond ranking: abstention and a view of sigma at any dimension.
+
+- :func:`abstention_series`: per direction, the risk-coverage curve of withholding the most uncertain
+  queries (:mod:`pcmr.metrics.risk_coverage`), its AURC beside two deterministic references on the same
+  scores (the top-1 score margin a point model has, and the oracle of the true multiplicity), and
+  ProbVLM's uncertainty-recall agreement (S, R²). The risk of a query is ``1 - R-Precision``.
+- :func:`abstention_columns`: the AURC, S and R² of that series as evaluation-table columns.
+- :func:`pca_ellipse_series`: Gaussians of any dimension projected onto the two principal axes of
+  the means, exactly: a linear map keeps a Gaussian Gaussian, ``mu' = W^T (mu - c)`` and
+  ``Sigma' = W^T diag(sigma^2) W`` (a full 2 x 2 covariance: the ellipses may tilt).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pcmr.gaussian import Gaussian
+from pcmr.metrics.ranking import per_query_metrics
+from pcmr.metrics.risk_coverage import risk_coverage, top1_margin, uncertainty_recall_agreement
+
+__all__ = ["abstention_columns", "abstention_series", "pca_ellipse_series"]
+
+#: points of a risk-coverage curve kept for the figure (evenly spaced in coverage)
+CURVE_POINTS = 200
+
+
+def _direction(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> dict[str, Any]:
+    """One direction: ``scores [Q, G]``, ``relevant`` bool ``[Q, G]``, ``uncertainty [Q]``."""
+    per_query = per_query_metrics(scores, relevant, precision=True)
+    valid = per_query.valid.cpu()
+    risk = (1.0 - per_query.r_precision.double().cpu())[valid]
+    hits = (per_query.ranks.cpu()[valid] == 1).double()
+    sigma = uncertainty.detach().double().cpu()[valid]
+    margin = -top1_margin(scores).detach().double().cpu()[valid]  # small margin = uncertain
+    multiplicity = relevant.sum(1).double().cpu()[valid]  # the oracle: more relevant items = more ambiguous
+    curve = risk_coverage(risk, sigma)
+    stride = max(1, -(-len(curve.risk) // CURVE_POINTS))
+    out: dict[str, Any] = {
+        "coverage": curve.coverage[::stride].tolist(), "risk": curve.risk[::stride].tolist(),
+        "aurc": curve.aurc, "random": curve.random, "oracle": curve.oracle,
+        "aurc_margin": risk_coverage(risk, margin).aurc, "aurc_multiplicity": risk_coverage(risk, multiplicity).aurc,
+        "margin_risk": risk_coverage(risk, margin).risk[::stride].tolist(),
+        "multiplicity_risk": risk_coverage(risk, multiplicity).risk[::stride].tolist(),
+    }
+    bins = min(10, int(valid.sum()))
+    if bins >= 2:
+        out.update(uncertainty_recall_agreement(hits, sigma, num_bins=bins))
+    return out
+
+
+def abstention_series(scores: Tensor, relevance: Tensor, images: Gaussian, captions: Gaussian,
+                      measure: str) -> dict[str, dict[str, Any]]:
+    """``{"i2t": side, "t2i": side}`` for ``scores [N_img, N_cap]`` and ``relevance`` bool ``[N_img, N_cap]``;
+    queries are ranked by ``Gaussian.uncertainty(measure)``. Each side: ``coverage``, ``risk`` (the curve),
+    ``aurc``, ``random``, ``oracle``, ``aurc_margin``, ``aurc_multiplicity``, ``margin_risk``,
+    ``multiplicity_risk``, ``S``, ``R2`` (see the module docstring; risks in [0, 1])."""
+    return {"i2t": _direction(scores, relevance, images.uncertainty(measure)),
+            "t2i": _direction(scores.T, relevance.T, captions.uncertainty(measure))}
+
+
+def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """``{d}_aurc``, ``{d}_aurc_margin``, ``{d}_aurc_multiplicity`` (percent: 100 x AURC, lower is
+    better) and ``{d}_uncertainty_S``, ``{d}_uncertainty_R2`` for each direction ``d``."""
+    out: dict[str, float] = {}
+    for direction, side in series.items():
+        for key in ("aurc", "aurc_margin", "aurc_multiplicity"):
+            out[f"{direction}_{key}"] = 100.0 * float(side[key])
+        for key in ("S", "R2"):
+            if key in side:
+                out[f"{direction}_uncertainty_{key}"] = float(side[key])
+    return out
+
+
+def _projection(images: Gaussian, captions: Gaussian) -> tuple[Tensor, Tensor]:
+    """``(center [D], W [D, 2])``: the mean and the two leading principal axes of every mean."""
+    means = torch.cat([images.mean, captions.mean]).detach().double().cpu()
+    center = means.mean(0)
+    _, _, vh = torch.linalg.svd(means - center, full_matrices=False)
+    return center, vh[:2].T
+
+
+def project_gaussians(gaussian: Gaussian, center: Tensor, axes: Tensor) -> tuple[Tensor, Tensor]:
+    """``(mean [N, 2], covariance [N, 2, 2])`` of ``gaussian [N, D]`` (diagonal) under ``x -> W^T (x - c)``:
+    ``W^T (mu - c)`` and ``W^T diag(sigma^2) W`` (float64)."""
+    mean = (gaussian.mean.detach().double().cpu() - center) @ axes
+    if gaussian.logvar is None:
+        return mean, torch.zeros(gaussian.num, 2, 2, dtype=torch.float64)
+    variance = gaussian.logvar.detach().double().cpu().exp().expand(-1, axes.shape[0])  # [N, D]
+    covariance = torch.einsum("di,nd,dj->nij", axes, variance, axes)
+    return mean, covariance
+
+
+def pca_ellipse_series(images: Gaussian, captions: Gaussian, relevance: Tensor, *, max_images: int = 8,
+                       max_captions: int = 16, caption_texts: list[str] | None = None) -> dict[str, Any]:
+    """The most specific and the most generic captions (fewest / most relevant images, ``max_captions / 2``
+    each) and the first ``max_images`` images, projected onto the two principal axes of all means
+    (:func:`project_gaussians`): ``{"image": side, "caption": side, "explained": [two fractions]}``,
+    ``side = {"mean": [[x, y]], "covariance": [[[a, b], [b, c]]]}``, captions with ``multiplicity``
+    (and ``text`` where given)."""
+    center, axes = _projection(images, captions)
+    means = torch.cat([images.mean, captions.mean]).detach().double().cpu() - center
+    singular = torch.linalg.svdvals(means)
+    explained = (singular[:2] ** 2 / (singular ** 2).sum()).tolist()
+    multiplicity = relevance.sum(0).cpu()
+    order = torch.argsort(multiplicity, stable=True).tolist()
+    half = max(1, max_captions // 2)
+    picked = order[:half] + [c for c in order[-half:] if c not in order[:half]]
+    picked_images = list(range(min(max_images, images.num)))
+
+    def side(gaussian: Gaussian, rows: list[int]) -> dict[str, Any]:
+        mean, covariance = project_gaussians(gaussian[torch.tensor(rows, dtype=torch.long, device=gaussian.device)],
+                                             center, axes)
+        return {"mean": mean.tolist(), "covariance": covariance.tolist()}
+
+    out = {"image": side(images, picked_images), "caption": side(captions, picked), "explained": explained}
+    out["caption"]["multiplicity"] = [int(multiplicity[c]) for c in picked]
+    if caption_texts is not None:
+        out["caption"]["text"] = [caption_texts[c] for c in picked]
+    return out

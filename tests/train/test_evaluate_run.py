@@ -1,0 +1,131 @@
+"""One way to evaluate a run: ``pcmr.train.evaluation.run_evaluator`` takes what ``pcmr.load`` returns and a
+split; ``pcmr evaluate``, ``pcmr demo`` and the study call it, with the run config's defaults. The evaluator
+names its primary metric and training's model selection reads that name."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+
+import pcmr
+import pcmr.train.evaluation as evaluation
+from conftest import TINY_SHAPES as SHAPES
+from pcmr.data import load_dataset
+from pcmr.evaluation import RetrievalEvaluator
+from pcmr.evaluation.evaluator import PRIMARY_METRIC, SELECTION_METRICS, selection_value
+from pcmr.train.config import TrainConfig
+from pcmr.train.loading import run_config
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "pcmr"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_run_factory):
+    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=SHAPES,
+                            eval_section={"similarities": ["kl"], "rerankers": ["nns", "csls"], "batch_size": 7},
+                            similarity_options={"match_prob": {"a": 3.0, "b": 1.0}})
+
+
+def test_settings_come_from_the_run_config_then_the_arguments(run_dir):
+    model = pcmr.load(run_dir)
+    evaluator = evaluation.run_evaluator(model)
+    assert list(evaluator.similarities) == ["kl"] and list(evaluator.rerankers) == ["nns", "csls"]
+    assert evaluator.batch_size == 7 and evaluator.split.split == "test" and evaluator.val_split is None
+    assert evaluator.meta == {"run": str(run_dir)} and evaluator.primary_metric == PRIMARY_METRIC
+    given = evaluation.run_evaluator(model, "val", similarities=["cosine"], rerankers=["rgm"], batch_size=3)
+    assert (list(given.similarities), given.batch_size, given.split.split) == (["cosine"], 3, "val")
+    assert given.val_split is not None and given.val_split.split == "val"  # RGM tunes its lambda on it
+
+
+def test_the_device_is_the_runs_train_device(run_dir):
+    model = pcmr.load(run_dir)
+    model.run_config = {**model.run_config, "train": {**model.run_config["train"], "device": "cpu:0"}}
+    assert evaluation.evaluation_device(model) == torch.device("cpu:0")
+    assert evaluation.run_evaluator(model).device == torch.device("cpu:0")
+    assert evaluation.run_evaluator(model, device="cpu").device == torch.device("cpu")
+    bare = pcmr.load(run_dir)
+    bare.run_config = None
+    assert evaluation.evaluation_device(bare) == bare.device
+
+
+def test_evaluate_run_equals_the_evaluator_on_the_parts(run_dir):
+    model = pcmr.load(run_dir)
+    report = evaluation.evaluate_run(model, similarities=["cosine", "match_prob"], rerankers=["nns"], figures=False,
+                                     corruption=False)
+    split = load_dataset("shapes", "test", **SHAPES)
+    direct = RetrievalEvaluator(split, similarities=["cosine", "match_prob"], rerankers=["nns"], figures=False,
+                                corruption=False, batch_size=7).evaluate(
+        model.network, model.vocabulary, {"match_prob": {"a": 3.0, "b": 1.0}})
+    assert report.rows == direct.rows
+
+
+def test_every_caller_evaluates_through_run_evaluator(run_dir, tmp_path, monkeypatch):
+    from pcmr.cli import main
+    from pcmr.study.backend import evaluate_run as study_evaluate_run
+    from pcmr.study.spec import AnalysisOptions
+
+    calls = []
+    original = evaluation.run_evaluator
+
+    def recording(model, split=None, **settings):
+        calls.append(model)
+        return original(model, split, **settings)
+
+    monkeypatch.setattr(evaluation, "run_evaluator", recording)
+    assert main(["evaluate", str(run_dir), "--rerank", "nns", "--out", str(tmp_path / "eval")]) == 0
+    assert len(calls) == 1 and isinstance(calls[0], pcmr.Model)
+    run = tmp_path / "run"
+    import shutil
+
+    shutil.copytree(run_dir, run)
+    study_evaluate_run(run, ["cosine"], ["nns"], ["exact"], AnalysisOptions(corruption=False, signal=False,
+                                                                              binary_selection=False, max_items=8))
+    assert len(calls) == 2 and calls[1].run_dir == run
+
+
+def _constructs_evaluator(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+               == "RetrievalEvaluator" for node in ast.walk(tree))
+
+
+def test_no_command_builds_its_own_evaluator():
+    """The CLI and the study never build a RetrievalEvaluator from a run config themselves (the demo did,
+    ignoring train.device); only the one evaluation of a run and training's validation do."""
+    builders = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if _constructs_evaluator(p))
+    assert builders == ["evaluation/evaluator.py", "train/evaluation.py", "train/validation.py"]
+    demo = (SRC / "cli" / "demo.py").read_text()
+    assert "evaluate_run(load(run_dir)" in demo
+
+
+def test_the_evaluator_names_its_primary_metric_and_selection_uses_it(run_dir):
+    row = {"rsum": 250.0, "i2t_r_precision": 30.0, "t2i_r_precision": 40.0}
+    assert selection_value(row, "rsum") == 250.0 and selection_value(row, "r_precision") == 35.0
+    split = load_dataset("shapes", "val", **SHAPES)
+    evaluator = RetrievalEvaluator(split, primary_metric="r_precision")
+    assert evaluator.primary_value(row) == 35.0
+    with pytest.raises(ValueError, match="primary_metric 'map': expected one of rsum, r_precision"):
+        RetrievalEvaluator(split, primary_metric="map")
+    # the trainer's choices are the evaluator's selection metrics, its default the primary one
+    assert typing.get_args(typing.get_type_hints(TrainConfig)["select_on"]) == SELECTION_METRICS
+    assert TrainConfig().select_on == PRIMARY_METRIC
+    from pcmr.train.validation import validate
+
+    model = pcmr.load(run_dir)
+    metrics = validate(model.network, split, model.vocabulary, similarity="cosine", primary_metric="r_precision")
+    assert metrics["r_precision"] == pytest.approx(0.5 * (metrics["i2t_r_precision"] + metrics["t2i_r_precision"]))
+    with pytest.raises(ValueError, match="primary_metric"):
+        validate(model.network, split, model.vocabulary, similarity="cosine", primary_metric="map")
+    trainer = (SRC / "train" / "trainer.py").read_text()
+    assert "primary_metric=train.select_on" in trainer
+
+
+def test_run_config_errors_name_the_file(run_dir):
+    model = pcmr.load(run_dir)
+    model.run_config = {**model.run_config, "train": {"epochs": "many"}}
+    with pytest.raises(ValueError, match=f"{run_dir / 'config.yaml'}: .*train.epochs"):
+        run_config(model)
