@@ -16,6 +16,7 @@ from pcmr.evaluation import evaluate_embeddings
 from pcmr.evaluation.abstention import (
     abstention_columns,
     abstention_series,
+    multiplicity_strata,
     pca_ellipse_series,
     project_gaussians,
 )
@@ -55,6 +56,26 @@ def test_abstention_series_matches_a_per_query_loop() -> None:
     columns = abstention_columns(series)
     assert columns["i2t_aurc"] == pytest.approx(100 * curve.mean())
     assert {"t2i_aurc_margin", "t2i_aurc_multiplicity", "i2t_uncertainty_S", "i2t_uncertainty_R2"} <= set(columns)
+    # within multiplicity strata: the size-weighted AURC inside each group of equal multiplicity
+    counts = np.array([int(relevance[q].sum()) for q in queries])
+    strata = multiplicity_strata(counts)
+    total = weight = 0
+    for value in set(strata.tolist()):
+        members = [i for i in range(len(queries)) if strata[i] == value]
+        if len(members) >= 2:
+            inner = sorted(members, key=lambda i: uncertainty[queries[i]])
+            total += np.mean(np.cumsum(risk[inner]) / np.arange(1, len(inner) + 1)) * len(members)
+            weight += len(members)
+    assert side["aurc_within"] == pytest.approx(total / weight)
+
+
+def test_multiplicity_strata_keep_ties_together() -> None:
+    assert multiplicity_strata(np.array([3, 1, 3, 2])).tolist() == [2, 0, 2, 1]
+    counts = np.array([1, 1, 1, 2, 2, 5, 6, 7, 8, 9, 10, 11])
+    strata = multiplicity_strata(counts, max_strata=3)
+    for value in np.unique(counts):
+        assert len(set(strata[counts == value].tolist())) == 1
+    assert strata.max() <= 2 and np.all(np.diff(strata[np.argsort(counts)]) >= 0)
 
 
 @pytest.mark.parametrize("logvar_dim", [None, 1])

@@ -3,7 +3,9 @@
 - :func:`abstention_series`: per direction, the risk-coverage curve of withholding the most uncertain
   queries (:mod:`pcmr.metrics.risk_coverage`), its AURC beside two deterministic references on the same
   scores (the top-1 score margin a point model has, and the oracle of the true multiplicity), and
-  ProbVLM's uncertainty-recall agreement (S, R²). The risk of a query is ``1 - R-Precision``.
+  ProbVLM's uncertainty-recall agreement (S, R²). The risk of a query is ``1 - R-Precision``. The
+  same AURCs within strata of multiplicity (:func:`multiplicity_strata`) tell what an ordering knows
+  beyond how many items a query fits.
 - :func:`abstention_columns`: the AURC, S and R² of that series as evaluation-table columns.
 - :func:`pca_ellipse_series`: Gaussians of any dimension projected onto the two principal axes of
   the means, exactly: a linear map keeps a Gaussian Gaussian, ``mu' = W^T (mu - c)`` and
@@ -12,8 +14,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -25,6 +29,28 @@ __all__ = ["abstention_columns", "abstention_series", "pca_ellipse_series"]
 
 #: points of a risk-coverage curve kept for the figure (evenly spaced in coverage)
 CURVE_POINTS = 200
+
+
+def multiplicity_strata(multiplicity: np.ndarray, max_strata: int = 5) -> np.ndarray:
+    """A stratum id per query: its multiplicity where there are at most ``max_strata`` distinct values,
+    else equal-size quantile groups of it (ties kept together: a group boundary never splits a value)."""
+    values = np.unique(multiplicity)
+    if values.size <= max_strata:
+        return np.searchsorted(values, multiplicity)
+    ranks = np.searchsorted(np.sort(multiplicity), multiplicity, side="left")  # first rank of each value
+    return np.minimum((ranks * max_strata) // multiplicity.size, max_strata - 1)
+
+
+def _within_strata(risk: np.ndarray, uncertainty: np.ndarray, strata: np.ndarray) -> float:
+    """The size-weighted mean over strata of the AURC inside each stratum (strata of one query left
+    out): what an ordering knows beyond the stratum variable; NaN when no stratum is left."""
+    total, weight = 0.0, 0
+    for value in np.unique(strata):
+        mask = strata == value
+        if mask.sum() >= 2:
+            total += risk_coverage(risk[mask], uncertainty[mask]).aurc * int(mask.sum())
+            weight += int(mask.sum())
+    return total / weight if weight else math.nan
 
 
 def _direction(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> dict[str, Any]:
@@ -45,6 +71,10 @@ def _direction(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> dict[st
         "margin_risk": risk_coverage(risk, margin).risk[::stride].tolist(),
         "multiplicity_risk": risk_coverage(risk, multiplicity).risk[::stride].tolist(),
     }
+    strata = multiplicity_strata(multiplicity.numpy())
+    out["aurc_within"] = _within_strata(risk.numpy(), sigma.numpy(), strata)
+    out["aurc_margin_within"] = _within_strata(risk.numpy(), margin.numpy(), strata)
+    out["random_within"] = _within_strata(risk.numpy(), np.zeros(len(strata)), strata)
     bins = min(10, int(valid.sum()))
     if bins >= 2:
         out.update(uncertainty_recall_agreement(hits, sigma, num_bins=bins))
@@ -62,11 +92,13 @@ def abstention_series(scores: Tensor, relevance: Tensor, images: Gaussian, capti
 
 
 def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """``{d}_aurc``, ``{d}_aurc_margin``, ``{d}_aurc_multiplicity`` (percent: 100 x AURC, lower is
-    better) and ``{d}_uncertainty_S``, ``{d}_uncertainty_R2`` for each direction ``d``."""
+    """``{d}_aurc``, ``{d}_aurc_margin``, ``{d}_aurc_multiplicity``, and within multiplicity strata
+    ``{d}_aurc_within``, ``{d}_aurc_margin_within``, ``{d}_random_within`` (percent: 100 x AURC, lower is
+    better), and ``{d}_uncertainty_S``, ``{d}_uncertainty_R2`` for each direction ``d``."""
     out: dict[str, float] = {}
     for direction, side in series.items():
-        for key in ("aurc", "aurc_margin", "aurc_multiplicity"):
+        for key in ("aurc", "aurc_margin", "aurc_multiplicity", "aurc_within", "aurc_margin_within",
+                    "random_within"):
             out[f"{direction}_{key}"] = 100.0 * float(side[key])
         for key in ("S", "R2"):
             if key in side:

@@ -30,6 +30,8 @@ def _direction_columns(direction: str) -> list[Column]:
         Column(f"{d}_lambda", f"{d} λ", "recall"),
         Column(f"{d}_aurc", f"{d} AURC"), Column(f"{d}_aurc_margin", f"{d} AURC margin"),
         Column(f"{d}_aurc_multiplicity", f"{d} AURC multiplicity"),
+        Column(f"{d}_aurc_within", f"{d} AURC within"), Column(f"{d}_aurc_margin_within", f"{d} AURC margin within"),
+        Column(f"{d}_random_within", f"{d} AURC random within"),
         Column(f"{d}_uncertainty_S", f"{d} unc. S"), Column(f"{d}_uncertainty_R2", f"{d} unc. R²"),
     ]
 
