@@ -1,8 +1,8 @@
 """Per-block rank and precision computations of the metrics (tie rule: ``pcmr.ranking.topk``).
 
-For a block of queries: the best positive of each query, the items scoring above it and tied with it
-(counted without sorting), and R-Precision / MAP@R from the relevance of the ordered top list
-(docs/metrics.md; tied scores: ``pcmr.metrics.ties``).
+For a block of queries: the best positive of each query and the items scoring above it and tied with
+it, counted without sorting (docs/metrics.md; R-Precision / MAP@R and the expectations over tie
+orders: ``pcmr.metrics.ties``).
 """
 
 from __future__ import annotations
@@ -46,26 +46,3 @@ def first_positive_ranks_block(block: Tensor, row: Tensor, col: Tensor) -> tuple
     has_positive = best_index < num_gallery
     zero = torch.zeros_like(higher)
     return torch.where(has_positive, higher, zero), torch.where(has_positive, ties, zero), tied_positives
-
-
-def precision_at_r_block(top_relevant: Tensor, num_positives: Tensor) -> tuple[Tensor, Tensor]:
-    """R-Precision and MAP@R per query from the relevance of the ordered top list.
-
-    Args:
-        top_relevant: bool ``[b, k]``, whether the item at rank r (best first) is a positive,
-            with ``k >= min(R, G)`` for every row.
-        num_positives: ``R`` per query ``[b]`` (>= 1); may exceed the positives present in the
-            gallery (eccv-caption convention), then unreachable positives still count in R.
-
-    Returns float64 ``[b]`` each: ``R-P = |top-R ∩ P| / R`` and
-    ``MAP@R = (1/R) sum_{r<=R} P@r rel(r)`` (Musgrave et al. 2020, §3.2; docs/metrics.md).
-    """
-    k = top_relevant.shape[1]
-    positions = torch.arange(1, k + 1, device=top_relevant.device)  # [k]
-    hits = top_relevant & (positions[None, :] <= num_positives[:, None])  # [b, k]
-    hits_f = hits.to(torch.float64)
-    cumulative = hits_f.cumsum(dim=1)
-    r_float = num_positives.to(torch.float64)
-    r_precision = hits_f.sum(dim=1) / r_float
-    map_at_r = (cumulative / positions.to(torch.float64) * hits_f).sum(dim=1) / r_float
-    return r_precision, map_at_r
