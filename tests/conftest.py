@@ -1,4 +1,5 @@
-"""Fixtures shared by the tests: a tiny run folder as ``pcmr train`` writes it."""
+"""Fixtures shared by the tests: a tiny run folder as ``pcmr train`` writes it, a gallery index built
+from one, the tiny shapes settings, and the ``--set`` overrides of a tiny training."""
 
 from __future__ import annotations
 
@@ -47,6 +48,73 @@ def make_tiny_run(root: Path, *, shapes: dict[str, Any] | None = None, eval_sect
 def tiny_run_factory() -> Callable[..., Path]:
     """:func:`make_tiny_run` (call it with a folder and the options a test module needs)."""
     return make_tiny_run
+
+
+#: ``--set`` overrides of a training of two steps of one epoch, on 12 shapes images with a tiny model
+TINY_TRAINING = [
+    "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
+    "image_size: 32, cache_dir: CACHE}",
+    "data.batch_size=10",
+    "train.epochs=1",
+    "train.max_steps_per_epoch=2",
+    "model.embed_dim=8",
+    "model.text_encoder={word_dim: 8, hidden_dim: 8}",
+    "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
+]
+
+
+def _make_search_run(root: Path) -> Path:
+    """A run folder with learned match-probability options (untrained weights; the search tests need
+    shapes, not accuracy)."""
+    return make_tiny_run(root, similarity_options={"match_prob": {"a": 3.0, "b": 1.0}})
+
+
+def _make_search_index(root: Path, backend: str = "faiss") -> Path:
+    """Build ``root/index`` from a fresh run with the CLI (a faiss flat index by default)."""
+    from pcmr.cli import main
+
+    run = _make_search_run(root / "run")
+    args = ["search", str(root / "index"), "--build", str(run)]
+    if backend == "faiss":
+        args += ["--backend", "faiss", "--index-type", "flat", "--ann-score", "cosine"]
+    assert main(args) == 0
+    return root / "index"
+
+
+@pytest.fixture(scope="session")
+def tiny_shapes() -> dict[str, Any]:
+    """The settings of the tiny shapes data of :func:`make_tiny_run` (a copy per session)."""
+    return dict(TINY_SHAPES)
+
+
+@pytest.fixture(scope="session")
+def search_run_factory() -> Callable[[Path], Path]:
+    """``factory(folder)``: a tiny run folder with match-probability options, for the search tests."""
+    return _make_search_run
+
+
+@pytest.fixture(scope="session")
+def search_index_factory() -> Callable[..., Path]:
+    """``factory(folder, backend="faiss")``: a gallery index built from a tiny run with ``pcmr search``."""
+    return _make_search_index
+
+
+@pytest.fixture(scope="module")
+def tiny_training(cache_dir: Path) -> list[str]:
+    """``--set`` items of a tiny training (:data:`TINY_TRAINING`, shapes cached in the module's cache
+    folder); a test adds its own items after them (a later item wins)."""
+    return [item.replace("CACHE", str(cache_dir)) for item in TINY_TRAINING]
+
+
+def set_args(items: list[str]) -> list[str]:
+    """``["--set", item, ...]`` for every item."""
+    return [arg for item in items for arg in ("--set", item)]
+
+
+@pytest.fixture(scope="session")
+def as_set_args() -> Callable[[list[str]], list[str]]:
+    """:func:`set_args`: ``--set`` items as command-line arguments."""
+    return set_args
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,14 @@ import torch
 from PIL import Image
 
 import pcmr
-from _search_index import SHAPES, make_run
 from pcmr.data import Vocabulary
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
 from pcmr.hub import Model
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("api") / "run")
+def run_dir(search_run_factory, tmp_path_factory):
+    return search_run_factory(tmp_path_factory.mktemp("api") / "run")
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +47,12 @@ def _reference_pixels(path, size: int) -> torch.Tensor:
     return torch.from_numpy(normalised).permute(2, 0, 1).float()
 
 
-def test_load_attaches_vocabulary_options_and_image_size(run_dir, model):
+def test_load_attaches_vocabulary_options_and_image_size(tiny_shapes, run_dir, model):
     assert isinstance(model, Model) and not model.training
     assert model.vocabulary.words == Vocabulary.load(run_dir / "vocab.json").words
     assert model.similarity_options == {"match_prob": {"a": 3.0, "b": 1.0}}
     assert model.similarity == "match_prob"
-    assert model.image_size == SHAPES["image_size"]  # read from the run's data, not guessed
+    assert model.image_size == tiny_shapes["image_size"]  # read from the run's data, not guessed
     assert model.device == torch.device("cpu") and model.embed_dim == 4
 
 
@@ -149,8 +148,8 @@ def test_save_pretrained_round_trip_is_exact(model, image_files, tmp_path):
                                    rtol=0, atol=0)
 
 
-def test_model_card_lists_the_runs_metrics(tmp_path):
-    run = make_run(tmp_path / "run")
+def test_model_card_lists_the_runs_metrics(search_run_factory, tmp_path):
+    run = search_run_factory(tmp_path / "run")
     (run / "run.json").write_text(json.dumps({
         "status": "finished", "best_epoch": 2,
         "history": [{"epoch": 1, "val": {"rsum": 100.0}}, {"epoch": 2, "val": {"rsum": 212.5, "r_precision": 31.25}}]}))
@@ -207,10 +206,10 @@ def test_load_which_and_the_run_it_came_from(run_dir):
         assert run_config(model).data.name == "shapes"
 
 
-def test_each_model_of_a_run_has_its_own_similarity_options(tmp_path):
+def test_each_model_of_a_run_has_its_own_similarity_options(search_run_factory, tmp_path):
     import shutil
 
-    run = make_run(tmp_path / "run")
+    run = search_run_factory(tmp_path / "run")
     shutil.copytree(run / "model", run / "model_last")  # the last epoch's options saved with its weights
     (run / "model_last" / "similarity_options.json").write_text(json.dumps({"match_prob": {"a": 5.0, "b": 2.0}}))
     last = pcmr.load(run, which="model_last")
@@ -268,13 +267,13 @@ def test_a_trained_model_folder_opens_on_its_own(tmp_path):
                                pcmr.load(tmp_path / "run").encode_image(torch.zeros(2, 3, 24, 24)).mean)
 
 
-def test_asking_the_image_size_draws_no_random_number():
+def test_asking_the_image_size_draws_no_random_number(tiny_shapes):
     """The trainer asks for the image side when it saves a model: no random stream may move."""
     from pcmr.data import load_dataset
     from pcmr.evaluation.encode import image_input_size
 
-    split = load_dataset("shapes", "train", **SHAPES)
+    split = load_dataset("shapes", "train", **tiny_shapes)
     torch.manual_seed(3)
     before = torch.get_rng_state()
-    assert image_input_size(split) == SHAPES["image_size"]
+    assert image_input_size(split) == tiny_shapes["image_size"]
     assert torch.equal(torch.get_rng_state(), before)

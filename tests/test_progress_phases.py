@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from _search_index import make_run
 from pcmr.cli import main
 from pcmr.progress import phase, status_line
 
@@ -20,8 +19,8 @@ def test_phase_prints_start_and_timed_finish(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_evaluate_and_search_build_report_their_phases(tmp_path, capsys):
-    run = make_run(tmp_path / "run")
+def test_evaluate_and_search_build_report_their_phases(search_run_factory, tmp_path, capsys):
+    run = search_run_factory(tmp_path / "run")
     assert main(["evaluate", str(run), "--out", str(tmp_path / "eval"), "--similarity", "cosine,kl",
                  "--rerank", "nns,csls+rgm"]) == 0
     err = capsys.readouterr().err  # not a terminal here: plain lines, no bars

@@ -126,7 +126,6 @@ def test_every_dataset_loads_or_names_what_is_missing(name, tmp_path):
 def test_every_recipe_loads_validates_and_builds(name):
     config = load_config(list_recipes()[name])
     check_config(config)
-    model_options = {k: v for k, v in config.model.items() if k != "name"}
-    model = create_model(config.model["name"], **{**model_options, "vocab_size": 11})
-    loss = create_loss(config.loss["name"], **{k: v for k, v in config.loss.items() if k != "name"})
+    model = create_model(config.model.name, **{**config.model.options, "vocab_size": 11})
+    loss = create_loss(config.loss.name, **config.loss.options)
     assert model.config.embed_dim > 0 and loss.similarity_name in list_similarities()

@@ -36,3 +36,8 @@ def __getattr__(name: str) -> Any:
     if name in _HUB_API:
         return getattr(importlib.import_module("pcmr.hub"), name)
     raise AttributeError(f"module 'pcmr' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names plus the lazily imported sub-packages and API (``dir(pcmr)`` lists them)."""
+    return sorted({*globals(), *_SUBMODULES, *_MODEL_API, *_HUB_API})

@@ -31,13 +31,13 @@ from typing import Any, Literal
 
 import yaml
 
-from pcmr.suggest import did_you_mean, name_list, unknown_name
+from pcmr.suggest import did_you_mean, name_list
 
 __all__ = [
     "ConfigError",
+    "NotAMappingError",
     "apply_overrides",
     "build_dataclass",
-    "check_known_keys",
     "load_mapping",
     "parse_override",
     "parse_value",
@@ -47,6 +47,10 @@ __all__ = [
 
 class ConfigError(ValueError):
     """A configuration (file, override or field value) is invalid."""
+
+
+class NotAMappingError(ConfigError):
+    """A configuration file holds something other than a mapping of keys to values (a list, a number)."""
 
 
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -288,7 +292,7 @@ def load_mapping(path: str | Path, what: str = "config file") -> dict[str, Any]:
     if data is None and not is_json:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{what} {path} must hold a mapping of keys to values, got {type(data).__name__}")
+        raise NotAMappingError(f"{what} {path} must hold a mapping of keys to values, got {type(data).__name__}")
     return data
 
 
@@ -300,12 +304,3 @@ def yaml_error_text(error: Exception) -> str:
     context = getattr(error, "context", None)
     text = problem + (f" ({context})" if context else "")
     return f"at line {mark.line + 1}, column {mark.column + 1}: {text}" if mark is not None else f"({text})"
-
-
-def check_known_keys(given: Iterable[str], known: Iterable[str], kind: str) -> None:
-    """Raise :class:`ConfigError` naming each key of ``given`` not in ``known``, with a suggestion and
-    the accepted keys (:func:`pcmr.suggest.unknown_name`); ``kind`` names them (``"shapes config key"``)."""
-    accepted = sorted(known)
-    unknown = [key for key in given if key not in accepted]
-    if unknown:
-        raise ConfigError(unknown_name(kind, unknown, accepted))

@@ -20,13 +20,20 @@ from torch import Tensor
 
 from pcmr.suggest import unknown_name
 
-__all__ = ["Gaussian"]
+__all__ = ["DEFAULT_UNCERTAINTY_MEASURE", "Gaussian", "NonFiniteEmbeddingError"]
+
+#: the uncertainty measure of a Gaussian unless one is named: log det Sigma (PCME Sec. 4.4)
+DEFAULT_UNCERTAINTY_MEASURE = "log_det"
+
+
+class NonFiniteEmbeddingError(ValueError):
+    """An embedding (a ``Gaussian``'s mean or log-variance, a ``PointSet``'s points) holds NaN or inf."""
 
 
 def _check_finite(name: str, tensor: Tensor) -> None:
     if not bool(torch.isfinite(tensor).all()):
         bad = int((~torch.isfinite(tensor)).sum())
-        raise ValueError(
+        raise NonFiniteEmbeddingError(
             f"Gaussian.{name} holds {bad} non-finite value(s) (NaN or inf) out of {tensor.numel()}; "
             f"expected finite numbers"
         )
@@ -231,7 +238,7 @@ class Gaussian:
         d = self.dim
         return 0.5 * (d + d * math.log(2 * math.pi) + self.log_det())
 
-    def uncertainty(self, measure: str = "log_det") -> Tensor:
+    def uncertainty(self, measure: str = DEFAULT_UNCERTAINTY_MEASURE) -> Tensor:
         """One uncertainty value per embedding, ``[N]``; ``measure`` is one of
         ``log_det``, ``geometric_mean_std``, ``entropy``."""
         measures = {"log_det": self.log_det, "geometric_mean_std": self.geometric_mean_std,

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import Gaussian, NonFiniteEmbeddingError
+from pcmr.suggest import unknown_name
 
 __all__ = ["PointSet", "as_points", "uncertainty_measure_for", "UNCERTAINTY_MEASURES"]
 
@@ -39,7 +40,7 @@ def _check_points(points: Tensor) -> None:
         raise ValueError(f"PointSet.points must be a floating tensor, got dtype {points.dtype}")
     if not bool(torch.isfinite(points).all()):
         bad = int((~torch.isfinite(points)).sum())
-        raise ValueError(f"PointSet.points holds {bad} non-finite value(s) (NaN or inf) out of {points.numel()}; "
+        raise NonFiniteEmbeddingError(f"PointSet.points holds {bad} non-finite value(s) (NaN or inf) out of {points.numel()}; "
                          f"expected finite numbers")
 
 
@@ -106,8 +107,8 @@ class PointSet(Gaussian):
         """One uncertainty value per item, ``[N]``; ``measure`` is ``spread`` (the only proxy of a
         point set: log-determinants and entropies need a variance)."""
         if measure not in UNCERTAINTY_MEASURES:
-            raise ValueError(f"unknown uncertainty measure {measure!r} for a PointSet (K points, no variance); "
-                             f"expected one of: {', '.join(UNCERTAINTY_MEASURES)}")
+            raise ValueError(f"{unknown_name('uncertainty measure', measure, UNCERTAINTY_MEASURES)} (a PointSet "
+                             f"has K points and no variance)")
         return self.spread()
 
     def log_det(self) -> Tensor:

@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_SHAPES as SHAPES
 from pcmr.cli import main
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_run_factory):
+def run_dir(tiny_shapes, tmp_path_factory, tiny_run_factory):
     """A run folder as `pcmr train` writes it: config.yaml, model/, vocab.json, similarity_options.json."""
-    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=SHAPES,
+    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=tiny_shapes,
                             eval_section={"similarities": ["cosine", "kl"], "rerankers": ["nns", "csls"]},
                             similarity_options={"match_prob": {"a": 3.0, "b": 1.0}})
 
@@ -68,7 +67,7 @@ def test_evaluate_missing_run_folder(tmp_path, capsys):
     assert "folder not found" in capsys.readouterr().err
 
 
-def test_search_build_text_and_image(run_dir, tmp_path, capsys):
+def test_search_build_text_and_image(tiny_shapes, run_dir, tmp_path, capsys):
     from PIL import Image
 
     from pcmr.data import load_dataset
@@ -80,7 +79,7 @@ def test_search_build_text_and_image(run_dir, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("a red circle") and "[kl, nns]" in out[0]
     assert len(out) == 2 + 3 + 2  # header, column titles, 3 hits, blank line, note on the uncertainty column
-    split = load_dataset("shapes", "test", **SHAPES)
+    split = load_dataset("shapes", "test", **tiny_shapes)
     Image.fromarray(np.asarray(split.images.pixels[0])).save(tmp_path / "query.png")
     assert main(["search", str(index), "--image", str(tmp_path / "query.png"), "-k", "2", "--rerank", "csls",
                  "--json"]) == 0
@@ -95,7 +94,7 @@ def test_search_build_text_and_image(run_dir, tmp_path, capsys):
     assert "nothing to do" in capsys.readouterr().err
 
 
-def test_image_file_query_is_preprocessed_like_the_dataset(run_dir, tmp_path):
+def test_image_file_query_is_preprocessed_like_the_dataset(tiny_shapes, run_dir, tmp_path):
     from PIL import Image
 
     from pcmr.data import load_dataset
@@ -104,7 +103,7 @@ def test_image_file_query_is_preprocessed_like_the_dataset(run_dir, tmp_path):
 
     assert main(["search", str(tmp_path / "index"), "--build", str(run_dir)]) == 0
     index = GalleryIndex.load(tmp_path / "index")
-    split = load_dataset("shapes", "test", **SHAPES)
+    split = load_dataset("shapes", "test", **tiny_shapes)
     Image.fromarray(np.asarray(split.images.pixels[4])).save(tmp_path / "q.png")
     query = encode_image_files(index.model, [tmp_path / "q.png"], image_size=index.meta["image_size"])
     torch.testing.assert_close(query.mean, index.images.mean[4:5], rtol=1e-5, atol=1e-6)

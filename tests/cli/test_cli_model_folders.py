@@ -17,15 +17,14 @@ from pathlib import Path
 import pytest
 
 import pcmr
-from conftest import TINY_SHAPES as SHAPES
 from pcmr.cli import main
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_run_factory):
-    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=SHAPES,
+def run_dir(tiny_shapes, tmp_path_factory, tiny_run_factory):
+    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=tiny_shapes,
                             eval_section={"similarities": ["cosine", "kl"], "rerankers": ["nns"]},
                             similarity_options={"match_prob": {"a": 3.0, "b": 1.0}})
 
@@ -44,11 +43,11 @@ def _one_error_line(capsys, command: str) -> str:
     return err
 
 
-def test_save_pretrained_records_the_run_config(run_dir, pretrained):
+def test_save_pretrained_records_the_run_config(tiny_shapes, run_dir, pretrained):
     from pcmr.train.loading import run_config
 
     recorded = json.loads((pretrained / "run_config.json").read_text())
-    assert recorded["data"]["name"] == "shapes" and recorded["data"]["options"]["num_test"] == SHAPES["num_test"]
+    assert recorded["data"]["name"] == "shapes" and recorded["data"]["options"]["num_test"] == tiny_shapes["num_test"]
     assert recorded["eval"]["similarities"] == ["cosine", "kl"]
     loaded = pcmr.load(pretrained)
     assert loaded.run_dir is None and loaded.source == pretrained
@@ -66,10 +65,10 @@ def test_evaluate_a_save_pretrained_folder_as_it_is(run_dir, pretrained, tmp_pat
     assert from_folder["meta"]["split"] == "test" and from_folder["meta"]["run"] == str(pretrained)
 
 
-def test_search_build_and_serve_a_save_pretrained_folder(run_dir, pretrained, tmp_path, capsys):
+def test_search_build_and_serve_a_save_pretrained_folder(tiny_shapes, run_dir, pretrained, tmp_path, capsys):
     index = tmp_path / "index"
     assert main(["search", str(index), "--build", str(pretrained)]) == 0
-    assert f"{SHAPES['num_test']} images" in capsys.readouterr().out
+    assert f"{tiny_shapes['num_test']} images" in capsys.readouterr().out
     assert main(["search", str(index), "--text", "a red circle", "-k", "2", "--similarity", "cosine", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)[0]["results"]
     assert len(hits) == 2
@@ -81,7 +80,7 @@ def test_search_build_and_serve_a_save_pretrained_folder(run_dir, pretrained, tm
                                 "--no-access-log"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = process.stdout.readline()
-        assert line.startswith(f"serving {index} ({SHAPES['num_test']} images"), process.stderr.read()
+        assert line.startswith(f"serving {index} ({tiny_shapes['num_test']} images"), process.stderr.read()
         url = f"http://127.0.0.1:{port}/api/search?text=a+red+circle&k=2"
         deadline = time.monotonic() + 60
         while True:

@@ -8,13 +8,12 @@ import json
 
 import pytest
 
-from _search_index import make_run
 from pcmr.cli import main
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("strict") / "run")
+def run_dir(search_run_factory, tmp_path_factory):
+    return search_run_factory(tmp_path_factory.mktemp("strict") / "run")
 
 
 def _error(capsys) -> str:
@@ -80,15 +79,14 @@ def test_search_build_refuses_an_existing_index(run_dir, tmp_path, capsys):
     assert not (index / "stale.txt").exists() and (index / "index.json").is_file()
 
 
-def test_search_output_merges_identical_captions_and_warns(run_dir, tmp_path, capsys):
+def test_search_output_merges_identical_captions_and_warns(tiny_shapes, run_dir, tmp_path, capsys):
     from PIL import Image
 
-    from _search_index import SHAPES
     from pcmr.data import load_dataset
 
     index = tmp_path / "index"
     assert main(["search", str(index), "--build", str(run_dir)]) == 0
-    split = load_dataset("shapes", "test", **SHAPES)
+    split = load_dataset("shapes", "test", **tiny_shapes)
     Image.fromarray(split.images.pixels[0]).save(tmp_path / "q.png")
     capsys.readouterr()
     assert main(["search", str(index), "--image", str(tmp_path / "q.png"), "-k", "65", "--json"]) == 0

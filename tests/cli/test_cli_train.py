@@ -3,31 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from pcmr.cli import main
 from pcmr.train.checkpoint import load_latest_checkpoint
-
-TINY_DATA = (
-    "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
-    "image_size: 32, cache_dir: CACHE}"
-)
-TINY = [
-    "data.batch_size=10",
-    "train.epochs=1",
-    "train.max_steps_per_epoch=2",
-    "model.embed_dim=8",
-    "model.text_encoder={word_dim: 8, hidden_dim: 8}",
-    "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
-]
+from pcmr.train.loggers import read_jsonl
 
 
-def tiny_args(cache_dir, extra=()):
-    args = []
-    for item in [TINY_DATA.replace("CACHE", str(cache_dir)), *TINY, *extra]:
-        args += ["--set", item]
-    return args + ["--no-progress"]
+@pytest.fixture
+def tiny_args(tiny_training, as_set_args):
+    """``tiny_args(extra)``: the ``--set`` arguments of a tiny training (conftest), then ``extra``."""
+    def build(extra=()):
+        return [*as_set_args([*tiny_training, *extra]), "--no-progress"]
+    return build
 
 
 def run_cli(capsys, argv):
@@ -36,9 +26,9 @@ def run_cli(capsys, argv):
     return status, captured.out, captured.err
 
 
-def test_train_writes_run_folder(tmp_path, cache_dir, capsys):
+def test_train_writes_run_folder(tmp_path, tiny_args, capsys):
     status, out, err = run_cli(
-        capsys, ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run", *tiny_args(cache_dir)]
+        capsys, ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run", *tiny_args()]
     )
     assert status == 0, err
     run_dir = tmp_path / "run"
@@ -55,14 +45,27 @@ def test_train_writes_run_folder(tmp_path, cache_dir, capsys):
     events = [json.loads(line)["event"] for line in (run_dir / "log.jsonl").read_text().splitlines()]
     assert events[0] == "start" and "epoch" in events and events[-1] == "finished"
     assert load_latest_checkpoint(run_dir / "checkpoints").state["progress"]["epoch"] == 1
+    assert not (run_dir / "train.lock").exists() and not (run_dir / ".train.lock.guard").exists()  # no lock files
     # an existing run folder is never overwritten
     status, _, err = run_cli(capsys, ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run"])
     assert status == 2 and "already exists" in err
 
 
-def test_pcme_learns_match_prob_options(tmp_path, cache_dir, capsys):
+def test_epoch_line_shows_training_and_validation_time(tmp_path, tiny_training, as_set_args, capsys):
+    """Not a terminal, no --no-progress: one plain line per epoch, with both times."""
+    status, out, err = run_cli(capsys, ["train", "vsepp_max", "--out", str(tmp_path), "--name", "run",
+                                        *as_set_args(tiny_training)])
+    assert status == 0, err
+    epoch_lines = [line for line in (out + err).splitlines() if line.startswith("epoch 1/1:")]
+    assert len(epoch_lines) == 1, out + err
+    assert re.search(r"\(\d+ s training, \d+ s validation\); val cosine: rsum", epoch_lines[0]), epoch_lines
+    record = next(event for event in read_jsonl(tmp_path / "run" / "log.jsonl") if event["event"] == "epoch")
+    assert record["seconds"] > 0 and record["val_seconds"] > 0
+
+
+def test_pcme_learns_match_prob_options(tmp_path, tiny_args, capsys):
     status, _, err = run_cli(
-        capsys, ["train", "pcme", "--out", str(tmp_path), "--name", "run", *tiny_args(cache_dir)]
+        capsys, ["train", "pcme", "--out", str(tmp_path), "--name", "run", *tiny_args()]
     )
     assert status == 0, err
     options = json.loads((tmp_path / "run" / "similarity_options.json").read_text())
@@ -146,7 +149,7 @@ def test_list_recipes(capsys):
         assert name in names
 
 
-def test_train_with_cached_frozen_features(tmp_path, cache_dir, capsys):
+def test_train_with_cached_frozen_features(tmp_path, tiny_args, capsys):
     """`pcmr train` end to end with a frozen pretrained image backbone cached per image; the run
     records which towers cached, and an augmented image side is one clear error."""
     pytest.importorskip("efficientnet_lite_pytorch", reason="optional extra pcmr[pretrained] not installed")
@@ -154,13 +157,13 @@ def test_train_with_cached_frozen_features(tmp_path, cache_dir, capsys):
     frozen = ["model.image_encoder={kind: efficientnet_lite0, input_size: 32}", "train.epochs=2",
               "train.cache_frozen_features=true"]
     status, _, err = run_cli(capsys, ["train", "pcme", "--out", str(tmp_path), "--name", "run",
-                                      *tiny_args(cache_dir, [*frozen, "data.loader_options.erase_prob=0"])])
+                                      *tiny_args([*frozen, "data.loader_options.erase_prob=0"])])
     assert status == 0, err
     summary = json.loads((tmp_path / "run" / "run.json").read_text())
     assert summary["status"] == "finished" and summary["cached_features"] == ["image"]
     start = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
     assert start["event"] == "start" and start["cached_features"] == ["image"]
     status, _, err = run_cli(capsys, ["train", "pcme", "--out", str(tmp_path), "--name", "augmented",
-                                      *tiny_args(cache_dir, frozen)])  # pcme's Cutout is on
+                                      *tiny_args(frozen)])  # pcme's Cutout is on
     assert status == 2 and "train.cache_frozen_features" in err and "erase_prob=0" in err
     assert len(err.strip().splitlines()) == 1

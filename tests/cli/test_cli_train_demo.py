@@ -7,23 +7,10 @@ import pytest
 from pcmr.cli import main
 
 
-def test_demo_tiny(tmp_path, capsys):
-    cache = tmp_path / "cache"
-    tiny = [
-        "data.options={num_train: 12, num_val: 10, num_test: 10, num_test_unseen: 1, num_binary_selection: 1, "
-        f"image_size: 32, cache_dir: {cache}}}",
-        "data.batch_size=10",
-        "train.epochs=1",
-        "train.max_steps_per_epoch=2",
-        "model.embed_dim=8",
-        "model.text_encoder={word_dim: 8, hidden_dim: 8}",
-        "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
-        "eval.similarities=[cosine, match_prob]",
-        "eval.rerankers=[nns, csls]",
-    ]
-    argv = ["demo", "--out", str(tmp_path / "demo")]
-    for item in tiny:
-        argv += ["--set", item]
+def test_demo_tiny(tmp_path, tiny_training, as_set_args, capsys):
+    tiny = [*tiny_training, "data.options.num_val=10", "data.options.num_test=10",
+            "eval.similarities=[cosine, match_prob]", "eval.rerankers=[nns, csls]"]
+    argv = ["demo", "--out", str(tmp_path / "demo"), *as_set_args(tiny)]
     status = main(argv)
     out, err = capsys.readouterr()
     assert status == 0, err

@@ -63,6 +63,18 @@ def test_karpathy_splits_ids_and_images(coco_root):
     assert only_train.num_images == 1
 
 
+
+def test_coco_splits_say_which_protocols_apply(coco_root):
+    """The evaluator reads these properties, never the dataset's name: CxC / ECCV Caption exist for
+    COCO, and the 5000 COCO test images are also evaluated in 1K folds."""
+    from pcmr.data.karpathy import COCO_5K_TEST_IMAGES, coco_protocol_info
+
+    test = load_dataset("coco", "test", root=str(coco_root))
+    assert test.info["extra_positive_sets"] == ["cxc", "eccv"] and test.info["coco_5k_test"] is False
+    assert coco_protocol_info("coco", COCO_5K_TEST_IMAGES)["coco_5k_test"] is True
+    assert coco_protocol_info("flickr30k", COCO_5K_TEST_IMAGES) == {"extra_positive_sets": [], "coco_5k_test": False}
+
+
 def test_karpathy_maps_coco_caption_annotation_ids_and_labels(coco_root, tmp_path):
     captions = {"annotations": [{"id": 555, "image_id": 1002, "caption": "a zebra grazes "},
                                 {"id": 556, "image_id": 1002, "caption": "Zebra on grass."},
@@ -98,7 +110,7 @@ def test_coco_labels_errors(tmp_path):
 def test_karpathy_error_paths(coco_root):
     json_path = coco_root / "dataset_coco.json"
     data = json.loads(json_path.read_text())
-    with pytest.raises(DataError, match="unknown split 'dev'.*'restval', 'val', 'test'"):
+    with pytest.raises(DataError, match="unknown split 'dev'.*expected one of: train, restval, val, test"):
         load_dataset("coco", "dev", root=str(coco_root))
     with pytest.raises(MissingDataError, match="dataset_flickr30k.json"):
         load_dataset("flickr30k", "test", root=str(coco_root))
@@ -169,7 +181,7 @@ def test_precomputed_error_paths(tmp_path):
     write_precomputed(root, "test", np.zeros((2, 3), np.float32), ["a", "b", "c"])
     with pytest.raises(DataError, match=r"test_caps.txt: caption/feature count mismatch: 3 captions.*2 feature rows"):
         load_dataset(root, "test")
-    with pytest.raises(DataError, match=r"unknown split 'train'.*\['test'\]"):
+    with pytest.raises(DataError, match=r"unknown split 'train'; expected one of: test \(the splits present"):
         load_dataset(root, "train")
     write_precomputed(root, "test", np.zeros((2, 3), np.float32), ["a", "   "])
     with pytest.raises(DataError, match="test_caps.txt, line 2: empty caption"):

@@ -119,7 +119,8 @@ def test_ids_that_are_not_coco_ids_are_never_matched_to_cxc_or_eccv():
 
     def split(**info):
         return RetrievalSplit(name="coco", split="test", images=FeatureImages(torch.zeros(2, 3).numpy()),
-                              caption_texts=["a", "b"], caption_image=torch.tensor([0, 1]).numpy(), info=info)
+                              caption_texts=["a", "b"], caption_image=torch.tensor([0, 1]).numpy(),
+                              info={"extra_positive_sets": ["cxc", "eccv"], **info})  # as the COCO loaders say
 
     sentids = split(image_id_kind="coco", caption_id_kind="karpathy_sentid")
     assert "karpathy_sentid ids, not COCO caption annotation ids; load the split with coco_captions" in \

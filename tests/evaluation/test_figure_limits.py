@@ -14,7 +14,6 @@ import torch
 
 import pcmr.report.plots as report_plots
 import pcmr.study.plots as study_plots
-from _search_index import make_run
 from pcmr.evaluation.figures import (
     corruption_series,
     decile_series,
@@ -101,6 +100,27 @@ def test_uncertainty_deciles_within_0_100_with_every_line_visible(tmp_path: Path
     _legend_clear_of_marks(figure)
 
 
+def _labelled_ticks(axis, limits) -> list[str]:
+    """The tick labels of ``axis`` drawn inside ``limits`` (after a draw)."""
+    low, high = sorted(limits)
+    return [tick.label1.get_text() for tick in axis.get_major_ticks()
+            if low <= tick.get_loc() <= high and tick.label1.get_visible() and tick.label1.get_text()]
+
+
+def test_k_occurrence_axes_have_two_labels_on_a_short_range(tmp_path: Path, caught) -> None:
+    """Counts of 1 to 5 span less than a decade: the log axis gets labels at 1, 2, 5, not one lone 10^0."""
+    short = {"values": [3, 40, 60, 120], "frequency": [1, 2, 1, 5]}
+    wide = {"values": [1, 2, 5, 30], "frequency": [20, 8, 2, 1]}
+    report_plots.plot_k_occurrence({"k": 10, "series": {"cosine/nns": {"i2t": wide, "t2i": short}}},
+                                   tmp_path / "k.png")
+    figure = caught[-1]
+    figure.canvas.draw()
+    for ax in figure.axes:
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            assert len(_labelled_ticks(axis, limits)) >= 2, (ax.get_title(), _labelled_ticks(axis, limits))
+    assert {"1", "2", "5"} <= set(_labelled_ticks(figure.axes[1].yaxis, figure.axes[1].get_ylim()))
+
+
 def test_k_occurrence_and_ellipses_hold_their_data(tmp_path: Path, caught) -> None:
     images, captions, relevance = _gaussians(30, 2, 1)
     scores = images.mean @ captions.mean.T
@@ -167,8 +187,8 @@ def test_claims_labels_are_readable_and_legend_outside(tmp_path: Path, caught) -
     _legend_clear_of_marks(figure)
 
 
-def test_uncertainty_vs_corruption_from_a_model(tmp_path: Path, caught) -> None:
-    trained = load(make_run(tmp_path / "run"))
+def test_uncertainty_vs_corruption_from_a_model(search_run_factory, tmp_path: Path, caught) -> None:
+    trained = load(search_run_factory(tmp_path / "run"))
     split = load_run_split(run_config(trained), "test")
     series = corruption_series(trained.network, split, trained.vocabulary, "log_det", max_items=8)
     assert series is not None and set(series) == {"measure", "image", "caption"}
@@ -190,4 +210,38 @@ def test_uncertainty_multiplicity_holds_its_data_legend_clear(tmp_path: Path, ca
     assert len(figure.axes) == 2
     for ax in figure.axes:
         _assert_holds(ax, _data_points(ax))
+    _legend_clear_of_marks(figure)
+
+
+def test_risk_coverage_holds_its_curves_in_0_1_legend_clear(tmp_path: Path, caught) -> None:
+    from pcmr.evaluation.abstention import abstention_series
+
+    images, captions, relevance = _gaussians(60, 4, 4)
+    relevance |= torch.rand(relevance.shape, generator=torch.Generator().manual_seed(5)) < 0.05
+    scores = images.mean @ captions.mean.T
+    series = {"cosine": abstention_series(scores, relevance, images, captions, "log_det")}
+    report_plots.plot_risk_coverage({"measure": "log_det", "series": series}, tmp_path / "r.png")
+    figure = caught[-1]
+    assert len(figure.axes) == 2
+    for ax in figure.axes:
+        assert sorted(ax.get_ylim()) == [0.0, 1.0] and sorted(ax.get_xlim()) == [0.0, 1.0]
+        _assert_holds(ax, _data_points(ax))
+        assert len(ax.get_lines()) == 4  # uncertainty, margin, multiplicity, no abstention
+    _legend_clear_of_marks(figure)
+
+
+def test_pca_ellipses_hold_every_ellipse(tmp_path: Path, caught) -> None:
+    from pcmr.evaluation.abstention import pca_ellipse_series
+
+    images, captions, relevance = _gaussians(30, 6, 6)
+    relevance[:10, :] |= torch.arange(60) % 3 == 0  # some generic captions
+    report_plots.plot_pca_ellipses(pca_ellipse_series(images, captions, relevance), tmp_path / "p.png")
+    figure = caught[-1]
+    (ax,) = figure.axes
+    figure.canvas.draw()
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    for patch in ax.patches:  # every ellipse lies inside the axes
+        box = patch.get_extents().transformed(ax.transData.inverted())
+        assert x0 - 1e-6 <= box.x0 and box.x1 <= x1 + 1e-6 and y0 - 1e-6 <= box.y0 and box.y1 <= y1 + 1e-6
+    assert len(ax.patches) == 8 + 16
     _legend_clear_of_marks(figure)

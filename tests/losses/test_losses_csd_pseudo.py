@@ -30,3 +30,15 @@ def test_pseudo_positive_targets_match_brute_force():
     assert got.sum() > positives.sum()  # some candidates became pseudo-positives
     logits.requires_grad_()
     assert not pseudo_positive_targets(logits, positives).requires_grad
+
+
+def test_smoothed_pseudo_positive_targets():
+    """With label smoothing a pseudo-positive gets its row's smoothed positive target 1 - eps (the
+    release sets it to the row's maximum of ``matched``) and every other candidate eps."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    positives = torch.zeros(4, 6, dtype=torch.bool)
+    positives[0, 1] = positives[1, 3] = positives[1, 5] = positives[2, 0] = True
+    eps = 0.01
+    want = brute_force(logits, positives) * (1 - eps) + (1 - brute_force(logits, positives)) * eps
+    torch.testing.assert_close(pseudo_positive_targets(logits, positives, eps), want, rtol=0, atol=1e-15)

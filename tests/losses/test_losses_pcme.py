@@ -191,14 +191,14 @@ def test_match_scale_keeps_a_positive():
         MatchScale(0.0, 1.0)
 
 
-def brute_force_csd(image, caption, positives, a, b):
+def brute_force_csd(image, caption, positives, a, b, smoothing=0.0):
     total = []
     for i in range(image.num):
         for c in range(caption.num):
             csd = ((image.mean[i] - caption.mean[c]) ** 2).sum() + image.var[i].expand(image.dim).sum() \
                 + caption.var[c].expand(caption.dim).sum()
             logit = -a * csd + b
-            target = 1.0 if positives[i, c] else 0.0
+            target = 1.0 - smoothing if positives[i, c] else smoothing
             p = torch.sigmoid(logit)
             total.append(-(target * torch.log(p) + (1 - target) * torch.log(1 - p)))
     return sum(total) / len(total)
@@ -218,7 +218,8 @@ def test_csd_loss_matches_loop_values_and_gradients():
 
 def test_csd_module_release_scaling_and_extreme_logits():
     image, caption, positives, leaves = make_pair(seed=7)
-    loss_fn = create_loss("pcme_csd", init_a=3.0, init_b=1.0, lambda_kl=0.1, lambda_pseudo=0.0).double()
+    loss_fn = create_loss("pcme_csd", init_a=3.0, init_b=1.0, lambda_kl=0.1, lambda_pseudo=0.0,
+                          label_smoothing=0.0).double()
     terms = loss_fn(image=image, caption=caption, positives=positives)
     a, b = loss_fn.match_scale.a, loss_fn.match_scale.b
     matching = 2 * brute_force_csd(image, caption, positives, a, b)
@@ -354,3 +355,23 @@ def test_logsumexp_over_samples_equals_torch_logsumexp_with_infinite_entries():
     got = _logsumexp_over_samples(terms.clone())
     torch.testing.assert_close(got, torch.logsumexp(terms, dim=(1, 3)), rtol=1e-13, atol=0)
     assert got[1, 2] == -math.inf
+
+
+@pytest.mark.parametrize("smoothing", [1e-4, 0.1, 0.3])
+def test_csd_label_smoothing_matches_loop(smoothing):
+    """Targets 1 - eps for matches and eps for the rest (PCME++'s release), several positives per row."""
+    image, caption, positives, leaves = make_pair(seed=8)
+    loss_fn = create_loss("pcme_csd", init_a=2.0, init_b=0.5, lambda_kl=0.0, lambda_pseudo=0.0,
+                          label_smoothing=smoothing).double()
+    terms = loss_fn(image=image, caption=caption, positives=positives)
+    want = 2 * brute_force_csd(image, caption, positives, loss_fn.match_scale.a, loss_fn.match_scale.b, smoothing)
+    torch.testing.assert_close(terms["loss"], want)
+    a = torch.tensor(0.7, dtype=DT)
+    torch.testing.assert_close(csd_loss(image, caption, positives, a, 0.2, label_smoothing=smoothing),
+                               brute_force_csd(image, caption, positives, a, 0.2, smoothing))
+
+
+@pytest.mark.parametrize("smoothing", [-0.1, 0.5])
+def test_csd_label_smoothing_is_checked(smoothing):
+    with pytest.raises(ValueError, match="label_smoothing"):
+        create_loss("pcme_csd", label_smoothing=smoothing)

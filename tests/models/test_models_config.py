@@ -92,7 +92,7 @@ def test_unknown_keys_name_the_key_and_the_accepted_keys():
         create_model("pcme", image_encoder={"knd": "cnn"})
     with pytest.raises(ValueError, match="dotted keys start with one of"):
         create_model("pcme", **{"optimizer.lr": 1.0})
-    with pytest.raises(ValueError, match=r"unknown model 'pcme2'; .*pcme, pcme_mu_only"):
+    with pytest.raises(ValueError, match=r"unknown model 'pcme2' \(did you mean 'pcme'\?\); expected one of: .*pcme, pcme_mu_only"):
         create_model("pcme2")
 
 

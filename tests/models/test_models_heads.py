@@ -356,7 +356,7 @@ def test_probvse_avgpool_recipes_average_the_variances(recipe):
 
     config = load_config(find_recipe(recipe))
     for side in ("image_head", "caption_head"):
-        assert config.model[side]["covariance"] == "spherical_avgpool_variance"
+        assert config.model.options[side]["covariance"] == "spherical_avgpool_variance"
 
 
 # --- VSE++ / ProbVSE captions: the embedding is the final GRU state -----------------------------------

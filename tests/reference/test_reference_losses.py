@@ -70,11 +70,12 @@ def test_pvse_loss_equals_release(k):
 PCMEPP, PCMEPP_INFO = load_fixture("pcmepp")
 
 
-@pytest.mark.parametrize("run", ["full", "plain"])
+@pytest.mark.parametrize("run", ["full", "plain", "smoothed", "released"])
 def test_csd_loss_equals_pcmepp_release(run):
     settings = PCMEPP_INFO["runs"][run]
     loss_fn = create_loss("pcme_csd", init_a=settings["init_negative_scale"], init_b=settings["init_shift"],
-                          lambda_kl=settings["vib_beta"], lambda_pseudo=settings["smoothness_alpha"]).double()
+                          lambda_kl=settings["vib_beta"], lambda_pseudo=settings["smoothness_alpha"],
+                          label_smoothing=settings.get("label_smoothing", 0.0)).double()
     with torch.no_grad():  # a = softplus(a_raw) exactly in float64 (the float32 init rounds a_raw)
         loss_fn.match_scale.a_raw.fill_(inverse_softplus(settings["init_negative_scale"]))
     inputs = {k: v.clone().requires_grad_() for k, v in part(PCMEPP, "input").items()}
@@ -99,11 +100,35 @@ def test_the_fixture_has_pseudo_positives():
     """Without pseudo-positives the loss differs from the release's (the fixture exercises them)."""
     settings = PCMEPP_INFO["runs"]["full"]
     loss_fn = create_loss("pcme_csd", init_a=settings["init_negative_scale"], init_b=settings["init_shift"],
-                          lambda_kl=settings["vib_beta"], lambda_pseudo=0.0).double()
+                          lambda_kl=settings["vib_beta"], lambda_pseudo=0.0, label_smoothing=0.0).double()
     inputs = part(PCMEPP, "input")
     terms = loss_fn(Gaussian(inputs["image_mean"], inputs["image_logvar"]),
                     Gaussian(inputs["caption_mean"], inputs["caption_logvar"]), torch.eye(6, dtype=torch.bool))
     assert not torch.allclose(terms["loss"], PCMEPP["full/output/loss"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("run", ["smoothed", "released"])
+def test_the_fixture_has_label_smoothing(run):
+    """Without the smoothed targets the loss differs from the release's at its own 1e-4 (float64)."""
+    settings = PCMEPP_INFO["runs"][run]
+    loss_fn = create_loss("pcme_csd", init_a=settings["init_negative_scale"], init_b=settings["init_shift"],
+                          lambda_kl=settings["vib_beta"], lambda_pseudo=settings["smoothness_alpha"],
+                          label_smoothing=0.0).double()
+    with torch.no_grad():
+        loss_fn.match_scale.a_raw.fill_(inverse_softplus(settings["init_negative_scale"]))
+    inputs = part(PCMEPP, "input")
+    terms = loss_fn(Gaussian(inputs["image_mean"], inputs["image_logvar"]),
+                    Gaussian(inputs["caption_mean"], inputs["caption_logvar"]), torch.eye(6, dtype=torch.bool))
+    assert not torch.allclose(terms["loss"], PCMEPP[f"{run}/output/loss"], rtol=1e-7, atol=0.0)
+
+
+def test_csd_loss_defaults_are_the_releases_configuration():
+    """CsdConfig's defaults are configs/pcmepp.yaml's values (the 'released' fixture run)."""
+    settings = PCMEPP_INFO["runs"]["released"]
+    config = create_loss("pcme_csd").config
+    assert (config.init_a, config.init_b, config.lambda_kl, config.lambda_pseudo, config.label_smoothing) == (
+        settings["init_negative_scale"], settings["init_shift"], settings["vib_beta"], settings["smoothness_alpha"],
+        settings["label_smoothing"])
 
 
 HAL, HAL_INFO = load_fixture("hal")

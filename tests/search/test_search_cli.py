@@ -8,15 +8,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from _search_index import make_run
 from pcmr import Gaussian
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("cli") / "run")
+def run_dir(search_run_factory, tmp_path_factory):
+    return search_run_factory(tmp_path_factory.mktemp("cli") / "run")
 
 
 def test_build_with_faiss_prints_the_chosen_structure_and_searches(run_dir, tmp_path, capsys):
@@ -94,3 +93,51 @@ def test_embeddings_file_with_nan_is_refused(tmp_path, capsys, tensor):
     field = tensor.split("_")[1]
     assert f"{tmp_path / 'bad.safetensors'}: Gaussian.{field} holds 1 non-finite value(s) (NaN or inf)" in err
     assert not (tmp_path / "idx").exists()  # nothing half-built
+
+
+def _small_gallery_file(path, num_images=500, num_captions=60, dim=16):
+    gen = torch.Generator().manual_seed(3)
+    images = Gaussian(torch.randn(num_images, dim, generator=gen), 0.3 * torch.randn(num_images, dim, generator=gen))
+    captions = Gaussian(torch.randn(num_captions, dim, generator=gen),
+                        0.3 * torch.randn(num_captions, dim, generator=gen))
+    save_file({"image_mean": images.mean, "image_logvar": images.logvar, "caption_mean": captions.mean,
+               "caption_logvar": captions.logvar}, str(path))
+
+
+@pytest.mark.parametrize("opq", [False, True])
+def test_ivfpq_on_a_small_gallery_prints_one_line_instead_of_faiss_kmeans_warnings(tmp_path, capfd, opq):
+    _small_gallery_file(tmp_path / "e.safetensors")
+    args = ["search", str(tmp_path / "idx"), "--from-embeddings", str(tmp_path / "e.safetensors"), "--backend",
+            "faiss", "--index-type", "ivfpq", "--modality", "image", "--similarity", "wasserstein",
+            *(["--opq"] if opq else [])]
+    assert main(args) == 0
+    err = capfd.readouterr().err
+    assert "WARNING clustering" not in err  # faiss's own lines (one per sub-quantizer) are gone
+    lines = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1 and lines[0].startswith("warning: image index: IVF-PQ trained its 256-centroid k-means")
+    assert "--index-type flat" in lines[0]
+
+
+def test_quieting_faiss_kmeans_leaves_the_trained_index_unchanged(monkeypatch):
+    import faiss
+
+    import pcmr.search.ann as ann_module
+
+    gen = torch.Generator().manual_seed(4)
+    gallery = Gaussian(torch.randn(400, 16, generator=gen), 0.3 * torch.randn(400, 16, generator=gen))
+    quiet = ann_module.build_ann(gallery, "wasserstein", "ivfpq", nlist=8, pq_m=8, opq=True)
+    monkeypatch.setattr(ann_module, "_quiet_kmeans", lambda index, faiss: [])
+    loud = ann_module.build_ann(gallery, "wasserstein", "ivfpq", nlist=8, pq_m=8, opq=True)
+    assert bytes(faiss.serialize_index(quiet.index)) == bytes(faiss.serialize_index(loud.index))
+
+
+def test_ivf_on_a_tiny_gallery_prints_one_line_per_cause(tmp_path, capfd):
+    _small_gallery_file(tmp_path / "e.safetensors", num_images=30, num_captions=20)
+    assert main(["search", str(tmp_path / "idx"), "--from-embeddings", str(tmp_path / "e.safetensors"), "--backend",
+                 "faiss", "--index-type", "ivf", "--nlist", "2"]) == 0
+    err = capfd.readouterr().err
+    assert "WARNING clustering" not in err
+    lines = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert lines == ["warning: image and caption indexes: IVF trained its 2-centroid k-means on fewer items than faiss "
+                     "asks for (78), so its candidates are coarse; for a gallery this small use --index-type flat "
+                     "(exact) or hnsw"]

@@ -211,7 +211,7 @@ def test_save_load_round_trip_and_corruption_errors(tmp_path):
     (root / "index.json").write_text(json.dumps(info))
 
     def rewrite(info):  # an edit that also updates the manifest digest (to reach the deeper checks)
-        from pcmr.search.gallery import _manifest_digest
+        from pcmr.search.manifest import _manifest_digest
 
         info["manifest_sha256"] = _manifest_digest(info)
         (root / "index.json").write_text(json.dumps(info))

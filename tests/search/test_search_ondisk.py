@@ -12,8 +12,6 @@ import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import save_file
 
-from _search_index import SHAPES
-from conftest import make_tiny_run
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
 from pcmr.search.service import create_app
@@ -24,11 +22,11 @@ IVFPQ = ["--index-type", "ivfpq", "--nlist", "4", "--pq-m", "2", "--batch-size",
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tiny_run_factory, tiny_shapes, tmp_path_factory):
     """The run, an on-disk index (float32 store) and the in-memory IVF-PQ index of the same run; the
     number of chunks each store writer received while building the on-disk one."""
     root = tmp_path_factory.mktemp("ondisk")
-    run = make_tiny_run(root / "run", shapes={**SHAPES, "num_test": IMAGES},
+    run = tiny_run_factory(root / "run", shapes={**tiny_shapes, "num_test": IMAGES},
                         similarity_options={"match_prob": {"a": 3.0, "b": 1.0}})
     appended: dict[int, int] = {}
     original = StoreWriter.append
@@ -195,7 +193,7 @@ def test_chunked_encoding_equals_the_whole_split_and_needs_split_order(built, mo
 def test_item_uncertainties_are_saved_once_and_equal_the_stores(built):
     index = GalleryIndex.load(built["disk"])
     memory = GalleryIndex.load(built["memory"])
-    assert set(index._uncertainty) == {"image", "caption"}  # read from uncertainty.safetensors, not the stores
+    assert set(index.uncertainty_cache) == {"image", "caption"}  # read from uncertainty.safetensors, not the stores
     for modality in ("image", "caption"):
         assert index.item_uncertainty(modality).tolist() == memory.item_uncertainty(modality).tolist()
     info = json.loads((built["disk"] / "index.json").read_text())

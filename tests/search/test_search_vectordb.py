@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from _search_index import make_run
 from pcmr import Gaussian
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
@@ -18,9 +17,9 @@ pytest.importorskip("milvus_lite")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(search_run_factory, tmp_path_factory):
     root = tmp_path_factory.mktemp("milvus")
-    run = make_run(root / "run")
+    run = search_run_factory(root / "run")
     uri = str(root / "gallery.db")
     assert main(["search", str(root / "index"), "--build", str(run), "--backend", "milvus", "--uri", uri,
                  "--similarity", "kl"]) == 0
@@ -97,9 +96,40 @@ def test_bad_uri_and_missing_collection_are_named(tmp_path, capsys):
 
     with pytest.raises(ValueError, match="ending in .db"):
         MilvusCandidates.open(str(tmp_path / "x.sqlite"), "g")
-    with pytest.raises(ValueError, match="no Milvus collection 'nothing'"):
+    with pytest.raises(FileNotFoundError, match="empty.db not found"):
         MilvusCandidates.open(str(tmp_path / "empty.db"), "nothing")
+    assert not (tmp_path / "empty.db").exists()  # opening never creates a database
+    MilvusCandidates.create(str(tmp_path / "other.db"), "g", "cosine", Gaussian.point(torch.randn(4, 3)), 4)
+    with pytest.raises(ValueError, match="no Milvus collection 'nothing'"):
+        MilvusCandidates.open(str(tmp_path / "other.db"), "nothing")
     save_file({"image_mean": torch.randn(5, 3)}, str(tmp_path / "e.safetensors"))
     assert main(["search", str(tmp_path / "idx"), "--from-embeddings", str(tmp_path / "e.safetensors"),
                  "--backend", "milvus"]) != 0
     assert "--backend milvus needs --uri" in capsys.readouterr().err
+
+
+def test_relative_uri_is_stored_absolute_and_queried_from_another_directory(tiny_run_factory, tmp_path, monkeypatch,
+                                                                          capsys):
+    run = tiny_run_factory(tmp_path / "run")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "build")
+    assert main(["search", "idx", "--build", str(run), "--backend", "milvus", "--uri", "x.db"]) == 0
+    info = json.loads((tmp_path / "build" / "idx" / "index.json").read_text())
+    assert info["ann"]["image"]["uri"] == str(tmp_path / "build" / "x.db")
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    common = ["search", str(tmp_path / "build" / "idx"), "--text", "a red circle", "-k", "3", "--json"]
+    assert main([*common, "--backend", "milvus"]) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert main([*common, "--backend", "exact"]) == 0
+    exact = json.loads(capsys.readouterr().out)
+    assert [h["index"] for h in fast[0]["results"]] == [h["index"] for h in exact[0]["results"]]
+    assert list((tmp_path / "elsewhere").iterdir()) == []  # no empty database next to the caller
+    import shutil
+
+    database = tmp_path / "build" / "x.db"
+    shutil.rmtree(database) if database.is_dir() else database.unlink()
+    assert main(common) == 2
+    assert f"Milvus Lite database {database} not found" in capsys.readouterr().err
+    assert not database.exists() and list((tmp_path / "elsewhere").iterdir()) == []

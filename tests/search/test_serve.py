@@ -9,14 +9,13 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from _search_index import SHAPES, make_index
 from pcmr.search import GalleryIndex
 from pcmr.search.service import ServiceLimits, create_app
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory):
-    return GalleryIndex.load(make_index(tmp_path_factory.mktemp("serve")))
+def index(search_index_factory, tmp_path_factory):
+    return GalleryIndex.load(search_index_factory(tmp_path_factory.mktemp("serve")))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,7 @@ def test_health_and_text_search_match_the_library(client, index):
     assert first["metadata"]["labels"]
 
 
-def test_items_images_and_captions(client, index):
+def test_items_images_and_captions(tiny_shapes, client, index):
     from pcmr.data import load_dataset
 
     item = client.get("/api/images/4", params={"k": 3}).json()
@@ -59,13 +58,13 @@ def test_items_images_and_captions(client, index):
     picture = client.get("/images/4")
     assert picture.status_code == 200 and picture.headers["content-type"] == "image/png"
     pixels = np.asarray(Image.open(io.BytesIO(picture.content)))
-    assert np.array_equal(pixels, load_dataset("shapes", "test", **SHAPES).images.pixels[4])
+    assert np.array_equal(pixels, load_dataset("shapes", "test", **tiny_shapes).images.pixels[4])
 
 
-def test_image_upload_returns_captions(client, index):
+def test_image_upload_returns_captions(tiny_shapes, client, index):
     from pcmr.data import load_dataset
 
-    pixels = load_dataset("shapes", "test", **SHAPES).images.pixels[2]
+    pixels = load_dataset("shapes", "test", **tiny_shapes).images.pixels[2]
     response = client.post("/api/search/image", params={"k": 4}, files={"file": ("q.png", _png(pixels), "image/png")})
     assert response.status_code == 200
     expected = index.search(index.images[2], k=4, modality="image")

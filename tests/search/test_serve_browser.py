@@ -12,8 +12,6 @@ import time
 
 import pytest
 
-from _search_index import make_index
-
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
@@ -30,13 +28,13 @@ def _require_browser() -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(search_index_factory, tmp_path_factory):
     import uvicorn
 
     from pcmr.search import GalleryIndex
     from pcmr.search.service import create_app
 
-    index = GalleryIndex.load(make_index(tmp_path_factory.mktemp("browser")))
+    index = GalleryIndex.load(search_index_factory(tmp_path_factory.mktemp("browser")))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

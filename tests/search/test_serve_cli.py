@@ -16,15 +16,14 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from _search_index import make_index
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
 from pcmr.search.service import create_app
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    return make_index(tmp_path_factory.mktemp("serve-cli"), backend="exact")
+def index_dir(search_index_factory, tmp_path_factory):
+    return search_index_factory(tmp_path_factory.mktemp("serve-cli"), backend="exact")
 
 
 def _free_port() -> int:

@@ -134,7 +134,7 @@ def test_point_set_bad_input_raises():
         Gaussian.cat([sets, Gaussian(torch.zeros(1, 4))])
     with pytest.raises(ValueError, match=r"one \[K, D\]"):
         Gaussian.cat([sets, point_set(1, 3, 4, 2)])
-    with pytest.raises(ValueError, match="unknown uncertainty measure 'log_det' for a PointSet"):
+    with pytest.raises(ValueError, match="unknown uncertainty measure 'log_det'; expected one of: spread \\(a PointSet"):
         sets.uncertainty("log_det")
 
 

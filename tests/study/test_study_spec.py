@@ -152,7 +152,8 @@ def test_shipped_uncertainty_study_resolves_every_run_and_judges_every_uncertain
         config = resolve_config(run.recipe, run.overrides)
         assert config.train.epochs == 30 and config.data.options["preset"] == "multiplicity"
         if run.label == "pcme_small_init":
-            assert config.model["image_head"]["logvar_init"] == -8 and config.model["caption_head"]["logvar_init"] == -8
+            assert config.model.options["image_head"]["logvar_init"] == -8
+            assert config.model.options["caption_head"]["logvar_init"] == -8
     uncertainty = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "uncertain"))]
     assert len(uncertainty) == 12 and all(c.signal in ("image", "caption") for c in uncertainty)
     ablation = {c.id for c in spec.claims if c.b is not None and c.b.recipe == "pcme_mu_only"}

@@ -5,7 +5,6 @@ names its primary metric and training's model selection reads that name."""
 from __future__ import annotations
 
 import ast
-import typing
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,9 @@ import torch
 
 import pcmr
 import pcmr.train.evaluation as evaluation
-from conftest import TINY_SHAPES as SHAPES
 from pcmr.data import load_dataset
 from pcmr.evaluation import RetrievalEvaluator
-from pcmr.evaluation.evaluator import PRIMARY_METRIC, SELECTION_METRICS, selection_value
+from pcmr.evaluation.evaluator import PRIMARY_METRIC, selection_value
 from pcmr.train.config import TrainConfig
 from pcmr.train.loading import run_config
 
@@ -24,8 +22,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "pcmr"
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_run_factory):
-    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=SHAPES,
+def run_dir(tiny_shapes, tmp_path_factory, tiny_run_factory):
+    return tiny_run_factory(tmp_path_factory.mktemp("run"), shapes=tiny_shapes,
                             eval_section={"similarities": ["kl"], "rerankers": ["nns", "csls"], "batch_size": 7},
                             similarity_options={"match_prob": {"a": 3.0, "b": 1.0}})
 
@@ -52,11 +50,11 @@ def test_the_device_is_the_runs_train_device(run_dir):
     assert evaluation.evaluation_device(bare) == bare.device
 
 
-def test_evaluate_run_equals_the_evaluator_on_the_parts(run_dir):
+def test_evaluate_run_equals_the_evaluator_on_the_parts(tiny_shapes, run_dir):
     model = pcmr.load(run_dir)
     report = evaluation.evaluate_run(model, similarities=["cosine", "match_prob"], rerankers=["nns"], figures=False,
                                      corruption=False)
-    split = load_dataset("shapes", "test", **SHAPES)
+    split = load_dataset("shapes", "test", **tiny_shapes)
     direct = RetrievalEvaluator(split, similarities=["cosine", "match_prob"], rerankers=["nns"], figures=False,
                                 corruption=False, batch_size=7).evaluate(
         model.network, model.vocabulary, {"match_prob": {"a": 3.0, "b": 1.0}})
@@ -102,16 +100,20 @@ def test_no_command_builds_its_own_evaluator():
     assert "evaluate_run(load(run_dir)" in demo
 
 
-def test_the_evaluator_names_its_primary_metric_and_selection_uses_it(run_dir):
+def test_the_evaluator_names_its_primary_metric_and_selection_uses_it(tiny_shapes, run_dir):
     row = {"rsum": 250.0, "i2t_r_precision": 30.0, "t2i_r_precision": 40.0}
     assert selection_value(row, "rsum") == 250.0 and selection_value(row, "r_precision") == 35.0
-    split = load_dataset("shapes", "val", **SHAPES)
+    split = load_dataset("shapes", "val", **tiny_shapes)
     evaluator = RetrievalEvaluator(split, primary_metric="r_precision")
     assert evaluator.primary_value(row) == 35.0
     with pytest.raises(ValueError, match="primary_metric 'map': expected one of rsum, r_precision"):
         RetrievalEvaluator(split, primary_metric="map")
     # the trainer's choices are the evaluator's selection metrics, its default the primary one
-    assert typing.get_args(typing.get_type_hints(TrainConfig)["select_on"]) == SELECTION_METRICS
+    from pcmr.train import check_config
+    from pcmr.train.config import RunConfig
+
+    with pytest.raises(ValueError, match=r"config key 'train.select_on': unknown name 'map'.*expected one of: rsum, r_precision"):
+        check_config(RunConfig.from_dict({"train": {"select_on": "map"}}))
     assert TrainConfig().select_on == PRIMARY_METRIC
     from pcmr.train.validation import validate
 

@@ -50,20 +50,8 @@ def test_recipe_is_valid_and_documented(path):
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
-def test_recipe_trains_one_tiny_epoch(path, tmp_path, cache_dir, capsys):
-    overrides = [
-        "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
-        f"image_size: 32, cache_dir: {cache_dir}}}",
-        "data.batch_size=10",
-        "train.epochs=1",
-        "train.max_steps_per_epoch=2",
-        "model.embed_dim=8",
-        "model.text_encoder={word_dim: 8, hidden_dim: 8}",
-        "model.image_encoder={cnn_channels: [4, 4, 4, 4]}",
-    ]
-    argv = ["train", str(path), "--out", str(tmp_path), "--name", "run", "--no-progress"]
-    for item in overrides:
-        argv += ["--set", item]
+def test_recipe_trains_one_tiny_epoch(path, tmp_path, tiny_training, as_set_args, capsys):
+    argv = ["train", str(path), "--out", str(tmp_path), "--name", "run", "--no-progress", *as_set_args(tiny_training)]
     status = main(argv)
     err = capsys.readouterr().err
     assert status == 0, err

@@ -106,10 +106,13 @@ RELEASE_SETTINGS = {
     # naver-ai/pcmepp configs/pcmepp.yaml: AdamP, lr 5e-4, wd 1e-4, x 0.1 after epoch 15 of 25, clip 2
     "pcmepp_csd": {"train.optimizer": "adamp", "train.lr": 5e-4, "train.weight_decay": 1e-4, "train.epochs": 25,
                    "train.schedule": "step", "train.step_period": 15, "train.step_gamma": 0.1, "train.grad_clip": 2.0,
-                   "loss.init_a": 5.0, "loss.init_b": 5.0, "loss.lambda_kl": 1e-4},
-    # yalesong/pvse train.py / README: Adam with AMSGrad, lr 2e-4, wd 0, clip 2, 30 epochs, margin 0.1
+                   "loss.init_a": 5.0, "loss.init_b": 5.0, "loss.lambda_kl": 1e-4, "loss.lambda_pseudo": 0.1,
+                   "loss.label_smoothing": 1e-4},
+    # yalesong/pvse train.py / README: Adam with AMSGrad, lr 2e-4, wd 0, clip 2, 30 epochs, margin 0.1;
+    # ReduceLROnPlateau(factor 0.5) left in mode 'min' and fed the rising rsum (tests/reference/test_reference_pvse.py)
     "pvse": {"train.optimizer": "adam", "train.amsgrad": True, "train.lr": 2e-4, "train.weight_decay": 0.0,
-             "train.schedule": "constant", "train.grad_clip": 2.0, "train.epochs": 30, "loss.margin": 0.1,
+             "train.schedule": "plateau", "train.plateau_patience": 10, "train.plateau_factor": 0.5,
+             "train.grad_clip": 2.0, "train.epochs": 30, "loss.margin": 0.1,
              "loss.lambda_div": 0.1, "loss.lambda_mmd": 0.01},
     # fartashf/vsepp train.py: Adam, lr 2e-4, / 10 at epoch 15, 30 epochs, clip 2, margin 0.2
     "vsepp_max": {"train.optimizer": "adam", "train.lr": 2e-4, "train.weight_decay": 0.0, "train.schedule": "step",
@@ -126,7 +129,7 @@ RELEASE_SETTINGS = {
 def test_recipe_follows_one_setting_of_its_paper_or_release(recipe):
     config = load_config(list_recipes()[recipe])
     # the step period in epochs at the recipe's own epoch count (recipes give it as a share of training)
-    sections = {"train": {**config.train.__dict__, "step_period": config.train.step_period()}, "loss": config.loss}
+    sections = {"train": {**config.train.__dict__, "step_period": config.train.step_period()}, "loss": config.loss.to_dict()}
     for key, expected in RELEASE_SETTINGS[recipe].items():
         section, name = key.split(".")
         assert sections[section].get(name) == pytest.approx(expected), f"{recipe}: {key}"

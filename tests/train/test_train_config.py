@@ -12,7 +12,14 @@ import torch
 
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
-from pcmr.train.config import ConfigError, RunConfig, apply_overrides, load_config, parse_override
+from pcmr.train.config import (
+    ComponentConfig,
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    load_config,
+    parse_override,
+)
 from pcmr.train.schedules import build_optimizer, learning_rate_factor, optimizer_name
 
 
@@ -24,8 +31,9 @@ def write(tmp_path, text):
 
 def test_defaults_and_sections(tmp_path):
     config = load_config(write(tmp_path, "model: {name: vsepp, embed_dim: 32}\ntrain: {epochs: 3}\n"))
-    assert config.model == {"name": "vsepp", "embed_dim": 32}
-    assert config.loss == {"name": "pcme"}
+    assert config.model == ComponentConfig("vsepp", {"embed_dim": 32})
+    assert config.loss == ComponentConfig("pcme")
+    assert config.to_dict()["model"] == {"name": "vsepp", "embed_dim": 32}
     assert config.train.epochs == 3 and config.train.lr == pytest.approx(2e-4)
     assert config.data.name == "shapes"
     assert RunConfig.from_dict(config.to_dict()) == config
@@ -70,7 +78,7 @@ def test_overrides_apply_and_coerce(tmp_path):
     )
     assert config.train.lr == pytest.approx(1e-3)
     assert config.train.epochs == 2
-    assert config.model["embed_dim"] == 16
+    assert config.model.options["embed_dim"] == 16
     assert config.data.options == {"num_images": 30}
     assert config.eval.similarities == ["cosine", "kl"]
     assert apply_overrides({"train": {"lr": 1}}, ["train.seed=3"]) == {"train": {"lr": 1, "seed": 3}}
@@ -86,7 +94,7 @@ def test_overrides_apply_and_coerce(tmp_path):
         (["train.lr=fast"], "config key 'train.lr' expects a number"),
         (
             ["train.schedule=linear"],
-            "config key 'train.schedule' expects one of 'cosine', 'step', 'constant'",
+            "config key 'train.schedule' expects one of 'cosine', 'step', 'plateau', 'constant'",
         ),
         (["train.deterministic=3"], "expects true or false"),
         (["model.name="], "config section 'model' needs a 'name'"),

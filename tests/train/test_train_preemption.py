@@ -171,7 +171,7 @@ def test_sigint_in_process_stops_after_the_step_with_a_checkpoint(recipe, refere
 
     class InterruptedTrainer(Trainer):
         def _step(self, batch, epoch, step_in_epoch):
-            if self.progress["global_step"] == 2:
+            if self.progress.global_step == 2:
                 os.kill(os.getpid(), signal.SIGINT)
             return super()._step(batch, epoch, step_in_epoch)
 

@@ -13,15 +13,24 @@ and uniformity term; samples drawn by ``utils.tensor_utils.sample_gaussian_tenso
 normal draws are recorded) and the whole ``models.pcme.PCME`` model with small dimensions. Writes
 inputs, weights (the modules' own state_dict names), draws, outputs and the gradients of
 ``sum(output * cotangent)`` w.r.t. inputs and weights. The ``--checkpoint`` file is the small
-PCME model saved in the release's checkpoint layout (``engine/base.py: save_models``).
+PCME model saved in the release's checkpoint layout (``engine/base.py: save_models``); next to it,
+``<stem>_fp16.pth`` is the same model as the release saves it after mixed-precision training
+(``train.use_fp16``: apex ``amp.initialize(opt_level='O2')`` casts the model, and only the model, to
+float16, affine BatchNorm layers excepted, and ``save_models`` writes that state), and the fixture
+holds that model's outputs (``model_fp16/``: its float16 weights run in float64). Output folders
+are created.
 
 Plumbing stubs (never computation): ``torchvision.models`` gets a stand-in backbone whose input
 already is the ``[B, C, 7, 7]`` grid of ResNet's last block (pcmr does not convert the ResNet);
 ``torchtext`` is an empty module (used only to load GloVe, not called with ``wemb_type: null``).
+apex, which does the O2 cast in the release, is not installed: :func:`cast_like_apex_o2` applies the
+same cast (apex ``fp16_utils.convert_network``: every floating parameter and buffer of every module
+but affine BatchNorm to float16) to the release's model.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import io
 import sys
@@ -32,6 +41,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _fixture import AttrDict, add_checkout, release_args, stub_module, write_fixture  # noqa: E402
+
+from pcmr.atomic import atomic_write_bytes  # noqa: E402
 
 REPOSITORY = "https://github.com/naver-ai/pcme"
 BATCH, SAMPLES, EMBED, FEATURE, WORD, REGIONS, LENGTH = 3, 4, 8, 10, 6, 5, 5
@@ -52,6 +63,18 @@ class GridStandIn(nn.Module):
 
 def stand_in(pretrained: bool = True) -> GridStandIn:
     return GridStandIn(FEATURE)
+
+
+def cast_like_apex_o2(model: nn.Module) -> nn.Module:
+    """The model cast of apex's O2 level (``keep_batchnorm_fp32``): every floating parameter and
+    buffer to float16, except those of affine BatchNorm layers (plumbing standing in for apex)."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.affine:
+            continue
+        for tensor in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
+            if tensor.is_floating_point():
+                tensor.data = tensor.data.to(torch.float16)
+    return model
 
 
 def _grads(prefix: str, output: torch.Tensor, tensors: dict[str, torch.Tensor], named: dict) -> dict:
@@ -175,18 +198,35 @@ def build(checkout: Path) -> tuple[dict[str, torch.Tensor], dict]:
     checkpoint = {"model": model.state_dict(), "criterion": criterion.state_dict(),
                   "config": {"model": dict(model_config), "criterion": loss_config},
                   "word2idx": word2idx, "metadata": {"epoch": 0}}
+
+    # --- the same model after mixed-precision training (use_fp16: apex O2), as save_models writes it;
+    # the criterion is not passed to amp.initialize and stays float32
+    half = cast_like_apex_o2(copy.deepcopy(model))
+    checkpoint_fp16 = {**checkpoint, "model": half.state_dict(),
+                       "criterion": {k: v.float() for k, v in criterion.state_dict().items()},
+                       "config": {"model": dict(model_config, use_fp16=True), "criterion": loss_config}}
+    with torch.no_grad():
+        output = copy.deepcopy(half).double()(images, captions, lengths)  # its float16 weights, in float64
+    for key in ("image_features", "image_logsigma", "caption_features", "caption_logsigma"):
+        tensors[f"model_fp16/output/{key}"] = output[key].detach().clone()
     info = {"loss_config": loss_config, "model_config": dict(model_config), "word2idx": word2idx}
-    return tensors, {"checkpoint": checkpoint, **info}
+    return tensors, {"checkpoint": checkpoint, "checkpoint_fp16": checkpoint_fp16, **info}
+
+
+def save_checkpoint(path: Path, checkpoint: dict) -> None:
+    """``torch.save`` of the release's checkpoint dict (its own format, engine/base.py save_models),
+    written atomically; the folder is created."""
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+    print(f"wrote {path} ({len(buffer.getvalue())} bytes)")
 
 
 def main() -> None:
     args, commit = release_args(__doc__, checkpoint=True)
     tensors, info = build(args.checkout)
-    checkpoint = info.pop("checkpoint")
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)  # the release's own format: engine/base.py save_models
-    args.checkpoint.write_bytes(buffer.getvalue())
-    print(f"wrote {args.checkpoint} ({len(buffer.getvalue())} bytes)")
+    save_checkpoint(args.checkpoint, info.pop("checkpoint"))
+    save_checkpoint(args.checkpoint.with_name(f"{args.checkpoint.stem}_fp16.pth"), info.pop("checkpoint_fp16"))
     write_fixture(args.out, tensors, {
         "repository": REPOSITORY, "commit": commit, "dtype": "float64", "tolerance": {"rtol": 1e-9, "atol": 1e-10},
         # the release's distance is sqrt(|x - y|^2 + 1e-6) (criterions/probemb.py batchwise_cdist);
@@ -200,9 +240,12 @@ def main() -> None:
             "loss": "criterions/probemb.py MCSoftContrastiveLoss.forward on samples from "
                     "utils/tensor_utils.py sample_gaussian_tensors (draws recorded as eps)",
             "model": "models/pcme.py PCME.forward (n_samples_inference 0: means), stand-in grid backbone",
+            "model_fp16": "the same PCME.forward with the weights of the float16 checkpoint (apex O2 cast), "
+                          "run in float64",
         },
         "stubs": {"torchvision.models": "stand-in backbone: input is the [B, C, 7, 7] grid",
-                  "torchtext": "empty module (GloVe loading, unused with wemb_type null)"},
+                  "torchtext": "empty module (GloVe loading, unused with wemb_type null)",
+                  "apex": "not installed; cast_like_apex_o2 applies amp O2's model cast (convert_network)"},
         **info,
     })
 

@@ -11,8 +11,15 @@ binary cross-entropy counted in both directions, KL "vib" term, pseudo-positives
 a log-variance: its distance adds ``exp(std)``), with ``matched`` the identity as its training
 step builds it. Settings: the release's ``configs/pcmepp.yaml`` (init 5 / 5, smoothness 0.1) with
 a larger ``vib_beta`` (0.1) so the KL term weighs in the fixture; and a second run without the
-pseudo-positives and the KL. Records the loss, the KL term and the gradients w.r.t. means,
-log-variances, shift and negative scale. No stub needed (the criterion imports torch only).
+pseudo-positives and the KL. Two more runs give ``matched`` smoothed labels, as the release's
+training step does (``pcmepp/engine.py`` ``forward_step``: ``(1 - eps) * matched + eps * (1 -
+matched)`` with ``eps`` its ``augment.label_smoothing``; its mixup targets carry the same values for
+the pairs they do not mix): ``smoothed`` (eps 0.05, so that the smoothing weighs) and ``released``
+(``configs/pcmepp.yaml`` as it is: init 5 / 5, ``vib_beta`` 1e-4, ``smoothness_alpha`` 0.1, eps
+1e-4). That one line of ``engine.py`` is written out here (the engine is a Lightning module that
+needs the release's data and CLIP backbone to be built); the loss is the release's own. Records the
+loss, the KL term and the gradients w.r.t. means, log-variances, shift and negative scale. No stub
+needed (the criterion imports torch only).
 """
 
 from __future__ import annotations
@@ -28,7 +35,19 @@ from _fixture import add_checkout, release_args, write_fixture  # noqa: E402
 
 REPOSITORY = "https://github.com/naver-ai/pcmepp"
 RUNS = {"full": {"init_shift": 5.0, "init_negative_scale": 5.0, "vib_beta": 0.1, "smoothness_alpha": 0.1},
-        "plain": {"init_shift": 2.0, "init_negative_scale": 1.5, "vib_beta": 0.0, "smoothness_alpha": 0.0}}
+        "plain": {"init_shift": 2.0, "init_negative_scale": 1.5, "vib_beta": 0.0, "smoothness_alpha": 0.0},
+        "smoothed": {"init_shift": 5.0, "init_negative_scale": 5.0, "vib_beta": 0.1, "smoothness_alpha": 0.1,
+                     "label_smoothing": 0.05},
+        "released": {"init_shift": 5.0, "init_negative_scale": 5.0, "vib_beta": 1e-4, "smoothness_alpha": 0.1,
+                     "label_smoothing": 1e-4}}
+
+
+def smoothed_matched(batch: int, eps: float) -> torch.Tensor:
+    """``matched`` as the release's training step gives it to the criterion (pcmepp/engine.py)."""
+    matched = torch.eye(batch, dtype=torch.float64)
+    if not eps:
+        return matched
+    return (1 - eps) * matched + eps * (torch.ones(batch, batch, dtype=torch.float64) - matched)
 
 
 def build(checkout: Path) -> dict[str, torch.Tensor]:
@@ -45,10 +64,12 @@ def build(checkout: Path) -> dict[str, torch.Tensor]:
     tensors = {f"input/{k}": v.clone() for k, v in inputs.items()}
     for run, settings in RUNS.items():
         leaves = {k: v.clone().requires_grad_() for k, v in inputs.items()}
-        criterion = release.ClosedFormSampledDistanceLoss(**settings).double()
+        loss_settings = {k: v for k, v in settings.items() if k != "label_smoothing"}
+        criterion = release.ClosedFormSampledDistanceLoss(**loss_settings).double()
         image = {"mean": leaves["image_mean"], "std": leaves["image_logvar"]}
         caption = {"mean": leaves["caption_mean"], "std": leaves["caption_logvar"]}
-        loss, parts = criterion(image, caption, matched=torch.eye(batch, dtype=torch.float64))
+        matched = smoothed_matched(batch, settings.get("label_smoothing", 0.0))
+        loss, parts = criterion(image, caption, matched=matched)
         tensors[f"{run}/output/loss"] = loss.detach()
         if "loss/vib_loss" in parts:
             tensors[f"{run}/output/vib_loss"] = parts["loss/vib_loss"].detach()
@@ -65,7 +86,8 @@ def main() -> None:
         "repository": REPOSITORY, "commit": commit, "dtype": "float64", "runs": RUNS,
         "tolerance": {"rtol": 1e-10, "atol": 1e-12},
         "parts": {run: "pcmepp/criterions/pcmepp.py ClosedFormSampledDistanceLoss.forward(img_emb, cap_emb, "
-                       "matched=eye)" for run in RUNS},
+                       + ("matched=(1 - eps) eye + eps (1 - eye), pcmepp/engine.py forward_step)"
+                          if RUNS[run].get("label_smoothing") else "matched=eye)") for run in RUNS},
         "stubs": {},
     })
 

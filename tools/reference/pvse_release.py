@@ -11,7 +11,10 @@ terms) with the release's COCO settings (margin 0.1, max_violation, div_weight 0
 encoders hand them over) and residuals, K = 2 and K = 1; records each term and the gradients of the
 total w.r.t. the raw points and residuals (``loss.py`` imports torch and numpy only). Also runs
 ``model.PIENet`` with K = 2 heads over padded word embeddings (the caption side of PVSE's model):
-its output before the L2 normalisation and its residuals, with gradients.
+its output before the L2 normalisation and its residuals, with gradients. And ``model.EncoderText``
+(word embedding, bi-GRU, PIE-Net with K = 2, L2) in both of its modes: the default (the sentence
+feature is the GRU's final states) and ``--legacy`` (the GRU's outputs at the last word, which the
+release's COCO checkpoints use), with dropout 0 and ``wemb_type`` None.
 
 Plumbing stubs for ``model.py``: ``torchvision`` and ``torchtext`` are empty modules (the image
 CNNs and GloVe loading; PIE-Net uses neither).
@@ -58,7 +61,10 @@ def build(checkout: Path) -> dict[str, torch.Tensor]:
         for name, grad in zip(raw, torch.autograd.grad(loss, list(raw.values()), allow_unused=True)):
             if grad is not None:
                 tensors[f"{prefix}/grad/{name}"] = grad
-    tensors.update(pienet(release_model()))
+    model = release_model()
+    tensors.update(pienet(model))
+    for legacy in (False, True):
+        tensors.update(encoder_text(model, legacy))
     return tensors
 
 
@@ -90,6 +96,24 @@ def pienet(model) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def encoder_text(model, legacy: bool) -> dict[str, torch.Tensor]:
+    """The release's caption encoder (``EncoderText``) with K = 2, in its default or legacy mode."""
+    torch.manual_seed(2)
+    words = ["<pad>", "<start>", "<end>", "<unk>", "a", "dog", "on", "grass", "cat"]
+    opt = SimpleNamespace(wemb_type=None, word_dim=6, embed_size=8, num_embeds=2, txt_attention=True,
+                          txt_finetune=True, dropout=0.0, legacy=legacy)
+    module = model.EncoderText({w: i for i, w in enumerate(words)}, opt).double().eval()
+    captions = torch.tensor([[1, 4, 5, 6, 2], [1, 8, 7, 2, 0], [1, 2, 0, 0, 0]])
+    lengths = torch.tensor([5, 4, 2])  # sorted, as the release's collate sorts them (pack_padded_sequence)
+    with torch.no_grad():
+        out, _, residual = module(captions, lengths)
+    prefix = "encoder_text_legacy" if legacy else "encoder_text"
+    tensors = {f"{prefix}/weight/{k}": v.detach().clone() for k, v in module.state_dict().items()}
+    tensors.update({f"{prefix}/input/captions": captions, f"{prefix}/input/lengths": lengths,
+                    f"{prefix}/output": out.detach(), f"{prefix}/residual": residual.detach()})
+    return tensors
+
+
 def main() -> None:
     args, commit = release_args(__doc__)
     write_fixture(args.out, build(args.checkout), {
@@ -97,9 +121,13 @@ def main() -> None:
         "tolerance": {"rtol": 1e-9, "atol": 1e-11},
         "parts": {"k2": "loss.py PVSELoss.forward, num_embeds 2 (ranking + diversity + MMD)",
                   "k1": "loss.py PVSELoss.forward, num_embeds 1 (ranking only)",
-                  "pienet": "model.py PIENet.forward, 2 heads, padded word embeddings (output before L2)"},
+                  "pienet": "model.py PIENet.forward, 2 heads, padded word embeddings (output before L2)",
+                  "encoder_text": "model.py EncoderText.forward, num_embeds 2, dropout 0, legacy False "
+                                  "(final GRU states)",
+                  "encoder_text_legacy": "model.py EncoderText.forward, num_embeds 2, dropout 0, legacy True "
+                                         "(GRU outputs at the last word)"},
         "stubs": {"torchvision": "empty module (image CNNs, unused by PIE-Net)",
-                  "torchtext": "empty module (GloVe loading, unused by PIE-Net)"},
+                  "torchtext": "empty module (GloVe loading, unused with wemb_type None)"},
     })
 
 

@@ -4,19 +4,19 @@ evaluate both, print the comparison table and where the reports and plots were w
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import atomic_write_text
-from pcmr.evaluation.columns import EVALUATION_COLUMNS
+from pcmr.evaluation.columns import EVALUATION_COLUMNS, HS_SUM, RSUM, r_precision, recall
 from pcmr.hub import load
+from pcmr.inference import get_reranker
 from pcmr.report import format_table, merge_rows
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.train.evaluation import evaluate_run
-from pcmr.train.lifecycle import start_run
+from pcmr.train.lifecycle import remove_run, start_run
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
 
@@ -41,13 +41,12 @@ DEMO_COLUMNS = [
     "similarity",
     "rerank",
     "relevance",
-    "i2t_R@1",
-    "t2i_R@1",
-    "rsum",
-    "i2t_r_precision",
-    "t2i_r_precision",
-    "pmrp_mean",
-    "hs_sum",
+    recall("i2t", 1),
+    recall("t2i", 1),
+    RSUM,
+    r_precision("i2t"),
+    r_precision("t2i"),
+    HS_SUM,
 ]
 
 
@@ -90,18 +89,21 @@ def _prepare(out: Path) -> None:
             f"choose an empty or new folder"
         )
     for path in out.iterdir():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        remove_run(path) if path.is_dir() else path.unlink()  # a run folder only under its lock
 
 
 def _comparison_rows(rows: list[dict[str, Any]], trained: dict[str, str]) -> list[dict[str, Any]]:
     """Exact relevance: NNS rows of every similarity, then the other re-rankers on each model's trained
     score; then source (COCO-style) relevance: NNS on each model's trained score."""
+    def plain(row: dict[str, Any]) -> bool:  # nearest-neighbour search: no re-ranking
+        return get_reranker(row["rerank"]).is_identity
+
     exact = [r for r in rows if r.get("relevance", "exact") == "exact"]
-    nns = [r for r in exact if r["rerank"] == "nns"]
-    reranked = [r for r in exact if r["rerank"] != "nns" and r["similarity"] == trained.get(r["model"])]
-    source = [r for r in rows if r.get("relevance") == "source" and r["rerank"] == "nns"
+    nns = [r for r in exact if plain(r)]
+    reranked = [r for r in exact if not plain(r) and r["similarity"] == trained.get(r["model"])]
+    source = [r for r in rows if r.get("relevance") == "source" and plain(r)
               and r["similarity"] == trained.get(r["model"])]
-    return sorted(nns + reranked, key=lambda r: (r["model"], r["rerank"] != "nns")) + source
+    return sorted(nns + reranked, key=lambda r: (r["model"], not plain(r))) + source
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,7 +29,9 @@ from pcmr.gaussian import Gaussian
 from pcmr.hub import load
 from pcmr.progress import phase
 from pcmr.search import GalleryIndex
+from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, read_risk_curve
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
+from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
@@ -40,7 +42,7 @@ from pcmr.search.presentation import (
     uncertainty_percentile,
     word_vocabulary,
 )
-from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE
+from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
 from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
@@ -138,7 +140,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="PATH",
         help="image file query (searches the captions); repeatable",
     )
-    query.add_argument("-k", "--top-k", dest="k", type=int, default=10, help="results per query (default 10)")
+    query.add_argument("-k", "--top-k", dest="k", type=int, default=DEFAULT_TOP_K,
+                       help=f"results per query (default {DEFAULT_TOP_K})")
     query.add_argument(
         "--similarity",
         default="cosine",
@@ -158,7 +161,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="re-ranker option, e.g. beta=30 (is), csls_k=10 (csls), lam=2 (rgm); repeatable",
     )
     query.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+    query.add_argument("--answer-coverage", type=float, default=None, metavar="SHARE",
+                       help="answer 'uncertain' instead of a list when the query's uncertainty is above this share "
+                       "(0-1) of the stored items of its modality, e.g. 0.8")
+    query.add_argument("--max-risk", type=float, default=None, metavar="RISK",
+                       help="answer 'uncertain' where the risk-coverage curve of --risk-curve says the answered "
+                       "queries' risk (1 - R-Precision) would exceed RISK (0-1)")
+    query.add_argument("--risk-curve", default=None, metavar="EVAL_DIR",
+                       help="an evaluation folder (pcmr evaluate --out) whose risk-coverage curve sets the coverage "
+                       "for --max-risk")
+    parser.add_argument("--backend", default="auto", choices=list(BACKENDS),
                         help="search backend; with --build/--from-embeddings, 'faiss' also builds the ANN index and "
                         "'milvus' writes the ANN vectors to the Milvus collection at --uri (default auto: the "
                         "candidate source the index has, else exact)")
@@ -168,7 +180,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--collection-prefix", default="pcmr",
                         help="milvus backend (building): collections are named PREFIX_image and PREFIX_caption")
     query.add_argument("--candidates", type=int, default=None,
-                       help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
+                       help=f"faiss/milvus backend: candidates per query re-scored exactly (default {DEFAULT_CANDIDATES}; "
+                       f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
 
@@ -333,11 +346,17 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
         built = index.build_ann(score, modalities, args.index_type,
                                 shard_size=args.shard_size, progress=None, reference_sample=args.reference_sample,
                                 **params)
+    notes: dict[str, list[str]] = {}
     for modality, ann in built.items():
         how = "chosen by gallery size" if args.index_type == "auto" else "requested"
         params_text = ", ".join(f"{key}={value}" for key, value in ann.params.items()) or "none"
         print(f"faiss index over {ann.ntotal} {modality}s: {ann.index_type} ({how}), score {ann.score}, "
               f"params {params_text}")
+        for note in ann.notes:
+            notes.setdefault(note, []).append(modality)
+    for note, built_over in notes.items():  # one line per cause, not one per faiss k-means
+        print(f"warning: {' and '.join(built_over)} index{'es' if len(built_over) > 1 else ''}: {note}",
+              file=sys.stderr)
 
 
 def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[str, Any]]:
@@ -360,7 +379,34 @@ def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[st
     return out
 
 
+def _coverages(args: argparse.Namespace) -> dict[str, tuple[float, str]] | None:
+    """The answered share per query modality (``caption``: text queries, ``image``: image queries) and
+    why, from ``--answer-coverage`` or ``--max-risk`` with ``--risk-curve``; None: answer every query."""
+    if args.answer_coverage is not None and args.max_risk is not None:
+        raise ValueError("give --answer-coverage or --max-risk, not both")
+    if args.answer_coverage is not None:
+        if not 0.0 < args.answer_coverage <= 1.0:
+            raise ValueError(f"--answer-coverage must be a share in (0, 1], got {args.answer_coverage}")
+        why = f"--answer-coverage {args.answer_coverage:g}"
+        return {"caption": (args.answer_coverage, why), "image": (args.answer_coverage, why)}
+    if args.max_risk is None:
+        if args.risk_curve is not None:
+            raise ValueError("--risk-curve sets the coverage for --max-risk; add --max-risk RISK")
+        return None
+    if args.risk_curve is None:
+        raise ValueError("--max-risk needs --risk-curve EVAL_DIR: the evaluation whose risk-coverage curve maps a "
+                         "risk to the share of queries answered")
+    out = {}
+    for modality, direction in (("caption", "t2i"), ("image", "i2t")):
+        curve = read_risk_curve(args.risk_curve, args.similarity, direction)
+        share = coverage_for_risk(*curve, args.max_risk)
+        out[modality] = (share, f"risk <= {args.max_risk:g} on {args.risk_curve}, {direction}")
+    return out
+
+
 def _block_text(entry: dict[str, Any]) -> str:
+    if entry.get("abstained"):
+        return f"{entry['query']}  [{entry['similarity']}, {entry['rerank']}]\nuncertain: {entry['reason']}"
     kind = "images" if entry["results"] and entry["results"][0].get("text") is not None else "captions"
     return entries_text(entry["query"], f"{entry['similarity']}, {entry['rerank']}", entry["results"], [],
                         entry["query_uncertainty_percentile"], kind)
@@ -378,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--on-disk and --store-dtype apply to --build RUN_OR_MODEL only")
     if args.store_dtype is not None and not args.on_disk:
         raise ValueError("--store-dtype sets the precision of an --on-disk gallery; add --on-disk")
+    coverage = _coverages(args)  # checked before any work
     index = None
     if args.build:
         index = _build(args)
@@ -394,14 +441,21 @@ def run(args: argparse.Namespace) -> int:
     if index is None:
         index = GalleryIndex.load(args.index, device=args.device)
     options = _rerank_options(args.option)
-    blocks = []
+    blocks: list[list[dict[str, Any]]] = []
+    notes: list[str] = []
     for queries, modality, function in ((list(args.text), "image", index.search_text),
                                         (list(args.image), "caption", index.search_image)):
         if queries:
             fetch = fetch_size(args.k, index.gallery(modality).num, modality, args.rerank)
             results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
                                rerank_options=options, backend=args.backend, candidates=args.candidates)
-            blocks.append(_shown(index, results, queries, args.k))
+            shown = _shown(index, results, queries, args.k)
+            if coverage is not None:
+                share, why = coverage[results.query_modality]
+                shown = [abstention_entry(entry, share, why) if abstains(entry["query_uncertainty_percentile"], share)
+                         else entry for entry in shown]
+            blocks.append(shown)
+            notes += results.notes
     if args.json:
         print(json.dumps([entry for block in blocks for entry in block], indent=2, ensure_ascii=False))
     else:
@@ -410,4 +464,6 @@ def run(args: argparse.Namespace) -> int:
     for entry in (e for block in blocks for e in block):
         for warning in entry["warnings"]:
             print(f"warning: {warning}", file=sys.stderr)
+    for note in dict.fromkeys(notes):
+        print(f"warning: {note}", file=sys.stderr)
     return 0

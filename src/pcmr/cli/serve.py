@@ -13,6 +13,8 @@ import socket
 import sys
 
 from pcmr.search import GalleryIndex
+from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, search_notes
+from pcmr.search.searcher import DEFAULT_CANDIDATES
 from pcmr.search.service import create_app
 
 __all__ = ["add_parser", "run"]
@@ -31,10 +33,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--similarity", default="cosine", help="similarity of every query (default cosine)")
     parser.add_argument("--rerank", default="nns", help="re-ranker of every query (default nns)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "exact", "faiss", "milvus"],
+    parser.add_argument("--backend", default="auto", choices=list(BACKENDS),
                         help="search backend (default auto: the index's candidate source, faiss or milvus, if any)")
     parser.add_argument("--candidates", type=int, default=None,
-                        help="faiss/milvus backend: candidates per query re-scored exactly (default 100)")
+                        help=f"faiss/milvus backend: candidates per query re-scored exactly (default {DEFAULT_CANDIDATES}; "
+                        f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
     parser.add_argument("--device", default=None, help="torch device (default cpu)")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="do not print one line per request on stderr (default: print them)")
@@ -71,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     index = GalleryIndex.load(args.index, device=args.device)
     app = create_app(index, similarity=args.similarity, rerank=args.rerank, backend=args.backend,
                      candidates=args.candidates, access_log=sys.stderr if args.access_log else None)
+    for note in search_notes(index, args.rerank, backend=args.backend, candidates=args.candidates):
+        print(f"warning: {note}", file=sys.stderr)
     sock = bind_socket(args.host, args.port)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"serving {args.index} ({index.images.num} images, {index.captions.num} captions) on "

@@ -44,11 +44,27 @@ from pcmr.data.errors import (
 from pcmr.data.images import FileImages
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import tokenize
+from pcmr.suggest import unknown_name
 
-__all__ = ["load_karpathy", "KARPATHY_SPLITS"]
+__all__ = ["COCO_5K_TEST_IMAGES", "COCO_EXTRA_POSITIVE_SETS", "KARPATHY_SPLITS", "coco_protocol_info", "load_karpathy"]
 
 KARPATHY_SPLITS = ("train", "restval", "val", "test")
 _WHAT = "a Karpathy split JSON: {'images': [{'split', 'filename', 'sentences': [{'raw', 'sentid'}]}]}"
+
+
+#: images of the COCO 5K test split (Karpathy), evaluated in folds of 1000 too (the COCO 1K protocol)
+COCO_5K_TEST_IMAGES = 5000
+#: the extra positive sets defined on COCO (CxC, ECCV Caption), matched by COCO ids
+COCO_EXTRA_POSITIVE_SETS = ("cxc", "eccv")
+
+
+def coco_protocol_info(name: str, num_images: int) -> dict[str, Any]:
+    """What a split's ``info`` says about the evaluation protocols that apply to it:
+    ``extra_positive_sets`` (the positive sets defined on its images: CxC and ECCV Caption for COCO)
+    and ``coco_5k_test`` (True for the 5000 COCO test images, which are also evaluated in 1K folds)."""
+    coco = name == "coco"
+    return {"extra_positive_sets": list(COCO_EXTRA_POSITIVE_SETS) if coco else [],
+            "coco_5k_test": coco and num_images == COCO_5K_TEST_IMAGES}
 
 
 def _find_json(root: Path, dataset: str | None) -> Path:
@@ -127,7 +143,7 @@ def load_karpathy(
     name = dataset or (data.get("dataset") if isinstance(data.get("dataset"), str) else "karpathy")
     present = sorted({str(r["split"]) for r in records if isinstance(r, dict) and isinstance(r.get("split"), str)})
     if split not in KARPATHY_SPLITS:
-        raise DataError(f"unknown split {split!r}", path=path, location="split", expected=f"one of {KARPATHY_SPLITS}")
+        raise DataError(unknown_name("split", split, KARPATHY_SPLITS), path=path, location="split")
     wanted = {"train", "restval"} if (split == "train" and include_restval) else {split}
     if not wanted & set(present):
         raise DataError(f"no image has split {split!r}", path=path, location="images[*].split",
@@ -224,5 +240,6 @@ def load_karpathy(
         caption_image=np.asarray(caption_image, dtype=np.int64), image_ids=image_ids, caption_ids=caption_ids,
         image_labels=labels, label_names=label_names, skipped=skipped,
         info={"json": str(path), "image_root": str(images_dir), "caption_id_kind": id_kind,
-              "image_id_kind": "coco" if coco_ids else "karpathy_imgid"},
+              "image_id_kind": "coco" if coco_ids else "karpathy_imgid",
+              **coco_protocol_info(name, len(image_paths))},
     )

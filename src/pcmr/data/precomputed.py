@@ -31,8 +31,10 @@ from pcmr.data.errors import (
     warn_skipped,
 )
 from pcmr.data.images import FeatureImages
+from pcmr.data.karpathy import coco_protocol_info
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import tokenize
+from pcmr.suggest import unknown_name
 
 __all__ = ["load_precomputed", "EAGER_CHECK_BYTES"]
 
@@ -132,8 +134,8 @@ def load_precomputed(
         if split == "val" and (root / "dev_caps.txt").is_file():
             prefix = "dev"
         else:
-            raise MissingDataError(f"unknown split {split!r}: {split}_caps.txt not found", path=root,
-                                   location="split", expected=f"one of the splits present: {_available_splits(root)}")
+            raise MissingDataError(f"{unknown_name('split', split, _available_splits(root))} (the splits present; "
+                                   f"{split}_caps.txt not found)", path=root, location="split")
     caps_path = root / f"{prefix}_caps.txt"
     lines = read_text_lines(caps_path, "one UTF-8 caption per line")
     features, feat_path = _load_features(root, prefix, mmap)
@@ -190,5 +192,5 @@ def load_precomputed(
         caption_texts=texts, caption_image=np.asarray(caption_image, dtype=np.int64), image_ids=image_ids,
         caption_ids=caption_ids, skipped=skipped,
         info={"features": str(feat_path), "captions": str(caps_path), "captions_per_image": per_image,
-              "caption_id_kind": "line_index"},
+              "caption_id_kind": "line_index", **coco_protocol_info(name, num_images)},
     )

@@ -22,16 +22,18 @@ from pcmr.data.shapes import load_shapes
 from pcmr.data.split import RetrievalSplit
 from pcmr.suggest import unknown_name
 
-__all__ = ["DatasetSpec", "load_dataset", "list_datasets", "detect_format"]
+__all__ = ["DatasetSpec", "load_dataset", "list_datasets", "detect_format", "offers_split"]
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """A named dataset: its loader ``(split, **config) -> RetrievalSplit`` and a one-line description."""
+    """A named dataset: its loader ``(split, **config) -> RetrievalSplit``, a one-line description and
+    the splits it offers beyond train / val / test (``extra_splits``, e.g. shapes' ``binary_selection``)."""
 
     name: str
     loader: Callable[..., RetrievalSplit]
     description: str
+    extra_splits: tuple[str, ...] = ()
 
 
 def _shapes(split: str, **config: Any) -> RetrievalSplit:
@@ -61,7 +63,8 @@ def _cub(split: str, **config: Any) -> RetrievalSplit:
 _REGISTRY: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in (
-        DatasetSpec("shapes", _shapes, "built-in synthetic many-to-many benchmark with exact relevance"),
+        DatasetSpec("shapes", _shapes, "built-in synthetic many-to-many benchmark with exact relevance",
+                    extra_splits=("test_unseen", "binary_selection")),
         DatasetSpec("coco", _karpathy("coco"), "MS-COCO, Karpathy split JSON + image folder"),
         DatasetSpec("flickr30k", _karpathy("flickr30k"), "Flickr30k, Karpathy split JSON + image folder"),
         DatasetSpec("karpathy", _karpathy(None), "any Karpathy split JSON + image folder"),
@@ -69,6 +72,13 @@ _REGISTRY: dict[str, DatasetSpec] = {
         DatasetSpec("cub", _cub, "CUB-200-2011 + Reed et al. text_c10 captions, class-level relevance"),
     )
 }
+
+
+def offers_split(name: str | os.PathLike, split: str) -> bool:
+    """Whether the dataset ``name`` (a registered name; a folder is taken as offering none) has the
+    extra split ``split`` (:attr:`DatasetSpec.extra_splits`)."""
+    spec = _REGISTRY.get(os.fspath(name))
+    return spec is not None and split in spec.extra_splits
 
 
 def list_datasets() -> list[str]:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pcmr.evaluation import columns as schema
 from pcmr.gaussian import Gaussian
 from pcmr.metrics.ranking import per_query_metrics
 from pcmr.metrics.risk_coverage import risk_coverage, top1_margin, uncertainty_recall_agreement
@@ -97,12 +98,16 @@ def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
     better), and ``{d}_uncertainty_S``, ``{d}_uncertainty_R2`` for each direction ``d``."""
     out: dict[str, float] = {}
     for direction, side in series.items():
-        for key in ("aurc", "aurc_margin", "aurc_multiplicity", "aurc_within", "aurc_margin_within",
-                    "random_within"):
-            out[f"{direction}_{key}"] = 100.0 * float(side[key])
+        columns = {schema.aurc(direction): "aurc", schema.aurc(direction, "margin"): "aurc_margin",
+                   schema.aurc(direction, "multiplicity"): "aurc_multiplicity",
+                   schema.aurc(direction, within=True): "aurc_within",
+                   schema.aurc(direction, "margin", within=True): "aurc_margin_within",
+                   schema.random_aurc_within(direction): "random_within"}
+        for column, key in columns.items():
+            out[column] = 100.0 * float(side[key])
         for key in ("S", "R2"):
             if key in side:
-                out[f"{direction}_uncertainty_{key}"] = float(side[key])
+                out[schema.uncertainty_fit(direction, key)] = float(side[key])
     return out
 
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from pcmr.data import Vocabulary
 from pcmr.data.split import RetrievalSplit
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import Gaussian, NonFiniteEmbeddingError
 from pcmr.models.model import RetrievalModel
 
 __all__ = ["check_finite_tensors", "check_finite_embeddings", "check_model_vocabulary", "naming_source",
@@ -77,11 +77,8 @@ def naming_source(source: str) -> Iterator[None]:
     model whose outputs went NaN while encoding a split)."""
     try:
         yield
-    except ValueError as err:
-        message = str(err)
-        if message.startswith("Gaussian.") and "non-finite" in message:
-            raise ValueError(f"{source}: {message}") from None
-        raise
+    except NonFiniteEmbeddingError as err:
+        raise NonFiniteEmbeddingError(f"{source}: {err}") from None
 
 
 def coco_id_problem(split: RetrievalSplit) -> str | None:

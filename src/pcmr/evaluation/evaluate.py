@@ -25,7 +25,7 @@ from torch import Tensor
 
 from pcmr.evaluation.abstention import abstention_columns, abstention_series, pca_ellipse_series
 from pcmr.evaluation.checks import check_finite_embeddings
-from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number
+from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number, ordered, table_row, tuned_value
 from pcmr.evaluation.degenerate import degenerate_score_warning
 from pcmr.evaluation.figures import (
     decile_series,
@@ -34,10 +34,11 @@ from pcmr.evaluation.figures import (
     occurrence_histogram,
 )
 from pcmr.evaluation.scoring import DEFAULT_SEED, check_names, score_matrix, unsupported_reason
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
 from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, evaluate_directions
-from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
+from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
+from pcmr.metrics.driver import DIRECTIONS
 from pcmr.point_set import uncertainty_measure_for
 from pcmr.progress import status_line
 from pcmr.report import Report
@@ -46,18 +47,8 @@ from pcmr.similarity import list_similarities
 __all__ = ["evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
            "DEFAULT_LAMBDA_GRID"]
 
-DEFAULT_SIMILARITIES = ("cosine", "wasserstein", "match_prob", "elk", "kl")
-DEFAULT_RERANKERS = ("nns", "is", "csls", "csls+rgm")
-
-
-def _ordered(row: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
-    """Canonical column order: ids, R@K both ways, rsum, R-P, MAP@R, PMRP, extras, hs-sum, lambdas."""
-    first = ["similarity", "rerank"] + [f"{d}_R@{k}" for d in DIRECTIONS for k in ks] + ["rsum"]
-    first += [f"{d}_{m}" for d in DIRECTIONS for m in ("r_precision", "map_at_r")]
-    first += [f"{d}_pmrp_{z}" for d in DIRECTIONS for z in ("0", "1", "2", "mean")]
-    last = ["hs_sum", "i2t_lambda", "t2i_lambda", "warning"]
-    keys = [k for k in first if k in row] + [k for k in row if k not in first and k not in last]
-    return {k: row[k] for k in keys + [k for k in row if k in last] if k in row}
+#: the k of the N_k histogram in the ``k_occurrence`` figure
+OCCURRENCE_FIGURE_K = 10
 
 
 def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str, tuple[Tensor, Tensor]] | None,
@@ -81,38 +72,6 @@ def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str
     return out
 
 
-def _table_row(report: Report, ks: Sequence[int], extra_positives: Sequence[Any], lists: bool,
-               num_folds: int | None) -> dict[str, Any]:
-    """The flat table columns of one driver report (``None`` where a metric needs a full ranking)."""
-    row: dict[str, Any] = {}
-    for d in DIRECTIONS:
-        values = report[d]
-        for k in ks:
-            row[f"{d}_R@{k}"] = values[f"R@{k}"]
-        row[f"{d}_r_precision"] = values.get("r_precision")
-        row[f"{d}_map_at_r"] = values.get("map_at_r")
-        if "pmrp" in values:
-            for zeta in PMRP_ZETAS:
-                row[f"{d}_pmrp_{zeta}"] = values[f"pmrp@{zeta}"]
-            row[f"{d}_pmrp_mean"] = values["pmrp"]
-        for extra in extra_positives:
-            if f"{extra.name} {d}" not in report:
-                continue
-            extra_values, key = report[f"{extra.name} {d}"], f"{d}_{extra.name.lower()}"
-            for k in ks:
-                row[f"{key}_R@{k}"] = extra_values[f"R@{k}"]
-            row[f"{key}_r_precision"] = extra_values["r_precision"]
-            row[f"{key}_map_at_r"] = extra_values["map_at_r"]
-    row["rsum"] = report["total"]["rsum"]
-    if num_folds is not None:
-        for d in DIRECTIONS:  # the fold protocol needs full rankings; lists get None
-            row.update({f"folds_{d}_R@{k}": None if lists else report[f"folds {d}"][f"R@{k}"] for k in ks})
-        row["folds_rsum"] = None if lists else report["folds total"]["rsum"]
-    skews = [hubness_skew_or_zero(v) for d in DIRECTIONS for key, v in report[d].items() if key.startswith("skew@")]
-    row["hs_sum"] = sum(skews) if skews else None
-    return row
-
-
 def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor, *,
                         similarities: Sequence[str] = DEFAULT_SIMILARITIES,
                         rerankers: Sequence[str] = DEFAULT_RERANKERS,
@@ -121,7 +80,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         val: tuple[Gaussian, Gaussian, Tensor] | None = None,
                         rerank_options: dict[str, dict[str, Any]] | None = None,
                         ks: Sequence[int] = DEFAULT_KS, lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
-                        uncertainty_measure: str = "log_det", extra_positives: Sequence[Any] = (),
+                        uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE, extra_positives: Sequence[Any] = (),
                         num_folds: int | None = None, meta: dict[str, Any] | None = None,
                         figures: bool = True, hubness_ks: Sequence[int] = HUBNESS_KS,
                         seed: int = DEFAULT_SEED, progress: bool | None = False) -> Report:
@@ -179,6 +138,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
     decile_data: dict[str, Any] = {}
     abstention_data: dict[str, Any] = {}
     hub_data: dict[str, Any] = {}
+    # the k_occurrence figure shows N_k at k = 10 (or the largest hubness k when 10 is not one of them)
+    figure_k = OCCURRENCE_FIGURE_K if OCCURRENCE_FIGURE_K in hubness_ks else max(hubness_ks, default=0)
     for name in similarities:
         options = similarity_options.get(name, {})
         reason = unsupported_reason(name, images, captions, options)
@@ -217,12 +178,12 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                 num_folds=num_folds, extra_positives=extra_positives, hubness_ks=tuple(hubness_ks),
                 image_labels=image_labels, caption_labels=caption_labels)
             lists = not base.returns_scores
-            row.update(_table_row(evaluation.report, ks, extra_positives if not lists else (), lists, num_folds))
+            row.update(table_row(evaluation.report, ks, extra_positives if not lists else (), lists, num_folds))
             if lists:
-                row.update({f"{d}_lambda": value for d, (_, value) in per_direction.items()})
-            result.rows.append(_ordered(row, ks))
+                row.update({tuned_value(d): value for d, (_, value) in per_direction.items()})
+            result.rows.append(ordered(row, ks))
             if figures and hubness_ks and not lists and name == result.rows[0]["similarity"]:
-                hub_data[f"{name}/{rerank}"] = {d: occurrence_histogram(evaluation.k_occurrence[d][10])
+                hub_data[f"{name}/{rerank}"] = {d: occurrence_histogram(evaluation.k_occurrence[d][figure_k])
                                                 for d in DIRECTIONS}
             tuned = " with lambda selected on validation" if lists and val_dirs is not None else ""
             timings.append(f"{rerank}{tuned} {time.perf_counter() - rerank_started:.1f} s")
@@ -232,7 +193,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             decile_data[name] = decile_series(scores, relevance, images, captions, measure)
             abstention_data[name] = abstention_series(scores, relevance, images, captions, measure)
             for row in result.rows:  # the uncertainty of the raw scores: the nns row carries it
-                if row["similarity"] == name and row["rerank"] == "nns":
+                if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
                     row.update(abstention_columns(abstention_data[name]))
     if decile_data:
         result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
@@ -241,8 +202,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
     if figures and all(isinstance(g, Gaussian) and g.logvar is not None for g in (images, captions)) \
             and images.dim > 2:
         result.figures["embeddings_pca"] = pca_ellipse_series(images, captions, relevance)
-    if hub_data and min(images.num, captions.num) > 10:
-        result.figures["k_occurrence"] = {"k": 10, "series": hub_data}
+    if hub_data and min(images.num, captions.num) > figure_k:
+        result.figures["k_occurrence"] = {"k": figure_k, "series": hub_data}
     if figures and images.dim == 2:
         result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
     multiplicity_measure = uncertainty_measure_for((images, captions), uncertainty_measure)
@@ -254,8 +215,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
     if not result.rows:
         notes.append("no (similarity, re-ranker) pair could be evaluated; see Skipped")
     if hubness_ks:
-        notes.append("hs-sum: sum of the skewness of N_k for k = 1, 5, 10 over both directions; a constant N_k "
-                     "(no hubs at all) counts as skewness 0")
+        notes.append(f"hs-sum: sum of the skewness of N_k for k = {', '.join(map(str, hubness_ks))} over both "
+                     "directions; a constant N_k (no hubs at all) counts as skewness 0")
     if num_folds is not None:
         result.meta["num_folds"] = num_folds
         notes.append(f"folds: R@K and rsum averaged over {num_folds} consecutive folds of {images.num // num_folds} "

@@ -28,6 +28,7 @@ from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.checks import coco_id_problem, naming_source
+from pcmr.evaluation.columns import SELECTION_METRICS, selection_value
 from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.evaluate import (
     DEFAULT_LAMBDA_GRID,
@@ -37,29 +38,20 @@ from pcmr.evaluation.evaluate import (
 )
 from pcmr.evaluation.figures import corruption_series
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_positives
+from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.progress import phase, status_line
 from pcmr.report import Report
 
 __all__ = ["EncodedEvaluation", "ExtraColumns", "PRIMARY_METRIC", "RetrievalEvaluator", "SELECTION_METRICS",
            "evaluate_model", "needs_validation", "selection_value"]
 
-#: Metrics of one row that rank models (higher is better): ``rsum``, the sum of R@1/5/10 in both directions,
-#: and ``r_precision``, the mean R-Precision of both directions (PCME Sec. 4.1.1).
-SELECTION_METRICS = ("rsum", "r_precision")
-#: The metric a :class:`RetrievalEvaluator` names as its primary one unless told otherwise.
-PRIMARY_METRIC = "rsum"
-
-
-def selection_value(row: Mapping[str, Any], metric: str) -> float:
-    """The value of the selection metric ``metric`` (one of :data:`SELECTION_METRICS`) in a report row."""
-    if metric == "r_precision":
-        return 0.5 * (float(row["i2t_r_precision"]) + float(row["t2i_r_precision"]))
-    if metric == "rsum":
-        return float(row["rsum"])
-    raise ValueError(f"selection metric {metric!r}: expected one of {', '.join(SELECTION_METRICS)}")
+#: The metric a :class:`RetrievalEvaluator` names as its primary one unless told otherwise (rsum; the
+#: metrics that rank models, :data:`SELECTION_METRICS`, and their values, :func:`selection_value`, are
+#: defined with the other columns in :mod:`pcmr.evaluation.columns`).
+PRIMARY_METRIC = DEFAULT_SELECT_ON
 
 
 @dataclass
@@ -140,7 +132,7 @@ class RetrievalEvaluator:
     progress: bool | None = False  # encoding bars (None: only on a terminal)
     ks: Sequence[int] = DEFAULT_KS
     lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID
-    uncertainty_measure: str = "log_det"
+    uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE
     seed: int = 0
     extra_positives: Sequence[str] | None = None
     num_folds: int | None = None
@@ -205,7 +197,7 @@ class RetrievalEvaluator:
                 "val_split": getattr(self.val_split, "split", None), "device": str(images.device), **self.meta}
         extra_sets, extra_note = _load_extra_positives(split, self.extra_positives)
         num_folds = self.num_folds
-        if num_folds is None and getattr(split, "name", "") == "coco" and images.num == 5000:
+        if num_folds is None and split.info.get("coco_5k_test"):
             num_folds = COCO_NUM_FOLDS
         reports: dict[str, Report] = {}
         for position, (mode, matrix) in enumerate(modes.items()):
@@ -246,7 +238,7 @@ def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
                    device: torch.device | str | None = None, out_dir: str | os.PathLike[str] | None = None,
                    progress: bool | None = False, ks: Sequence[int] = DEFAULT_KS,
                    rerank_options: Mapping[str, Mapping[str, Any]] | None = None,
-                   lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = "log_det",
+                   lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE,
                    extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
                    meta: Mapping[str, Any] | None = None, relevance: Sequence[str] | None = None) -> Report:
     """Encode ``split`` (and ``val_split`` when a re-ranker tunes a parameter on it) with ``model`` and
@@ -274,8 +266,7 @@ def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
 def _load_extra_positives(split: RetrievalSplit, names: Sequence[str] | None) -> tuple[list[Any], str | None]:
     """CxC / ECCV Caption positives for ``split`` and a note, if any (see :class:`RetrievalEvaluator`)."""
 
-    requested = list(names) if names is not None else (["cxc", "eccv"] if getattr(split, "name", "") == "coco"
-                                                         else [])
+    requested = list(names) if names is not None else list(split.info.get("extra_positive_sets", ()))
     problem = coco_id_problem(split) if requested else None  # ids that are not COCO ids would mislabel
     if problem is not None:
         if names is not None:

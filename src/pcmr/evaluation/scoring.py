@@ -25,8 +25,6 @@ __all__ = ["score_matrix", "unsupported_reason", "check_similarity_supported", "
            "check_names", "DEFAULT_SEED"]
 
 DEFAULT_SEED = 0
-#: options that need a learned value to be meaningful, per similarity
-LEARNED_OPTIONS = {"match_prob": ("a", "b")}
 
 
 def check_names(kind: str, names: Sequence[str], accepted: list[str]) -> list[str]:
@@ -51,7 +49,7 @@ def unsupported_reason(name: str, images: Gaussian, captions: Gaussian,
         return "needs image variances; the model's image embeddings are points"
     if spec.needs_caption_variance and captions.is_point:
         return "needs caption variances; the model's caption embeddings are points"
-    missing = [key for key in LEARNED_OPTIONS.get(name, ()) if key not in (options or {})]
+    missing = [key for key in spec.learned_options if key not in (options or {})]
     if missing:
         return (f"needs the learned parameter(s) {', '.join(missing)}, which this model's training did not "
                 f"learn (they come from the match-probability loss; pass them as similarity options)")

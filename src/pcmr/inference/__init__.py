@@ -22,6 +22,7 @@ from pcmr.inference.lambda_selection import LambdaSelection, select_lambda
 from pcmr.inference.matching import exact_assignment, greedy_matching, relaxed_greedy_matching, rgm_capacity
 from pcmr.inference.rerankers import (
     DEFAULT_LAMBDA_GRID,
+    NO_RERANKING,
     Matching,
     Reranker,
     Reweighting,
@@ -33,11 +34,21 @@ from pcmr.inference.rerankers import (
     register_reweighting,
     reranker_parameters,
 )
-from pcmr.inference.rescoring import csls, csls_gallery_statistic, csls_statistics, inverted_softmax
+from pcmr.inference.rescoring import (
+    CSLS_K,
+    IS_BETA,
+    csls,
+    csls_gallery_statistic,
+    csls_statistics,
+    inverted_softmax,
+)
 from pcmr.ranking.topk import ordered_topk
 
 __all__ = [
+    "CSLS_K",
     "DEFAULT_LAMBDA_GRID",
+    "IS_BETA",
+    "NO_RERANKING",
     "LambdaSelection",
     "Matching",
     "Reranker",

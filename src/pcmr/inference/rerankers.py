@@ -34,6 +34,8 @@ from torch import Tensor
 
 from pcmr.inference.matching import check_lam, relaxed_greedy_matching
 from pcmr.inference.rescoring import (
+    CSLS_K,
+    IS_BETA,
     csls,
     csls_from_statistics,
     csls_gallery_statistic,
@@ -133,13 +135,17 @@ class NoReweighting(Reweighting):
         return check_scores(scores, finite=True)
 
 
+#: the name of the re-ranker that leaves the scores as they are (nearest-neighbour search)
+NO_RERANKING = NoReweighting.name
+
+
 @register_reweighting
 @dataclass(frozen=True)
 class InvertedSoftmax(Reweighting):
     """Inverted softmax (HAL/RGM eq. 5) with inverse temperature ``beta`` (paper: 30)."""
 
     name: ClassVar[str] = "is"
-    beta: float = 30.0
+    beta: float = IS_BETA
 
     def __post_init__(self) -> None:
         beta = self.beta
@@ -167,7 +173,7 @@ class CSLS(Reweighting):
     """Cross-domain similarity local scaling (HAL/RGM eq. 6) with neighbourhood ``csls_k`` (paper: 10)."""
 
     name: ClassVar[str] = "csls"
-    csls_k: int = 10
+    csls_k: int = CSLS_K
 
     def __post_init__(self) -> None:
         check_positive_int(self.csls_k, "csls_k")
@@ -253,6 +259,11 @@ class Reranker:
     def matching(self) -> str:
         """Name of the matching, ``"none"`` for per-row top-k."""
         return "none" if self.matcher is None else self.matcher.name
+
+    @property
+    def is_identity(self) -> bool:
+        """True for nearest-neighbour search: the scores ranked as they are (no re-weighting, no matching)."""
+        return self.weighting.identity and self.matcher is None
 
     @property
     def returns_scores(self) -> bool:

@@ -16,8 +16,13 @@ from torch import Tensor
 from pcmr.ranking.blocks import block_rows
 from pcmr.ranking.checks import check_positive_int, check_scores
 
+#: the inverse temperature of the inverted softmax (HAL/RGM's value)
+IS_BETA = 30.0
+#: the neighbourhood of CSLS (HAL/RGM's value)
+CSLS_K = 10
 
-def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
+
+def inverted_softmax(scores: Tensor, beta: float = IS_BETA) -> Tensor:
     """Inverted softmax, HAL/RGM eq. 5 (Smith et al., 2017), in log space.
 
     ``IS[q, g] = beta * S[q, g] - log sum_{q' != q} exp(beta * S[q', g])``, the log of eq. 5: each
@@ -88,7 +93,7 @@ def inverted_softmax(scores: Tensor, beta: float = 30.0) -> Tensor:
     return out
 
 
-def csls_statistics(scores: Tensor, k: int = 10) -> tuple[Tensor, Tensor]:
+def csls_statistics(scores: Tensor, k: int = CSLS_K) -> tuple[Tensor, Tensor]:
     """The two neighbourhood means of CSLS (HAL/RGM eq. 6): ``r_G [Q]`` and ``r_Q [G]``.
 
     ``r_G(q)``: mean of the k largest scores of row q (the query's k nearest gallery items);
@@ -120,7 +125,7 @@ def row_top_mean(scores: Tensor, k: int) -> Tensor:
     return top.where(valid, 0.0).sum(1) / valid.sum(1).clamp_min(1)
 
 
-def inverted_softmax_gallery_statistic(scores: Tensor, beta: float = 30.0) -> Tensor:
+def inverted_softmax_gallery_statistic(scores: Tensor, beta: float = IS_BETA) -> Tensor:
     """``L [G]``, ``L(g) = log sum_q exp(beta S[q, g])`` over the reference queries (rows) of
     ``scores [R, G]``: the normaliser of HAL/RGM eq. 5 for a new query outside the reference set, whose
     inverted-softmax score is then ``beta S[q, g] - L(g)``. Read in blocks of rows."""
@@ -133,7 +138,7 @@ def inverted_softmax_gallery_statistic(scores: Tensor, beta: float = 30.0) -> Te
     return total
 
 
-def csls_gallery_statistic(scores: Tensor, k: int = 10) -> Tensor:
+def csls_gallery_statistic(scores: Tensor, k: int = CSLS_K) -> Tensor:
     """``r_Q [G]`` of CSLS: the mean similarity of each gallery item to its k nearest queries.
 
     The hub penalty of HAL/RGM eq. 6. A gallery index stores it once (computed from a reference
@@ -151,7 +156,7 @@ def csls_gallery_statistic(scores: Tensor, k: int = 10) -> Tensor:
     return col_top.mean(dim=0)
 
 
-def csls(scores: Tensor, k: int = 10) -> Tensor:
+def csls(scores: Tensor, k: int = CSLS_K) -> Tensor:
     """Cross-domain similarity local scaling, HAL/RGM eq. 6 (Lample et al., 2018; MUSE).
 
     ``CSLS[q, g] = 2 S[q, g] - r_G(q) - r_Q(g)`` with ``r_G(q)`` the mean of the k largest scores of

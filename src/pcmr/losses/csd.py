@@ -12,8 +12,14 @@ pair of the batch (target 1 for relevant pairs, 0 otherwise), with a learnable
 
 Pseudo-positives (PCME++ §3.3, the release's ``smoothness_alpha``): for each query, the
 candidates whose logit is at least that of its true match also count as matches in a second
-cross-entropy, weighted by ``lambda_pseudo`` and computed in both directions
+cross-entropy, weighted by ``lambda_pseudo`` (the release: 0.1) and computed in both directions
 (:func:`pseudo_positive_targets`).
+
+Label smoothing (the release's ``label_smoothing`` / ``mixup_smoothing``, 1e-4; not in the paper):
+the targets of both cross-entropies are ``1 - eps`` for matches and ``eps`` for the others
+(:func:`smoothed_targets`), as the release's training step builds its ``matched`` matrix
+(``pcmepp/engine.py``: ``(1 - eps) * matched + eps * (1 - matched)``; its mixup targets use the same
+values for the pairs it does not mix).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from pcmr.losses.match_scale import MatchScale
 from pcmr.losses.regularisers import kl_prior_loss
 from pcmr.similarity import pairwise
 
-__all__ = ["CsdConfig", "CsdLoss", "csd_logits", "csd_loss", "pseudo_positive_targets"]
+__all__ = ["CsdConfig", "CsdLoss", "csd_logits", "csd_loss", "pseudo_positive_targets", "smoothed_targets"]
 
 
 def csd_logits(image: Gaussian, caption: Gaussian, a: Tensor | float, b: Tensor | float) -> Tensor:
@@ -39,9 +45,17 @@ def csd_logits(image: Gaussian, caption: Gaussian, a: Tensor | float, b: Tensor 
     return a * pairwise("csd", image, caption) + b  # pairwise("csd") is -csd
 
 
-def pseudo_positive_targets(logits: Tensor, positives: Tensor) -> Tensor:
+def smoothed_targets(matches: Tensor, smoothing: float, dtype: torch.dtype) -> Tensor:
+    """Binary cross-entropy targets ``1 - smoothing`` where ``matches`` (``[N, M]`` bool) holds and
+    ``smoothing`` elsewhere (``smoothing = 0``: the 0 / 1 relation itself)."""
+    return matches.to(dtype) * (1.0 - 2.0 * smoothing) + smoothing
+
+
+def pseudo_positive_targets(logits: Tensor, positives: Tensor, smoothing: float = 0.0) -> Tensor:
     """Targets with PCME++'s pseudo-positives: ``positives`` plus, in each row that has a positive,
-    every candidate whose logit is at least the row's true-match logit (``[N, M]`` float).
+    every candidate whose logit is at least the row's true-match logit (``[N, M]`` float; with
+    ``smoothing``, ``1 - smoothing`` for those and ``smoothing`` for the rest, as the release gives a
+    pseudo-positive its row's smoothed positive target).
 
     The release takes the true match of a row as its one positive (the identity of a batch of
     pairs); with several positives in a row, pcmr takes the lowest-scored one, so a candidate is a
@@ -51,7 +65,7 @@ def pseudo_positive_targets(logits: Tensor, positives: Tensor) -> Tensor:
     with torch.no_grad():
         lowest = logits.masked_fill(~positives, float("inf")).min(dim=1, keepdim=True).values  # [N, 1]
         pseudo = (logits >= lowest) & positives.any(dim=1, keepdim=True)  # [N, M]
-    return (positives | pseudo).to(logits.dtype)
+    return smoothed_targets(positives | pseudo, smoothing, logits.dtype)
 
 
 def csd_loss(
@@ -61,6 +75,7 @@ def csd_loss(
     a: Tensor | float,
     b: Tensor | float,
     reduction: str = "mean",
+    label_smoothing: float = 0.0,
 ) -> Tensor:
     """Binary cross-entropy on ``-a * csd + b`` over all ``B_img x B_cap`` pairs (PCME++).
 
@@ -70,6 +85,7 @@ def csd_loss(
         positives: ``[B_img, B_cap]`` bool relation (targets).
         a: scale ``> 0``; b: shift (floats or 0-dim tensors, differentiable).
         reduction: ``"mean"`` (PCME++) or ``"sum"`` over the pairs.
+        label_smoothing: targets ``1 - eps`` / ``eps`` in place of 1 / 0 (:func:`smoothed_targets`).
 
     Returns:
         A 0-dim tensor; finite for logits of any size (``binary_cross_entropy_with_logits``).
@@ -78,7 +94,8 @@ def csd_loss(
     check_gaussian_pair(image, caption, positives)
     check_choice("reduction", reduction, ("mean", "sum"))
     logits = csd_logits(image, caption, a, b)  # [B_img, B_cap]
-    return F.binary_cross_entropy_with_logits(logits, positives.to(logits.dtype), reduction=reduction)
+    targets = smoothed_targets(positives, label_smoothing, logits.dtype)
+    return F.binary_cross_entropy_with_logits(logits, targets, reduction=reduction)
 
 
 @dataclass
@@ -91,17 +108,23 @@ class CsdConfig:
             dimensions as in PCME++'s release (its ``vib_beta``: 1e-4).
         lambda_pseudo: weight of the pseudo-positive cross-entropy (PCME++'s
             ``smoothness_alpha``: 0.1; 0 switches it off).
+        label_smoothing: the targets are ``1 - label_smoothing`` for matches and
+            ``label_smoothing`` otherwise (PCME++'s release: 1e-4; 0: plain 0 / 1 targets).
     """
 
     init_a: float = 5.0
     init_b: float = 5.0
     lambda_kl: float = 1e-4
     lambda_pseudo: float = 0.1
+    label_smoothing: float = 1e-4
 
     def __post_init__(self) -> None:
         check_positive_number("init_a", self.init_a)
         check_positive_number("lambda_kl", self.lambda_kl, allow_zero=True)
         check_positive_number("lambda_pseudo", self.lambda_pseudo, allow_zero=True)
+        check_positive_number("label_smoothing", self.label_smoothing, allow_zero=True)
+        if self.label_smoothing >= 0.5:
+            raise ValueError(f"label_smoothing={self.label_smoothing!r}: expected a number in [0, 0.5)")
 
 
 class CsdLoss(RetrievalLoss):
@@ -110,7 +133,8 @@ class CsdLoss(RetrievalLoss):
         loss = csd_matching + lambda_kl * kl_prior
 
     * ``csd_matching``: the mean binary cross-entropy over all pairs, counted in both
-      directions (image->text and text->image are equal; the release adds both);
+      directions (image->text and text->image are equal; the release adds both), targets
+      smoothed by ``label_smoothing``;
     * ``kl_prior``: KL to ``N(0, I)`` averaged over instances and dimensions, image
       term + caption term (point embeddings contribute 0);
     * ``pseudo_positive``: the mean cross-entropy with pseudo-positive targets, image->text plus
@@ -131,7 +155,8 @@ class CsdLoss(RetrievalLoss):
         check_gaussian_pair(image, caption, positives)
         a, b = self.match_scale.a, self.match_scale.b
         logits = csd_logits(image, caption, a, b)  # [B_img, B_cap]
-        matching = 2.0 * F.binary_cross_entropy_with_logits(logits, positives.to(logits.dtype))
+        smoothing = self.config.label_smoothing
+        matching = 2.0 * F.binary_cross_entropy_with_logits(logits, smoothed_targets(positives, smoothing, logits.dtype))
         kl = matching.new_zeros(())
         for gaussian in (image, caption):
             if not gaussian.is_point:
@@ -139,10 +164,10 @@ class CsdLoss(RetrievalLoss):
         total = matching + self.config.lambda_kl * kl
         terms = {"csd_matching": matching, "kl_prior": kl}
         if self.config.lambda_pseudo > 0:
-            pseudo = F.binary_cross_entropy_with_logits(logits, pseudo_positive_targets(logits, positives))
+            pseudo = F.binary_cross_entropy_with_logits(logits, pseudo_positive_targets(logits, positives, smoothing))
             transposed = logits.t()  # text -> image
             pseudo = pseudo + F.binary_cross_entropy_with_logits(
-                transposed, pseudo_positive_targets(transposed, positives.t())
+                transposed, pseudo_positive_targets(transposed, positives.t(), smoothing)
             )
             terms["pseudo_positive"] = pseudo
             total = total + self.config.lambda_pseudo * pseudo

@@ -4,7 +4,11 @@ The release saves one ``torch.save`` dict per checkpoint (``engine/base.py``, ``
 ``model`` (the ``PCME`` module's state dict), ``criterion`` (the loss's ``shift`` and
 ``negative_scale``), ``optimizer``, ``lr_scheduler``, ``config`` (plain dicts), ``word2idx`` and
 ``metadata``. It is read with ``torch.load(weights_only=True)``: tensors, numbers, strings and
-containers only, never code.
+containers only, never code. Nothing is dropped silently: an entry pcmr does not map (a model
+weight, a criterion entry, a top-level key other than those above) is an error naming it, and a
+weight of the wrong shape is reported under the release's name. The optimiser and scheduler states
+are not converted. Checkpoints of mixed-precision runs (``train.use_fp16``: apex O2 saves float16
+weights) become float32 models.
 
 pcmr builds the release's architecture exactly (PCME Fig. 3, eq. 4; ``docs/models.md``), with
 one part left out: the ResNet image backbone (torchvision), which pcmr does not ship. The converted
@@ -46,6 +50,8 @@ from pcmr.models.factory import build_model
 from pcmr.models.model import RetrievalModel
 
 __all__ = [
+    "CHECKPOINT_KEYS",
+    "CRITERION_KEYS",
     "ConvertedRelease",
     "ReleaseCheckpointError",
     "SPECIAL_TOKENS",
@@ -158,6 +164,43 @@ def _words(word2idx: Mapping[str, Any], where: str) -> tuple[list[str], list[int
     return words, [int(word2idx[word]) for word in words]
 
 
+#: the top-level entries of a release checkpoint (``engine/base.py: save_models``); the optimiser,
+#: scheduler and metadata are read by the release's training loop only and are not converted
+CHECKPOINT_KEYS = ("model", "criterion", "optimizer", "lr_scheduler", "config", "word2idx", "metadata")
+#: the release's criterion state (``criterions/probemb.py``: the match logit's shift and scale)
+CRITERION_KEYS = ("shift", "negative_scale")
+#: half-precision weights (apex O2 training) become float32: the converted model runs in float32
+_UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _release_names() -> dict[str, str]:
+    """pcmr parameter name -> the release's name, for every converted parameter."""
+    names = {
+        "image_tower.mean_head.fc.weight": "img_enc.fc.weight",
+        "image_tower.mean_head.fc.bias": "img_enc.fc.bias",
+        "caption_tower.encoder.backbone.embedding.weight": "txt_enc.embed.weight",
+        **{f"caption_tower.encoder.backbone.gru.{name}": f"txt_enc.rnn.{name}" for name in _GRU},
+    }
+    for table, source, target in (
+        (_PIENET, "img_enc.pie_net.", "image_tower.mean_head."),
+        (_PIENET, "txt_enc.pie_net.", "caption_tower.mean_head."),
+        (_IMAGE_UNCERTAINTY, "img_enc.uncertain_net.", "image_tower.variance_head."),
+        (_TEXT_UNCERTAINTY, "txt_enc.uncertain_net.", "caption_tower.variance_head."),
+    ):
+        names.update({f"{target}{new}": f"{source}{old}" for old, new in table.items()})
+    return names
+
+
+def _refuse_unknown(keys: Any, known: Any, what: str, where: str) -> None:
+    unknown = [str(key) for key in keys if key not in known]
+    if unknown:
+        raise ReleaseCheckpointError(
+            f"{where}: {what} has entries pcmr does not convert: {', '.join(unknown[:6])}"
+            f"{' ...' if len(unknown) > 6 else ''} (a different release version or a modified model; "
+            f"pcmr converts the PCME of github.com/naver-ai/pcme at commit 4947684 and refuses to drop weights)"
+        )
+
+
 def _unreadable(where: str, error: BaseException) -> str:
     """One line for a file torch cannot read as a weights-only checkpoint (torch's own message advises
     loading with ``weights_only=False``, which would run the file's code: never done here)."""
@@ -169,7 +212,15 @@ def _unreadable(where: str, error: BaseException) -> str:
 
 
 def convert_pcme_release(path: str | Path) -> ConvertedRelease:
-    """Convert the release checkpoint at ``path`` (a ``.pth`` written by its ``save_models``)."""
+    """Convert the release checkpoint at ``path`` (a ``.pth`` written by its ``save_models``).
+
+    Every entry is accounted for: a model weight pcmr does not map, a criterion entry other than
+    ``shift`` / ``negative_scale`` or an unknown top-level entry is a :class:`ReleaseCheckpointError`
+    naming it, and so is a weight whose shape does not fit the dimensions read from
+    ``img_enc.fc.weight`` and ``txt_enc.embed.weight`` (named as the release names it). Half-precision
+    weights (the release's ``use_fp16``: apex O2 casts every weight but BatchNorm's to float16 before
+    ``save_models``) are converted to float32; other float types are kept.
+    """
     path = Path(path)
     where = f"PCME release checkpoint {str(path)!r}"
     if not path.is_file():
@@ -186,31 +237,36 @@ def convert_pcme_release(path: str | Path) -> ConvertedRelease:
     criterion = _require(checkpoint, "criterion", dict, where)
     release_config = _require(checkpoint, "config", dict, where)
     words, rows = _words(_require(checkpoint, "word2idx", dict, where), where)
+    _refuse_unknown(checkpoint, CHECKPOINT_KEYS, "the checkpoint", where)
+    _refuse_unknown(criterion, CRITERION_KEYS, "the criterion state", where)
     model_config = release_config.get("model", {})
     for flag in ("img_attention", "txt_attention", "img_probemb", "txt_probemb"):
         if model_config.get(flag) is False:
             raise ReleaseCheckpointError(f"{where}: config.model.{flag} is false; pcmr converts the full "
                                          f"PCME (attention and uncertainty modules on both sides)")
-    for key in ("img_enc.fc.weight", "txt_enc.embed.weight"):
-        if key not in state:
-            raise ReleaseCheckpointError(f"{where}: the model state dict lacks {key!r}")
+    names = _release_names()
+    missing = [name for name in names.values() if name not in state]
+    if missing:
+        raise ReleaseCheckpointError(f"{where}: the model state dict lacks {', '.join(missing[:4])}")
+    _refuse_unknown([key for key in state if not key.startswith("img_enc.cnn.")], set(names.values()),
+                    "the model state dict", where)
     embed_dim, feature_dim = state["img_enc.fc.weight"].shape
     vocab_size, word_dim = state["txt_enc.embed.weight"].shape
     if vocab_size != len(rows):
         raise ReleaseCheckpointError(f"{where}: {vocab_size} embedding rows but {len(rows)} words in word2idx")
     config = release_model_config(int(embed_dim), int(feature_dim), int(word_dim), int(vocab_size))
-    converted: dict[str, Tensor] = {
-        "image_tower.mean_head.fc.weight": state["img_enc.fc.weight"],
-        "image_tower.mean_head.fc.bias": state["img_enc.fc.bias"],
-        "caption_tower.encoder.backbone.embedding.weight": state["txt_enc.embed.weight"][rows],
-        **{f"caption_tower.encoder.backbone.gru.{name}": state[f"txt_enc.rnn.{name}"] for name in _GRU},
-        **pienet_state(state, "img_enc.pie_net.", "image_tower.mean_head.", where),
-        **pienet_state(state, "txt_enc.pie_net.", "caption_tower.mean_head.", where),
-        **image_uncertainty_state(state, "img_enc.uncertain_net.", "image_tower.variance_head.", where),
-        **text_uncertainty_state(state, "txt_enc.uncertain_net.", "caption_tower.variance_head.", where),
-    }
-    model = build_model(config).to(state["img_enc.fc.weight"].dtype)  # the release's dtype (float32 from training)
+    dtype = state["img_enc.fc.weight"].dtype
+    model = build_model(config).to(_UPCAST.get(dtype, dtype))  # the release's dtype; half -> float32
     reference = model.state_dict()
+    for ours, theirs in names.items():
+        if tuple(state[theirs].shape) != tuple(reference[ours].shape):
+            raise ReleaseCheckpointError(
+                f"{where}: {theirs} has shape {list(state[theirs].shape)}, expected {list(reference[ours].shape)} "
+                f"for a PCME with embed_dim {embed_dim}, image feature size {feature_dim}, word_dim {word_dim} "
+                f"and {vocab_size} words (read from img_enc.fc.weight and txt_enc.embed.weight)"
+            )
+    converted = {ours: state[theirs] for ours, theirs in names.items()}
+    converted["caption_tower.encoder.backbone.embedding.weight"] = state["txt_enc.embed.weight"][rows]
     converted = {key: value.to(reference[key].dtype) for key, value in converted.items()}
     model.load_state_dict(converted, strict=True)
     model.eval()
@@ -218,5 +274,6 @@ def convert_pcme_release(path: str | Path) -> ConvertedRelease:
     if not isinstance(scale, Tensor) or not isinstance(shift, Tensor):
         raise ReleaseCheckpointError(f"{where}: the criterion state lacks 'negative_scale' and 'shift'")
     options = {"match_prob": {"a": 2.0 * float(scale.reshape(-1)[0]), "b": 2.0 * float(shift.reshape(-1)[0])}}
-    backbone = {k[len("img_enc."):]: v for k, v in state.items() if k.startswith("img_enc.cnn.")}
+    backbone = {k[len("img_enc."):]: v.to(_UPCAST.get(v.dtype, v.dtype))
+                for k, v in state.items() if k.startswith("img_enc.cnn.")}
     return ConvertedRelease(model, words, options, backbone, release_config)

@@ -79,10 +79,8 @@ def resolve_config(
         elif text.endswith(_SUFFIXES) or Path(text).is_file():
             data = load_config_file(text)
         else:
-            raise ValueError(
-                f"unknown model {text!r}; pass one of {', '.join(list_models())}, a .yaml/.json config file, "
-                f"a ModelConfig or a dict"
-            )
+            raise ValueError(f"{unknown_name('model', text, list_models())}; or pass a .yaml/.json config "
+                             f"file, a ModelConfig or a dict")
     else:
         raise TypeError(
             f"create_model expects a model name, a config file path, a ModelConfig or a dict, "

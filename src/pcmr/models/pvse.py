@@ -14,9 +14,12 @@ authors' release. The image and caption towers return :class:`pcmr.PointSet` (``
 the training forward also returns the points and residuals as tensors (``image_points``,
 ``image_residuals``, ``caption_points``, ``caption_residuals``), the inputs of the ``pvse`` loss.
 
-Differences from the release, by design: the caption attention reads the GRU's word states (the
-release attends over word embeddings), and the pooled features are pcmr's (mean of the grid cells,
-the GRU's final state).
+The caption side is the release's ``EncoderText``: the attention reads the word embeddings
+(``text_encoder.local_features: word_embeddings``) and the pooled feature is the bi-GRU's final
+states (the release's default) or, with ``text_encoder.sentence_feature: last_output``, its outputs at
+the last word (the release's ``--legacy`` mode, used by its COCO checkpoints); both are compared with
+the release in ``tests/reference/test_reference_pvse.py``. The image side's pooled feature is pcmr's
+(mean of the grid cells, then ``fc``), as the release's average pooling of its ResNet grid.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from pcmr.report.table import (
     GENERIC_COLUMNS,
     ID_COLUMNS,
     Column,
+    ColumnPattern,
     ColumnSchema,
     Report,
     column_title,
@@ -23,5 +24,5 @@ from pcmr.report.table import (
     merge_rows,
 )
 
-__all__ = ["Column", "ColumnSchema", "FIGURES", "GENERIC_COLUMNS", "ID_COLUMNS", "Report", "column_title", "format_table",
+__all__ = ["Column", "ColumnPattern", "ColumnSchema", "FIGURES", "GENERIC_COLUMNS", "ID_COLUMNS", "Report", "column_title", "format_table",
            "merge_rows", "save_figures"]

@@ -16,6 +16,7 @@ PNG with matplotlib's Agg canvas, so it works headless and never changes the use
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from pcmr.atomic import atomic_write
 from pcmr.suggest import unknown_name
 
 __all__ = [
+    "ellipse_axes",
     "new_figure",
     "save_figure",
     "plot_uncertainty_deciles",
@@ -95,6 +97,20 @@ def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str])
     return save_figure(figure, path)
 
 
+def _readable_log_axis(axis: Any, limits: tuple[float, float]) -> None:
+    """Label a log axis readably: its decades, or, when fewer than two decades fall inside
+    ``limits`` (a short range such as 1 to 8), ticks at 1, 2, 5 times each power of ten, written as
+    plain numbers. Minor ticks stay unlabelled (their labels overlap on a short range)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    low, high = sorted(limits)
+    decades = [10.0 ** e for e in range(math.floor(math.log10(max(low, 1e-300))), math.ceil(math.log10(high)) + 1)]
+    if sum(low <= d <= high for d in decades) < 2:
+        axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Distribution of k-occurrence counts N_k (log-log), one line per score/re-ranker, two panels.
 
@@ -102,8 +118,6 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
     where ``frequency[j]`` gallery items have ``N_k = values[j]``. Items with ``N_k = 0`` cannot be
     drawn on a log axis; their number is given in the legend.
     """
-    from matplotlib.ticker import NullFormatter
-
     figure = new_figure(9.5, 4.6)
     axes = figure.subplots(1, 2)
     galleries = {"i2t": "gallery: captions", "t2i": "gallery: images"}
@@ -121,8 +135,8 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
                         label=f"{label} ({zeros} never retrieved)")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):  # minor labels of a short log range overlap
-            axis.set_minor_formatter(NullFormatter())
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            _readable_log_axis(axis, limits)
         ax.set_title(f"{title}\n{galleries[direction]}", fontsize=9)
         ax.set_xlabel(f"N_{data['k']} (times retrieved in a top-{data['k']} list)")
         ax.set_ylabel("number of gallery items")

@@ -31,7 +31,7 @@ from pcmr.atomic import atomic_write_text
 from pcmr.report.plots import save_figures
 from pcmr.suggest import unknown_name
 
-__all__ = ["Column", "ColumnSchema", "GENERIC_COLUMNS", "ID_COLUMNS", "Report", "column_title", "format_table",
+__all__ = ["Column", "ColumnPattern", "ColumnSchema", "GENERIC_COLUMNS", "ID_COLUMNS", "Report", "column_title", "format_table",
            "merge_rows"]
 
 #: identifying columns, in the order they lead a row (every other column is a metric)
@@ -40,12 +40,28 @@ ID_COLUMNS = ("model", "name", "similarity", "rerank", "relevance")
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a result row: its ``key``, the ``title`` printed above it and the ``group`` of
-    the Markdown table it prints in (``"id"``, ``"recall"``, ``"folds"`` or ``"other"``)."""
+    """One column of a result row: its ``key``, the ``title`` printed above it, the ``group`` of
+    the Markdown table it prints in (``"id"``, ``"recall"``, ``"folds"`` or ``"other"``), the
+    ``bounds`` ``(low, high)`` of its values (None: no fixed range) and whether a higher value is
+    better (``higher_is_better``; None: neither, e.g. a selected parameter)."""
 
     key: str
     title: str
     group: str = "other"
+    bounds: tuple[float, float] | None = None
+    higher_is_better: bool | None = None
+
+
+@dataclass(frozen=True)
+class ColumnPattern:
+    """A family of columns: keys that fully match ``regex`` get ``title`` (which may use the regex's
+    groups, as ``re.Match.expand`` does), ``group``, ``bounds`` and ``higher_is_better``."""
+
+    regex: str
+    title: str
+    group: str = "other"
+    bounds: tuple[float, float] | None = None
+    higher_is_better: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -57,23 +73,23 @@ class ColumnSchema:
     Attributes:
         id_columns: identifying columns, in the order they lead a row.
         columns: columns known by key.
-        patterns: ``(regex, title, group)`` for families of columns (``title`` may use the regex's
-            groups, as ``re.Match.expand`` does); the first full match wins.
+        patterns: :class:`ColumnPattern` s for families of columns; the first full match wins.
     """
 
     id_columns: tuple[str, ...] = ID_COLUMNS
     columns: tuple[Column, ...] = ()
-    patterns: tuple[tuple[str, str, str], ...] = ()
+    patterns: tuple[ColumnPattern, ...] = ()
 
     def column(self, key: str) -> Column:
         """The :class:`Column` of ``key`` (an unknown metric: titled by its key, group ``"other"``)."""
         for column in self.columns:
             if column.key == key:
                 return column
-        for pattern, title, group in self.patterns:
-            match = re.fullmatch(pattern, key)
+        for pattern in self.patterns:
+            match = re.fullmatch(pattern.regex, key)
             if match:
-                return Column(key, match.expand(title), group)
+                return Column(key, match.expand(pattern.title), pattern.group, pattern.bounds,
+                              pattern.higher_is_better)
         return Column(key, key, "id" if key in self.id_columns else "other")
 
     def title(self, key: str) -> str:

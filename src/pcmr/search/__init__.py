@@ -1,10 +1,15 @@
-"""Search: a gallery of Gaussians, the searchers that answer queries over it, and ``pcmr serve``.
+"""Search: a gallery of Gaussians, the searches that answer queries over it, and ``pcmr serve``.
 
-- :mod:`pcmr.search.gallery`: :class:`GalleryIndex`, the saved gallery (embeddings, ids, texts,
-  model) and which searcher answers a query;
-- :mod:`pcmr.search.searcher`: one ``search(queries, k)`` for the exact searcher and the candidate
-  searcher (ANN or vector-database candidates re-scored exactly), and the gallery statistics of the
-  re-rankers (CSLS, inverted softmax);
+- :mod:`pcmr.search.gallery`: :class:`GalleryIndex`, the stored items of a gallery (embeddings, ids,
+  texts, model) and their manifest;
+- :mod:`pcmr.search.manifest`: the index folder (``index.json`` with checksums, safetensors);
+- :mod:`pcmr.search.building`: encoding a split into an index, and raw queries;
+- :mod:`pcmr.search.backends`: faiss / Milvus candidate sources built over an index, appended items;
+- :mod:`pcmr.search.statistics`: the re-rankers' gallery statistics (CSLS, inverted softmax);
+- :mod:`pcmr.search.searcher`: a search as a composition (candidate generator, exact re-scorer,
+  re-ranker) behind one ``search(queries, k)``;
+- :mod:`pcmr.search.compose`: which parts answer a query over an index;
+- :mod:`pcmr.search.results`: what a search returns;
 - :mod:`pcmr.search.ann`: faiss indexes (flat, IVF, HNSW, compressed IVF-PQ) for cosine, l2, W2, CSD;
 - :mod:`pcmr.search.store`: the full-precision gallery on disk, memory-mapped;
 - :mod:`pcmr.search.vectordb`: a Milvus collection as the candidate source (embedded Milvus Lite or a

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,6 +33,7 @@ from torch import Tensor
 from pcmr.gaussian import Gaussian
 from pcmr.progress import progress_bar
 from pcmr.search.store import GalleryStore
+from pcmr.similarity import get_similarity
 
 __all__ = ["ANN_SCORES", "ProgressCounter", "ann_score_for", "build_ann", "INDEX_TYPES", "AnnIndex", "choose_index_type", "compressed_params", "gallery_layout",
            "gallery_vectors", "parse_memory", "query_vectors", "scores_from_distances"]
@@ -46,6 +47,37 @@ REFINE_BYTES = {"SQ8": 1, "SQfp16": 2}  # bytes per column of an IVF-PQ index's 
 FLAT_MAX = 50_000  # galleries up to this size get an exact flat index by default
 HNSW_MAX = 300_000  # then HNSW up to this size, IVF above (cheaper to build on few cores)
 _NORM_EPS = 1e-12
+KMEANS_POINTS_PER_CENTROID = 39  # faiss's k-means warns below this many training items per centroid
+
+
+def _small_training_note(kind: str, rows: int, centroids: int) -> str | None:
+    """One line for a k-means trained on fewer items than faiss asks for (it would print one warning
+    per sub-quantizer), saying what to do; None when the sample is large enough."""
+    need = centroids * KMEANS_POINTS_PER_CENTROID
+    if rows >= need:
+        return None
+    return (f"{kind} trained its {centroids}-centroid k-means on fewer items than faiss asks for ({need}), so "
+            "its candidates are coarse; for a gallery this small use --index-type flat (exact) or hnsw")
+
+
+def _quiet_kmeans(index: Any, faiss: Any) -> Any:
+    """Silence faiss's per-k-means 'please provide at least N training points' lines (the caller reports
+    a small sample once): the warning threshold is faiss's only use of ``min_points_per_centroid``, so
+    the trained index is unchanged. Returns what must stay alive until training ends."""
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    ivf.cp.min_points_per_centroid = 1
+    keep = []
+    if hasattr(ivf, "pq"):
+        ivf.pq.cp.min_points_per_centroid = 1
+    if isinstance(index, faiss.IndexPreTransform):
+        for i in range(index.chain.size()):
+            transform = faiss.downcast_VectorTransform(index.chain.at(i))
+            if isinstance(transform, faiss.OPQMatrix):  # its own PQ, re-parameterised each iteration as default
+                pq = faiss.ProductQuantizer(transform.d_out, transform.M, 8)
+                pq.cp.min_points_per_centroid = 1
+                transform.pq = pq
+                keep.append(pq)
+    return keep
 
 
 def _faiss() -> Any:
@@ -171,15 +203,13 @@ def _padded(vectors: np.ndarray, pad: int) -> np.ndarray:
 
 
 def ann_score_for(similarity: str, gallery: Gaussian) -> str:
-    """The ANN score that serves ``similarity`` on ``gallery``: the similarity itself when it is one of
-    :data:`ANN_SCORES`; ``cosine`` for a point gallery; ``csd`` for the scores driven by the expected
-    distance of two samples (PCME's match probability, the average sample distance); ``wasserstein``
-    (means and spreads) for every other Gaussian score, whose candidates are then re-scored exactly."""
-    if similarity in ANN_SCORES:
-        return similarity
-    if gallery.is_point:
-        return "cosine"
-    return "csd" if similarity in ("match_prob", "avg_l2") else "wasserstein"
+    """The ANN score that serves ``similarity`` on ``gallery``: the similarity's own ``ann_score``
+    (:class:`pcmr.similarity.Similarity`), except that a point gallery gives no spread to index, so a
+    score that an ANN index cannot rank by exactly takes its candidates from ``cosine`` there."""
+    spec = get_similarity(similarity)
+    if spec.ann_exact or not gallery.is_point:
+        return spec.ann_score
+    return "cosine"
 
 
 def choose_index_type(num_items: int) -> str:
@@ -208,6 +238,8 @@ class AnnIndex:
     dim: int
     index: Any
     params: dict[str, Any]
+    #: lines for the user about how the index was built (e.g. a k-means trained on few items); not saved
+    notes: list[str] = field(default_factory=list, compare=False)
     engine: ClassVar[str] = "faiss"
 
     @property
@@ -240,6 +272,7 @@ class AnnIndex:
         metric = faiss.METRIC_INNER_PRODUCT if score == "cosine" else faiss.METRIC_L2
         width = gallery_vectors(score, gallery[:1], layout).shape[1]
         params: dict[str, Any] = {}
+        notes: list[str] = []
         if kind == "flat":
             index = faiss.IndexFlat(width, metric)
         elif kind == "hnsw":
@@ -268,7 +301,11 @@ class AnnIndex:
             ivf.pq.cp.niter = 10  # PQ k-means iterations (faiss: 25); the coarse k-means already uses 10
             ivf.do_polysemous_training = False  # the factory's default; pcmr never uses Hamming filtering
             rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
+            keep = _quiet_kmeans(index, faiss)
             index.train(_padded(gallery_vectors(score, gallery[rows.sort().values], layout), pad))
+            del keep
+            notes += [n for n in (_small_training_note("IVF-PQ", len(rows), PQ_CENTROIDS),
+                                  _small_training_note("IVF", len(rows), nlist)) if n][:1]
             ivf.nprobe = min(nprobe, nlist)
             params = {"nlist": nlist, "nprobe": ivf.nprobe, "pq_m": pq_m, "opq": bool(opq), "pad": pad,
                       "refine": refine}
@@ -282,10 +319,12 @@ class AnnIndex:
             quantizer = faiss.IndexFlat(width, metric)
             index = faiss.IndexIVFFlat(quantizer, width, nlist, metric)
             rows = torch.randperm(gallery.num, generator=torch.Generator().manual_seed(seed))[:train_size]
+            index.cp.min_points_per_centroid = 1  # see _quiet_kmeans
             index.train(gallery_vectors(score, gallery[rows.sort().values], layout))
+            notes += [n for n in (_small_training_note("IVF", len(rows), nlist),) if n]
             index.nprobe = min(nprobe, nlist)
             params = {"nlist": nlist, "nprobe": index.nprobe}
-        return cls(score, kind, layout, gallery.dim, index, params)
+        return cls(score, kind, layout, gallery.dim, index, params, notes)
 
     def add(self, gallery: Gaussian, shard_size: int = 65_536,
             progress: Callable[[int], None] | None = None) -> None:
@@ -320,6 +359,14 @@ class AnnIndex:
     def exact(self) -> bool:
         """Whether the index's own scores are exact (all but IVF-PQ's compressed codes)."""
         return self.index_type != "ivfpq"
+
+    @property
+    def exhaustive(self) -> bool:
+        """Whether a search for ``ntotal`` items returns every item: a flat index, or an IVF index that
+        visits all its lists."""
+        if self.index_type in ("ivf", "ivfpq"):
+            return int(self.params.get("nprobe", 0)) >= int(self.params.get("nlist", 1))
+        return self.index_type == "flat"
 
     def search(self, query: Gaussian, k: int) -> tuple[Tensor, Tensor]:
         """``(scores [Q, k], indices [Q, k])``, best first; scores as :func:`scores_from_distances`

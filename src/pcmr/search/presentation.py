@@ -22,7 +22,10 @@ import torch
 from torch import Tensor
 
 from pcmr.data.text import tokenize
+from pcmr.evaluation import columns as schema
 from pcmr.inference import get_reranker
+from pcmr.metrics import DEFAULT_KS
+from pcmr.metrics.driver import DIRECTIONS
 
 __all__ = [
     "ShownHit",
@@ -131,14 +134,14 @@ def collapsed_score_warning(scores: Tensor | Sequence[float], label: str = "quer
             f"these items apart (collapsed embeddings?), so their order is arbitrary")
 
 
-def collapsed_recall_warning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1, 5, 10)) -> str | None:
+def collapsed_recall_warning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int] = DEFAULT_KS) -> str | None:
     """A warning when, in an evaluation table, R@K is the same for every K of ``ks`` in both directions
     for every row (a model that retrieves everything or nothing at once: collapsed scores), else None."""
 
     flat: list[list[float]] = []
     for row in rows:
-        for direction in ("i2t", "t2i"):
-            values = [row.get(f"{direction}_R@{k}") for k in ks]
+        for direction in DIRECTIONS:
+            values = [row.get(schema.recall(direction, k)) for k in ks]
             numbers = [float(v) for v in values if isinstance(v, (int, float))]
             if len(numbers) != len(values):
                 return None

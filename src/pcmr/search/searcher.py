@@ -1,19 +1,22 @@
-"""One search interface: every searcher answers ``search(queries, k) -> (indices [Q, k], scores [Q, k])``
-with the query's own similarity and re-ranker, scored exactly.
+"""A search as a composition (as faiss's ``IndexRefine``): a candidate generator, an exact re-scorer,
+a re-ranker. Every search answers ``search(queries, k) -> (indices [Q, k], scores [Q, k])``.
 
-- :class:`ExactSearcher` scores the whole gallery (streamed in row chunks for plain nearest-neighbour
-  search, so a gallery on disk is searched with one chunk in memory);
-- :class:`CandidateSearcher` asks a candidate source (a faiss :class:`~pcmr.search.ann.AnnIndex` or a
-  vector database, anything with ``search(query, width) -> (scores, indices)``) for ``C`` candidates
-  per query, re-scores them exactly (refine-by-exact; the Gaussians come from memory or from a
-  :class:`~pcmr.search.store.GalleryStore` on disk) and re-weights them with the re-ranker.
+- candidate generators (``search(queries, width) -> (scores [Q, w], indices [Q, w])``, index ``-1``
+  for an unfilled slot): :class:`ExactCandidates` (every item scored exactly, streamed in row chunks),
+  a faiss :class:`~pcmr.search.ann.AnnIndex` or a Milvus collection
+  (:class:`~pcmr.search.vectordb.MilvusCandidates`);
+- :class:`ExactRescorer`: the exact score of the query's similarity for each candidate (the
+  generator's own scores when they are exact values of it, else read from memory or from a
+  :class:`~pcmr.search.store.GalleryStore` on disk);
+- re-rankers: :class:`ReweightingRanker` (nns, inverted softmax, CSLS: each query's own candidate
+  list) and :class:`MatchingRanker` (gm, rgm and their compositions: all queries together, the stored
+  items of the query modality as extra reference rows; HAL/RGM section 3.3.3).
 
-A re-weighting that needs a statistic of a reference query set per gallery item (CSLS's ``r_Q``, the
-inverted softmax's normaliser; HAL/RGM eqs. 5-6) gets it from :func:`gallery_statistic`, the one
-function that computes it, whichever searcher uses it. New queries are never part of the reference
-set, so a query's results do not depend on the other queries of the same call. Re-rankers whose
-lists depend on all queries together (matchings: GM, RGM) have ``works_on_candidates`` False and
-are refused here; the exact path of :class:`~pcmr.search.gallery.GalleryIndex` runs them.
+:class:`Search` chains the three; :class:`ExactSearcher` and :class:`CandidateSearcher` are the two
+usual chains. A re-weighting that needs a statistic of a reference query set per gallery item (CSLS's
+``r_Q``, the inverted softmax's normaliser; HAL/RGM eqs. 5-6) gets it from :func:`gallery_statistic`,
+the one function that computes it. New queries are never part of that reference set, so a query's
+results do not depend on the other queries of the same call.
 
 Ties follow pcmr's one rule (``pcmr.ranking``): descending score, then lower gallery index.
 """
@@ -27,25 +30,26 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from pcmr.evaluation.scoring import rerank_topk
 from pcmr.gaussian import Gaussian
 from pcmr.inference import Reranker, get_reranker
 from pcmr.ranking.topk import ordered_topk_block
 from pcmr.search.rescoring import oriented_scores, rescore_candidates
 from pcmr.search.store import GalleryStore
+from pcmr.similarity import get_similarity
 
-__all__ = ["CandidateSearcher", "CandidateSource", "ExactSearcher", "Scoring", "Searcher", "gallery_chunks",
+__all__ = ["CandidateSearcher", "CandidateSource", "ExactCandidates", "ExactRescorer", "ExactSearcher",
+           "MatchingRanker", "Ranker", "ReweightingRanker", "Scoring", "Search", "Searcher", "gallery_chunks",
            "gallery_statistic", "reference_sample", "topk_of_candidates"]
 
 DEFAULT_CANDIDATES = 100
 DEFAULT_REFERENCE_SAMPLE = 2000
-#: scores of the means alone: re-scoring them reads no log-variances from a store on disk
-MEAN_ONLY_SCORES = ("cosine", "l2")
 
 Gallery = Gaussian | GalleryStore
 
 
 class CandidateSource(Protocol):
-    """What proposes candidates: ``search(query [Q, D], width) -> (scores [Q, w], indices [Q, w])``
+    """A candidate generator: ``search(query [Q, D], width) -> (scores [Q, w], indices [Q, w])``
     (index ``-1`` for an unfilled slot); ``score`` names the score it ranks by and ``exact`` says
     whether its scores are exact values of that score."""
 
@@ -71,6 +75,11 @@ class Scoring:
     query_modality: str = "caption"
     options: dict[str, Any] = field(default_factory=dict)
     reranker: Reranker = field(default_factory=lambda: get_reranker("nns"))
+
+    @property
+    def means_only(self) -> bool:
+        """Whether the similarity reads the means alone (a store on disk then reads no log-variances)."""
+        return get_similarity(self.similarity).means_only
 
 
 def gallery_chunks(gallery: Gallery, size: int = 65_536, *, need_logvar: bool = True
@@ -122,82 +131,160 @@ def topk_of_candidates(scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor,
     return indices.gather(1, cols), values
 
 
-def _check_servable(reranker: Reranker) -> None:
-    if not reranker.works_on_candidates:
-        raise ValueError(f"re-ranker {reranker.name!r} matches all queries together ({reranker.matching}); it runs "
-                         "on the exact backend over the whole gallery, not on candidate lists")
+# ----------------------------------------------------------------- candidate generators
+class ExactCandidates:
+    """Every gallery item scored exactly with the query's similarity: the ``width`` best per query
+    (a running top-``width`` over row chunks of ``chunk`` items, so a gallery on disk is read one chunk
+    at a time), or, for ``width`` at least the gallery size, every item in gallery order."""
+
+    exact = True
+
+    def __init__(self, gallery: Gallery, scoring: Scoring, *, chunk: int = 65_536) -> None:
+        self.gallery, self.scoring, self.chunk = gallery, scoring, chunk
+        self.score = scoring.similarity
+
+    def search(self, query: Gaussian, k: int) -> tuple[Tensor, Tensor]:
+        s = self.scoring
+        chunks = gallery_chunks(self.gallery, self.chunk, need_logvar=not s.means_only)
+        if k >= self.gallery.num:
+            rows = [oriented_scores(s.similarity, query, block, s.query_modality, s.options).float()
+                    for _, block in chunks]  # [Q, B] each
+            scores = torch.cat(rows, 1) if rows else torch.zeros(query.num, 0)
+            return scores, torch.arange(self.gallery.num).expand(query.num, -1)
+        best_scores = torch.empty(query.num, 0)
+        best_indices = torch.empty(query.num, 0, dtype=torch.long)
+        for start, block in chunks:
+            scores = oriented_scores(s.similarity, query, block, s.query_modality, s.options).float()  # [Q, B]
+            top_scores, top_cols = ordered_topk_block(scores, k)  # columns are in gallery order
+            best_indices, best_scores = topk_of_candidates(torch.cat([best_scores, top_scores], 1),
+                                                           torch.cat([best_indices, top_cols + start], 1), k)
+        return best_scores, best_indices
 
 
-class ExactSearcher:
-    """Scores every gallery item (module docstring). Plain nearest-neighbour search streams the gallery
-    in chunks of ``chunk`` rows, keeping a running top-k; a re-weighting scores whole rows."""
+# ----------------------------------------------------------------- exact re-scorer
+class ExactRescorer:
+    """Exact scores ``[Q, C]`` of the query's similarity for each candidate: the generator's own when
+    they are exact values of that similarity, else re-scored from ``gallery`` (refine-by-exact)."""
+
+    def __init__(self, gallery: Gallery, scoring: Scoring) -> None:
+        self.gallery, self.scoring = gallery, scoring
+
+    def rescore(self, source: CandidateSource, queries: Gaussian, scores: Tensor, indices: Tensor) -> Tensor:
+        s = self.scoring
+        if source.exact and source.score == s.similarity:
+            return scores.float()
+        return rescore_candidates(s.similarity, queries, self.gallery, indices, s.query_modality, s.options,
+                                  need_logvar=not s.means_only).float()
+
+
+# ----------------------------------------------------------------- re-rankers
+class Ranker(Protocol):
+    """The last stage: ``rank(scores [Q, C], indices [Q, C], k) -> (indices [Q, k], scores [Q, k])``."""
+
+    #: whether each query is ranked from its own candidate list (False: the whole gallery in order)
+    works_on_candidates: bool
+
+    def rank(self, scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]: ...
+
+
+class ReweightingRanker:
+    """A re-weighting (nns, inverted softmax, CSLS) of each query's candidate scores, then the top-k
+    under the tie rule. ``statistic [G]``: the re-weighting's gallery statistic (:func:`gallery_statistic`)
+    when it needs one."""
+
+    works_on_candidates = True
+
+    def __init__(self, reranker: Reranker, statistic: Tensor | None = None) -> None:
+        if not reranker.works_on_candidates:
+            raise ValueError(f"re-ranker {reranker.name!r} matches all queries together ({reranker.matching}); it "
+                             "runs on the exact backend over the whole gallery, not on candidate lists")
+        if reranker.needs_gallery_statistic and statistic is None:
+            raise ValueError(f"re-ranker {reranker.name!r} needs its gallery statistic (gallery_statistic)")
+        self.reranker, self.statistic = reranker, statistic
+
+    @property
+    def neighbourhood(self) -> int:
+        """Candidates the re-weighting reads per query besides the top-k (CSLS's ``csls_k``)."""
+        return int(self.reranker.parameters().get("csls_k", 1))
+
+    def rank(self, scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        statistic = None if self.statistic is None else self.statistic[indices.clamp_min(0)]
+        rescored = self.reranker.weighting.rescore_candidates(scores.float(), statistic)
+        return topk_of_candidates(rescored, indices, k)
+
+
+class MatchingRanker:
+    """A matching re-ranker (gm, rgm, ``<re-weighting>+<matching>``; HAL/RGM Algorithm 1): the new
+    queries' score rows over the whole gallery are appended to ``reference [R, G]``, the scores of the
+    stored items of the query modality (the queries the gallery would see in an evaluation); the
+    re-ranker runs on that ``[R + Q, G]`` matrix and the new queries' lists are returned."""
+
+    works_on_candidates = False
+
+    def __init__(self, name: str, params: dict[str, Any], reference: Tensor) -> None:
+        self.name, self.params, self.reference = name, dict(params), reference
+
+    def rank(self, scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        if scores.shape[1] != self.reference.shape[1]:
+            raise ValueError(f"a matching ranks the whole gallery ({self.reference.shape[1]} items), got candidate "
+                             f"lists of {scores.shape[1]}")
+        offset = self.reference.shape[0]
+        found, values = rerank_topk(self.name, torch.cat([self.reference, scores], dim=0), k, **self.params)
+        return found[offset:], values[offset:]  # [Q, k]
+
+
+# ----------------------------------------------------------------- the composition
+class Search:
+    """Candidates from ``generator`` (``width(k)`` per query), re-scored exactly by ``rescorer``, ranked by
+    ``ranker``; see the module docstring."""
+
+    def __init__(self, generator: CandidateSource, rescorer: ExactRescorer, ranker: Ranker,
+                 gallery_size: int, candidates: int | None = None) -> None:
+        if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
+                                       or candidates < 1):
+            raise ValueError(f"candidates must be a positive integer, got {candidates!r}")
+        self.generator, self.rescorer, self.ranker = generator, rescorer, ranker
+        self.gallery_size, self.candidates = gallery_size, candidates
+
+    def width(self, k: int) -> int:
+        """Candidates per query: the whole gallery for a matching or without a candidate count, else
+        ``candidates`` raised to at least ``k`` and the re-weighting's neighbourhood (``candidates=1``:
+        the top-k alone), at most the gallery."""
+        if self.candidates is None or not self.ranker.works_on_candidates:
+            return self.gallery_size
+        neighbourhood = getattr(self.ranker, "neighbourhood", 1)
+        return min(max(k, self.candidates, neighbourhood), self.gallery_size)
+
+    def search(self, queries: Gaussian, k: int) -> tuple[Tensor, Tensor]:
+        if not 1 <= k <= self.gallery_size:
+            raise ValueError(f"k must be in [1, {self.gallery_size}] (the gallery size), got {k}")
+        source_scores, indices = self.generator.search(queries, self.width(k))
+        scores = self.rescorer.rescore(self.generator, queries, source_scores, indices)
+        return self.ranker.rank(scores, indices, k)
+
+
+class ExactSearcher(Search):
+    """Scores every gallery item (:class:`ExactCandidates`). Plain nearest-neighbour search streams the
+    gallery in chunks of ``chunk`` rows, keeping a running top-k; a re-weighting scores whole rows."""
 
     def __init__(self, gallery: Gallery, scoring: Scoring, statistic: Tensor | None = None, *,
                  chunk: int = 65_536) -> None:
-        _check_servable(scoring.reranker)
-        if scoring.reranker.needs_gallery_statistic and statistic is None:
-            raise ValueError(f"re-ranker {scoring.reranker.name!r} needs its gallery statistic (gallery_statistic)")
-        self.gallery, self.scoring, self.statistic, self.chunk = gallery, scoring, statistic, chunk
-
-    def search(self, queries: Gaussian, k: int) -> tuple[Tensor, Tensor]:
-        if not 1 <= k <= self.gallery.num:
-            raise ValueError(f"k must be in [1, {self.gallery.num}] (the gallery size), got {k}")
-        s = self.scoring
-        plain = s.reranker.weighting.identity
-        best_scores = torch.empty(queries.num, 0)
-        best_indices = torch.empty(queries.num, 0, dtype=torch.long)
-        rows = []
-        need_logvar = s.similarity not in MEAN_ONLY_SCORES
-        for start, block in gallery_chunks(self.gallery, self.chunk, need_logvar=need_logvar):
-            scores = oriented_scores(s.similarity, queries, block, s.query_modality, s.options).float()  # [Q, B]
-            if not plain:
-                rows.append(scores)
-                continue
-            top_scores, top_cols = ordered_topk_block(scores, k)  # columns are in gallery order
-            top_indices = top_cols + start
-            best_indices, best_scores = topk_of_candidates(torch.cat([best_scores, top_scores], 1),
-                                                           torch.cat([best_indices, top_indices], 1), k)
-        if plain:
-            return best_indices, best_scores
-        scores = torch.cat(rows, 1)  # [Q, G]
-        statistic = None if self.statistic is None else self.statistic.expand(queries.num, -1)
-        rescored = s.reranker.weighting.rescore_candidates(scores, statistic)
-        values, cols = ordered_topk_block(rescored, k)  # columns are gallery indices
-        return cols, values
+        plain = scoring.reranker.weighting.identity  # the running top-k alone; a re-weighting reads whole rows
+        super().__init__(ExactCandidates(gallery, scoring, chunk=chunk), ExactRescorer(gallery, scoring),
+                         ReweightingRanker(scoring.reranker, statistic), gallery.num,
+                         candidates=1 if plain else None)
 
 
-class CandidateSearcher:
+class CandidateSearcher(Search):
     """Candidates from ``source``, re-scored exactly from ``gallery`` (module docstring).
 
-    ``candidates``: ``C`` per query (at least ``k`` and the re-ranker's neighbourhood); the source's own
-    scores are kept only when they are exact values of the query's similarity.
+    ``candidates``: ``C`` per query (default 100; at least ``k`` and the re-ranker's neighbourhood); the
+    source's own scores are kept only when they are exact values of the query's similarity.
     """
 
     def __init__(self, source: CandidateSource, gallery: Gallery, scoring: Scoring,
                  statistic: Tensor | None = None, *, candidates: int | None = None) -> None:
-        _check_servable(scoring.reranker)
-        if scoring.reranker.needs_gallery_statistic and statistic is None:
-            raise ValueError(f"re-ranker {scoring.reranker.name!r} needs its gallery statistic (gallery_statistic)")
-        width = DEFAULT_CANDIDATES if candidates is None else candidates
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"candidates must be a positive integer, got {candidates!r}")
+        ranker = ReweightingRanker(scoring.reranker, statistic)
+        super().__init__(source, ExactRescorer(gallery, scoring), ranker, gallery.num,
+                         DEFAULT_CANDIDATES if candidates is None else candidates)
         self.source, self.gallery, self.scoring, self.statistic = source, gallery, scoring, statistic
-        self.candidates = width
-
-    def search(self, queries: Gaussian, k: int) -> tuple[Tensor, Tensor]:
-        if not 1 <= k <= self.gallery.num:
-            raise ValueError(f"k must be in [1, {self.gallery.num}] (the gallery size), got {k}")
-        s = self.scoring
-        neighbourhood = int(s.reranker.parameters().get("csls_k", 1))
-        width = min(max(k, self.candidates, neighbourhood), self.gallery.num)
-        source_scores, indices = self.source.search(queries, width)
-        if self.source.exact and self.source.score == s.similarity:
-            scores = source_scores
-        else:
-            need_logvar = s.similarity not in MEAN_ONLY_SCORES
-            scores = rescore_candidates(s.similarity, queries, self.gallery, indices, s.query_modality, s.options,
-                                        need_logvar=need_logvar)
-        statistic = None if self.statistic is None else self.statistic[indices.clamp_min(0)]
-        rescored = s.reranker.weighting.rescore_candidates(scores.float(), statistic)
-        return topk_of_candidates(rescored, indices, k)
-

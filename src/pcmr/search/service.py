@@ -27,7 +27,9 @@ from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages
 from pcmr.data.shapes.dataset import load_shapes
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker
+from pcmr.search.compose import DEFAULT_TOP_K
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
 
@@ -117,7 +119,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
     images = _Images(index)
-    measure = index.meta.get("uncertainty_measure", "log_det")
+    measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
     levels = {m: _relative_levels(None if index.gallery(m).is_point else index.item_uncertainty(m))
               for m in ("image", "caption")}
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
@@ -190,7 +192,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         gallery_unc = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
         entries = shown_entries(results.hits[0], k, gallery_unc)
         vocabulary = word_vocabulary(index.model, index.vocab) if text is not None else None
-        warnings = result_warnings(entries, text if text is not None else "", vocabulary)
+        warnings = result_warnings(entries, text if text is not None else "", vocabulary) + results.notes
         return [hit_json(e, modality) for e in entries], warnings
 
     @app.get("/api/health")
@@ -202,7 +204,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
                 "text_queries": index.model is not None, "images_served": images.available()}
 
     @app.get("/api/search")
-    def search_text(text: Annotated[str, Query(description="caption query")], k: int = 10) -> dict[str, Any]:
+    def search_text(text: Annotated[str, Query(description="caption query")], k: int = DEFAULT_TOP_K) -> dict[str, Any]:
         if not text.strip():
             raise _BadRequest(400, "text must be a non-empty caption")
         if len(text) > limits.max_text_chars:

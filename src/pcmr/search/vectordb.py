@@ -29,7 +29,7 @@ from torch import Tensor
 from pcmr.gaussian import Gaussian
 from pcmr.search.ann import gallery_layout, gallery_vectors, query_vectors, scores_from_distances
 
-__all__ = ["MilvusCandidates", "milvus_client"]
+__all__ = ["MilvusCandidates", "milvus_client", "resolve_uri"]
 
 DESCRIPTION_FORMAT = "pcmr-candidates"
 SETTINGS_PROPERTY = "pcmr.settings"  # collection property holding pcmr's settings as JSON
@@ -37,20 +37,33 @@ INSERT_ROWS = 10_000  # rows per insert request (Milvus caps a request at 64 MiB
 MILVUS_MAX_TOPK = 16_384
 
 
-def milvus_client(uri: str) -> Any:
-    """A ``pymilvus.MilvusClient`` for ``uri`` (module docstring); one clear error without the package."""
+def resolve_uri(uri: str) -> str:
+    """``uri`` as an index records it: a server address as given, a Milvus Lite file as an absolute
+    path (so a query run from another directory opens the same file)."""
+    if not isinstance(uri, str) or not uri:
+        raise ValueError(f"--uri must be a Milvus Lite file (name.db) or a server address http://host:19530, "
+                         f"got {uri!r}")
+    if uri.startswith(("http://", "https://", "tcp://")):
+        return uri
+    if not uri.endswith(".db"):
+        raise ValueError(f"a Milvus Lite uri must be a file name ending in .db, got {uri!r}")
+    return os.path.abspath(uri)
+
+
+def milvus_client(uri: str, *, create: bool = False) -> Any:
+    """A ``pymilvus.MilvusClient`` for ``uri`` (module docstring); one clear error without the package.
+    A Milvus Lite file that does not exist is created only with ``create`` (building); opening one
+    raises FileNotFoundError instead of leaving an empty database behind."""
+    uri = resolve_uri(uri)
+    local = not uri.startswith(("http://", "https://", "tcp://"))
+    if local and not create and not os.path.exists(uri):
+        raise FileNotFoundError(f"Milvus Lite database {uri} not found; build it with "
+                                "`pcmr search INDEX --build ... --backend milvus --uri FILE.db`")
     try:
         from pymilvus import MilvusClient
     except ImportError as err:  # pragma: no cover - depends on the installation
         raise ImportError("the milvus backend needs pymilvus (and milvus-lite for a local .db file): "
                           "pip install 'pcmr[vectordb]'") from err
-    if not isinstance(uri, str) or not uri:
-        raise ValueError(f"--uri must be a Milvus Lite file (name.db) or a server address http://host:19530, "
-                         f"got {uri!r}")
-    if not uri.startswith(("http://", "https://", "tcp://")):
-        if not uri.endswith(".db"):
-            raise ValueError(f"a Milvus Lite uri must be a file name ending in .db, got {uri!r}")
-        uri = os.path.abspath(uri)
     return MilvusClient(uri=uri, token=os.environ.get("PCMR_MILVUS_TOKEN", ""))
 
 
@@ -88,7 +101,8 @@ class MilvusCandidates:
         params: dict[str, Any] = {"metric": "IP" if score == "cosine" else "L2"}
         if kind == "IVF_FLAT":
             params.update(nlist=int(nlist or max(1, min(4 * int(num_items ** 0.5), 65_536))), nprobe=int(nprobe))
-        client = milvus_client(uri)
+        uri = resolve_uri(uri)
+        client = milvus_client(uri, create=True)
         if client.has_collection(collection):
             client.drop_collection(collection)
         description = json.dumps({"format": DESCRIPTION_FORMAT, "score": score, "layout": layout, "dim": sample.dim,
@@ -133,7 +147,9 @@ class MilvusCandidates:
     # ----------------------------------------------------------------- reading
     @classmethod
     def open(cls, uri: str, collection: str) -> MilvusCandidates:
-        """Connect to a collection written by :meth:`create`; errors name the uri and the collection."""
+        """Connect to a collection written by :meth:`create`; errors name the uri and the collection. A
+        relative Milvus Lite path (written by an older pcmr) is taken from the working directory."""
+        uri = resolve_uri(uri)
         client = milvus_client(uri)
         if not client.has_collection(collection):
             raise ValueError(f"{uri}: no Milvus collection {collection!r}; build it with "
@@ -149,6 +165,11 @@ class MilvusCandidates:
         client.load_collection(collection)
         return cls(client, uri, collection, info["score"], info["layout"], int(info["dim"]), info["index_type"],
                    info.get("params") or {})
+
+    @property
+    def exhaustive(self) -> bool:
+        """Whether a search for ``ntotal`` items returns every item (a FLAT collection within Milvus's top-k cap)."""
+        return self.index_type == "FLAT" and self.ntotal <= MILVUS_MAX_TOPK
 
     @property
     def ntotal(self) -> int:

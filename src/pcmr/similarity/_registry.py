@@ -46,7 +46,14 @@ class Similarity(ABC):
         accepts_point_sets: whether ``pcmr.PointSet`` inputs (K points per item) are scored;
             every other score refuses them.
         options: accepted options and their defaults.
+        learned_options: options whose value a training learns (their defaults are placeholders, so
+            an evaluation without the learned values skips the score).
         reference: paper and equation.
+        means_only: True when the score reads the means alone (never a log-variance), so the
+            search re-scores it from the means of a gallery on disk.
+        ann_score: the score of a nearest-neighbour index (``pcmr.search.ann.ANN_SCORES``) whose
+            candidates the search re-scores with this score: the score itself when an ANN index
+            ranks by it exactly (``ann_exact``), else the closest one that ranks by fixed vectors.
     """
 
     name: str = ""
@@ -55,7 +62,15 @@ class Similarity(ABC):
     needs_caption_variance: bool = False
     accepts_point_sets: bool = False
     options: Mapping[str, Any] = {}
+    learned_options: tuple[str, ...] = ()
     reference: str = ""
+    means_only: bool = False
+    ann_score: str = "wasserstein"
+
+    @property
+    def ann_exact(self) -> bool:
+        """Whether an ANN index can rank by this score itself (its candidates' scores are exact)."""
+        return self.ann_score == self.name
 
     @abstractmethod
     def prepare(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Any:

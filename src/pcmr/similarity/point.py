@@ -23,6 +23,8 @@ class Cosine(ClosedForm):
     """``S = <m1/|m1|, m2/|m2|>`` (a zero mean has cosine 0 with everything)."""
 
     name = "cosine"
+    means_only = True
+    ann_score = "cosine"
     reference = "cosine of the means (PCME Table 1 'mean only'; VSE++)"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
@@ -44,6 +46,8 @@ class L2(ClosedForm):
     """``S = -|m1 - m2|`` with a safe square root."""
 
     name = "l2"
+    means_only = True
+    ann_score = "l2"
     reference = "negative Euclidean distance of the means"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:

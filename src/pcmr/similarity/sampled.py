@@ -253,6 +253,7 @@ class AverageL2(_Sampled):
     """``-(1/(J K)) sum_{j,k} |z1_j - z2_k|`` (PCME Table 1, 'avg L2')."""
 
     name = "avg_l2"
+    ann_score = "csd"  # ranked by the expected squared distance of two samples
     reference = "PCME Table 1 (average sampled distance)"
     sign = -1.0
 
@@ -272,9 +273,11 @@ class MatchProbability(_Sampled):
     """
 
     name = "match_prob"
+    ann_score = "csd"  # a decreasing function of the sample distances: ranked like their expected square
     reference = "PCME eq.2-3 (match probability)"
     options: dict[str, Any] = {**_Sampled.options, "a": 30.0, "b": 30.0}
     log_mean = True
+    learned_options = ("a", "b")  # learned by the match-probability loss (pcmr.losses.match_scale)
 
     def check_options(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> None:
         super().check_options(images, captions, options)

@@ -53,6 +53,7 @@ class CSD(ClosedForm):
     """``-E|z1 - z2|^2 = -(|m1 - m2|^2 + sum_d v1 + sum_d v2)``."""
 
     name = "csd"
+    ann_score = "csd"
     reference = "PCME++ closed-form sampled distance (successor of PCME)"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:

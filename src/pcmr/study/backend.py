@@ -19,12 +19,16 @@ import torch
 import yaml
 
 from pcmr.atomic import atomic_write_text
-from pcmr.config import ConfigError
+from pcmr.data import offers_split
 from pcmr.evaluation import EncodedEvaluation, encode_split, score_matrix, unsupported_reason
+from pcmr.evaluation import columns as schema
 from pcmr.evaluation.figures import corruption_series
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.hub import Model, load
+from pcmr.inference import NO_RERANKING, get_reranker
 from pcmr.metrics.signal import uncertainty_signal
 from pcmr.models import create_model
+from pcmr.similarity import get_similarity
 from pcmr.study.analysis import (
     binary_selection,
     caption_wildcard_counts,
@@ -36,7 +40,7 @@ from pcmr.study.spec import AnalysisOptions, StudyError
 from pcmr.train import check_config, load_config
 from pcmr.train.config import RunConfig
 from pcmr.train.evaluation import evaluate_run_modes
-from pcmr.train.lifecycle import start_or_resume
+from pcmr.train.lifecycle import ConfigMismatchError, start_or_resume
 from pcmr.train.loading import run_config
 from pcmr.train.recipes import find_recipe
 from pcmr.train.run import load_run_split
@@ -45,7 +49,9 @@ from pcmr.train.trainer import torch_seed
 __all__ = ["ITEM_UNCERTAINTY", "UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "read_item_uncertainty",
            "resolve_config", "schedule_text", "train_run", "write_item_uncertainty", "write_text"]
 
-UNCERTAINTY_MEASURE = "log_det"
+UNCERTAINTY_MEASURE = DEFAULT_UNCERTAINTY_MEASURE
+#: the controlled split of the binary-selection analysis (ProbVSE Sec. 5; offered by shapes)
+BINARY_SELECTION_SPLIT = "binary_selection"
 
 
 def write_text(path: Path, text: str) -> None:
@@ -83,9 +89,7 @@ def train_run(recipe: str, overrides: Mapping[str, Any], run_dir: Path) -> float
     config = resolve_config(recipe, overrides)
     try:
         start_or_resume(config, run_dir)
-    except ConfigError as exc:
-        if "another config" not in str(exc):
-            raise
+    except ConfigMismatchError as exc:
         raise StudyError(f"{exc} (the study's config)") from None
     return time.perf_counter() - start
 
@@ -105,12 +109,9 @@ def _corruption_columns(model: Any, split: Any, vocab: Any, device: Any, batch_s
     series = corruption_series(model, split, vocab, UNCERTAINTY_MEASURE, max_items=options.max_items,
                                batch_size=batch_size, device=device) or {}
     out: dict[str, float | None] = {}
-    if "image" in series:
-        out["image_uncertainty_occlusion_slope"] = _finite(
-            least_squares_slope(series["image"]["ratios"], series["image"]["mean_uncertainty"]))
-    if "caption" in series:
-        out["caption_uncertainty_erasure_slope"] = _finite(
-            least_squares_slope(series["caption"]["ratios"], series["caption"]["mean_uncertainty"]))
+    for side, key in schema.CORRUPTION_SLOPE.items():
+        if side in series:
+            out[key] = _finite(least_squares_slope(series[side]["ratios"], series[side]["mean_uncertainty"]))
     return out
 
 
@@ -118,7 +119,7 @@ def _binary_selection_columns(trained: Model, config: RunConfig, similarities: S
                               evaluation: EncodedEvaluation) -> dict[str, dict[str, float]]:
     """``{similarity: {binsel_*: accuracy}}`` on the shapes ``binary_selection`` split."""
 
-    split = load_run_split(config, "binary_selection")
+    split = load_run_split(config, BINARY_SELECTION_SPLIT)
     roles = split.info.get("roles")
     if not roles or split.num_images == 0:
         return {}
@@ -130,7 +131,7 @@ def _binary_selection_columns(trained: Model, config: RunConfig, similarities: S
         if unsupported_reason(name, images, captions, options) is not None:
             continue
         scores = score_matrix(name, images, captions, options)  # [3N, 2N]
-        out[name] = {f"binsel_{k}": v for k, v in binary_selection(scores, roles).items()}
+        out[name] = {schema.binary_selection(k): v for k, v in binary_selection(scores, roles).items()}
     return out
 
 
@@ -138,10 +139,10 @@ def _untrained_encoding(evaluation: EncodedEvaluation, config: RunConfig) -> tup
     """``(model, images, captions)``: an untrained model of the run's configuration, drawn from the run's
     own seed, and the test items it encodes (the null every uncertainty statistic is read against)."""
 
-    options = {k: v for k, v in config.model.items() if k != "name"}
+    options = config.model.options
     with torch.random.fork_rng(devices=[]):  # the run's own seed, not whatever this process drew before
         torch.manual_seed(torch_seed(config.train.seed))
-        initial_model = create_model(config.model["name"], **{**options, "vocab_size": len(evaluation.vocab)})
+        initial_model = create_model(config.model.name, **{**options, "vocab_size": len(evaluation.vocab)})
     initial = encode_split(initial_model, evaluation.split, evaluation.vocab, batch_size=evaluation.batch_size,
                            device=evaluation.device)
     return initial_model, initial[0], initial[1]
@@ -153,19 +154,18 @@ def _signal_columns(evaluation: EncodedEvaluation, trained: Model, config: RunCo
     items encoded by the trained model and by an untrained one of the same configuration (``initial``:
     its images and captions); plus the learned match-probability ``a``, ``b`` where the run has them."""
 
-    num_samples = int(config.loss.get("num_samples", 1) or 1)
+    num_samples = int(config.loss.options.get("num_samples", 1) or 1)
     out: dict[str, float | None] = {}
     for side, now, before in (("image", evaluation.images, initial[0]), ("caption", evaluation.captions, initial[1])):
         if not (_has_variance(now) and _has_variance(before)):
             continue
         gate = uncertainty_signal(now, before, num_samples=num_samples)
-        out[f"{side}_uncertainty_signal"] = float(gate["signal"])
-        for key in ("spread", "spread_init", "floor"):
-            out[f"{side}_uncertainty_{key}"] = float(gate[key])
-    match = trained.similarity_options.get("match_prob") or {}
-    for key in ("a", "b"):
-        if key in match:
-            out[f"match_{key}"] = float(match[key])
+        for key in schema.SIGNAL_KEYS:
+            out[schema.uncertainty_signal(side, key)] = float(gate[key])
+    for name, options in trained.similarity_options.items():  # the learned options (match_prob's a, b)
+        for key in get_similarity(name).learned_options:
+            if key in options:
+                out[schema.learned_option(key)] = float(options[key])
     return out
 
 
@@ -175,16 +175,17 @@ def _uncertainties(images: Any, captions: Any) -> tuple[Any, Any]:
             captions.uncertainty(UNCERTAINTY_MEASURE) if _has_variance(captions) else None)
 
 
-def _relevant_rho_columns(relevance: Any, images: Any, captions: Any, strata: Any, suffix: str) -> dict[str, Any]:
-    """``<side>_uncertainty_relevant_rho<suffix>``, and for captions the same within strata of
-    wildcard count (``..._rho_strata<suffix>``) where the split records them."""
+def _relevant_rho_columns(relevance: Any, images: Any, captions: Any, strata: Any, *,
+                          untrained: bool) -> dict[str, Any]:
+    """``<side>_uncertainty_relevant_rho``, and for captions the same within strata of wildcard count
+    (``..._rho_strata``) where the split records them; of the untrained model with ``untrained``."""
     image_u, caption_u = _uncertainties(images, captions)
     out: dict[str, Any] = {}
     for side, value in relevant_count_correlation(relevance, image_u, caption_u).items():
-        out[f"{side}_uncertainty_relevant_rho{suffix}"] = _finite(value)
+        out[schema.relevant_count_rho(side, untrained=untrained)] = _finite(value)
     if caption_u is not None and strata is not None:
         counts = relevance.sum(0).cpu().numpy()
-        out[f"caption_uncertainty_relevant_rho_strata{suffix}"] = _finite(
+        out[schema.relevant_count_rho("caption", strata=True, untrained=untrained)] = _finite(
             stratified_spearman(caption_u.detach().double().cpu().numpy(), counts, strata))
     return out
 
@@ -223,7 +224,7 @@ class _AnalysisColumns:
                                                      evaluation.device, evaluation.batch_size, self.analysis))
                 untrained = _corruption_columns(untrained_model, evaluation.split, evaluation.vocab,
                                                 evaluation.device, evaluation.batch_size, self.analysis)
-                self._run.update({f"{key}_untrained": value for key, value in untrained.items()})
+                self._run.update({schema.of_untrained(key): value for key, value in untrained.items()})
             if self.analysis.signal:
                 self._run.update(_signal_columns(evaluation, self.trained, self.config,
                                                  (initial_images, initial_captions)))
@@ -237,28 +238,28 @@ class _AnalysisColumns:
                 relevance = evaluation.relevance[mode]
                 strata = caption_wildcard_counts(evaluation.split)
                 _, initial_images, initial_captions = self._untrained(evaluation)
-                columns.update(_relevant_rho_columns(relevance, images, captions, strata, ""))
+                columns.update(_relevant_rho_columns(relevance, images, captions, strata, untrained=False))
                 columns.update(_relevant_rho_columns(relevance, initial_images, initial_captions, strata,
-                                                     "_untrained"))
+                                                     untrained=True))
             self._modes[mode] = columns
         return self._modes[mode]
 
     def _binary_columns(self, evaluation: EncodedEvaluation) -> dict[str, dict[str, float]]:
         if self._binary is None:
             self._binary = {}
-            if self.analysis.binary_selection and self.config.data.name == "shapes":
+            if self.analysis.binary_selection and offers_split(self.config.data.name, BINARY_SELECTION_SPLIT):
                 self._binary = _binary_selection_columns(self.trained, self.config, self.similarities, evaluation)
         return self._binary
 
     def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
         columns = dict(self._mode_columns(evaluation, mode))
-        if row["rerank"] == "nns":
+        if get_reranker(row["rerank"]).is_identity:
             figure = evaluation.reports[mode].figures.get("uncertainty_r1") or {}
             series = figure.get("series", {}).get(row["similarity"]) if self.analysis.deciles else None
             if series:
-                for direction in ("i2t", "t2i"):
-                    columns[f"{direction}_r1_least_uncertain"] = series[direction][0]
-                    columns[f"{direction}_r1_most_uncertain"] = series[direction][-1]
+                for direction in schema.DIRECTIONS:
+                    columns[schema.r1_by_uncertainty(direction, "least")] = series[direction][0]
+                    columns[schema.r1_by_uncertainty(direction, "most")] = series[direction][-1]
             columns.update(self._binary_columns(evaluation).get(row["similarity"], {}))
         return columns
 
@@ -280,8 +281,8 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
         raise StudyError(f"{run_dir} records no run config (config.yaml); it is not a run of this study")
     similarities = list(similarities or config.eval.similarities)
     rerankers = list(rerankers or config.eval.rerankers)
-    if "nns" not in rerankers:  # the analysis columns describe the raw scores: the nns rows carry them
-        rerankers.insert(0, "nns")
+    if not any(get_reranker(name).is_identity for name in rerankers):  # the analysis columns describe the
+        rerankers.insert(0, NO_RERANKING)  # raw scores: the nns rows carry them
     analysis_columns = _AnalysisColumns(trained, config, similarities, analysis, run_dir)
     reports = evaluate_run_modes(
         trained, similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
@@ -301,6 +302,12 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
 ITEM_UNCERTAINTY = "item_uncertainty.json"
 
 
+def item_uncertainty_key(side: str, untrained: bool) -> str:
+    """The key of one side's per-item uncertainties in ``item_uncertainty.json`` (``image``,
+    ``image_untrained``, ...)."""
+    return f"{side}_untrained" if untrained else side
+
+
 def write_item_uncertainty(run_dir: Path, images: Any, captions: Any, initial_images: Any,
                            initial_captions: Any) -> None:
     """``run_dir/item_uncertainty.json``: each test item's uncertainty under the trained and the
@@ -309,8 +316,9 @@ def write_item_uncertainty(run_dir: Path, images: Any, captions: Any, initial_im
     out: dict[str, list[float]] = {}
     for side, now, before in (("image", images, initial_images), ("caption", captions, initial_captions)):
         if _has_variance(now) and _has_variance(before):
-            out[side] = [float(v) for v in now.uncertainty(UNCERTAINTY_MEASURE).double().cpu()]
-            out[f"{side}_untrained"] = [float(v) for v in before.uncertainty(UNCERTAINTY_MEASURE).double().cpu()]
+            for untrained, embeddings in ((False, now), (True, before)):
+                out[item_uncertainty_key(side, untrained)] = [
+                    float(v) for v in embeddings.uncertainty(UNCERTAINTY_MEASURE).double().cpu()]
     atomic_write_text(Path(run_dir) / ITEM_UNCERTAINTY, json.dumps(out) + "\n")
 
 
@@ -337,4 +345,7 @@ def schedule_text(summary: Mapping[str, Any]) -> str:
         text += f", {summary['warmup_epochs']} frozen warm-up"
     if summary["schedule"] == "step":
         text += f", lr x {summary['step_gamma']:g} every {summary['step_period']}"
+    if summary["schedule"] == "plateau":
+        text += (f", lr x {summary['plateau_factor']:g} at epochs 1 + {summary['plateau_patience'] + 1}k, k >= 1"
+                 f" (ReduceLROnPlateau in mode 'min' fed a rising rsum)")
     return text

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pcmr.config import ConfigError, build_dataclass
+from pcmr.evaluation.columns import uncertainty_agreement, uncertainty_signal
 from pcmr.study.stats import EXPECTATIONS, Interval, holm_rejections, paired_interval, paired_p_value, verdict
 
 __all__ = ["AGREEMENT_MIN", "ANY_RELEVANCE", "Claim", "Judgement", "Selector", "judge_claim", "judge_claims",
@@ -233,12 +234,12 @@ def _without_signal(rows: Sequence[dict[str, Any]], selector: Selector, claim: C
     (``<side>_uncertainty_agreement``); results without that column fall back to the per-run gate
     (``<side>_uncertainty_signal`` of 0 in some seed); rows with neither are not gated."""
     for side in SIGNAL_SIDES[claim.signal]:
-        agreement = _values_by_seed(rows, selector, f"{side}_uncertainty_agreement", claim.id)
+        agreement = _values_by_seed(rows, selector, uncertainty_agreement(side), claim.id)
         if agreement:
             if any(agreement.get(seed, math.inf) < AGREEMENT_MIN for seed in seeds):
                 return True
             continue
-        values = _values_by_seed(rows, selector, f"{side}_uncertainty_signal", claim.id)
+        values = _values_by_seed(rows, selector, uncertainty_signal(side), claim.id)
         if any(values.get(seed) == 0.0 for seed in seeds):
             return True
     return False

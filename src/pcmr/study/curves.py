@@ -18,13 +18,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pcmr.evaluation.columns import MEAN_R_PRECISION
 from pcmr.report import format_table
 from pcmr.report.plots import new_figure, save_figure
 
 __all__ = ["CURVE_METRIC", "PLATEAU_GAIN", "Curves", "curves_markdown", "plot_validation_curves", "read_curve"]
 
 #: the validation metric of the curves (mean of i2t and t2i R-Precision, in percent)
-CURVE_METRIC = "r_precision"
+CURVE_METRIC = MEAN_R_PRECISION
 #: a mean gain below this many points over the last quarter of the epochs counts as a plateau
 PLATEAU_GAIN = 1.0
 CURVE_COLUMNS = ("recipe", "variant", "seeds", "epochs", "at 1/2", "at 3/4", "at end", "best epoch (median)",

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pcmr.evaluation.columns import RSUM, metric_bounds
 from pcmr.report.plots import new_figure, save_figure
 from pcmr.study.claims import NO_DATA, NO_SIGNAL, UNSTABLE, Judgement
 from pcmr.study.report import recipe_metric_table
@@ -23,17 +24,6 @@ __all__ = ["VERDICT_COLOURS", "metric_bounds", "plot_claims", "plot_recipes"]
 #: colour of each verdict in ``claims.png``
 VERDICT_COLOURS = {"holds": "#2a7f3f", "reversed": "#b8322a", "equal": "#3b6ea8", "inconclusive": "#7a7a7a",
                    UNSTABLE: "#8e44ad", NO_DATA: "#c9c9c9", NO_SIGNAL: "#d89b2b"}
-
-
-def metric_bounds(metric: str) -> tuple[float, float] | None:
-    """The possible range of a table metric: rsum sums six recalls (0 to 600); R@K, R-Precision,
-    MAP@R and PMRP are percentages (0 to 100); None for metrics without fixed bounds."""
-    name = metric.lower()
-    if name == "rsum" or name.endswith("_rsum"):
-        return (0.0, 600.0)
-    if "r@" in name or "r_precision" in name or "map@r" in name or "pmrp" in name:
-        return (0.0, 100.0)
-    return None
 
 
 def _label(judgement: Judgement) -> str:
@@ -72,7 +62,7 @@ def plot_claims(judgements: Sequence[Judgement], path: str | os.PathLike[str]) -
     return save_figure(figure, path)
 
 
-def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *, metric: str = "rsum",
+def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *, metric: str = RSUM,
                  variants: Sequence[str] = ("exact", "source"), level: float = 0.95,
                  headline: Mapping[str, str] | None = None) -> Path:
     """``metric`` of every recipe (its headline similarity, see

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pcmr.evaluation.columns import EVALUATION_COLUMNS
+from pcmr.evaluation.columns import ALL_COLUMNS, uncertainty_agreement
 from pcmr.report import Column, ColumnSchema, Report, format_table
 from pcmr.study.claims import AGREEMENT_MIN, NO_DATA, NO_SIGNAL, UNSTABLE, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
@@ -27,9 +27,9 @@ __all__ = ["ID_COLUMNS", "agreement_markdown", "claims_markdown", "first_similar
 
 ID_COLUMNS = ("run", "recipe", "variant", "seed", "similarity", "rerank", "relevance")
 GROUP_COLUMNS = ("recipe", "variant", "similarity", "rerank")
-#: the study's rows: its identifying columns, then the evaluation's columns (titles and groups)
-STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*EVALUATION_COLUMNS.columns, Column("seeds", "seeds")),
-                             patterns=EVALUATION_COLUMNS.patterns)
+#: the study's rows: its identifying columns, then the evaluation's and the analysis columns
+STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*ALL_COLUMNS.columns, Column("seeds", "seeds")),
+                             patterns=ALL_COLUMNS.patterns)
 
 
 #: the columns of claims.md and times.md (titled by their keys)
@@ -255,10 +255,10 @@ def agreement_markdown(agreement: Mapping[tuple[str, str], Mapping[str, float]],
     table: list[dict[str, Any]] = []
     for (recipe, variant), columns in agreement.items():
         for side in ("image", "caption"):
-            value = columns.get(f"{side}_uncertainty_agreement")
+            value = columns.get(uncertainty_agreement(side))
             if value is None:
                 continue
-            untrained = columns.get(f"{side}_uncertainty_agreement_untrained")
+            untrained = columns.get(uncertainty_agreement(side, untrained=True))
             table.append({"recipe": recipe, "variant": variant, "head": side, "agreement": f"{value:.2f}",
                           "untrained": "-" if untrained is None else f"{untrained:.2f}",
                           "gate": "judged" if value >= AGREEMENT_MIN else NO_SIGNAL})

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from pcmr.evaluation.columns import uncertainty_agreement
 from pcmr.study import backend
 from pcmr.study.analysis import mean_pairwise_spearman
 from pcmr.study.claims import judge_claims
@@ -268,12 +269,13 @@ def seed_agreement(items: dict[tuple[str, str], list[dict[str, list[float]]]]) -
     for key, runs in items.items():
         columns: dict[str, float] = {}
         for side in ("image", "caption"):
-            for suffix in ("", "_untrained"):
-                series = [run[side + suffix] for run in runs if side + suffix in run]
+            for untrained in (False, True):
+                item_key = backend.item_uncertainty_key(side, untrained)
+                series = [run[item_key] for run in runs if item_key in run]
                 if len(series) >= 2:
                     value = mean_pairwise_spearman(series)
                     if not math.isnan(value):
-                        columns[f"{side}_uncertainty_agreement{suffix}"] = value
+                        columns[uncertainty_agreement(side, untrained)] = value
         if columns:
             out[key] = columns
     return out

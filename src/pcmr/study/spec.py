@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from pcmr.config import ConfigError, build_dataclass, yaml_error_text
+from pcmr.evaluation.columns import HS_SUM, RSUM, r_precision, recall
 from pcmr.relevance import RELEVANCE_MODES
 from pcmr.study.claims import Claim, parse_claims
 from pcmr.suggest import unknown_name
@@ -23,7 +24,7 @@ from pcmr.suggest import unknown_name
 __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
            "load_study", "parse_study", "shipped_study_dir"]
 
-DEFAULT_SUMMARY_METRICS = ("rsum", "i2t_R@1", "t2i_R@1", "i2t_r_precision", "t2i_r_precision", "hs_sum")
+DEFAULT_SUMMARY_METRICS = (RSUM, recall("i2t", 1), recall("t2i", 1), r_precision("i2t"), r_precision("t2i"), HS_SUM)
 _LABEL = re.compile(r"^[A-Za-z0-9_.+]+$")
 
 
@@ -214,8 +215,7 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
         else tuple(variants)
     undefined = [v for v in default if v not in variants]
     if undefined:
-        raise _fail(f"{where}: default_variants", f"unknown variant(s) {undefined}; the study defines "
-                                                  f"{', '.join(variants)}")
+        raise _fail(f"{where}: default_variants", unknown_name("variant", undefined, variants))
     if not fields.recipes:
         raise _fail(f"{where}: recipes", f"expected a mapping of recipe names to options, got {raw.get('recipes')!r}")
     recipes = tuple(_recipe_entry(k, v, variants, default, where) for k, v in fields.recipes.items())

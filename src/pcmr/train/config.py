@@ -21,6 +21,7 @@ was given and what is accepted.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +30,21 @@ from typing import Any, Literal
 import yaml
 
 from pcmr.atomic import atomic_write_text
-from pcmr.config import ConfigError, apply_overrides, build_dataclass, load_mapping, parse_override
+from pcmr.config import (
+    ConfigError,
+    NotAMappingError,
+    apply_overrides,
+    build_dataclass,
+    load_mapping,
+    parse_override,
+)
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.data.batching import TRAIN_BATCH_SIZE
-from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
+from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SELECT_ON, DEFAULT_SIMILARITIES
 from pcmr.relevance import relevance_mode
 
 __all__ = [
+    "ComponentConfig",
     "ConfigError",
     "DataConfig",
     "EvalConfig",
@@ -82,7 +91,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     momentum: float = 0.9  # sgd only
     amsgrad: bool = False  # adam / adamw only: the AMSGrad variant (the PVSE release trains with it)
-    schedule: Literal["cosine", "step", "constant"] = "cosine"
+    schedule: Literal["cosine", "step", "plateau", "constant"] = "cosine"
     warmup_epochs: int = 0  # PCME: epochs training the heads only, backbones frozen
     # the warm-up as a share of `epochs` (wins over warmup_epochs): a run's epoch count scales it
     warmup_fraction: float | None = None
@@ -93,10 +102,14 @@ class TrainConfig:
     step_fraction: float | None = None
     step_gamma: float = 0.1
     min_lr_factor: float = 0.0  # cosine schedule floor, as a fraction of lr
+    # plateau schedule (the PVSE release's ReduceLROnPlateau in mode 'min' fed the validation rsum):
+    # lr x plateau_factor after every (plateau_patience + 1) epochs, counted from the second epoch
+    plateau_patience: int = 10
+    plateau_factor: float = 0.5
     grad_clip: float | None = 2.0  # max global gradient norm; None disables clipping
     seed: int = 0
     deterministic: bool = False  # torch.use_deterministic_algorithms(True)
-    select_on: Literal["rsum", "r_precision"] = "rsum"  # validation metric for model selection
+    select_on: str = DEFAULT_SELECT_ON  # validation metric for model selection (pcmr.evaluation.columns.SELECTION_METRICS)
     select_similarity: str | None = None  # score used for validation; None = the loss's own score
     validate_every: int = 1  # epochs between validations (0: never; the last model is kept)
     checkpoint_every_steps: int = 0  # also checkpoint mid-epoch every N steps (0: epoch ends only)
@@ -124,6 +137,12 @@ class TrainConfig:
                     0.0 < value <= 1.0 if low_open else 0.0 <= value < 1.0):
                 raise ConfigError(f"train.{name}={value!r}: expected a number in "
                                   f"{'(0, 1]' if low_open else '[0, 1)'} or null")
+        if isinstance(self.plateau_patience, bool) or not isinstance(self.plateau_patience, int) \
+                or self.plateau_patience < 0:
+            raise ConfigError(f"train.plateau_patience={self.plateau_patience!r}: expected an integer >= 0")
+        if isinstance(self.plateau_factor, bool) or not isinstance(self.plateau_factor, (int, float)) \
+                or not 0.0 < self.plateau_factor < 1.0:
+            raise ConfigError(f"train.plateau_factor={self.plateau_factor!r}: expected a number in (0, 1)")
 
     def warmup_epoch_count(self) -> int:
         """Epochs of the frozen warm-up: ``round(warmup_fraction * epochs)``, else ``warmup_epochs``."""
@@ -144,6 +163,8 @@ class TrainConfig:
                                "warmup_epochs": self.warmup_epoch_count()}
         if self.schedule == "step":
             out.update(step_period=self.step_period(), step_gamma=self.step_gamma)
+        if self.schedule == "plateau":
+            out.update(plateau_patience=self.plateau_patience, plateau_factor=self.plateau_factor)
         if self.schedule == "cosine":
             out["min_lr_factor"] = self.min_lr_factor
         return out
@@ -160,28 +181,56 @@ class EvalConfig:
 
 
 @dataclass
+class ComponentConfig:
+    """A registry entry and its options: the ``model`` and ``loss`` sections of a run config.
+
+    In YAML the options sit next to the name (``model: {name: pcme, embed_dim: 16}``); the model's
+    options override its family config (``pcmr.models.create_model``), the loss's are its config
+    dataclass's fields (``pcmr.losses.create_loss``), both checked when the run is built.
+    """
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_section(cls, section: str, raw: Any) -> ComponentConfig:
+        """Read the section ``section`` (``model`` / ``loss``) of a run config: a mapping with a ``name``."""
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config section '{section}' must be a mapping with a 'name', got {raw!r}")
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"config section '{section}' needs a 'name' (a string), got {name!r}")
+        return cls(name, {key: value for key, value in raw.items() if key != "name"})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as written in YAML: ``{"name": ..., **options}``."""
+        return {"name": self.name, **copy.deepcopy(self.options)}
+
+
+@dataclass
 class RunConfig:
     """A whole run: model, loss, data, train and eval sections."""
 
-    model: dict[str, Any] = field(default_factory=lambda: {"name": "pcme"})
-    loss: dict[str, Any] = field(default_factory=lambda: {"name": "pcme"})
+    model: ComponentConfig = field(default_factory=lambda: ComponentConfig("pcme"))
+    loss: ComponentConfig = field(default_factory=lambda: ComponentConfig("pcme"))
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (YAML/JSON serialisable)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["model"], data["loss"] = self.model.to_dict(), self.loss.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
         """Build and type check a run config from a nested mapping."""
+        raw = dict(raw)
+        components = {section: raw.pop(section) for section in ("model", "loss") if section in raw}
         config = build_dataclass(cls, raw, where="")
-        for section in ("model", "loss"):
-            value = getattr(config, section)
-            name = value.get("name")
-            if not isinstance(name, str) or not name:
-                raise ConfigError(f"config section '{section}' needs a 'name' (a string), got {name!r}")
+        for section, value in components.items():
+            setattr(config, section, ComponentConfig.from_section(section, value))
         if config.train.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints must be >= 1, got {config.train.keep_checkpoints}")
         if config.train.max_nonfinite_steps < 1:
@@ -214,12 +263,10 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raw = load_mapping(path)
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
-        except ConfigError as exc:
-            if "must hold a mapping" in str(exc):
-                raise ConfigError(
-                    f"config file {path} must hold a mapping with sections model/loss/data/train/eval"
-                ) from None
-            raise
+        except NotAMappingError:
+            raise ConfigError(
+                f"config file {path} must hold a mapping with sections model/loss/data/train/eval"
+            ) from None
     raw = apply_overrides(raw, overrides or [], schema=RunConfig)
     return RunConfig.from_dict(raw)
 

@@ -16,6 +16,7 @@ with a config other than its own:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -27,16 +28,22 @@ from typing import Any
 from pcmr.config import ConfigError, parse_override
 from pcmr.train.config import RunConfig, load_config, save_config
 from pcmr.train.distributed import broadcast_object, init_distributed
-from pcmr.train.lock import RunLock
+from pcmr.train.lock import LOCK_FILES, RunLock
 from pcmr.train.recipes import find_recipe
 from pcmr.train.run import CONFIG_FILE, RUN_FILE, check_config
 from pcmr.train.trainer import Trainer
 
-__all__ = ["RESUME_OVERRIDABLE", "config_difference", "is_finished", "resume_run", "start_or_resume", "start_run"]
+__all__ = ["RESUME_OVERRIDABLE", "ConfigMismatchError", "config_difference", "is_finished", "remove_run", "resume_run", "start_or_resume",
+           "start_run"]
 
 #: config keys that may differ when a run is resumed (they do not change the computation)
 RESUME_OVERRIDABLE = ("train.device", "train.progress", "train.log_every", "train.loggers", "data.root",
                       "data.num_workers")
+
+
+class ConfigMismatchError(ConfigError):
+    """A run folder was trained with another config than the one requested (beyond
+    :data:`RESUME_OVERRIDABLE`); the message names the first difference."""
 
 
 def _comparable(config: RunConfig) -> dict[str, Any]:
@@ -59,6 +66,30 @@ def config_difference(saved: RunConfig, requested: RunConfig) -> str | None:
     """The first key where two configs differ (ignoring :data:`RESUME_OVERRIDABLE`), or None."""
     left, right = _comparable(saved), _comparable(requested)
     return None if left == right else _first_difference(left, right)
+
+
+def _clear_run_folder(run_dir: Path) -> None:
+    """Delete everything in ``run_dir`` but its lock files (the caller holds the lock)."""
+    for entry in run_dir.iterdir():
+        if entry.name in LOCK_FILES:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def remove_run(run_dir: str | Path) -> None:
+    """Delete the run folder ``run_dir`` under its lock (refused with :class:`RunLockedError` while a
+    live process trains it). The folder itself goes last, after the lock is released; one that
+    another process has filled meanwhile is left in place."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return
+    with RunLock(run_dir):
+        _clear_run_folder(run_dir)
+    with contextlib.suppress(OSError):  # not empty: another run took the folder in the meantime
+        run_dir.rmdir()
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -127,21 +158,20 @@ def start_or_resume(config: RunConfig, run_dir: str | Path) -> dict[str, Any] | 
     continuation of an interrupted one, or nothing when its training finished (returns None).
 
     A folder killed before its config was written is started afresh. A folder holding another
-    config (beyond :data:`RESUME_OVERRIDABLE`) raises :class:`ConfigError` naming the first difference.
+    config (beyond :data:`RESUME_OVERRIDABLE`) raises :class:`ConfigMismatchError` naming the first difference.
     """
     run_dir = Path(run_dir)
     saved_path = run_dir / CONFIG_FILE
-    if run_dir.exists() and not saved_path.is_file():  # killed before its config was written: start afresh
-        shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(run_dir):
-        if not saved_path.is_file():
+        if not saved_path.is_file():  # new, or killed before its config was written: start afresh
+            _clear_run_folder(run_dir)
             save_config(config, saved_path)
             return Trainer(config, run_dir).fit()
         saved = load_config(saved_path)
         difference = config_difference(saved, config)
         if difference is not None:
-            raise ConfigError(f"run folder {run_dir} was trained with another config ({difference}); "
+            raise ConfigMismatchError(f"run folder {run_dir} was trained with another config ({difference}); "
                               f"delete the folder to train it again with this config")
         if is_finished(run_dir):
             return None

@@ -20,6 +20,7 @@ import os
 import socket
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,11 @@ try:
 except ImportError:  # not POSIX: the lock file alone still refuses a second live run
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_FILE", "RunLock", "RunLockedError", "read_lock"]
+__all__ = ["LOCK_FILE", "LOCK_FILES", "RunLock", "RunLockedError", "read_lock"]
 
 LOCK_FILE = "train.lock"
+#: the files of the lock in a run folder: the lock itself and the side file that serialises taking it
+LOCK_FILES = (LOCK_FILE, f".{LOCK_FILE}.guard")
 
 
 class RunLockedError(FileExistsError):
@@ -117,17 +120,34 @@ class RunLock:
         self.held = False
 
     @contextlib.contextmanager
-    def _guard(self):
-        """Serialise the check-and-take of the lock between processes (``flock`` on a side file)."""
-        guard = self.path.with_name(f".{LOCK_FILE}.guard")
-        with open(guard, "a") as handle:
-            if fcntl is not None:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    def _guard(self, *, remove: bool = False) -> Iterator[None]:
+        """Serialise the check-and-take (and the release) of the lock between processes: ``flock`` on
+        the side file ``.train.lock.guard``. ``remove``: delete the side file before unlocking it,
+        so a finished run folder keeps none. A process that waited on a side file which was deleted
+        meanwhile locks the new one instead (the inode it locked must still be the path's)."""
+        guard = self.path.with_name(LOCK_FILES[1])
+        while True:
+            handle = open(guard, "a")  # noqa: SIM115 - closed below
             try:
-                yield
-            finally:
                 if fcntl is not None:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+                try:
+                    current = os.stat(guard)
+                except FileNotFoundError:
+                    current = None
+                if current is not None and current.st_ino == os.fstat(handle.fileno()).st_ino:
+                    break
+            except BaseException:
+                handle.close()
+                raise
+            handle.close()  # the side file was deleted while we waited: lock the current one
+        try:
+            yield
+        finally:
+            if remove:
+                with contextlib.suppress(FileNotFoundError):
+                    guard.unlink()
+            handle.close()  # closing the file drops the flock
 
     def _write(self, owner: dict[str, Any], *, replace: bool) -> bool:
         """Write the lock file atomically: a new file (fails if one exists) or a replacement."""
@@ -174,11 +194,14 @@ class RunLock:
         if not self.held:
             return
         self.held = False
-        recorded = read_lock(self.path)
-        if recorded is not None and recorded.get("pid") == os.getpid() and recorded.get("host") == \
-                socket.gethostname():
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+        if not self.path.parent.is_dir():  # the folder was removed under the lock (a failed start)
+            return
+        with self._guard(remove=True):
+            recorded = read_lock(self.path)
+            if recorded is not None and recorded.get("pid") == os.getpid() and recorded.get("host") == \
+                    socket.gethostname():
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
 
     def __enter__(self) -> RunLock:
         return self.acquire()

@@ -56,5 +56,6 @@ def find_recipe(name_or_path: str) -> Path:
     if name_or_path in recipes:
         return recipes[name_or_path]
     if not recipes:
-        raise ConfigError(f"unknown recipe '{name_or_path}': no recipes found (set PCMR_CONFIGS) and no such YAML file")
+        raise ConfigError(f"recipe '{name_or_path}' not found: no recipes found (set PCMR_CONFIGS) and no such "
+                          f"YAML file")
     raise ConfigError(unknown_name("recipe", name_or_path, recipes) + ", or a YAML path")

@@ -29,6 +29,7 @@ from torch import nn
 
 from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
+from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
 from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
@@ -106,11 +107,10 @@ def build_parts(config: RunConfig, run_dir: Path) -> RunParts:
     train_split = _load_split(config, config.data.train_split).with_relevance(str(config.data.train_relevance))
     val_split = _load_split(config, config.data.val_split) if config.train.validate_every > 0 else None
     vocab = _load_vocab(config, train_split, run_dir)
-    model_options = {k: v for k, v in config.model.items() if k != "name"}
+    model_options = dict(config.model.options)
     model_options["vocab_size"] = len(vocab)
-    model = create_model(config.model["name"], **model_options)
-    loss_options = {k: v for k, v in config.loss.items() if k != "name"}
-    loss = create_loss(config.loss["name"], **loss_options)
+    model = create_model(config.model.name, **model_options)
+    loss = create_loss(config.loss.name, **config.loss.options)
     return RunParts(train_split=train_split, val_split=val_split, vocab=vocab, model=model, loss=loss)
 
 
@@ -137,8 +137,8 @@ def check_config(config: RunConfig) -> None:
     """Check the names a config refers to (model, loss, dataset, similarities, re-rankers) before a
     run folder is made; option values are checked by the factories when the run is built."""
 
-    _check_names("model.name", [config.model["name"]], list(list_models()))
-    _check_names("loss.name", [config.loss["name"]], list(list_losses()))
+    _check_names("model.name", [config.model.name], list(list_models()))
+    _check_names("loss.name", [config.loss.name], list(list_losses()))
     name = config.data.name
     if os.sep in name or Path(name).exists():  # a dataset folder or file, format detected by pcmr.data
         if not Path(name).expanduser().exists():
@@ -163,6 +163,7 @@ def check_config(config: RunConfig) -> None:
         _check_names("train.select_similarity", [config.train.select_similarity], similarities)
     _check_names("eval.similarities", config.eval.similarities, similarities + ["all"])
     _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])
+    _check_names("train.select_on", [config.train.select_on], list(SELECTION_METRICS))
     check_loggers(config.train.loggers)
 
 

@@ -10,6 +10,17 @@ position and the schedule recomputes the same learning rate.
 - ``step`` (VSE++, Faghri et al. 2018): ``lr * gamma ** floor(epoch / period)``, the period given
   in epochs (``step_epochs``) or as a share of the post-warm-up epochs (``step_fraction``), so that
   a shorter run (the study) decays at the same point of its training as the paper's.
+- ``plateau``: the schedule the PVSE release (Song and Soleymani, CVPR 2019; ``train.py``) runs.
+  It builds ``ReduceLROnPlateau(factor=0.5, min_lr=1e-10)``, whose mode is ``'min'`` by default, and
+  steps it once per epoch with the validation rsum, which rises as training improves. In mode
+  ``'min'`` the first epoch's rsum stays the best value, so every later epoch counts as one without
+  improvement, and after ``patience + 1 = 11`` such epochs the lr is multiplied by 0.5: epochs 0-11
+  (0-based) run at ``lr``, 12-22 at ``lr / 2``, 23-33 at ``lr / 4``. As a function of the epoch:
+  ``lr * factor ** floor(max(0, epoch - 1) / (patience + 1))`` (:func:`plateau_reductions`). This
+  equals the release's lr whenever no epoch's rsum falls below the lowest earlier one (by its
+  relative threshold 1e-4), as on any run whose rsum does not drop below its first epoch's;
+  a run that does would restart the release's count there. Its ``min_lr`` (1e-10) is not reached
+  in 30 epochs and is not modelled.
 - ``constant``.
 
 PCME schedule (PCME §4.1, App. C.2): ``warmup_epochs`` epochs train with the
@@ -30,7 +41,16 @@ from torch import nn
 
 from pcmr.train.config import ConfigError, TrainConfig
 
-__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "set_learning_rate", "trainable_backbone_parameters"]
+__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "plateau_reductions", "set_learning_rate",
+           "trainable_backbone_parameters"]
+
+
+def plateau_reductions(epoch: int, patience: int) -> int:
+    """How many times ``ReduceLROnPlateau(mode='min', patience=patience, cooldown=0)`` has reduced the
+    lr before epoch ``epoch`` (0-based) when stepped after every epoch with a rising metric: the first
+    step sets the best value, each later one is a bad epoch, and the ``patience + 1``-th bad epoch in a
+    row reduces the lr and restarts the count, i.e. ``floor(max(0, epoch - 1) / (patience + 1))``."""
+    return max(0, epoch - 1) // (patience + 1)
 
 
 def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int) -> float:
@@ -42,6 +62,8 @@ def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, st
         return 1.0
     if config.schedule == "step":
         return config.step_gamma ** ((epoch - warmup) // config.step_period())
+    if config.schedule == "plateau":
+        return config.plateau_factor ** plateau_reductions(epoch - warmup, config.plateau_patience)
     main_epochs = max(1, config.epochs - warmup)
     total = main_epochs * max(1, steps_per_epoch)
     done = (epoch - warmup) * max(1, steps_per_epoch) + step_in_epoch

@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader
 
 from pcmr.config import ConfigError
 from pcmr.data.batching import train_loader
+from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
 from pcmr.evaluation.encode import image_input_size
 from pcmr.hub import preprocessor_config
 from pcmr.progress import progress_bar, progress_enabled, write_line
@@ -61,7 +62,7 @@ from pcmr.train.distributed import (
 from pcmr.train.faults import NonFiniteGuard
 from pcmr.train.feature_cache import attach_feature_caches, loader_augments
 from pcmr.train.global_batchnorm import convert_global_batchnorm
-from pcmr.train.loggers import RunLog, open_run_log
+from pcmr.train.loggers import JsonlLog, RunLog, open_run_log
 from pcmr.train.precision import autocast_factory, grad_scaler
 from pcmr.train.preemption import StopRequest, TrainingInterrupted, resume_command
 from pcmr.train.run import (
@@ -83,6 +84,7 @@ from pcmr.train.schedules import (
     set_learning_rate,
     trainable_backbone_parameters,
 )
+from pcmr.train.state import TrainingProgress
 from pcmr.train.validation import FALLBACK_SIMILARITY, validate
 
 __all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything", "torch_seed"]
@@ -108,25 +110,6 @@ def _loss_seed(seed: int, step: int) -> int:
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-
-
-class _JsonlLog:
-    """Append-only JSON-lines log; a partial last line left by a killed run is dropped."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        if path.is_file():
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                path.write_bytes(data[: data.rfind(b"\n") + 1])
-        self.handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def write(self, event: str, **fields: Any) -> None:
-        self.handle.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
-        self.handle.flush()
-
-    def close(self) -> None:
-        self.handle.close()
 
 
 class _NoLog:
@@ -209,16 +192,8 @@ class Trainer:
         self.similarity = train.select_similarity or self.loss_fn.similarity_name
         self.nonfinite = NonFiniteGuard(train.max_nonfinite_steps, self.run_dir)
         self.stop = StopRequest()
-        self.log: _JsonlLog | _NoLog | RunLog = _NoLog()
-        self.progress: dict[str, Any] = {
-            "epoch": 0,
-            "step_in_epoch": 0,
-            "global_step": 0,
-            "best_metric": None,
-            "best_epoch": None,
-            "history": [],
-            "epoch_totals": {},
-        }
+        self.log: _NoLog | RunLog = _NoLog()
+        self.progress = TrainingProgress()
 
     # ------------------------------------------------------------------ state
     def _weights(self) -> dict[str, torch.Tensor]:
@@ -230,7 +205,7 @@ class Trainer:
         """Rank 0 writes the checkpoint; the other processes wait until it is complete."""
         if self.context.is_main:
             state = {
-                "progress": self.progress,
+                "progress": self.progress.to_dict(),
                 "scheduler": {"kind": self.config.train.schedule, "steps_per_epoch": self.steps_per_epoch},
                 "rng": capture_rng_state(),
                 "config": self.config.to_dict(),
@@ -240,13 +215,13 @@ class Trainer:
                 state["grad_scaler"] = self.scaler.state_dict()
             save_checkpoint(
                 self.run_dir / CHECKPOINT_DIR,
-                self.progress["global_step"],
+                self.progress.global_step,
                 weights=self._weights(),
                 optimizer_state=self.optimizer.state_dict(),
                 state=state,
                 keep=self.config.train.keep_checkpoints,
             )
-        self._saved_step = self.progress["global_step"]
+        self._saved_step = self.progress.global_step
         self.context.barrier()
 
     def _restore(self) -> bool:
@@ -268,14 +243,14 @@ class Trainer:
         restore_rng_state(checkpoint.state["rng"])
         if self.scaler is not None and "grad_scaler" in checkpoint.state:
             self.scaler.load_state_dict(checkpoint.state["grad_scaler"])
-        self.progress = checkpoint.state["progress"]
+        self.progress = TrainingProgress.from_dict(checkpoint.state["progress"])
         self.log.write(
             "resume", checkpoint=str(checkpoint.path), world_size=self.context.world_size, **self._position()
         )
         return True
 
     def _position(self) -> dict[str, int]:
-        return {k: self.progress[k] for k in ("epoch", "step_in_epoch", "global_step")}
+        return self.progress.position()
 
     # ------------------------------------------------------------------ loop
     @property
@@ -319,12 +294,12 @@ class Trainer:
         )
         batch = _to_device(batch, self.device)
         self.nonfinite.snapshot((self.model, self.loss_fn))  # buffers put back if this step is skipped
-        terms = self._step_module()(batch, loss_seed=_loss_seed(train.seed, self.progress["global_step"]))
+        terms = self._step_module()(batch, loss_seed=_loss_seed(train.seed, self.progress.global_step))
         loss = terms["loss"]
         # a non-finite loss or gradient norm: no update this step (pcmr.train.faults); every process
         # takes the same decision, so none waits for an all-reduce the others skipped
         position = {"epoch": epoch + 1, "step_in_epoch": step_in_epoch + 1,
-                    "global_step": self.progress["global_step"] + 1}
+                    "global_step": self.progress.global_step + 1}
         if any_flag(self.context, not bool(torch.isfinite(loss))):
             return self.nonfinite.skip("loss", loss, self.log, position)
         self.optimizer.zero_grad(set_to_none=True)
@@ -357,40 +332,40 @@ class Trainer:
         if not any_flag(self.context, number is not None):
             return
         number = int(broadcast_object(self.context, number) or signal.SIGTERM)
-        if self._saved_step != self.progress["global_step"]:
+        if self._saved_step != self.progress.global_step:
             self._save_checkpoint()
         name = signal.Signals(number).name
         self.log.write("interrupted", signal=name, **self._position())
         if self.context.is_main:
             self._write_summary("interrupted")
         self.context.barrier()
-        raise TrainingInterrupted(number, self.run_dir, self.progress["global_step"], self.context.world_size)
+        raise TrainingInterrupted(number, self.run_dir, self.progress.global_step, self.context.world_size)
 
     def _run_epoch(self, epoch: int) -> dict[str, float]:
         train = self.config.train
         self._set_frozen(epoch)
         self.model.train()
         self.loss_fn.train()
-        skip = self.progress["step_in_epoch"]
+        skip = self.progress.step_in_epoch
         loader = self._epoch_loader(epoch, skip)
         if skip == 0:
-            self.progress["epoch_totals"] = {}
-        totals: dict[str, float] = self.progress.setdefault("epoch_totals", {})  # sums over the epoch's steps
+            self.progress.epoch_totals = {}
+        totals = self.progress.epoch_totals  # sums over the epoch's steps
         count = 0
         bar = progress_bar(self.steps_per_epoch, f"epoch {epoch + 1}/{train.epochs}",
                            enabled=train.progress if self.context.is_main else False, initial=skip)
         iterator = iter(loader)
         world = self.context.world_size
         while True:
-            seed_everything(train.seed, self.progress["global_step"])
+            seed_everything(train.seed, self.progress.global_step)
             start = time.perf_counter()
             batch = next(iterator, None)
             if batch is None:
                 break
-            terms = self._step(batch, epoch, self.progress["step_in_epoch"])
+            terms = self._step(batch, epoch, self.progress.step_in_epoch)
             elapsed = max(time.perf_counter() - start, 1e-9)
-            self.progress["step_in_epoch"] += 1
-            self.progress["global_step"] += 1
+            self.progress.step_in_epoch += 1
+            self.progress.global_step += 1
             count += 1
             for name, value in terms.items():
                 totals[name] = totals.get(name, 0.0) + value
@@ -400,7 +375,7 @@ class Trainer:
                 bar.update(1)
                 shown = {k: f"{v:.4g}" for k, v in list(terms.items())[:4]}
                 bar.set_postfix(**shown, pairs_s=f"{pairs_per_s:.0f}")
-            if train.log_every > 0 and self.progress["global_step"] % train.log_every == 0:
+            if train.log_every > 0 and self.progress.global_step % train.log_every == 0:
                 lr = self.optimizer.param_groups[0]["lr"]
                 self.log.write(
                     "step", **self._position(), lr=lr, pairs_per_s=pairs_per_s, images_per_s=images_per_s, **terms
@@ -408,14 +383,14 @@ class Trainer:
             every = train.checkpoint_every_steps
             if (
                 every > 0
-                and self.progress["global_step"] % every == 0
+                and self.progress.global_step % every == 0
                 and skip + count < self.steps_per_epoch
             ):
                 self._save_checkpoint()
             self._check_stop()
         if bar is not None:
             bar.close()
-        steps = self.progress["step_in_epoch"]
+        steps = self.progress.step_in_epoch
         return {name: value / max(steps, 1) for name, value in totals.items()}
 
     def _validate_and_select(self, epoch: int) -> dict[str, float] | None:
@@ -442,10 +417,10 @@ class Trainer:
             )
         metrics = broadcast_object(self.context, metrics)
         value = metrics[train.select_on]
-        best = self.progress["best_metric"]
+        best = self.progress.best_metric
         if best is None or value > best:
-            self.progress["best_metric"] = value
-            self.progress["best_epoch"] = epoch + 1
+            self.progress.best_metric = value
+            self.progress.best_epoch = epoch + 1
             self._save_selected("model")
         return metrics
 
@@ -476,19 +451,22 @@ class Trainer:
             "cached_features": self.cached_towers,  # towers whose frozen backbone output is cached
             "world_size": self.context.world_size,
             **self._position(),
-            "best_metric": self.progress["best_metric"],
-            "best_epoch": self.progress["best_epoch"],
-            "history": self.progress["history"],
+            "best_metric": self.progress.best_metric,
+            "best_epoch": self.progress.best_epoch,
+            "history": self.progress.history,
         }
         write_json(self.run_dir / RUN_FILE, summary)
 
     def _print_epoch(self, record: dict[str, Any]) -> None:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in list(record["train"].items())[:4])
-        line = f"epoch {record['epoch']}/{self.config.train.epochs}: {shown} ({record['seconds']:.0f} s)"
-        if record["val"] is not None:
+        line = f"epoch {record['epoch']}/{self.config.train.epochs}: {shown} ({record['seconds']:.0f} s"
+        if record["val"] is None:
+            line += ")"
+        else:
             val = record["val"]
             used = FALLBACK_SIMILARITY if val.get("fallback") else self.similarity  # degenerate: cosine
-            line += f"; val {used}: rsum {val['rsum']:.1f}, R-Precision {val['r_precision']:.1f}"
+            line += (f" training, {record['val_seconds']:.0f} s validation); val {used}: "
+                     f"rsum {val[RSUM]:.1f}, R-Precision {val[MEAN_R_PRECISION]:.1f}")
         write_line(line, bars=progress_enabled(self.config.train.progress))
 
     def fit(self) -> dict[str, Any]:
@@ -501,7 +479,7 @@ class Trainer:
         train = self.config.train
         self.log = _NoLog()
         if self.context.is_main:
-            self.log = open_run_log(train.loggers, self.run_dir, lambda: _JsonlLog(self.run_dir / LOG_FILE))
+            self.log = open_run_log(train.loggers, self.run_dir, lambda: JsonlLog(self.run_dir / LOG_FILE))
         try:
             with self.stop:
                 self._fit(train)
@@ -519,25 +497,27 @@ class Trainer:
                 cached_features=self.cached_towers,
             )
         self._write_summary("running")
-        while self.progress["epoch"] < train.epochs:
-            epoch = self.progress["epoch"]
+        while self.progress.epoch < train.epochs:
+            epoch = self.progress.epoch
             start = time.perf_counter()
             averages = self._run_epoch(epoch)
             seconds = time.perf_counter() - start
             metrics = self._validate_and_select(epoch)
-            record = {"epoch": epoch + 1, "train": averages, "val": metrics, "seconds": seconds}
-            self.progress["history"].append(record)
-            self.progress["epoch"] = epoch + 1
-            self.progress["step_in_epoch"] = 0
+            val_seconds = time.perf_counter() - start - seconds
+            record = {"epoch": epoch + 1, "train": averages, "val": metrics, "seconds": seconds,
+                      "val_seconds": val_seconds if metrics is not None else 0.0}
+            self.progress.history.append(record)
+            self.progress.epoch = epoch + 1
+            self.progress.step_in_epoch = 0
             self._save_checkpoint()
             self.log.write("epoch", **record)
             if train.progress is not False and self.context.is_main:  # bars or not, one plain line per epoch
                 self._print_epoch(record)
             self._write_summary("running")
-            if self.progress["epoch"] < train.epochs:
+            if self.progress.epoch < train.epochs:
                 self._check_stop()
-        if self.progress["best_epoch"] is None:  # no validation: the last model is the selected one
+        if self.progress.best_epoch is None:  # no validation: the last model is the selected one
             self._save_selected("model")
         self._save_selected("last")
         self._write_summary("finished")
-        self.log.write("finished", **self._position(), best_metric=self.progress["best_metric"])
+        self.log.write("finished", **self._position(), best_metric=self.progress.best_metric)

@@ -1,14 +1,15 @@
 """Validation during training: the retrieval metrics of the validation split under one score.
 
-Model selection uses the evaluator's primary metric, named by ``train.select_on``: ``rsum`` (sum of
-R@1/5/10 in both directions, docs/metrics.md) or the mean ``r_precision`` of both directions (PCME
-Sec. 4.1.1; :data:`pcmr.evaluation.evaluator.SELECTION_METRICS`). The numbers come from the one evaluator,
+Model selection uses the evaluator's primary metric, named by ``train.select_on``: rsum (sum of
+R@1/5/10 in both directions, docs/metrics.md) or the mean R-Precision of both directions (PCME
+Sec. 4.1.1; ``pcmr.evaluation.columns.SELECTION_METRICS``). The numbers come from the one evaluator,
 :class:`pcmr.evaluation.RetrievalEvaluator`, with one similarity, no re-ranking, the split's exact
 relation, and neither figures nor hubness columns.
 
-A degenerate score (constant, or most queries' top scores tied; ``pcmr.evaluation.degenerate``) ranks
-nothing, so no model is selected on it: validation then falls back to ``cosine`` of the means (always
-defined), says so on stderr and in the returned ``fallback`` entry, and model selection uses those numbers.
+A degenerate score (constant, or most queries' top scores tied across a wide part of the gallery;
+``pcmr.evaluation.degenerate``) ranks nothing, so no model is selected on it: validation then falls back
+to ``cosine`` of the means (always defined), says so on stderr and in the returned ``fallback`` entry,
+and model selection uses those numbers.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from torch import nn
 from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
-from pcmr.evaluation.evaluator import PRIMARY_METRIC, SELECTION_METRICS, RetrievalEvaluator, selection_value
+from pcmr.evaluation.columns import validation_metrics
+from pcmr.evaluation.evaluator import PRIMARY_METRIC, RetrievalEvaluator
 from pcmr.evaluation.relevance_modes import relevance_modes
-from pcmr.metrics import DEFAULT_KS
+from pcmr.inference import NO_RERANKING
 
 __all__ = ["validate", "FALLBACK_SIMILARITY"]
 
@@ -45,10 +47,10 @@ def validate(
 ) -> dict[str, float]:
     """Retrieval metrics of ``model`` on ``split`` under one pairwise score.
 
-    Returns ``{"i2t_R@1", ..., "t2i_R@10", "i2t_r_precision", "t2i_r_precision", "rsum",
-    "r_precision"}`` in percent (``r_precision`` is the mean of both directions); the value the model
-    is selected on is under ``primary_metric``, the evaluator's primary metric. ``fallback`` is 1.0 when
-    ``similarity`` was degenerate and the numbers are those of :data:`FALLBACK_SIMILARITY`.
+    Returns :func:`pcmr.evaluation.columns.validation_metrics` of the row: R@K and R-Precision per
+    direction, and both selection metrics (rsum and the mean R-Precision of both directions), in
+    percent; the model is selected on ``primary_metric``, the evaluator's primary metric. ``fallback``
+    is 1.0 when ``similarity`` was degenerate and the numbers are those of :data:`FALLBACK_SIMILARITY`.
     Sampled scores (``match_prob``) draw from a generator seeded with ``seed`` so that the
     same weights always give the same numbers; the global RNG is left untouched.
     """
@@ -60,21 +62,14 @@ def validate(
               f"{FALLBACK_SIMILARITY} of the means for this validation instead", file=sys.stderr, flush=True)
         row = _validation_row(model, split, vocab, FALLBACK_SIMILARITY, {}, batch_size, seed, primary_metric)
         fallback = 1.0
-    metrics: dict[str, float] = {}
-    for direction in ("i2t", "t2i"):
-        for key in (*(f"R@{k}" for k in DEFAULT_KS), "r_precision"):
-            metrics[f"{direction}_{key}"] = float(row[f"{direction}_{key}"])
-    for name in SELECTION_METRICS:  # both are logged; the run is selected on evaluator.primary_metric
-        metrics[name] = selection_value(row, name)
-    metrics["fallback"] = fallback
-    return metrics
+    return {**validation_metrics(row), "fallback": fallback}
 
 
 def _validation_row(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, similarity: str,
                     similarity_options: dict[str, Any] | None, batch_size: int, seed: int,
                     primary_metric: str) -> dict[str, Any]:
-    """The one evaluation row of ``similarity`` (nns, the split's exact relation)."""
-    evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=["nns"],
+    """The one evaluation row of ``similarity`` (no re-ranking, the split's exact relation)."""
+    evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=[NO_RERANKING],
                                    relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
                                    figures=False, corruption=False, hubness=False, extra_positives=[],
                                    primary_metric=primary_metric)

@@ -27,7 +27,7 @@ def shape_mask(shape: int, dx: np.ndarray, dy: np.ndarray, radius: float) -> np.
     if shape == 4:  # cross
         arm = 0.32 * radius
         return ((np.abs(dx) <= arm) & (np.abs(dy) <= radius)) | ((np.abs(dy) <= arm) & (np.abs(dx) <= radius))
-    raise ValueError(f"unknown shape {shape}")
+    raise ValueError(f"shape index {shape} is not one of 0..4")
 
 
 def render_scenes(scenes: Scenes, image_size: int = 64) -> np.ndarray:

@@ -36,6 +36,13 @@ def _figures() -> dict:
         "uncertainty_multiplicity": {"measure": "log_det", "image": {
             "multiplicity": [1, 3, 40], "uncertainty": [-2.0, -1.5, -0.5], "rho": 1.0,
             "bins": {"multiplicity": [2.0, 40.0], "uncertainty": [-1.75, -0.5]}}},
+        "risk_coverage": {"measure": "log_det", "series": {"kl": {d: {
+            "coverage": [0.5, 1.0], "risk": [0.4, 0.6], "margin_risk": [0.5, 0.6], "multiplicity_risk": [0.7, 0.6],
+            "aurc": 0.5, "aurc_margin": 0.55, "aurc_multiplicity": 0.65, "random": 0.6} for d in ("i2t", "t2i")}}},
+        "embeddings_pca": {"explained": [0.4, 0.2],
+                           "image": {"mean": [[0.0, 1.0]], "covariance": [[[0.2, 0.05], [0.05, 0.1]]]},
+                           "caption": {"mean": [[0.5, 0.5], [1.0, -1.0]], "multiplicity": [1, 9],
+                                       "covariance": [[[0.1, 0.0], [0.0, 0.1]], [[0.4, -0.1], [-0.1, 0.3]]]}},
     }
 
 
@@ -60,7 +67,8 @@ def test_save_and_load_round_trip(tmp_path):
                               figures=_figures())
     written = result.save(tmp_path)
     assert {p.name for p in written.values()} == {"results.md", "results.csv", "results.json"} | {
-        f"{name}.png" for name in FIGURES}
+        f"{name}.png" for name in _figures()}  # every figure given (each registered in FIGURES) is drawn
+    assert set(_figures()) <= set(FIGURES)
     for path in written.values():
         assert path.stat().st_size > 0
     markdown = (tmp_path / "results.md").read_text()
@@ -224,3 +232,26 @@ def test_the_foundation_report_knows_no_evaluation_column_by_name():
     source = (Path(pcmr.report.table.__file__)).read_text(encoding="utf-8").lower()
     for name in ("pmrp", "cxc", "eccv", "lambda"):
         assert name not in source, name
+
+
+def test_every_evaluation_entry_point_returns_a_report():
+    """docs/architecture.md (One result type): the metrics layer's protocols, the evaluator and
+    evaluate_embeddings return a Report; evaluate_directions returns a DirectionsResult whose
+    ``report`` is one (with the k-occurrence counts beside it). mypy checks the bodies against these."""
+    import inspect
+    import typing
+
+    from pcmr.evaluation import RetrievalEvaluator, evaluate_embeddings, evaluate_model
+    from pcmr.metrics import evaluate_coco, evaluate_directions, evaluate_retrieval, recall_by_uncertainty
+    from pcmr.metrics.driver import DirectionsResult
+
+    for function in (evaluate_retrieval, evaluate_coco, recall_by_uncertainty, RetrievalEvaluator.evaluate,
+                     evaluate_model, evaluate_embeddings):
+        assert inspect.signature(function).return_annotation in ("Report", Report), function.__name__
+    assert inspect.signature(evaluate_directions).return_annotation in ("DirectionsResult", DirectionsResult)
+    assert typing.get_type_hints(DirectionsResult)["report"] is Report
+    scores = torch.tensor([[0.9, 0.1, 0.3], [0.2, 0.8, 0.1]])
+    relevance = torch.tensor([[True, False, False], [False, True, True]])
+    result = evaluate_directions(scores, relevance, ks=(1, 2), hubness_ks=(1,))
+    assert isinstance(result, DirectionsResult) and isinstance(result.report, Report)
+    assert result.report["i2t"]["R@1"] == 100.0

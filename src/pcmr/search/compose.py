@@ -1,0 +1,192 @@
+"""Which search answers a query over a :class:`~pcmr.search.gallery.GalleryIndex`: the candidate
+generator (exact, faiss or Milvus), the exact re-scorer and the re-ranker of
+:mod:`pcmr.search.searcher`, composed for the query's similarity, re-ranker and backend.
+
+- ``backend="exact"``: every item scored exactly (:class:`~pcmr.search.searcher.ExactCandidates`);
+- ``"faiss"`` / ``"milvus"``: the index's ANN source proposes candidates; ``"auto"``: the ANN source
+  when the index has one for the gallery modality, else exact;
+- re-rankers with a matching (gm, rgm, ``is+rgm`` ...) rank the whole gallery together with the
+  stored items of the query modality as reference queries (:class:`~pcmr.search.searcher.MatchingRanker`);
+  they need every item scored, so they run on the exact generator of an in-memory index;
+- re-weightings with a gallery statistic (is, csls) re-order the gallery by a per-item statistic, so
+  the ANN source's nearest neighbours need not hold their top-k. Without an explicit candidate
+  count, every item is re-scored on galleries of at most :data:`RESCORE_ALL_MAX` items (the result is
+  the exact search's); on larger galleries, or with fewer candidates asked for, the results carry a
+  note that they may differ and how to get the exact ones.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pcmr.evaluation.scoring import check_similarity_supported, score_matrix
+from pcmr.gaussian import Gaussian
+from pcmr.inference import Reranker, get_reranker
+from pcmr.search.results import SearchResults, hits_of
+from pcmr.search.searcher import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_REFERENCE_SAMPLE,
+    CandidateSource,
+    ExactCandidates,
+    ExactRescorer,
+    ExactSearcher,
+    Gallery,
+    MatchingRanker,
+    ReweightingRanker,
+    Scoring,
+    Search,
+)
+from pcmr.search.store import GalleryStore
+from pcmr.search.stored import MODALITIES, StoredGallery
+
+__all__ = ["BACKENDS", "DEFAULT_TOP_K", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes"]
+
+#: results per query when a search names no k (the library, pcmr search and pcmr serve)
+DEFAULT_TOP_K = 10
+
+BACKENDS = ("auto", "exact", "faiss", "milvus")
+#: galleries up to this size are re-scored whole under a re-weighting with a gallery statistic
+RESCORE_ALL_MAX = 50_000
+
+
+def candidate_count(reranker: Reranker, gallery_size: int, candidates: int | None) -> tuple[int | None, str | None]:
+    """Candidates per query for ``reranker`` over an ANN source, and a note when the result may differ
+    from the exact search (module docstring). ``candidates``: the count asked for (None: default)."""
+    if not reranker.needs_gallery_statistic:
+        return candidates, None
+    if candidates is None and gallery_size <= RESCORE_ALL_MAX:
+        return gallery_size, None
+    width = DEFAULT_CANDIDATES if candidates is None else candidates
+    if width >= gallery_size:
+        return width, None
+    return width, (f"re-ranker {reranker.name!r} re-weights every item by a statistic of the whole gallery, so its "
+                   f"top-k among {width} candidates per query may differ from the exact search; ask for "
+                   f"{gallery_size} candidates (--candidates {gallery_size}) or the exact backend for the exact result")
+
+
+def search_notes(index: StoredGallery, rerank: str, *, backend: str = "auto", candidates: int | None = None,
+                 rerank_options: dict[str, Any] | None = None) -> list[str]:
+    """The notes every search of ``index`` with these settings will carry (e.g. for ``pcmr serve`` to
+    print once at start): one per gallery modality whose ANN candidates may give another top-k than
+    the exact search."""
+    reranker = get_reranker(rerank, **(rerank_options or {}))
+    notes = []
+    for modality in MODALITIES:
+        if reranker.works_on_candidates and _ann_source(index, backend, modality) is not None:
+            _, note = candidate_count(reranker, index.gallery(modality).num, candidates)
+            if note:
+                notes.append(f"{modality} gallery: {note}")
+    return notes
+
+
+def _ann_source(index: StoredGallery, backend: str, gallery_modality: str) -> CandidateSource | None:
+    """The ANN source (faiss or Milvus) that proposes candidates over ``gallery_modality``, or None for
+    the exact generator."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    source = index.ann.get(gallery_modality)
+    if backend in ("faiss", "milvus") and (source is None or source.engine != backend):
+        raise ValueError(f"backend {backend!r}: this index has no {backend} candidates over its "
+                         f"{gallery_modality}s; build them with `pcmr search INDEX --build ... --backend {backend}`")
+    return source if backend in ("faiss", "milvus") or (backend == "auto" and source is not None) else None
+
+
+def _reference_scores(index: StoredGallery, similarity: str, modality: str, opts: dict[str, Any]) -> Tensor:
+    """Scores ``[R, G]`` of the stored items of the query modality against the gallery (cached)."""
+    try:
+        key: tuple[str, str, str] | None = (similarity, modality, json.dumps(opts, sort_keys=True))
+    except TypeError:  # tensor or generator options: not cacheable
+        key = None
+    if key is not None and key in index.reference_cache:
+        return index.reference_cache[key]
+    assert isinstance(index.images, Gaussian) and isinstance(index.captions, Gaussian)  # in memory
+    pair = score_matrix(similarity, index.images, index.captions, opts)  # [N_img, N_cap]
+    reference = pair if modality == "image" else pair.T
+    if key is not None:
+        index.reference_cache[key] = reference
+    return reference
+
+
+def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, rerank_params: dict[str, Any], *,
+                backend: str = "auto", candidates: int | None = None) -> tuple[Search, list[str]]:
+    """The :class:`~pcmr.search.searcher.Search` that answers ``scoring`` over ``gallery_modality``,
+    and the notes its results carry (module docstring)."""
+    gallery: Gallery = index.gallery(gallery_modality)
+    reranker = scoring.reranker
+    source = _ann_source(index, backend, gallery_modality)
+    on_disk = isinstance(gallery, GalleryStore)
+    if on_disk and backend == "exact":
+        index.refuse_on_disk("the exact backend")
+    if not reranker.works_on_candidates:
+        if on_disk:
+            index.refuse_on_disk(f"re-ranker {reranker.name!r} (a matching of all queries together)")
+        if source is not None:
+            raise ValueError(f"re-ranker {reranker.name!r} matches all queries together, so it cannot run on "
+                             "candidate lists of the faiss backend; use backend 'exact'")
+        assert isinstance(gallery, Gaussian)
+        reference = _reference_scores(index, scoring.similarity, scoring.query_modality, scoring.options)
+        whole = ExactCandidates(gallery, scoring, chunk=max(1, gallery.num))
+        return Search(whole, ExactRescorer(gallery, scoring),
+                      MatchingRanker(reranker.name, rerank_params, reference), gallery.num), []
+    if on_disk and source is None:
+        raise ValueError(f"this on-disk index has no faiss candidates over its {gallery_modality}s; "
+                         "build it with `pcmr search INDEX --build RUN --on-disk` without --modality")
+    sample = int(index.meta.get("reference_sample", DEFAULT_REFERENCE_SAMPLE))
+    statistic = index.statistics.get(gallery_modality, scoring, sample)
+    if source is None:
+        return ExactSearcher(gallery, scoring, statistic), []
+    width, note = candidate_count(reranker, gallery.num, candidates)
+    width = DEFAULT_CANDIDATES if width is None else width
+    generator: CandidateSource = source
+    if width >= gallery.num and (gallery.num > DEFAULT_CANDIDATES or not getattr(source, "exhaustive", False)):
+        # every item is re-scored: the exact generator scores them in row chunks, faster than asking the
+        # ANN source for all of them and re-scoring each, and complete where an approximate index may
+        # leave slots empty (galleries within the default count keep the source's list)
+        generator = ExactCandidates(gallery, scoring)
+    search = Search(generator, ExactRescorer(gallery, scoring), ReweightingRanker(reranker, statistic), gallery.num,
+                    width)
+    return search, [note] if note else []
+
+
+def search_index(index: StoredGallery, query: Gaussian, k: int = DEFAULT_TOP_K, similarity: str = "cosine",
+                 rerank: str = "nns", *, modality: str = "caption", rerank_options: dict[str, Any] | None = None,
+                 backend: str = "auto", candidates: int | None = None, **options: Any) -> SearchResults:
+    """Top-k gallery items of ``index`` for each query Gaussian; the arguments of
+    :meth:`pcmr.search.gallery.GalleryIndex.search`."""
+    if modality not in MODALITIES:
+        raise ValueError(f"modality (of the query) must be one of {list(MODALITIES)}, got {modality!r}")
+    gallery_modality = "image" if modality == "caption" else "caption"
+    gallery = index.gallery(gallery_modality)
+    if query.dim != gallery.dim:
+        raise ValueError(f"query has D={query.dim}, the index D={gallery.dim}")
+    if not 1 <= k <= gallery.num:
+        raise ValueError(f"k must be in [1, {gallery.num}] (the gallery size), got {k}")
+    opts = {**index.similarity_options.get(similarity, {}), **options}
+    params = dict(rerank_options if rerank_options is not None
+                  else (index.meta.get("rerank_options") or {}).get(rerank, {}))
+    reranker = get_reranker(rerank, **params)
+    if isinstance(gallery, GalleryStore):
+        query = query.to(device="cpu", dtype=torch.float32)
+        probe = gallery.rows(torch.zeros(1, dtype=torch.long))  # one row: the variance shape the similarity checks
+    else:
+        query = query.to(device=gallery.device, dtype=gallery.dtype)
+        probe = gallery
+    images, captions = (probe, query) if modality == "caption" else (query, probe)
+    check_similarity_supported(similarity, images, captions, opts)
+    search, notes = plan_search(index, gallery_modality, Scoring(similarity, modality, opts, reranker), params,
+                                backend=backend, candidates=candidates)
+    indices, scores = search.search(query, k)
+    uncertainty = None
+    if not gallery.is_point:
+        uncertainty = index.item_uncertainty(gallery_modality)[indices.clamp_min(0)]  # [Q, k]
+    query_unc = None if query.is_point else query.uncertainty(index.meta["uncertainty_measure"])
+    caption_gallery = gallery_modality == "caption"
+    hits = hits_of(indices, scores, uncertainty, index.caption_ids if caption_gallery else index.image_ids,
+                   index.caption_texts if caption_gallery else None,
+                   None if caption_gallery else index.image_metadata)
+    return SearchResults(modality, gallery_modality, similarity, rerank, indices, scores, uncertainty, query_unc,
+                         hits, notes)

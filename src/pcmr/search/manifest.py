@@ -1,0 +1,296 @@
+"""The folder of a :class:`~pcmr.search.gallery.GalleryIndex` and its manifest ``index.json``.
+
+On disk (no pickle anywhere):
+
+- ``index.json``: format/version, sizes, ids, caption texts, image metadata, similarity options,
+  uncertainty measure, provenance (model, dataset, split), the ANN sources and gallery statistics;
+- ``embeddings.safetensors``: ``image_mean [N_img, D]``, ``image_logvar [N_img, D|1]``,
+  ``caption_mean [N_cap, D]``, ``caption_logvar [N_cap, D|1]`` (log-variances absent for points),
+  ``image_points`` / ``caption_points [N, K, D]`` for ``pcmr.PointSet`` embeddings (PVSE);
+- ``model/`` (``pcmr.models.save_model``) and ``vocab.json`` when the index can encode queries;
+- ``ann-image.faiss`` / ``ann-caption.faiss`` (faiss backend, :mod:`pcmr.search.ann`); a Milvus
+  source is recorded by its uri and collection;
+- ``statistics.safetensors`` (:mod:`pcmr.search.statistics`);
+- an on-disk index: ``store-image/`` and ``store-caption/`` (:class:`~pcmr.search.store.GalleryStore`)
+  instead of ``embeddings.safetensors``, and ``uncertainty.safetensors`` with each item's uncertainty;
+- ``index.json`` lists the SHA-256 of every other file and of itself; a file that does not match
+  gives one error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import Tensor
+
+from pcmr.atomic import atomic_write_json, atomic_write_safetensors, atomic_write_via_path
+from pcmr.data import Vocabulary
+from pcmr.gaussian import Gaussian
+from pcmr.models import load_model as load_pcmr_model
+from pcmr.models import save_model
+from pcmr.point_set import PointSet
+from pcmr.search.ann import AnnIndex
+from pcmr.search.searcher import Gallery
+from pcmr.search.statistics import STATISTICS_FILE
+from pcmr.search.store import GalleryStore
+from pcmr.search.stored import MODALITIES, StoredGallery
+from pcmr.search.vectordb import MilvusCandidates
+
+T = TypeVar("T", bound=StoredGallery)
+
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "save_index"]
+
+INDEX_FORMAT = "pcmr-gallery-index"
+INDEX_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+META_FILE = "index.json"
+EMBEDDINGS_FILE = "embeddings.safetensors"
+MODEL_DIR = "model"
+VOCAB_FILE = "vocab.json"
+UNCERTAINTY_FILE = "uncertainty.safetensors"  # on-disk indexes: each item's uncertainty, computed once
+STORE_DIRS = {"image": "store-image", "caption": "store-caption"}
+
+
+def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_model: bool = True) -> Path:
+    """Write ``index``'s folder (see the module docstring). ``include_model=False`` stores only the
+    embeddings (search by Gaussian queries still works)."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    store_files = _store_files(index, out)
+    for modality, g in (() if index.on_disk else (("image", index.images), ("caption", index.captions))):
+        assert isinstance(g, Gaussian)
+        tensors[f"{modality}_mean"] = g.mean.detach().cpu().contiguous()
+        if isinstance(g, PointSet):  # K points per item (PVSE); the mean above is their centroid
+            tensors[f"{modality}_points"] = g.points.detach().cpu().contiguous()
+        if g.logvar is not None:
+            tensors[f"{modality}_logvar"] = g.logvar.detach().cpu().contiguous()
+    if not index.on_disk:
+        atomic_write_safetensors(out / EMBEDDINGS_FILE, tensors)
+    has_model = False
+    if include_model and index.model is not None and index.vocab is not None:
+        has_model = True
+        save_model(index.model, out / MODEL_DIR)
+        index.vocab.save(out / VOCAB_FILE)
+    ann_info = {}
+    for modality, ann in index.ann.items():
+        if ann.engine != "faiss":  # a vector database: how to reconnect
+            ann_info[modality] = ann.describe()
+            continue
+        name = f"ann-{modality}.faiss"
+
+        def write_ann(tmp: Path, ann: Any = ann) -> None:
+            ann.write(str(tmp))
+
+        atomic_write_via_path(out / name, write_ann)
+        ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
+                              "layout": ann.layout, "dim": ann.dim, "ntotal": ann.ntotal, "params": ann.params}
+    statistics_info = index.statistics.save(out)
+    uncertain = [m for m in MODALITIES if index.on_disk and not index.gallery(m).is_point]
+    if uncertain:  # read once here, not by every load
+        atomic_write_safetensors(out / UNCERTAINTY_FILE, {m: index.item_uncertainty(m).contiguous() for m in uncertain})
+    files = (([] if index.on_disk else [EMBEDDINGS_FILE]) + store_files
+             + [a["file"] for a in ann_info.values() if "file" in a]
+             + ([STATISTICS_FILE] if statistics_info else []) + ([UNCERTAINTY_FILE] if uncertain else []))
+    if has_model:
+        files += [VOCAB_FILE] + sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
+    meta = {
+        "format": INDEX_FORMAT, "version": INDEX_VERSION,
+        "backend": next((a.get("engine", "faiss") for a in ann_info.values()), "exact"), "ann": ann_info, "statistics": statistics_info,
+        "checksums": {name: _sha256(out / name) for name in files},
+        **({"on_disk": True, "stores": dict(STORE_DIRS)} if index.on_disk else {}),
+        **({"uncertainty": {"file": UNCERTAINTY_FILE, "measure": index.meta["uncertainty_measure"]}}
+           if uncertain else {}),
+        "num_images": index.images.num, "num_captions": index.captions.num, "dim": index.images.dim,
+        "image_ids": index.image_ids, "caption_ids": index.caption_ids, "caption_texts": index.caption_texts,
+        "image_metadata": index.image_metadata, "similarity_options": index.similarity_options,
+        "meta": index.meta, "model": MODEL_DIR if has_model else None, "vocab": VOCAB_FILE if has_model else None,
+    }
+    meta["manifest_sha256"] = _manifest_digest(meta)
+    atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
+    return out
+
+def _store_files(index: StoredGallery, out: Path) -> list[str]:
+    """The files of the stores of an on-disk index, relative to ``out`` (which must hold them)."""
+    files: list[str] = []
+    for modality in (MODALITIES if index.on_disk else ()):
+        store = index.gallery(modality)
+        assert isinstance(store, GalleryStore)
+        if store.path.resolve() != (out / STORE_DIRS[modality]).resolve():
+            raise ValueError(f"the {modality} store {store.path} must be the folder {STORE_DIRS[modality]!r} of "
+                             f"the index folder {out}; an on-disk index is saved where it was built")
+        files += sorted(str(p.relative_to(out)) for p in store.path.iterdir() if p.is_file())
+    return files
+
+
+def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device: torch.device | str | None = None,
+               load_model: bool = True) -> T:
+    """Read an index folder written by :func:`save_index` as a ``cls``; embeddings (and model) go to ``device``
+    (default CPU). Raises FileNotFoundError / ValueError naming the file and the problem."""
+
+    root = Path(directory)
+    meta_path, emb_path = root / META_FILE, root / EMBEDDINGS_FILE
+    if not root.is_dir():
+        raise FileNotFoundError(f"index folder not found: {root} (build one with "
+                                f"`pcmr search {root} --build RUN_OR_MODEL`)")
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{meta_path} not found; {root} is not a pcmr gallery index")
+    try:
+        info = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{meta_path} is not valid JSON ({err}); the index is corrupted") from None
+    if not isinstance(info, dict) or info.get("format") != INDEX_FORMAT:
+        raise ValueError(f"{meta_path}: field 'format' must be {INDEX_FORMAT!r}; not a pcmr gallery index")
+    if info.get("version") not in READABLE_VERSIONS:
+        raise ValueError(f"{meta_path}: index version {info.get('version')!r} is not supported "
+                         f"(expected one of {list(READABLE_VERSIONS)})")
+    for key in ("image_ids", "caption_ids", "caption_texts"):
+        if not isinstance(info.get(key), list):
+            raise ValueError(f"{meta_path}: field {key!r} must be a list")
+    on_disk = info.get("on_disk") is True
+    if not on_disk and not emb_path.is_file():
+        raise FileNotFoundError(f"{emb_path} not found; the index is incomplete")
+    _verify_checksums(root, info, meta_path)
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    gaussians: dict[str, Gallery] = {}
+    if on_disk:
+        for modality in MODALITIES:
+            try:
+                gaussians[modality] = GalleryStore.open(root / info["stores"][modality])
+            except (KeyError, TypeError) as err:
+                raise ValueError(f"{meta_path}: field 'stores' must name the folder of each modality ({err})"
+                                 ) from None
+    tensors = {} if on_disk else _read_embeddings(emb_path)
+    for modality in () if on_disk else MODALITIES:
+        if f"{modality}_mean" not in tensors:
+            raise ValueError(f"{emb_path} has no tensor '{modality}_mean'; the index is corrupted")
+        try:
+            if f"{modality}_points" in tensors:
+                gaussians[modality] = PointSet(tensors[f"{modality}_points"]).to(dev)
+            else:
+                gaussians[modality] = Gaussian(tensors[f"{modality}_mean"],
+                                               tensors.get(f"{modality}_logvar")).to(dev)
+        except ValueError as err:
+            raise ValueError(f"{emb_path}: {err}") from None
+    for modality, key in (("image", "image_ids"), ("caption", "caption_ids"), ("caption", "caption_texts")):
+        if len(info[key]) != gaussians[modality].num:
+            raise ValueError(f"{meta_path}: field {key!r} has {len(info[key])} entries but {emb_path.name} "
+                             f"holds {gaussians[modality].num} {modality}s; the index files do not match")
+    model = vocab = None
+    if load_model and info.get("model"):
+        model = load_pcmr_model(root / info["model"]).to(dev).eval()
+        vocab = Vocabulary.load(root / info["vocab"])
+    index = cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
+                caption_ids=info["caption_ids"], caption_texts=info["caption_texts"],
+                image_metadata=info.get("image_metadata"), similarity_options=info.get("similarity_options"),
+                meta=info.get("meta"), model=model, vocab=vocab)
+    _load_ann(index, root, info, meta_path)
+    statistics = info.get("statistics") or []
+    if not isinstance(statistics, list):
+        raise ValueError(f"{meta_path}: field 'statistics' must be a list")
+    index.statistics.load(root, statistics, meta_path)
+    _load_uncertainty(index, root, info, meta_path)
+    return index
+
+
+def _read_embeddings(path: Path) -> dict[str, Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{path} cannot be read ({err}); the index is corrupted") from None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _manifest_digest(info: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON without its own digest field."""
+    body = {k: v for k, v in info.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None:
+    """The manifest's own digest and every file listed under ``checksums`` (version-2 indexes)."""
+    if info.get("version") == 2 and info.get("manifest_sha256") != _manifest_digest(info):
+        raise ValueError(f"{meta_path}: its content does not match its 'manifest_sha256'; the manifest was "
+                         "edited or damaged, rebuild the index")
+    checksums = info.get("checksums", {}) if info.get("version", 1) >= 2 else {}
+    required = info.get("version") == 2 and info.get("on_disk") is not True
+    if not isinstance(checksums, dict) or (required and EMBEDDINGS_FILE not in checksums):
+        raise ValueError(f"{meta_path}: field 'checksums' must map every index file to its SHA-256")
+    for name, expected in checksums.items():
+        path = root / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found; the index is incomplete")
+        actual = _sha256(path)
+        if actual != expected:
+            raise ValueError(f"{path}: SHA-256 {actual[:12]}... does not match {expected[:12]}... recorded in "
+                             f"{meta_path.name}; the file was truncated or edited, rebuild the index")
+
+
+def _load_ann(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
+    """Read the faiss indexes (or reconnect to the Milvus collections) listed in ``index.json`` and check
+    they fit the gallery."""
+    for modality, entry in (info.get("ann") or {}).items():
+        if isinstance(entry, dict) and entry.get("engine") == "milvus":
+            index.ann[modality] = _open_milvus(entry, index.gallery(modality), meta_path)
+            continue
+        try:
+
+            ann = AnnIndex.read(str(root / entry["file"]), entry["score"], entry["index_type"], entry["layout"],
+                                int(entry["dim"]), entry.get("params") or {})
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{meta_path}: field 'ann.{modality}' is malformed ({err})") from None
+        except RuntimeError as err:
+            raise ValueError(f"{root / entry['file']} cannot be read by faiss ({_first_line(err)}); "
+                             "the index is corrupted") from None
+        gallery = index.gallery(modality)
+        if ann.ntotal != gallery.num or ann.dim != gallery.dim:
+            raise ValueError(f"{root / entry['file']} holds {ann.ntotal} items of D={ann.dim} but the gallery has "
+                             f"{gallery.num} {modality}s of D={gallery.dim}; the index files do not match")
+        index.ann[modality] = ann
+
+
+def _load_uncertainty(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
+    """The items' uncertainties an on-disk index saved (``uncertainty`` of ``index.json``), if any."""
+    entry = info.get("uncertainty")
+    if entry is None:
+        return
+    if not isinstance(entry, dict) or entry.get("file") != UNCERTAINTY_FILE:
+        raise ValueError(f"{meta_path}: field 'uncertainty' must be {{'file': {UNCERTAINTY_FILE!r}, 'measure': ...}}")
+    if entry.get("measure") != index.meta["uncertainty_measure"]:
+        return  # another measure: computed from the stores on first use
+    for modality, value in _read_embeddings(root / UNCERTAINTY_FILE).items():
+        if modality not in MODALITIES or value.shape != (index.gallery(modality).num,):
+            raise ValueError(f"{root / UNCERTAINTY_FILE}: {modality!r} must hold one value per item of a modality")
+        index.uncertainty_cache[modality] = value
+
+
+def _open_milvus(entry: dict[str, Any], gallery: Gallery, meta_path: Path) -> Any:
+    """Reconnect to the Milvus collection an index names and check it holds the gallery."""
+    try:
+        source = MilvusCandidates.open(entry["uri"], entry["collection"])
+    except KeyError as err:
+        raise ValueError(f"{meta_path}: a milvus entry of field 'ann' lacks {err}") from None
+    if source.ntotal != gallery.num or source.dim != gallery.dim:
+        raise ValueError(f"{entry['uri']}: collection {entry['collection']!r} holds {source.ntotal} items of "
+                         f"D={source.dim} but the gallery has {gallery.num} of D={gallery.dim}; rebuild it")
+    source.set_search_params(nprobe=(entry.get("params") or {}).get("nprobe"))
+    return source
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

@@ -1,0 +1,56 @@
+"""Answering "uncertain" instead of a list: the coverage for a chosen risk from an evaluation's
+risk-coverage curve, and `pcmr search --answer-coverage / --max-risk` through the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pcmr.cli import main
+from pcmr.search.abstain import AbstentionError, abstains, coverage_for_risk, read_risk_curve
+
+
+def _evaluation(tmp_path: Path, curve: dict) -> Path:
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"figures": {"risk_coverage": {"series": curve}}}))
+    return folder
+
+
+def test_coverage_for_a_risk_is_the_largest_share_within_it() -> None:
+    coverage = [0.25, 0.5, 0.75, 1.0]
+    risk = [0.1, 0.3, 0.2, 0.5]  # a curve need not be monotone: the largest share within the risk counts
+    assert coverage_for_risk(coverage, risk, 0.2) == 0.75
+    assert coverage_for_risk(coverage, risk, 0.05) == 0.0
+    assert coverage_for_risk(coverage, risk, 1.0) == 1.0
+    with pytest.raises(AbstentionError, match=r"\[0, 1\]"):
+        coverage_for_risk(coverage, risk, 1.5)
+
+
+def test_abstains_above_the_answered_share() -> None:
+    assert abstains(81.0, 0.8) and not abstains(80.0, 0.8) and not abstains(None, 0.1)
+
+
+def test_read_risk_curve_names_what_is_missing(tmp_path: Path) -> None:
+    folder = _evaluation(tmp_path, {"match_prob": {"t2i": {"coverage": [0.5, 1.0], "risk": [0.2, 0.4]}}})
+    assert read_risk_curve(folder, "match_prob", "t2i") == ([0.5, 1.0], [0.2, 0.4])
+    with pytest.raises(AbstentionError, match="no risk-coverage curve for similarity 'cosine'; it has match_prob"):
+        read_risk_curve(folder, "cosine", "t2i")
+    with pytest.raises(AbstentionError, match="no i2t direction"):
+        read_risk_curve(folder, "match_prob", "i2t")
+    with pytest.raises(AbstentionError, match="not found"):
+        read_risk_curve(tmp_path / "nope", "match_prob", "t2i")
+    (folder / "results.json").write_text("{")
+    with pytest.raises(AbstentionError, match="not valid JSON"):
+        read_risk_curve(folder, "match_prob", "t2i")
+
+
+def test_options_are_checked_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", str(tmp_path / "idx"), "--text", "x", "--answer-coverage", "1.5"]) == 2
+    assert "--answer-coverage must be a share in (0, 1]" in capsys.readouterr().err
+    assert main(["search", str(tmp_path / "idx"), "--text", "x", "--max-risk", "0.3"]) == 2
+    assert "--max-risk needs --risk-curve" in capsys.readouterr().err
+    assert main(["search", str(tmp_path / "idx"), "--text", "x", "--max-risk", "0.3", "--answer-coverage", "0.5"]) == 2
+    assert "not both" in capsys.readouterr().err
