@@ -8,9 +8,10 @@ import json
 import pytest
 import torch
 
-from conftest import TINY_MODEL, make_tiny_run
 from pcmr.cli import main
 
+#: the model of the tiny run folder (its config.yaml), rebuilt here with other variance heads
+TINY_MODEL = {"embed_dim": 4, "image_encoder": {"cnn_channels": [4, 8]}, "text_encoder": {"word_dim": 8, "hidden_dim": 8}}
 SHAPES = dict(image_size=16, num_train=24, num_val=40, num_test=80, num_test_unseen=1, num_binary_selection=1,
               cache=False)
 
@@ -30,10 +31,10 @@ def _replace_model(run, **heads) -> None:
 
 
 @pytest.fixture(scope="module")
-def wide_run(tmp_path_factory):
+def wide_run(tmp_path_factory, tiny_run_factory):
     """Untrained PCME with log-variance 8 (sigma about 55 per dimension): every match probability is
     far below float32's smallest number (sigmoid(10 - 10 d) with d in the hundreds)."""
-    run = make_tiny_run(tmp_path_factory.mktemp("wide"), shapes=SHAPES,
+    run = tiny_run_factory(tmp_path_factory.mktemp("wide"), shapes=SHAPES,
                         similarity_options={"match_prob": {"a": 10.0, "b": 10.0}})
     _replace_model(run, image_head={"logvar_init": 8.0}, caption_head={"logvar_init": 8.0})
     return run
@@ -52,8 +53,8 @@ def test_underflowing_match_prob_shows_no_perfect_score_artefact(wide_run, tmp_p
     assert "degenerate" not in capsys.readouterr().err
 
 
-def test_a_degenerate_score_is_flagged_in_the_report_and_on_the_command_line(tmp_path, capsys):
-    run = make_tiny_run(tmp_path / "run", shapes=SHAPES)
+def test_a_degenerate_score_is_flagged_in_the_report_and_on_the_command_line(tmp_path, capsys, tiny_run_factory):
+    run = tiny_run_factory(tmp_path / "run", shapes=SHAPES)
     _replace_model(run)  # constant embeddings
     out = tmp_path / "eval"
     assert main(["evaluate", str(run), "--similarity", "cosine", "--rerank", "nns,rgm", "--option", "rgm.lam=5",

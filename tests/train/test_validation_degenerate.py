@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import torch
 
-from conftest import TINY_MODEL, TINY_SHAPES
 from pcmr.data import Vocabulary, load_dataset
 from pcmr.models import create_model
 from pcmr.train.validation import FALLBACK_SIMILARITY, validate
 
+#: the tiny PCME of the test run folders
+TINY_MODEL = {"embed_dim": 4, "image_encoder": {"cnn_channels": [4, 8]}, "text_encoder": {"word_dim": 8, "hidden_dim": 8}}
 
-def _model_and_split(zero: bool):
-    train = load_dataset("shapes", "train", **TINY_SHAPES)
-    val = load_dataset("shapes", "val", **TINY_SHAPES)
+
+def _model_and_split(shapes, zero: bool):
+    train = load_dataset("shapes", "train", **shapes)
+    val = load_dataset("shapes", "val", **shapes)
     vocab = Vocabulary.from_split(train)
     torch.manual_seed(0)
     model = create_model("pcme", vocab_size=len(vocab), **TINY_MODEL)
@@ -23,8 +25,8 @@ def _model_and_split(zero: bool):
     return model, val, vocab
 
 
-def test_degenerate_validation_score_falls_back_to_cosine_and_says_so(capsys):
-    model, val, vocab = _model_and_split(zero=True)
+def test_degenerate_validation_score_falls_back_to_cosine_and_says_so(capsys, tiny_shapes):
+    model, val, vocab = _model_and_split(tiny_shapes, zero=True)
     metrics = validate(model, val, vocab, similarity="kl")
     assert metrics["fallback"] == 1.0
     err = capsys.readouterr().err
@@ -32,8 +34,8 @@ def test_degenerate_validation_score_falls_back_to_cosine_and_says_so(capsys):
     assert metrics["rsum"] < 600.0  # chance level, never the storage-order artefact
 
 
-def test_a_working_score_is_used_as_it_is(capsys):
-    model, val, vocab = _model_and_split(zero=False)
+def test_a_working_score_is_used_as_it_is(capsys, tiny_shapes):
+    model, val, vocab = _model_and_split(tiny_shapes, zero=False)
     metrics = validate(model, val, vocab, similarity="kl")
     assert metrics["fallback"] == 0.0
     assert "degenerate" not in capsys.readouterr().err
