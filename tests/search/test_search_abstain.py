@@ -54,3 +54,48 @@ def test_options_are_checked_before_any_work(tmp_path: Path, capsys: pytest.Capt
     assert "--max-risk needs --risk-curve" in capsys.readouterr().err
     assert main(["search", str(tmp_path / "idx"), "--text", "x", "--max-risk", "0.3", "--answer-coverage", "0.5"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def index_dir(search_index_factory, tmp_path_factory) -> Path:
+    return search_index_factory(tmp_path_factory.mktemp("abstain"), backend="exact")
+
+
+def _answers(index_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
+    texts = ["a red circle", "a small blue square at the top", "a shape", "a big green triangle"]
+    args = ["search", str(index_dir), "--similarity", "cosine", "-k", "3", "--json"]
+    for text in texts:
+        args += ["--text", text]
+    assert main(args + list(extra)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_search_answers_uncertain_above_the_chosen_share(index_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    everything = _answers(index_dir, capsys)
+    percentiles = [entry["query_uncertainty_percentile"] for entry in everything]
+    assert all(p is not None for p in percentiles) and all(entry["results"] for entry in everything)
+    share = sorted(percentiles)[1] / 100.0  # answer the two least uncertain queries
+    answered = _answers(index_dir, capsys, "--answer-coverage", f"{share:.6f}")
+    assert 1 <= sum(bool(entry.get("abstained")) for entry in answered) <= 2
+    for entry, full, percentile in zip(answered, everything, percentiles):
+        if percentile > 100 * share:
+            assert entry["abstained"] and entry["results"] == [] and "above the answered share" in entry["reason"]
+        else:
+            assert "abstained" not in entry and entry["results"] == full["results"]
+    assert main(["search", str(index_dir), "--text", "a shape", "--similarity", "cosine",
+                 "--answer-coverage", "0.000001"]) == 0
+    assert "uncertain: query uncertainty at the" in capsys.readouterr().out
+
+
+def test_search_abstains_above_a_risk_read_from_an_evaluation(index_dir: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    curve = {"cosine": {"t2i": {"coverage": [0.25, 0.5, 0.75, 1.0], "risk": [0.1, 0.2, 0.5, 0.6]},
+                        "i2t": {"coverage": [0.5, 1.0], "risk": [0.1, 0.1]}}}
+    folder = _evaluation(tmp_path, curve)
+    percentiles = [e["query_uncertainty_percentile"] for e in _answers(index_dir, capsys)]
+    answered = _answers(index_dir, capsys, "--max-risk", "0.2", "--risk-curve", str(folder))
+    assert [bool(e.get("abstained")) for e in answered] == [p > 50.0 for p in percentiles]
+    assert all("risk <= 0.2" in e["reason"] for e in answered if e.get("abstained"))
+    assert main(["search", str(index_dir), "--text", "x", "--similarity", "kl", "--max-risk", "0.2",
+                 "--risk-curve", str(folder)]) == 2
+    assert "no risk-coverage curve for similarity 'kl'" in capsys.readouterr().err
