@@ -85,7 +85,7 @@ from pcmr.train.schedules import (
     trainable_backbone_parameters,
 )
 from pcmr.train.state import TrainingProgress
-from pcmr.train.validation import validate
+from pcmr.train.validation import FALLBACK_SIMILARITY, validate
 
 __all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything", "torch_seed"]
 
@@ -487,7 +487,8 @@ class Trainer:
             line += ")"
         else:
             val = record["val"]
-            line += (f" training, {record['val_seconds']:.0f} s validation); val {self.similarity}: "
+            used = FALLBACK_SIMILARITY if val.get("fallback") else self.similarity  # degenerate: cosine
+            line += (f" training, {record['val_seconds']:.0f} s validation); val {used}: "
                      f"rsum {val[RSUM]:.1f}, R-Precision {val[MEAN_R_PRECISION]:.1f}")
         write_line(line, bars=progress_enabled(self.config.train.progress))
 
