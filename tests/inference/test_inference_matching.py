@@ -88,7 +88,7 @@ def test_rgm_equals_literal_algorithm(backend, ties, fetch_policy):
                     continue
                 scores = random_scores(rng, num_rows, num_cols, ties)
                 expected = literal_rgm(scores, k, round(lam * k))
-                got = relaxed_greedy_matching(scores, k, lam, backend=backend)
+                got = relaxed_greedy_matching(scores, k, lam, backend=backend, seed=None)
                 assert got.dtype == torch.long and got.shape == (num_rows, k)
                 np.testing.assert_array_equal(
                     got.numpy(), expected, err_msg=f"{num_rows}x{num_cols} k={k} lam={lam}"
@@ -107,7 +107,7 @@ def test_rgm_float64_and_larger_matrix(backend, fetch_policy):
         ties = random_scores(rng, num_rows, num_cols, ties=True)
         expected = literal_rgm(ties, 4, 4)
         np.testing.assert_array_equal(
-            relaxed_greedy_matching(ties, 4, 1.0, backend=backend).numpy(), expected
+            relaxed_greedy_matching(ties, 4, 1.0, backend=backend, seed=None).numpy(), expected
         )
 
 
@@ -119,7 +119,7 @@ def test_max_pairs_reproduces_the_pseudocode_stop(backend):
         scores = random_scores(rng, num_rows, num_cols, ties=True)
         stop = min(num_rows, num_cols) * k  # Algorithm 1, line 11
         expected = literal_rgm(scores, k, 6, max_pairs=stop)
-        got = relaxed_greedy_matching(scores, k, 2.0, max_pairs=stop, backend=backend)
+        got = relaxed_greedy_matching(scores, k, 2.0, max_pairs=stop, backend=backend, seed=None)
         np.testing.assert_array_equal(got.numpy(), expected)
         if num_rows <= num_cols:  # every row fills before the stop: same lists as the full scan
             np.testing.assert_array_equal(got.numpy(), literal_rgm(scores, k, 6))
@@ -134,10 +134,10 @@ def test_backends_agree_and_lam_inf_is_topk():
             b = relaxed_greedy_matching(scores, 6, 1.5, backend="python")
             assert torch.equal(a, b)
             topk = np.argsort(-scores.double().numpy(), axis=1, kind="stable")[:, :6]  # ties: lower index
-            np.testing.assert_array_equal(relaxed_greedy_matching(scores, 6, math.inf).numpy(), topk)
+            np.testing.assert_array_equal(relaxed_greedy_matching(scores, 6, math.inf, seed=None).numpy(), topk)
             np.testing.assert_array_equal(literal_rgm(scores, 6, math.inf), topk)
             # a capacity of at least Q can never bind either
-            np.testing.assert_array_equal(relaxed_greedy_matching(scores, 6, float(num_rows)).numpy(), topk)
+            np.testing.assert_array_equal(relaxed_greedy_matching(scores, 6, float(num_rows), seed=None).numpy(), topk)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -165,7 +165,7 @@ def test_greedy_matching_equals_literal(backend, fetch_policy):
     for num_rows, num_cols in SHAPES:
         for ties in (True, False):
             scores = random_scores(rng, num_rows, num_cols, ties)
-            got = greedy_matching(scores, backend=backend)
+            got = greedy_matching(scores, backend=backend, seed=None)
             np.testing.assert_array_equal(got.numpy(), literal_greedy(scores))
             matched = got[got >= 0]
             assert matched.unique().numel() == matched.numel()  # one-to-one
@@ -256,10 +256,10 @@ def test_anti_hub_columns_and_many_short_rows(backend, fetch_policy):
         scores[:, 1] = -4.0 + 0.01 * torch.arange(num_rows, dtype=torch.float32)
         expected = literal_rgm(scores, k, round(lam * k))
         np.testing.assert_array_equal(
-            relaxed_greedy_matching(scores, k, lam, backend=backend).numpy(), expected
+            relaxed_greedy_matching(scores, k, lam, backend=backend, seed=None).numpy(), expected
         )
         np.testing.assert_array_equal(
-            greedy_matching(scores, backend=backend).numpy(), literal_greedy(scores)
+            greedy_matching(scores, backend=backend, seed=None).numpy(), literal_greedy(scores)
         )
 
 
@@ -268,15 +268,44 @@ def test_whole_matrix_order_is_reused_only_for_the_same_unmodified_matrix():
     (another lambda or k, as lambda selection does) reuses that order, and an in-place change of the
     tensor or another tensor at the same values does not see a stale one."""
     scores = random_scores(np.random.default_rng(4), 37, 19, ties=True)
-    first = relaxed_greedy_matching(scores, 3, 1.0)
+    first = relaxed_greedy_matching(scores, 3, 1.0, seed=None)
     assert stream._last_global_order and stream._last_global_order[0][0] is scores
-    again = relaxed_greedy_matching(scores, 5, 2.0)  # served from the kept sort
-    fresh = relaxed_greedy_matching(scores.clone(), 5, 2.0)  # sorted anew
-    assert torch.equal(again, fresh) and torch.equal(first, relaxed_greedy_matching(scores.clone(), 3, 1.0))
+    again = relaxed_greedy_matching(scores, 5, 2.0, seed=None)  # served from the kept sort
+    fresh = relaxed_greedy_matching(scores.clone(), 5, 2.0, seed=None)  # sorted anew
+    assert torch.equal(again, fresh) and torch.equal(first, relaxed_greedy_matching(scores.clone(), 3, 1.0,
+                                                                                  seed=None))
     scores.mul_(-1.0)  # in place: the version counter moves, the kept sort is not used
-    flipped = relaxed_greedy_matching(scores, 3, 1.0)
-    assert torch.equal(flipped, relaxed_greedy_matching(scores.clone(), 3, 1.0))
+    flipped = relaxed_greedy_matching(scores, 3, 1.0, seed=None)
+    assert torch.equal(flipped, relaxed_greedy_matching(scores.clone(), 3, 1.0, seed=None))
     assert not torch.equal(flipped, first)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matchings_break_ties_in_a_seeded_random_order(backend):
+    """By default the matchings see queries and gallery in a random order drawn from the seed: the lists
+    are the literal algorithm's on the permuted matrix, mapped back; without ties the seed changes nothing."""
+    from pcmr.inference.matching import TIE_SEED, tie_orders
+
+    rng = np.random.default_rng(8)
+    for ties in (True, False):
+        scores = random_scores(rng, 23, 17, ties)
+        rows, cols = tie_orders(23, 17, TIE_SEED)
+        permuted = scores[rows][:, cols]
+        for k, lam in ((1, 1.0), (3, 1.5), (2, math.inf)):
+            got = relaxed_greedy_matching(scores, k, lam, backend=backend)
+            expected = np.empty((23, k), dtype=np.int64)
+            expected[rows.numpy()] = cols.numpy()[literal_rgm(permuted, k, math.inf if math.isinf(lam) else round(lam * k))]
+            np.testing.assert_array_equal(got.numpy(), expected)
+            if not ties:
+                np.testing.assert_array_equal(got.numpy(), literal_rgm(scores, k, round(lam * k) if not math.isinf(lam)
+                                                                       else math.inf))
+        greedy = greedy_matching(scores, backend=backend)
+        expected = np.full(23, -1, dtype=np.int64)
+        matched = literal_greedy(permuted)
+        expected[rows.numpy()] = np.where(matched >= 0, cols.numpy()[np.maximum(matched, 0)], -1)
+        np.testing.assert_array_equal(greedy.numpy(), expected)
+    again = relaxed_greedy_matching(scores, 3, 1.5, seed=5)
+    assert torch.equal(again, relaxed_greedy_matching(scores.clone(), 3, 1.5, seed=5))  # the kept permutation
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -293,4 +322,4 @@ def test_global_order_is_the_stable_descending_sort(dtype):
         reference = torch.sort(scores.reshape(-1) + 0.0, descending=True, stable=True).indices.numpy()
         np.testing.assert_array_equal(stream.global_order(scores), reference)
         literal = literal_rgm(scores, 2, 3)
-        np.testing.assert_array_equal(relaxed_greedy_matching(scores, 2, 1.5).numpy(), literal)
+        np.testing.assert_array_equal(relaxed_greedy_matching(scores, 2, 1.5, seed=None).numpy(), literal)

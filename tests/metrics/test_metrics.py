@@ -9,12 +9,14 @@ import statistics
 import pytest
 import torch
 
+from _tie_orders import expected_metrics
 from pcmr.metrics import (
     first_positive_ranks,
     per_query_metrics,
     recall_at_k_from_topk,
     retrieval_metrics,
 )
+from pcmr.ranking import numba_disabled
 
 
 def reference_order(row: list[float]) -> list[int]:
@@ -60,15 +62,21 @@ def assert_same(ours: dict[str, float], theirs: dict[str, float]) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("block_size", [1, 4, 7, None])
 def test_retrieval_metrics_matches_reference_with_ties(dtype, block_size):
+    """Many ties: every metric is its average over all 7! orders of the gallery."""
     generator = torch.Generator().manual_seed(3)
-    scores = torch.randint(0, 5, (13, 31), generator=generator).to(dtype)  # many ties
-    relevant = torch.rand(13, 31, generator=generator) < 0.15
+    scores = torch.randint(0, 3, (13, 7), generator=generator).to(dtype)  # many ties
+    relevant = torch.rand(13, 7, generator=generator) < 0.3
     relevant[4] = False  # a query without positives
-    expected = reference_metrics(scores, relevant.tolist(), ks=(1, 3, 5, 10))
+    relevant[5] = True  # every item relevant
+    expected = expected_metrics(scores.double().tolist(), relevant.tolist(), ks=(1, 2, 3, 5))
     assert expected["num_skipped"] >= 1
-    assert_same(retrieval_metrics(scores, relevant, ks=(1, 3, 5, 10), block_size=block_size), expected)
+    assert_same(retrieval_metrics(scores, relevant, ks=(1, 2, 3, 5), block_size=block_size), expected)
     sparse = [row.nonzero().flatten().tolist() for row in relevant]
-    assert_same(retrieval_metrics(scores, sparse, ks=(1, 3, 5, 10), block_size=block_size), expected)
+    assert_same(retrieval_metrics(scores, sparse, ks=(1, 2, 3, 5), block_size=block_size), expected)
+    with numba_disabled():  # the torch path (CUDA, or no numba) gives the same values
+        assert_same(retrieval_metrics(scores, relevant, ks=(1, 2, 3, 5), block_size=block_size), expected)
+        assert_same(retrieval_metrics(scores.T.contiguous().T, relevant, ks=(1, 2, 3, 5), block_size=block_size),
+                    expected)
 
 
 def test_retrieval_metrics_continuous_scores_and_wide_r():
@@ -81,21 +89,25 @@ def test_retrieval_metrics_continuous_scores_and_wide_r():
     assert_same(retrieval_metrics(scores, relevant, block_size=5), expected)
 
 
-def test_tie_rule_lower_index_first():
+def test_ties_give_expected_values_over_their_orders():
     scores = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-    assert retrieval_metrics(scores, [[2]], ks=(1, 2, 3))["median_rank"] == 3.0
-    assert first_positive_ranks(scores, [[1]]).tolist() == [2]
-    # A tie across the top-R cut: R = 2, the positive (index 2) ties with index 1 and loses.
+    # the positive is one of 3 tied items: R@1 = 1/3, R@2 = 2/3, expected rank 2
+    out = retrieval_metrics(scores, [[2]], ks=(1, 2, 3))
+    assert out["R@1"] == pytest.approx(100 / 3) and out["R@2"] == pytest.approx(200 / 3) and out["R@3"] == 100.0
+    assert out["median_rank"] == 2.0
+    assert first_positive_ranks(scores, [[1]]).tolist() == [1]  # items scoring strictly higher, plus one
+    # A tie across the top-R cut: R = 2, the positive (index 2) ties with index 1 for the second place.
     per_query = per_query_metrics(torch.tensor([[2.0, 1.0, 1.0, 0.0]]), [[0, 2]])
-    assert per_query.r_precision.tolist() == [0.5]
-    assert per_query.map_at_r.tolist() == [0.5]
+    assert per_query.r_precision.tolist() == [0.75]
+    assert per_query.map_at_r.tolist() == [pytest.approx(0.75)]  # (1 + 1/2) / 2 or (1 + 2/2) / 2
     constant = torch.zeros(3, 6)
-    assert first_positive_ranks(constant, [[5], [0], [3, 4]]).tolist() == [6, 1, 4]
+    assert per_query_metrics(constant, [[5], [0], [3, 4]]).expected_ranks().tolist() == [3.5, 3.5, pytest.approx(7 / 3)]
 
 
 def test_infinite_scores_are_ranked():
     scores = torch.tensor([[float("-inf"), 0.0, float("inf")], [float("-inf"), float("-inf"), 1.0]])
-    assert first_positive_ranks(scores, [[0], [1]]).tolist() == [3, 3]
+    assert first_positive_ranks(scores, [[0], [1]]).tolist() == [3, 2]  # 1 + items scoring strictly higher
+    assert per_query_metrics(scores, [[0], [1]]).expected_ranks().tolist() == [3.0, 2.5]  # two tied -inf
 
 
 def test_queries_without_positives_are_skipped():
@@ -170,14 +182,33 @@ def test_recall_at_k_from_topk_errors():
         recall_at_k_from_topk(torch.full((2, 3), 9), torch.ones(2, 4, dtype=torch.bool))
 
 
+@pytest.mark.parametrize("block_size", [1, 3, None])
+def test_ranks_read_from_top_lists_agree_with_counted_ranks_under_ties(block_size):
+    """Extra positive sets read R@K from the top list (rank_limit): the same expectations over tie orders."""
+    from pcmr.metrics._relevance import as_sparse
+    from pcmr.metrics.ranking import summarize
+    from pcmr.metrics.scan import Target, scan
+
+    generator = torch.Generator().manual_seed(12)
+    scores = torch.randint(0, 3, (17, 23), generator=generator).float()
+    relevant = torch.rand(17, 23, generator=generator) < 0.15
+    rel = as_sparse(relevant, 17, 23)
+    for kernel in (True, False):
+        result = scan(scores, [Target(rel), Target(rel, exact_ranks=False, rank_limit=4)], block_size=block_size,
+                      use_kernel=kernel)
+        counted, listed = (summarize(p, (1, 2, 3, 4)) for p in result.per_query)
+        for key in ("R@1", "R@2", "R@3", "R@4", "r_precision", "map_at_r"):
+            assert listed[key] == pytest.approx(counted[key], abs=1e-9), key
+
+
 @pytest.mark.parametrize("kernel", [True, False])
 def test_mixed_widths_in_blocks_of_similar_widths_match_reference(kernel):
-    """Queries needing from 1 to G listed items (R-Precision's R), with ties, on a transposed view: the
-    pass groups them into blocks of similar widths, and wide lists come from one sort of the row."""
+    """Queries needing from 1 to G listed items (R-Precision's R), on a transposed view: the pass groups
+    them into blocks of similar widths, and wide lists come from one sort of the row."""
     from pcmr.ranking.backend import numba_disabled
 
     generator = torch.Generator().manual_seed(8)
-    scores = torch.randint(0, 6, (53, 23), generator=generator).float()  # [G, Q]: queries are its columns
+    scores = torch.randn(53, 23, generator=generator)  # [G, Q]: queries are its columns; no ties
     relevant = torch.rand(23, 53, generator=generator) < torch.linspace(0.02, 1.0, 23)[:, None]  # [Q, G]
     relevant[0, :] = False
     relevant[0, 5] = True

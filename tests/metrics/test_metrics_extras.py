@@ -35,8 +35,14 @@ def reference_pmrp(scores, query_labels, gallery_labels, zetas=(0, 1, 2)):
                          if any(b) and sum(x != y for x, y in zip(a, b)) <= zeta}
             if not positives:
                 continue
-            top = reference_order(row)[: len(positives)]
-            values.append(sum(g in positives for g in top) / len(positives))
+            # expected over tie orders: the items above the R-th score are in, the tie group at the cut
+            # fills the remaining places at random (each of its positives with the same chance)
+            r = len(positives)
+            cut = sorted(row, reverse=True)[r - 1]
+            above = [g for g in range(len(row)) if row[g] > cut]
+            tied = [g for g in range(len(row)) if row[g] == cut]
+            hits = sum(g in positives for g in above) + (r - len(above)) * sum(g in positives for g in tied) / len(tied)
+            values.append(hits / r)
         out[f"pmrp@{zeta}"] = 100.0 * sum(values) / len(values)
     out["pmrp"] = sum(out[f"pmrp@{z}"] for z in zetas) / len(zetas)
     out["num_skipped"] = float(sum(not any(a) for a in query_labels))

@@ -15,15 +15,18 @@ from pcmr.metrics.scan import Target, scan
 from pcmr.ranking import fused_scan as _kernel
 
 
-def reference(scores: torch.Tensor, relevant: torch.Tensor, width: int) -> tuple[list[list[int]], list[int]]:
-    """Top-width lists and best-positive ranks (0: none) from a sorted list per query (ties: lower index)."""
-    tops, ranks = [], []
+def reference(scores: torch.Tensor, relevant: torch.Tensor, width: int) -> tuple[list[list[int]], list[int],
+                                                                                 list[int]]:
+    """Top-width lists (ties: lower index), and per query 1 + the items scoring above the best positive
+    and the items scoring as much as it (0 and 0: no positive), from a sorted list per query."""
+    tops, ranks, ties = [], [], []
     for row, positives in zip(scores.double().tolist(), relevant.tolist()):
         order = sorted(range(len(row)), key=lambda g: (-row[g], g))
         tops.append(order[:width])
-        hits = [r for r, g in enumerate(order, start=1) if positives[g]]
-        ranks.append(hits[0] if hits else 0)
-    return tops, ranks
+        best = max((row[g] for g in range(len(row)) if positives[g]), default=None)
+        ranks.append(0 if best is None else sum(v > best for v in row) + 1)
+        ties.append(0 if best is None else sum(v == best for v in row))
+    return tops, ranks, ties
 
 
 @pytest.fixture(params=[1, 2], ids=["serial", "parallel"])
@@ -50,10 +53,12 @@ def test_fused_scan_matches_torch_path_and_reference(dtype, transposed, block_si
     targets = [Target(rel), Target(rel, exact_ranks=False, rank_limit=4), Target(rel, precision=False)]
     fused = scan(scores, targets, hubness_ks=(1, 3), block_size=block_size)
     plain = scan(scores, targets, hubness_ks=(1, 3), block_size=block_size, use_kernel=False)
-    _, ranks = reference(base, relevant, 1)
+    _, ranks, ties = reference(base, relevant, 1)
     assert fused.per_query[0].ranks.tolist() == ranks
+    assert [t if r else 0 for t, r in zip(fused.per_query[0].ties.tolist(), ranks)] == ties
     for ours, theirs in zip(fused.per_query, plain.per_query):
         assert torch.equal(ours.ranks, theirs.ranks)
+        assert torch.equal(ours.ties, theirs.ties) and torch.equal(ours.tied_positives, theirs.tied_positives)
         assert torch.allclose(ours.r_precision, theirs.r_precision, equal_nan=True, rtol=0, atol=1e-12)
         assert torch.allclose(ours.map_at_r, theirs.map_at_r, equal_nan=True, rtol=0, atol=1e-12)
     for k in (1, 3):
@@ -67,20 +72,19 @@ def test_kernel_top_lists_and_counts_follow_tie_rule(width, torch_threads):
     relevant = torch.rand(7, 17, generator=generator) < 0.3
     relevant[2] = False
     rel = as_sparse(relevant, 7, 17)
-    tops, ranks = reference(scores, relevant, width)
+    tops, ranks, ties = reference(scores, relevant, width)
     for matrix, query_ids in ((scores, torch.arange(7)), (scores.T.contiguous().T, torch.tensor([4, 0, 6]))):
         best = torch.full((query_ids.numel(), 1), float("inf"))
-        index = torch.full((query_ids.numel(), 1), -1, dtype=torch.long)
         for j, q in enumerate(query_ids.tolist()):
             positives = rel.indices[rel.indptr[q]:rel.indptr[q + 1]]
             if positives.numel():
-                values = scores[q, positives]
-                best[j, 0] = values.max()
-                index[j, 0] = positives[values == values.max()].min()
-        top, counts = _kernel.fused_scan(matrix, query_ids, width, best, index)
+                best[j, 0] = scores[q, positives].max()
+        top, values, above, equal = _kernel.fused_scan(matrix, query_ids, width, best)
         assert top.tolist() == [tops[q] for q in query_ids.tolist()]
-        assert [c + 1 if i >= 0 else 0 for c, i in zip(counts[:, 0].tolist(), index[:, 0].tolist())] == \
-            [ranks[q] for q in query_ids.tolist()]
+        assert torch.equal(values, scores[query_ids[:, None], top])
+        has = [bool(relevant[q].any()) for q in query_ids.tolist()]
+        assert [a + 1 if h else 0 for a, h in zip(above[:, 0].tolist(), has)] == [ranks[q] for q in query_ids.tolist()]
+        assert [e if h else 0 for e, h in zip(equal[:, 0].tolist(), has)] == [ties[q] for q in query_ids.tolist()]
     wanted = torch.randint(0, 17, (7, 5), generator=generator)
     expected = relevant.gather(1, wanted)
     assert torch.equal(_kernel.contains(rel.indptr, rel.indices, torch.arange(7), wanted), expected)

@@ -64,7 +64,7 @@ def reference_score(name, m1, lv1, m2, lv2, z1=None, z2=None):
     if name == "avg_l2":
         return -sum(dists) / len(dists)
     if name == "match_prob":
-        return sum(1 / (1 + math.exp(-(-A * x + B))) for x in dists) / len(dists)
+        return math.log(sum(1 / (1 + math.exp(-(-A * x + B))) for x in dists) / len(dists))
     raise AssertionError(name)
 
 

@@ -104,6 +104,21 @@ def test_results_summary_and_claims(finished: Path) -> None:
     for (run, sim, rerank, mode), row in by_key.items():
         if mode == "source":
             assert float(row["i2t_R@10"]) <= float(by_key[(run, sim, rerank, "exact")]["i2t_R@10"]) + 1e-9
+    # the query-blind ranking's R-Precision on the test split, per relevance mode (the benchmark check)
+    from pcmr.hub import load
+    from pcmr.metrics.query_blind import query_blind_r_precision
+    from pcmr.train.loading import run_config
+    from pcmr.train.run import load_run_split
+
+    config = run_config(load(finished / "runs" / "pcme-base-s0"))
+    assert config is not None
+    split = load_run_split(config, "test")
+    relevant = split.relevance_matrix().bool()
+    exact_rows = [r for r in rows if r["relevance"] == "exact"]
+    for direction, matrix in (("i2t", relevant), ("t2i", relevant.T)):
+        values = {float(r[f"{direction}_query_blind_r_precision"]) for r in exact_rows}
+        assert len(values) == 1 and values.pop() == pytest.approx(query_blind_r_precision(matrix), abs=1e-9)
+    assert all(r["i2t_query_blind_r_precision"] != "" for r in rows if r["relevance"] == "source")
     summary = (finished / "summary.md").read_text()
     assert "## Relevance: exact" in summary and "## Relevance: source" in summary and " ± " in summary
     claims = (finished / "claims.md").read_text()

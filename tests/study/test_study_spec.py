@@ -145,17 +145,57 @@ def test_a_bad_override_stops_the_study_before_any_training(tmp_path: Path) -> N
 
 def test_shipped_uncertainty_study_resolves_every_run_and_judges_every_uncertainty_claim_behind_the_gate() -> None:
     spec = load_study(find_study("uncertainty"))
-    assert len(spec.seeds) == 5 and spec.overrides["data.options.preset"] == "multiplicity"
+    assert len(spec.seeds) == 3 and spec.overrides["data.options.preset"] == "multiplicity_simple"
     assert {e.recipe for e in spec.recipes} == {"pcme", "pcme_mu_only", "pcmepp_csd", "probvse_wasserstein_ellipsoidal"}
-    assert {run.variant for run in spec.runs()} == {"exact", "source"} and len(spec.runs()) == 50
-    for run in spec.runs()[::5]:  # every recipe and variant (5 seeds each)
+    # every recipe on source pairs; the exact-relation ablation for the mu-only baseline (the benchmark check)
+    assert {(run.label, run.variant) for run in spec.runs() if run.variant == "exact"} == {("pcme_mu_only", "exact")}
+    # the PCME recipes also run the sweep cells: 3x the learning rate, 2x the budget
+    swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source_")}
+    assert swept == {(label, cell) for label in ("pcme", "pcme_small_init") for cell in ("source_lr3", "source_long")}
+    assert len(spec.runs()) == 30
+    for run in spec.runs()[::3]:  # every recipe and variant (3 seeds each)
         config = resolve_config(run.recipe, run.overrides)
-        assert config.train.epochs == 30 and config.data.options["preset"] == "multiplicity"
+        assert config.train.epochs == (30 if run.variant == "source_long" else 15)
+        assert config.data.options["preset"] == "multiplicity_simple"
+        assert config.data.train_relevance == ("exact" if run.variant == "exact" else "source")
+        if run.label in ("pcme", "pcme_small_init", "pcme_mu_only"):
+            assert config.train.lr == (9e-4 if run.variant == "source_lr3" else 3e-4)
         if run.label == "pcme_small_init":
             assert config.model.options["image_head"]["logvar_init"] == -8
             assert config.model.options["caption_head"]["logvar_init"] == -8
-    uncertainty = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "uncertain"))]
-    assert len(uncertainty) == 12 and all(c.signal in ("image", "caption") for c in uncertainty)
+    # every claim has a minimum effect; every uncertainty claim reads a gated head, and those about what
+    # the uncertainty means are judged against the same seed's untrained model in every sweep cell
+    assert all(c.min_effect > 0 for c in spec.claims)
+    uncertainty = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "_strata", "_aurc", "_within"))]
+    assert len(uncertainty) == 18 and all(c.signal in ("image", "caption") for c in uncertainty)
+    nulls = [c for c in uncertainty if c.b is not None and (c.b.metric or "").endswith("_untrained")]
+    assert len(nulls) == 10 and all(c.cells == ("source", "source_lr3", "source_long") for c in nulls)
     ablation = {c.id for c in spec.claims if c.b is not None and c.b.recipe == "pcme_mu_only"}
     assert ablation == {f"{label}-vs-mu-only-{m}-{d}" for label in ("pcme", "pcme_small_init")
-                        for m in ("rp", "pmrp") for d in ("i2t", "t2i")}
+                        for m in ("rp", "pmrp") for d in ("i2t", "t2i")} | {
+        f"{label}-abstention-{d}-vs-margin" for label in ("pcme", "pcme_small_init") for d in ("i2t", "t2i")}
+
+
+def test_shipped_uncertainty_study_judges_each_claim_once_on_complete_results() -> None:
+    """Fake results with every column the claims read: each claim is judged exactly once (the study
+    evaluates one relevance mode), none is refused, and the swept claims carry their three cells."""
+    import random
+
+    from pcmr.study.claims import judge_claims
+
+    spec = load_study(find_study("uncertainty"))
+    metrics = {c.metric for c in spec.claims} | {s.metric for c in spec.claims for s in (c.a, c.b)
+                                                if s is not None and s.metric}
+    metrics |= {f"{side}_uncertainty_agreement" for side in ("image", "caption")}
+    rng = random.Random(0)
+    rows = []
+    for run in spec.runs():
+        for similarity in ("match_prob", "cosine", "csd", "wasserstein"):
+            rows.append({"run": run.name, "recipe": run.label, "variant": run.variant, "seed": run.seed,
+                         "similarity": similarity, "rerank": "nns", "relevance": "exact",
+                         **{m: rng.uniform(0, 1) for m in metrics}})
+    judgements, errors = judge_claims(spec.claims, rows)
+    assert errors == {}
+    assert sorted(j.claim.id for j in judgements) == sorted(c.id for c in spec.claims)
+    for judgement in judgements:
+        assert len(judgement.cells) == len(judgement.claim.cells)

@@ -20,8 +20,7 @@ def _recipe():
 
 
 def _model(config):
-    options = {k: v for k, v in config.model.items() if k != "name"}
-    return create_model(config.model["name"], vocab_size=20, **options).double().eval()
+    return create_model(config.model.name, vocab_size=20, **config.model.options).double().eval()
 
 
 def test_pcmepp_variance_heads_output_the_log_variance():
@@ -54,7 +53,7 @@ def test_pcmepp_loss_is_the_released_configuration():
     """The recipe's loss has the release's values, pseudo-positives and label smoothing included
     (the 'released' fixture run: configs/pcmepp.yaml as it is)."""
     released = PCMEPP_INFO["runs"]["released"]
-    loss = create_loss("pcme_csd", **{k: v for k, v in _recipe().loss.items() if k != "name"}).config
+    loss = create_loss("pcme_csd", **_recipe().loss.options).config
     assert (loss.init_a, loss.init_b, loss.lambda_kl, loss.lambda_pseudo, loss.label_smoothing) == (
         released["init_negative_scale"], released["init_shift"], released["vib_beta"], released["smoothness_alpha"],
         released["label_smoothing"])

@@ -93,16 +93,23 @@ def test_recipe_states_its_papers_augmentation(recipe):
         assert (options["erase_ratio"], options["word_dropout"]) == (0.0, 0.0)
 
 
+PCME_RELEASE_TRAINING = {"train.warmup_schedule": "cosine", "train.finetune_lr_factor": 1.0,
+                         "train.restart_optimizer": True, "train.schedule_every": "epoch",
+                         "train.grad_clip_scope": "model"}
+
 #: the optimisation each recipe states, from its paper or release (docs/losses.md, "Recipes against
 #: their papers and releases"); a recipe's values must match one setting, never a mix
 RELEASE_SETTINGS = {
     # PCME's CUB setting (App. C.2; naver-ai/pcme config/cub/pcme_cub.yaml): AdamP, lr 1e-4, weight
     # decay 0, lambda_KL 1e-3, lambda_unif 10, a = b = 5 in the release's sigmoid(2x), 10 here
+    # and its two phases (train_cub.py: a cosine per phase stepped per epoch, a fresh AdamP for the
+    # fine-tune at lr x finetune_lr_decay = 1), clipping model.parameters() only
     "pcme": {"train.optimizer": "adamp", "train.lr": 1e-4, "train.weight_decay": 0.0, "train.schedule": "cosine",
              "train.grad_clip": 2.0, "loss.lambda_kl": 1e-3, "loss.lambda_unif": 10.0, "loss.init_a": 10.0,
-             "loss.init_b": 10.0, "loss.num_samples": 7},
+             "loss.init_b": 10.0, "loss.num_samples": 7, **PCME_RELEASE_TRAINING},
     "pcme_mu_only": {"train.optimizer": "adamp", "train.lr": 1e-4, "train.weight_decay": 0.0,
-                     "train.schedule": "cosine", "loss.lambda_unif": 10.0, "loss.init_a": 10.0, "loss.init_b": 10.0},
+                     "train.schedule": "cosine", "loss.lambda_unif": 10.0, "loss.init_a": 10.0, "loss.init_b": 10.0,
+                     **PCME_RELEASE_TRAINING},
     # naver-ai/pcmepp configs/pcmepp.yaml: AdamP, lr 5e-4, wd 1e-4, x 0.1 after epoch 15 of 25, clip 2
     "pcmepp_csd": {"train.optimizer": "adamp", "train.lr": 5e-4, "train.weight_decay": 1e-4, "train.epochs": 25,
                    "train.schedule": "step", "train.step_period": 15, "train.step_gamma": 0.1, "train.grad_clip": 2.0,

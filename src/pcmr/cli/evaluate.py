@@ -23,12 +23,12 @@ from pcmr.hub import load
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.progress import phase
 from pcmr.search.presentation import collapsed_recall_warning
-from pcmr.similarity import get_similarity, list_similarities
+from pcmr.similarity import check_similarity_option_values, get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
 from pcmr.train.evaluation import evaluate_run
 from pcmr.train.loading import load_split, run_config
 
-__all__ = ["add_parser", "run", "parse_names", "check_option_owners", "prepare_out"]
+__all__ = ["add_parser", "run", "parse_names", "check_option_owners", "check_option_values", "prepare_out"]
 
 
 def parse_names(values: list[str] | None) -> list[str] | None:
@@ -73,6 +73,23 @@ def check_option_owners(items: list[tuple[str, str, Any]], similarities: list[st
         if option not in accepted:
             raise ValueError(f"{flag}: {kind} '{owner}' has no option '{option}'{did_you_mean(option, accepted)}; "
                              f"expected one of: {name_list(accepted)}")
+
+
+def check_option_values(items: list[tuple[str, str, Any]], similarity_options: dict[str, dict[str, Any]],
+                        rerank_options: dict[str, dict[str, Any]]) -> None:
+    """Each given ``--option`` value must be one its owner accepts (e.g. ``is.beta`` a number > 0,
+    ``match_prob.a`` a number > 0): checked before any data is loaded or encoded; ValueError naming the
+    flag and what is expected."""
+
+    for owner, option, value in items:
+        flag = f"--option {owner}.{option}={value}"
+        try:
+            if owner in rerank_options:
+                get_reranker(owner, **rerank_options[owner])
+            else:
+                check_similarity_option_values(owner, similarity_options.get(owner, {}))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{flag}: {err}") from None
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
@@ -195,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
     for owner, option, value in given:
         target = model.similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
+    check_option_values(given, model.similarity_options, rerank_options)  # before loading data or encoding
     split = load_split(args.data, split_name, config, args.data_name)
     if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
         raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
@@ -221,4 +239,7 @@ def run(args: argparse.Namespace) -> int:
     collapsed = collapsed_recall_warning(result.rows)
     if collapsed:
         print(f"warning: {collapsed}", file=sys.stderr)
+    for similarity, text in dict.fromkeys((row.get("similarity"), row["warning"]) for row in result.rows
+                                          if row.get("warning")):
+        print(f"warning: {similarity}: {text}", file=sys.stderr)
     return 0

@@ -23,10 +23,12 @@ from pcmr.data.text import PAD_ID, Vocabulary
 from pcmr.relevance import Relevance
 
 __all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "ImageDataset", "CaptionDataset",
-           "collate_images", "collate_captions", "SAMPLERS", "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE",
+           "collate_images", "collate_captions", "SAMPLERS", "IMAGE_AUGMENTS", "caption_classes", "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE",
            "TRAIN_BATCH_SIZE"]
 
-SAMPLERS = ("captions", "one_per_image")
+SAMPLERS = ("captions", "one_per_image", "one_per_class")
+#: training-time image transforms of :class:`PairDataset` (``image_augment``)
+IMAGE_AUGMENTS = ("none", "random_resized_crop")
 
 #: items per batch when encoding images or captions (evaluation, validation, figures, search indexes)
 ENCODE_BATCH_SIZE = 256
@@ -60,16 +62,24 @@ class PairDataset(Dataset):
     (:func:`pcmr.data.augment.random_erase`); either form applies to an item with probability
     ``erase_prob``, and ``erase_ratio=0`` switches Cutout off whatever the other two options.
     ``word_dropout_rule``: ``"delete"`` or ``"unk_then_delete"`` (the PCME release's,
-    :func:`pcmr.data.augment.drop_words`)."""
+    :func:`pcmr.data.augment.drop_words`). ``image_augment``: ``"none"`` or ``"random_resized_crop"``
+    (before Cutout, pixel images only: the PCME release's COCO training transform, a random resized
+    crop and a random horizontal flip; :meth:`pcmr.data.images.ImageSource.load_random_resized_crop`)."""
 
     def __init__(self, split: RetrievalSplit, vocab: Vocabulary, *, augment: bool = True,
                  erase_ratio: float | Sequence[float] = 0.0, erase_prob: float = 1.0,
                  erase_aspect: float | None = None, word_dropout: float = 0.0, word_dropout_rule: str = "delete",
-                 num_views: int = 0) -> None:
+                 num_views: int = 0, image_augment: str = "none") -> None:
         if not isinstance(vocab, Vocabulary):
             raise TypeError(f"vocab must be a pcmr.data.Vocabulary, got {type(vocab).__name__}")
         if num_views < 0:
             raise ValueError(f"num_views={num_views} must be >= 0")
+        if image_augment not in IMAGE_AUGMENTS:
+            raise ValueError(f"image_augment={image_augment!r} is not one of {IMAGE_AUGMENTS}")
+        if image_augment != "none" and split.images.kind != "pixels":
+            raise ValueError(f"image_augment={image_augment!r} needs pixel images; split {split.name}/{split.split} "
+                             "holds precomputed features (use image_augment: none)")
+        self.image_augment = image_augment
         self.erase_range = _erase_range(erase_ratio, erase_aspect)
         for name, value in (("erase_prob", erase_prob), ("word_dropout", word_dropout)):
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
@@ -94,6 +104,11 @@ class PairDataset(Dataset):
             return image.clone()
         return erase_image(image, self.erase_fixed, rng)
 
+    def _image(self, image_index: int, rng: np.random.Generator) -> torch.Tensor:
+        if self.augment and self.image_augment == "random_resized_crop":
+            return self.split.images.load_random_resized_crop(image_index, rng)
+        return self.split.images.load(image_index)
+
     def _drop_words(self, ids: list[int], rng: np.random.Generator) -> list[int]:
         return drop_words(ids, self.word_dropout, rng, self.word_dropout_rule)
 
@@ -101,7 +116,7 @@ class PairDataset(Dataset):
         caption_index, item_seed = key[0], key[1]
         rng = np.random.default_rng(item_seed)
         image_index = int(self.split.caption_image[caption_index])
-        image = self.split.images.load(image_index)
+        image = self._image(image_index, rng)
         ids = self.encoded[caption_index]
         item: dict[str, Any] = {"image_index": image_index, "caption_index": int(caption_index),
                                 "caption_text": self.split.caption_texts[caption_index],
@@ -111,8 +126,12 @@ class PairDataset(Dataset):
             ids = self._drop_words(ids, rng)
         item["image"], item["caption"] = image, ids
         if self.num_views:
-            clean = self.split.images.load(image_index)
-            item["image_views"] = torch.stack([self._cutout(clean, rng) for _ in range(self.num_views)])
+            if self.image_augment == "none":
+                clean = self.split.images.load(image_index)
+                views = [self._cutout(clean, rng) for _ in range(self.num_views)]
+            else:
+                views = [self._cutout(self._image(image_index, rng), rng) for _ in range(self.num_views)]
+            item["image_views"] = torch.stack(views)
             item["caption_views"] = [self._drop_words(self.encoded[caption_index], rng)
                                      for _ in range(self.num_views)]
         return item
@@ -139,11 +158,38 @@ def _erase_range(erase_ratio: object, erase_aspect: object) -> tuple[float, floa
     return float(pair[0]), float(pair[1])
 
 
+def caption_classes(split: RetrievalSplit) -> np.ndarray:
+    """The class of each caption, int ``[N_cap]``: its source image's label row (``split.image_labels``), one
+    class per distinct row (CUB: the bird species; shapes: the set of (colour, shape) in the scene).
+
+    Raises:
+        ValueError: the split has no labels, or an image has an empty label row.
+    """
+    labels = split.image_labels
+    if labels is None:
+        raise ValueError(f"sampler 'one_per_class' needs class labels; split {split.name}/{split.split} has none "
+                         "(split.image_labels is None)")
+    rows = labels.numpy()
+    empty = int((~rows.any(axis=1)).sum())
+    if empty:
+        raise ValueError(f"sampler 'one_per_class': {empty} images of split {split.name}/{split.split} have no label "
+                         "(an all-False row of split.image_labels); every image needs a class")
+    _, image_class = np.unique(rows, axis=0, return_inverse=True)
+    return np.asarray(image_class, dtype=np.int64).reshape(-1)[split.caption_image]
+
+
 class PairBatchSampler(Sampler):
     """Batches of ``(caption_index, item_seed)``; a new permutation each epoch, from ``seed``.
 
     ``mode="captions"``: all captions, shuffled. ``mode="one_per_image"``: all images
     that have captions, shuffled, each with one random caption of its own.
+    ``mode="one_per_class"``: the PCME release's ``CUBSampler``: batch ``b`` holds the ``b``-th caption
+    of a permutation of all captions (its "anchor") and one caption drawn uniformly from each of
+    ``batch_size - 1`` other classes (:func:`caption_classes`; all other classes when ``batch_size``
+    is the number of classes, as the release's CUB batches of 150 or 100; else a uniform choice of
+    them), in random order: no two pairs of a batch share a class. An epoch has
+    ``N_cap // batch_size`` batches (the release's ``len``; its generator goes on for two more
+    before its end check, which raises ``RuntimeError`` under Python >= 3.7).
 
     Several processes (``num_replicas > 1``): ``batch_size`` is the global batch. Every
     process draws the same global batches (from ``[seed, epoch]``) and yields its own
@@ -174,7 +220,29 @@ class PairBatchSampler(Sampler):
         self.num_captions = split.num_captions
         self.caption_image = np.asarray(split.caption_image, dtype=np.int64)
         self.source_captions = [np.asarray(c, dtype=np.int64) for c in split.source_captions if len(c)]
+        if mode == "one_per_class":
+            self.caption_class = caption_classes(split)
+            order = np.argsort(self.caption_class, kind="stable")  # captions grouped by class
+            sizes = np.bincount(self.caption_class)
+            if batch_size > len(sizes):
+                raise ValueError(f"batch_size={batch_size} exceeds the {len(sizes)} classes of split "
+                                 f"{split.name}/{split.split}: sampler one_per_class puts one pair per class in a "
+                                 f"batch (the PCME release's CUB batch is the number of classes)")
+            self.class_members, self.class_sizes = order, sizes
+            self.class_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         self.epoch = 0
+
+    def _class_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """One epoch of ``one_per_class`` batches (caption indices)."""
+        count = len(self.class_sizes)
+        batches = []
+        for anchor in rng.permutation(self.num_captions)[: len(self)]:
+            others = np.delete(np.arange(count), self.caption_class[anchor])
+            if self.batch_size < count:
+                others = rng.choice(others, size=self.batch_size - 1, replace=False)
+            picks = self.class_members[self.class_starts[others] + rng.integers(0, self.class_sizes[others])]
+            batches.append(rng.permutation(np.concatenate([[anchor], picks])))
+        return batches
 
     def _epoch_items(self, rng: np.random.Generator) -> np.ndarray:
         if self.mode == "captions":
@@ -184,13 +252,18 @@ class PairBatchSampler(Sampler):
                         dtype=np.int64)
 
     def __len__(self) -> int:
+        if self.mode == "one_per_class":
+            return self.num_captions // self.batch_size
         count = self.num_captions if self.mode == "captions" else len(self.source_captions)
         return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]] | list[tuple[int, int, bool]]]:
         rng = np.random.default_rng([self.seed, self.epoch])
         self.epoch += 1
-        items = self._epoch_items(rng)
+        if self.mode == "one_per_class":
+            items = np.concatenate(self._class_batches(rng)) if len(self) else np.zeros(0, dtype=np.int64)
+        else:
+            items = self._epoch_items(rng)
         seeds = rng.integers(0, 2**63 - 1, size=len(items))
         shard = self.batch_size // self.num_replicas
         for start in range(0, len(self), 1):
@@ -309,6 +382,7 @@ def train_loader(
     word_dropout: float = 0.0,
     word_dropout_rule: str = "delete",
     num_views: int = 0,
+    image_augment: str = "none",
     drop_last: bool = True,
     seed: int = 0,
     num_workers: int = 0,
@@ -319,7 +393,10 @@ def train_loader(
 
     ``sampler="captions"``: every caption once per epoch with its source image
     (repeated images are merged, so ``B_img <= B_cap``); ``"one_per_image"``: every
-    image once per epoch with one random caption of its own (``B_img == B_cap``).
+    image once per epoch with one random caption of its own (``B_img == B_cap``);
+    ``"one_per_class"``: one pair per class in a batch, as the PCME release's CUB batches
+    (labelled data; see ``PairBatchSampler``). ``image_augment="random_resized_crop"``: the PCME
+    release's COCO training crop and flip (``PairDataset``).
     ``augment`` applies cutout (``erase_ratio``, ``erase_prob``, ``erase_aspect``) and word dropout
     (``word_dropout``, ``word_dropout_rule``), both off by default: a recipe states its paper's
     augmentation (the options are those of ``PairDataset``; PCME release: ``erase_prob=0.2``,
@@ -333,7 +410,7 @@ def train_loader(
     """
     dataset = PairDataset(split, vocab, augment=augment, erase_ratio=erase_ratio, erase_prob=erase_prob,
                           erase_aspect=erase_aspect, word_dropout=word_dropout,
-                          word_dropout_rule=word_dropout_rule, num_views=num_views)
+                          word_dropout_rule=word_dropout_rule, num_views=num_views, image_augment=image_augment)
     batches = PairBatchSampler(split, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed,
                                num_replicas=num_replicas, rank=rank)
     return DataLoader(dataset, batch_sampler=batches, collate_fn=TrainCollate(split.relevance),

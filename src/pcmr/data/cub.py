@@ -85,11 +85,17 @@ def load_cub(
     split: str = "train",
     *,
     image_size: int = 224,
+    image_resize: str = "square",
+    resize_size: int | None = None,
     class_split_dir: str | os.PathLike | None = None,
     check_images: bool = True,
     on_error: str = "raise",
 ) -> RetrievalSplit:
-    """One class split of CUB Captions (see module docstring for the layout)."""
+    """One class split of CUB Captions (see module docstring for the layout).
+
+    ``image_size``, ``image_resize``, ``resize_size``: how an image file becomes the square model input
+    (``pcmr.data.images.FileImages``; the PCME release: ``center_crop``, 256 then 224).
+    """
     check_on_error(on_error)
     root = Path(root)
     require_dir(root, "a folder holding CUB_200_2011/ and text_c10/")
@@ -188,7 +194,8 @@ def load_cub(
     warn_skipped(f"cub {split}", skipped)
     require_nonempty(len(paths), len(texts), path=images_file, split=split, skipped=len(skipped))
     return RetrievalSplit(
-        name="cub", split=split, images=FileImages(paths, image_size, keys=keys), caption_texts=texts,
+        name="cub", split=split, images=FileImages(paths, image_size, keys=keys, image_resize=image_resize,
+                              resize_size=resize_size), caption_texts=texts,
         caption_image=caption_image_arr,
         relevance=Relevance.from_classes(image_class_arr, image_class_arr[caption_image_arr]),
         image_ids=image_ids, caption_ids=caption_ids, image_labels=one_hot,

@@ -110,6 +110,8 @@ def load_karpathy(
     image_root: str | os.PathLike | None = None,
     dataset: str | None = None,
     image_size: int = 224,
+    image_resize: str = "square",
+    resize_size: int | None = None,
     include_restval: bool = True,
     coco_captions: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     instances: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
@@ -123,7 +125,10 @@ def load_karpathy(
         split: ``train`` (with ``restval`` when ``include_restval``), ``restval``, ``val`` or ``test``.
         json_path, image_root: override the file / image folder found from ``root``.
         dataset: ``"coco"`` or ``"flickr30k"`` (picks the JSON name; the name inside the JSON otherwise).
-        image_size: side of the square resized images.
+        image_size: side of the square model input.
+        image_resize, resize_size: how a file becomes that square (``pcmr.data.images.FileImages``):
+            ``"square"`` (resize the whole image) or ``"center_crop"`` (shorter side to ``resize_size``,
+            default 256 for 224, then the central square: the PCME release's evaluation transform).
         coco_captions: COCO captions JSON(s) mapping sentences to caption annotation ids.
         instances: COCO instances JSON(s) giving PMRP class labels.
         check_images: verify at load time that every image file exists.
@@ -236,7 +241,8 @@ def load_karpathy(
     warn_skipped(f"{name} {split}", skipped)
     return RetrievalSplit(
         name=name, split="train+restval" if wanted == {"train", "restval"} else split,
-        images=FileImages(image_paths, image_size, keys=image_keys), caption_texts=texts,
+        images=FileImages(image_paths, image_size, keys=image_keys, image_resize=image_resize,
+                              resize_size=resize_size), caption_texts=texts,
         caption_image=np.asarray(caption_image, dtype=np.int64), image_ids=image_ids, caption_ids=caption_ids,
         image_labels=labels, label_names=label_names, skipped=skipped,
         info={"json": str(path), "image_root": str(images_dir), "caption_id_kind": id_kind,

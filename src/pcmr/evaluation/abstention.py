@@ -59,7 +59,7 @@ def _direction(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> dict[st
     per_query = per_query_metrics(scores, relevant, precision=True)
     valid = per_query.valid.cpu()
     risk = (1.0 - per_query.r_precision.double().cpu())[valid]
-    hits = (per_query.ranks.cpu()[valid] == 1).double()
+    hits = per_query.hit_probability(1).cpu()[valid]  # expected over the orders of tied scores
     sigma = uncertainty.detach().double().cpu()[valid]
     margin = -top1_margin(scores).detach().double().cpu()[valid]  # small margin = uncertain
     multiplicity = relevant.sum(1).double().cpu()[valid]  # the oracle: more relevant items = more ambiguous

@@ -27,6 +27,7 @@ from torch import Tensor
 from pcmr.evaluation.abstention import abstention_columns, abstention_series, pca_ellipse_series
 from pcmr.evaluation.checks import check_finite_embeddings
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number, ordered, pmrp, table_row, tuned_value
+from pcmr.evaluation.degenerate import degenerate_score_warning
 from pcmr.evaluation.figures import (
     decile_series,
     embeddings_2d_series,
@@ -221,6 +222,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             continue
         result.meta["similarity_options"][name] = {k: v for k, v in options.items() if isinstance(v, (int, float))}
         timings = [f"scores {time.perf_counter() - started:.1f} s"]
+        degenerate = degenerate_score_warning(scores, name)  # every row of this score carries it
         val_dirs = None
         if val_scores is not None and val is not None:
             val_relevance = val[2].to(device)
@@ -232,6 +234,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             runs = {d: shared.runs.setdefault((name, rerank, d), {}) for d in DIRECTIONS}
             per_direction = _tuned_directions(base, params, val_dirs, ks, lambda_grid, runs)
             row: dict[str, Any] = {"similarity": name, "rerank": rerank}
+            if degenerate is not None:
+                row["warning"] = degenerate
             if base.tuned_parameter is not None and params.get(base.tuned_parameter) is None:
                 for d, (_, value) in per_direction.items():
                     result.meta["selected_lambda"][f"{name}/{rerank}/{d}"] = value

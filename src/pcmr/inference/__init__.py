@@ -11,8 +11,9 @@
   ``select_lambda`` picks RGM's lambda on validation. A new one: a class + ``register_reweighting`` or
   ``register_matching``.
 
-Tie rule everywhere: descending score, then lower query (row) index, then lower gallery (column) index.
-See docs/inference.md.
+Order of the scans: descending score, then lower query (row) index, then lower gallery (column) index;
+the matchings see queries and gallery in a seeded random order, so ties never follow the storage
+order (``pcmr.inference.matching.TIE_SEED``). See docs/inference.md.
 """
 
 from __future__ import annotations

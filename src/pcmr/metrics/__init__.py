@@ -1,8 +1,9 @@
 """Retrieval evaluation: R@K, ranks, R-Precision, MAP@R, PMRP, CxC/ECCV, COCO 1K/5K, hubness.
 
 Exact, vectorised over blocks of queries, memory-bounded, on the device of the inputs. One
-bidirectional driver (``evaluate_directions``) serves every protocol. Tie rule: among equal scores
-the lower gallery index ranks first (``pcmr.ranking``). Definitions, protocols and differences from
+bidirectional driver (``evaluate_directions``) serves every protocol. Ties: every rank metric is its
+exact expected value over the orders of equal scores (``pcmr.metrics.ties``), so the order in which a
+dataset stores its items never changes a result. Definitions, protocols and differences from
 eccv-caption: docs/metrics.md.
 """
 

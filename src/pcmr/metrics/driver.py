@@ -80,9 +80,9 @@ def recall_from_lists(reranker: RerankerLike, rescored: Tensor, relevant: Releva
                       ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
     """``{"R@K": percent}`` of one direction from a re-ranker's ranked lists of ``rescored [Q, G]``.
 
-    Without a matching one ranking with the largest K serves every K; a matching runs once per K
-    (its lists for ``k = K`` are not a prefix of a longer run). ``relevant``: bool ``[Q, G]``, Q index
-    lists or a ``SparseRelevance``.
+    Without a matching R@K is computed on the re-scored matrix itself (expected over the orders of tied
+    scores, as every rank metric); a matching runs once per K (its lists for ``k = K`` are not a prefix
+    of a longer run). ``relevant``: bool ``[Q, G]``, Q index lists or a ``SparseRelevance``.
     """
     ks = tuple(ks)
     if not ks:
@@ -94,8 +94,9 @@ def recall_from_lists(reranker: RerankerLike, rescored: Tensor, relevant: Releva
             raise ValueError(f"each K in ks must be in [1, the number of gallery items G = {rescored.shape[1]}], "
                              f"got {k}")
     if reranker.returns_scores:
-        lists = reranker.topk_rescored(rescored, max(ks))
-        return {f"R@{k}": recall_at_k_from_topk(lists, relevant, k=k) for k in ks}
+        rel = as_sparse(relevant, rescored.shape[0], rescored.shape[1], device=rescored.device)
+        per_query = scan(check_scores(rescored), [Target(rel, precision=False)]).per_query[0]
+        return {f"R@{k}": summarize(per_query, ks, precision=False)[f"R@{k}"] for k in ks}
     return {f"R@{k}": recall_at_k_from_topk(reranker.topk_rescored(rescored, k), relevant) for k in ks}
 
 

@@ -5,7 +5,8 @@ at most ``zeta`` positions (Hamming distance). PMRP is the R-Precision under tha
 reported for zeta = 0, 1, 2 and their mean. Hamming distances come from one matmul per block,
 ``|a| + |b| - 2 a.b``; no per-pair object is made, and the relation is never stored whole.
 Unlabelled items (all-zero label vector; COCO: 48 test images) are skipped as queries and are
-never positives in the gallery (they still occupy ranks).
+never positives in the gallery (they still occupy ranks). Tied scores: the expected R-Precision over
+their orders (``pcmr.metrics.ties``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from pcmr.metrics.block_ranks import precision_at_r_block
+from pcmr.metrics.ties import expected_precision_at_r
 from pcmr.ranking.blocks import block_rows, query_blocks, width_blocks
 from pcmr.ranking.checks import check_scores
 from pcmr.ranking.topk import ordered_topk_block
@@ -64,12 +65,21 @@ def _pmrp_direction(scores: Tensor, query_labels: Tensor, gallery_labels: Tensor
     for start, stop in width_blocks(widest[order], rows):  # blocks of similar widths
         query_ids = order[start:stop]
         block = scores.index_select(0, query_ids)  # [b, G]
-        _, top = ordered_topk_block(block, int(widest[query_ids].max()))  # [b, width]
-        near = hamming(query_ids).gather(1, top)  # [b, width]
+        width = min(int(widest[query_ids].max()) + 1, num_gallery)  # one more: a tie across the cut shows
+        values, top = ordered_topk_block(block, width)  # [b, width]
+        distance = hamming(query_ids)  # [b, G]
+        near = distance.gather(1, top)  # [b, width]
         top_labelled = gallery_labelled[top]
+        # rows whose last listed tie group continues beyond the list: the group's totals from the row
+        last_group = (block == values[:, -1:]) if width < num_gallery else None  # [b, G]
+        last_items = None if last_group is None else last_group.sum(1)
         for z, zeta in enumerate(zetas):
             count = counts[z, query_ids]
-            rp, _ = precision_at_r_block((near <= zeta) & top_labelled, count.clamp(min=1))
+            last_positives = None
+            if last_group is not None:
+                last_positives = (last_group & (distance <= zeta) & gallery_labelled).sum(1)
+            rp, _ = expected_precision_at_r(values, (near <= zeta) & top_labelled, count.clamp(min=1),
+                                            last_items, last_positives)
             precision[z, query_ids] = torch.where(count > 0, rp, torch.zeros_like(rp))
     out = {}
     for z, zeta in enumerate(zetas):

@@ -1,16 +1,16 @@
 """Recall@K, ranks of the first positive, R-Precision and MAP@R of one retrieval direction (docs/metrics.md).
 
 Computed over blocks of queries in torch on the device of ``scores`` (see ``pcmr.metrics.scan``):
-no full argsort; the rank of the best positive is counted (items scoring strictly higher plus
-ties with a lower index), and R-Precision / MAP@R only use the ordered top-R of each query.
-Tie rule: equal scores rank by gallery index, lower first.
+no full argsort; the rank of the best positive is counted (items scoring strictly higher, and the
+items tied with it), and R-Precision / MAP@R only use the ordered top-R of each query. Ties: every
+metric is its expected value over the orders of equal scores (``pcmr.metrics.ties``), so the order
+in which a dataset stores its items never changes a result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse, check_scores
@@ -38,8 +38,9 @@ def summarize(per_query: PerQueryMetrics, ks: Sequence[int] = DEFAULT_KS, *,
     """Average per-query results into a metrics dict (R@K, R-Precision and MAP@R in percent).
 
     Queries with no positive are skipped and counted in ``num_skipped``. A query whose positives
-    all lie outside the gallery counts as a miss (rank infinity). Median and mean rank are given
-    only when the ranks are exact (``per_query.rank_limit is None``).
+    all lie outside the gallery counts as a miss (rank infinity). R@K is the expected hit over the
+    orders of tied scores; median and mean rank are those of the expected first-positive ranks and
+    are given only when the ranks are exact (``per_query.rank_limit is None``).
     """
     limit = per_query.rank_limit
     if limit is not None and max(ks) > limit:
@@ -47,12 +48,11 @@ def summarize(per_query: PerQueryMetrics, ks: Sequence[int] = DEFAULT_KS, *,
     valid = per_query.valid
     num_valid = int(valid.sum())
     nan = float("nan")
-    rank = per_query.ranks[valid].to(torch.float64)
-    rank = torch.where(rank > 0, rank, torch.full_like(rank, float("inf")))
     out: dict[str, float] = {}
     for k in ks:
-        out[f"R@{k}"] = 100.0 * float((rank <= k).to(torch.float64).mean()) if num_valid else nan
+        out[f"R@{k}"] = 100.0 * float(per_query.hit_probability(k)[valid].mean()) if num_valid else nan
     if limit is None:
+        rank = per_query.expected_ranks()[valid]
         out["median_rank"] = _median(rank) if num_valid else nan
         out["mean_rank"] = float(rank.mean()) if num_valid else nan
     if precision:
@@ -94,8 +94,8 @@ def retrieval_metrics(
 
     Returns a dict with ``"R@k"`` for each k (percent), ``"median_rank"`` and ``"mean_rank"``
     (1-based rank of the best-ranked positive), ``"r_precision"`` and ``"map_at_r"`` (percent) and
-    ``"num_skipped"`` (queries without a positive, left out of every average). Ties: lower
-    gallery index first.
+    ``"num_skipped"`` (queries without a positive, left out of every average). Ties: expected values
+    over the orders of equal scores.
     """
     ks = check_ks(ks)
     return summarize(per_query_metrics(scores, relevant, block_size=block_size), ks)
@@ -103,5 +103,7 @@ def retrieval_metrics(
 
 def first_positive_ranks(scores: Tensor, relevant: RelevanceInput | SparseRelevance, *,
                          block_size: int | None = None) -> Tensor:
-    """1-based rank of each query's best-ranked positive, LongTensor ``[Q]`` (0: no positive)."""
+    """1-based rank of each query's best positive counting the items that score strictly higher,
+    LongTensor ``[Q]`` (0: no positive); without ties it is the rank. With ties the rank is a random
+    variable: ``per_query_metrics(...).expected_ranks()`` gives its expectation."""
     return per_query_metrics(scores, relevant, precision=False, block_size=block_size).ranks

@@ -39,7 +39,7 @@ def recall_by_uncertainty(
     if int(valid.sum()) < num_bins:
         raise ValueError(f"{int(valid.sum())} queries with a positive cannot fill {num_bins} bins")
     values = uncertainty.to(device=scores.device, dtype=torch.float64)[valid]
-    hits = ((per_query.ranks[valid] >= 1) & (per_query.ranks[valid] <= k)).to(torch.float64)
+    hits = per_query.hit_probability(k)[valid]  # expected over the orders of tied scores
     order = torch.sort(values, stable=True).indices
     report = Report(title=f"R@{k} by uncertainty bin")
     for b, chunk in enumerate(torch.tensor_split(order, num_bins), start=1):

@@ -4,8 +4,9 @@
   scores once, in increasing gallery index, and keeps the ordered top ``width`` items under the tie
   rule (an item enters a full list only if it beats the last entry *strictly*, since an equal score
   has a higher index, and is inserted after every entry with a score ``>=`` its own) and, for each
-  exact-rank target t, the number of items ranked before the best positive,
-  ``#{s > s*_t} + #{s == s*_t, index < index*_t}`` (rank = count + 1). ``scan_rows`` reads queries
+  exact-rank target t, the number of items scoring strictly above the best positive, ``#{s > s*_t}``,
+  and the number scoring exactly ``s*_t`` (the tie group of the best positive; the metrics take the
+  expectation over its orders, ``pcmr.metrics.ties``). ``scan_rows`` reads queries
   as rows of ``S``; ``scan_cols`` as columns of ``S`` (text->image on ``S.T`` without a transposed
   copy: it walks the rows of ``S`` and updates a chunk of columns at a time).
 - ``contains``: membership of top-list items in sorted CSR positives (binary search).
@@ -45,20 +46,20 @@ def _insert(top_val, top_idx, j, last, value, index):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def scan_rows(S, query_ids, thr, best_idx, top_val, top_idx, counts):
+def scan_rows(S, query_ids, thr, top_val, top_idx, above, equal):
     width = top_idx.shape[1]
     num_gallery = S.shape[1]
     for j in prange(query_ids.shape[0]):
         row = S[query_ids[j]]
-        for t in range(thr.shape[1]):  # before the best positive ties count too (lower index first)
+        for t in range(thr.shape[1]):
             threshold = thr[j, t]
-            split = min(max(best_idx[j, t], 0), num_gallery)
-            count = 0
-            for g in range(split):
-                count += row[g] >= threshold
-            for g in range(split, num_gallery):
-                count += row[g] > threshold
-            counts[j, t] = count
+            higher = 0
+            same = 0
+            for g in range(num_gallery):
+                higher += row[g] > threshold
+                same += row[g] == threshold
+            above[j, t] = higher
+            equal[j, t] = same
         if width == 0:
             continue
         for g in range(width):
@@ -71,7 +72,7 @@ def scan_rows(S, query_ids, thr, best_idx, top_val, top_idx, counts):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def scan_cols(S, thr, best_idx, top_val, top_idx, counts, chunk):
+def scan_cols(S, thr, top_val, top_idx, above, equal, chunk):
     width = top_idx.shape[1]
     num_queries = S.shape[1]
     num_targets = thr.shape[1]
@@ -81,15 +82,16 @@ def scan_cols(S, thr, best_idx, top_val, top_idx, counts, chunk):
         hi = min(lo + chunk, num_queries)
         size = hi - lo
         threshold = np.ascontiguousarray(thr[lo:hi].T)  # [T, size]
-        best = np.ascontiguousarray(best_idx[lo:hi].T)
         count = np.zeros((num_targets, size), dtype=np.int64)
+        same = np.zeros((num_targets, size), dtype=np.int64)
         last = np.empty(size, dtype=S.dtype)
         for g in range(S.shape[0]):
             row = S[g, lo:hi]
             for t in range(num_targets):
-                above, at, total = threshold[t], best[t], count[t]
-                for j in range(size):  # vectorised: ties count before the best positive's index
-                    total[j] += (row[j] > above[j]) | ((row[j] == above[j]) & (g < at[j]))
+                level, higher, tied = threshold[t], count[t], same[t]
+                for j in range(size):  # vectorised
+                    higher[j] += row[j] > level[j]
+                    tied[j] += row[j] == level[j]
             if g < width:
                 for j in range(size):
                     _insert(top_val, top_idx, lo + j, g, row[j], g)
@@ -99,7 +101,8 @@ def scan_cols(S, thr, best_idx, top_val, top_idx, counts, chunk):
                     if row[j] > last[j]:
                         _insert(top_val, top_idx, lo + j, width - 1, row[j], g)
                         last[j] = top_val[lo + j, width - 1]
-        counts[lo:hi] = count.T
+        above[lo:hi] = count.T
+        equal[lo:hi] = same.T
 
 
 #: The same two loops compiled without ``parallel``, for a process that runs one thread: calling a

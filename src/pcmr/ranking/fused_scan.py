@@ -1,4 +1,4 @@
-"""The fused CPU metrics pass: ordered top list and best-positive rank counts in one read of the scores.
+"""The fused CPU metrics pass: ordered top list and best-positive tie counts in one read of the scores.
 
 Wrappers around the compiled loops of ``pcmr.ranking._numba_kernels`` (see there for what they
 compute), used by ``pcmr.metrics.scan`` when ``usable`` says so. Without numba (or on CUDA, or
@@ -70,25 +70,26 @@ def contains(indptr: Tensor, indices: Tensor, query_ids: Tensor, gallery_ids: Te
     return torch.from_numpy(out)
 
 
-def fused_scan(scores: Tensor, query_ids: Tensor, width: int, thr: Tensor, best_idx: Tensor) -> tuple[Tensor, Tensor]:
-    """Top list and rank counts of the queries ``query_ids [b]`` (rows of ``scores [Q, G]``).
+def fused_scan(scores: Tensor, query_ids: Tensor, width: int, thr: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Top list and tie counts of the queries ``query_ids [b]`` (rows of ``scores [Q, G]``).
 
-    ``thr [b, T]`` best-positive score per exact-rank target (``+inf`` with ``best_idx = -1`` when
-    the query has none), ``best_idx [b, T]`` its gallery index. Returns the ordered top gallery
-    indices ``[b, width]`` and the counts of items ranked before the best positive ``[b, T]``.
+    ``thr [b, T]`` best-positive score per exact-rank target (``+inf`` when the query has none).
+    Returns the ordered top gallery indices ``[b, width]`` and their scores ``[b, width]``, and per
+    target the number of items scoring strictly above ``thr`` and exactly ``thr``, ``[b, T]`` each.
     """
     from pcmr.ranking import _numba_kernels as kernels
 
     scores = scores.detach()
     num = query_ids.numel()
     if num == 0:
-        return torch.zeros(0, width, dtype=torch.long), torch.zeros(0, thr.shape[1], dtype=torch.long)
+        empty = torch.zeros(0, thr.shape[1], dtype=torch.long)
+        return torch.zeros(0, width, dtype=torch.long), scores.new_zeros(0, width), empty, empty.clone()
     ids = query_ids.numpy()
     thr_np = thr.to(scores.dtype).numpy()
-    best_np = best_idx.numpy()
     top_val = np.empty((num, width), dtype=thr_np.dtype)
     top_idx = np.empty((num, width), dtype=np.int64)
-    counts = np.zeros((num, thr_np.shape[1]), dtype=np.int64)
+    above = np.zeros((num, thr_np.shape[1]), dtype=np.int64)
+    equal = np.zeros((num, thr_np.shape[1]), dtype=np.int64)
     loop: Any
     if scores.stride(1) != 1 and scores.stride(0) == 1:  # e.g. S.T: queries are columns of a row-major S
         matrix = scores.T.numpy()  # [G, Q]
@@ -97,10 +98,11 @@ def fused_scan(scores: Tensor, query_ids: Tensor, width: int, thr: Tensor, best_
         with _threads() as threads:
             chunk = min(_MAX_COLUMN_CHUNK, -(-num // threads))
             loop = kernels.scan_cols if threads > 1 else kernels.scan_cols_serial
-            loop(matrix, thr_np, best_np, top_val, top_idx, counts, chunk)
+            loop(matrix, thr_np, top_val, top_idx, above, equal, chunk)
     else:
         matrix = scores.numpy() if scores.stride(1) == 1 else scores.contiguous().numpy()
         with _threads() as threads:
             loop = kernels.scan_rows if threads > 1 else kernels.scan_rows_serial
-            loop(matrix, ids, thr_np, best_np, top_val, top_idx, counts)
-    return torch.from_numpy(top_idx), torch.from_numpy(counts)
+            loop(matrix, ids, thr_np, top_val, top_idx, above, equal)
+    return (torch.from_numpy(top_idx), torch.from_numpy(top_val), torch.from_numpy(above),
+            torch.from_numpy(equal))

@@ -1,4 +1,5 @@
-"""The one top-k of pcmr under the tie rule, used by every metric and every re-ranker.
+"""The one top-k of pcmr under the tie rule, used by the metrics' top lists and every re-ranker
+(the metrics then take expectations over the orders of tied scores, ``pcmr.metrics.ties``).
 
 Tie rule: within a row, gallery items are ordered by score, highest first, and among equal scores
 the lower gallery index ranks first -- the order of a stable descending sort, so

@@ -300,6 +300,9 @@ class Report:
         about += [f"- {line}" for line in self.meta.get("about") or []]
         lines += [*about, ""] if about else []
         lines += self._tables(columns, digits)
+        warnings = list(dict.fromkeys(_row_warning(r) for r in self.rows if r.get("warning")))
+        if warnings:
+            lines += ["Warnings:", ""] + [f"- {w}" for w in warnings] + [""]
         notes = self.meta.get("notes") or []
         if notes:
             lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
@@ -310,12 +313,14 @@ class Report:
         return "\n".join(lines)
 
     def _tables(self, columns: Sequence[str] | None, digits: int) -> list[str]:
+        """The tables of :meth:`to_markdown` (a row's ``warning`` is listed after them, not tabulated)."""
         if not self.rows:
             return ["(no rows)", ""]
         schema = self.schema
         if columns is not None:
             return [format_table(self.rows, columns, digits, schema), ""]
-        present = _columns(self.rows, drop_empty=True, id_columns=schema.id_columns)
+        present = [c for c in _columns(self.rows, drop_empty=True, id_columns=schema.id_columns)
+                   if c != "warning"]  # listed under "Warnings", not in a table
         ids = [c for c in present if c in schema.id_columns]
         metrics = [c for c in present if c not in schema.id_columns]
         recall = [c for c in metrics if schema.group(c) == "recall"]
@@ -407,3 +412,8 @@ def merge_rows(results: Iterable[tuple[str, Report]]) -> list[dict[str, Any]]:
     for name, result in results:
         merged.extend({"model": name, **r} for r in result.rows)
     return merged
+
+
+def _row_warning(row: Mapping[str, Any]) -> str:
+    """A row's warning with the score it concerns (every row of that score carries the same one)."""
+    return f"{row['similarity']}: {row['warning']}" if row.get("similarity") is not None else str(row["warning"])

@@ -21,10 +21,18 @@ from pcmr.similarity import (  # noqa: F401  (registration)
     wasserstein,
 )
 from pcmr.similarity._primitives import safe_sqrt, sampled_pair_distances
-from pcmr.similarity._registry import Similarity, get_similarity, list_similarities, paired, pairwise
+from pcmr.similarity._registry import (
+    Similarity,
+    check_similarity_option_values,
+    get_similarity,
+    list_similarities,
+    paired,
+    pairwise,
+)
 
 __all__ = [
     "Similarity",
+    "check_similarity_option_values",
     "get_similarity",
     "list_similarities",
     "paired",

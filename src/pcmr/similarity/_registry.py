@@ -21,7 +21,8 @@ from pcmr.gaussian import Gaussian
 from pcmr.point_set import PointSet
 from pcmr.suggest import unknown_name
 
-__all__ = ["Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity"]
+__all__ = ["Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity",
+           "check_similarity_option_values"]
 
 # Memory for one block's temporaries when ``block_size`` is not given (bytes).
 DEFAULT_BLOCK_BYTES = 256 * 2**20
@@ -164,6 +165,19 @@ def _resolve(
     resolved = {**spec.options, **options}
     spec.check_options(images, captions, resolved)
     return spec, resolved
+
+
+def check_similarity_option_values(name: str, options: dict[str, Any]) -> None:
+    """Check option values of similarity ``name`` before any embedding exists (e.g. a command line's
+    ``--option match_prob.a=abc``): unknown names and values the score refuses raise ValueError. Options
+    whose check needs the embeddings (given samples) are checked when scoring."""
+    spec = get_similarity(name)
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        raise ValueError(f"{name}: " + unknown_name("option", unknown, sorted(spec.options)))
+    given = {k: v for k, v in options.items() if k not in ("image_samples", "caption_samples")}
+    point = Gaussian(torch.zeros(1, 1), torch.zeros(1, 1))  # stands in for the embeddings
+    spec.check_options(point, point, {**spec.options, **given})
 
 
 def _set_friendly() -> list[str]:

@@ -1,7 +1,11 @@
 """Monte-Carlo scores over ``J`` samples per item (PCME eq.1-3, Table 1).
 
 - ``avg_l2``: ``-(1/(J K)) sum_{j,k} |z1_j - z2_k|``;
-- ``match_prob``: ``(1/(J K)) sum_{j,k} sigmoid(-a |z1_j - z2_k| + b)`` with ``a > 0``.
+- ``match_prob``: ``log((1/(J K)) sum_{j,k} sigmoid(-a |z1_j - z2_k| + b))`` with ``a > 0``: the log of
+  the match probability, computed as a log-sum-exp over log-sigmoids minus ``log(J K)``. The
+  probability itself underflows in float32 once distances are large (``sigmoid(b - a d)`` below
+  ``1e-45`` for ``a d - b > 103``: every score 0 and every ranking a tie); its log never does and ranks
+  the same. ``exp`` of the score is the probability.
 
 PCME's released code evaluates ``sigmoid(2 (-a' d + b'))`` (a two-way softmax over
 ``(l, -l)``); that is this family with ``a = 2 a'`` and ``b = 2 b'``. The defaults
@@ -16,8 +20,8 @@ their mean.
 Pairwise blocks: the squared distances of all ``J x K`` sample pairs of a tile of
 images x captions come from ONE matrix product of augmented samples
 ``[z, |z|^2, 1] . [-2 a^2 z', a^2, a^2 |z'|^2]`` (the norms and ``a^2`` ride inside the
-product), followed by in-place square root, ``b - .``, sigmoid and a sum over the
-``J x K`` pairs, on tiles of a few MiB reused across the block.
+product), followed by in-place square root, ``b - .``, sigmoid (log-sigmoid for ``match_prob``) and a sum
+(log-sum-exp) over the ``J x K`` pairs, on tiles of a few MiB reused across the block.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
@@ -147,6 +152,16 @@ class _Sampled(Similarity):
         """Differentiable per-pair score of distances ``d``."""
 
     sign = 1.0  # multiplies the mean of the per-pair values (avg_l2: -1)
+    #: True when the per-pair values are logs and the score is the log of their mean (a log-sum-exp
+    #: over the J x K pairs minus log(J K)) instead of their mean.
+    log_mean = False
+
+    def _reduce(self, values: Tensor, dims: tuple[int, ...]) -> Tensor:
+        """The score from per-pair values over the sample axes ``dims`` (differentiable paths)."""
+        if self.log_mean:
+            count = math.prod(values.shape[d] for d in dims)
+            return self.sign * (torch.logsumexp(values, dim=dims) - math.log(count))
+        return self.sign * values.mean(dim=dims)
 
     def row_bytes(self, images: Gaussian, captions: Gaussian, options: dict[str, Any], grad: bool) -> int:
         if not grad:  # the no-grad path works in fixed-size tiles, whatever the block size
@@ -199,7 +214,7 @@ class _Sampled(Similarity):
             x, y = z1.reshape(n * j, dim), state.caption_samples.reshape(m * k, dim)
             sq = x.square().sum(1, keepdim=True) + y.square().sum(1) - 2.0 * (x @ y.T)  # [n*J, N_cap*K]
             values = self.transform(safe_sqrt(sq), state.a, state.b)
-            return self.sign * values.view(n, j, m, k).mean(dim=(1, 3))  # [n, N_cap]
+            return self._reduce(values.view(n, j, m, k), (1, 3))  # [n, N_cap]
         floor = DEFAULT_SQRT_EPS * float(state.a) ** 2
         b = out.new_tensor(float(state.b))
         buf = out.new_empty(state.tile_rows * j * k * min(m, TILE_CAPTIONS))
@@ -212,7 +227,15 @@ class _Sampled(Similarity):
                 tile.clamp_min_(floor).sqrt_()  # a d
                 self.transform_(tile, b)
                 dest = out[r0 - rows.start: r1 - rows.start, c0:c1]
-                torch.sum(tile.view(r1 - r0, j * k, c1 - c0), dim=1, out=dest)
+                pairs = tile.view(r1 - r0, j * k, c1 - c0)
+                if self.log_mean:  # log-sum-exp in place: max, exp of the shifted values, sum, log
+                    top = pairs.amax(dim=1, keepdim=True)  # [nt, 1, mt]
+                    torch.sum(pairs.sub_(top).exp_(), dim=1, out=dest)
+                    dest.log_().add_(top.squeeze(1))
+                else:
+                    torch.sum(pairs, dim=1, out=dest)
+        if self.log_mean:
+            return out.sub_(math.log(j * k)).mul_(self.sign)
         return out.mul_(self.sign / (j * k))
 
     def paired(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> Tensor:
@@ -222,7 +245,7 @@ class _Sampled(Similarity):
         z1, z2 = z1 - centre, z2 - centre
         sq = z1.square().sum(2, keepdim=True) + z2.square().sum(2).unsqueeze(1) - 2.0 * torch.bmm(z1, z2.transpose(1, 2))
         a, b = self.scale(options)
-        return self.sign * self.transform(safe_sqrt(sq), a, b).mean(dim=(1, 2))  # [N]
+        return self._reduce(self.transform(safe_sqrt(sq), a, b), (1, 2))  # [N]
 
 
 @register
@@ -243,7 +266,8 @@ class AverageL2(_Sampled):
 
 @register
 class MatchProbability(_Sampled):
-    """``(1/(J K)) sum_{j,k} sigmoid(-a |z1_j - z2_k| + b)`` (PCME eq.2-3).
+    """``log((1/(J K)) sum_{j,k} sigmoid(-a |z1_j - z2_k| + b))``, the log of PCME's match probability
+    (PCME eq.2-3), as ``logsumexp_{j,k} logsigmoid(b - a d_jk) - log(J K)`` so that it never underflows.
 
     PCME's release computes ``sigmoid(2(-a' d + b'))``: pass ``a = 2 a'``, ``b = 2 b'``.
     """
@@ -252,6 +276,7 @@ class MatchProbability(_Sampled):
     ann_score = "csd"  # a decreasing function of the sample distances: ranked like their expected square
     reference = "PCME eq.2-3 (match probability)"
     options: dict[str, Any] = {**_Sampled.options, "a": 30.0, "b": 30.0}
+    log_mean = True
     learned_options = ("a", "b")  # learned by the match-probability loss (pcmr.losses.match_scale)
 
     def check_options(self, images: Gaussian, captions: Gaussian, options: dict[str, Any]) -> None:
@@ -263,7 +288,8 @@ class MatchProbability(_Sampled):
         return options["a"], options["b"]
 
     def transform_(self, scaled_distances: Tensor, b: Tensor) -> None:
-        torch.sub(b, scaled_distances, out=scaled_distances).sigmoid_()
+        torch.sub(b, scaled_distances, out=scaled_distances)
+        F.logsigmoid(scaled_distances, out=scaled_distances)  # type: ignore[call-arg]  # out= is accepted
 
     def transform(self, distances: Tensor, a: float | Tensor, b: float | Tensor) -> Tensor:
-        return torch.sigmoid(b - a * distances)
+        return F.logsigmoid(b - a * distances)

@@ -26,6 +26,7 @@ from pcmr.evaluation.figures import corruption_series
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.hub import Model, load
 from pcmr.inference import NO_RERANKING, get_reranker
+from pcmr.metrics.query_blind import query_blind_r_precision
 from pcmr.metrics.signal import uncertainty_signal
 from pcmr.models import create_model
 from pcmr.similarity import get_similarity
@@ -264,6 +265,21 @@ class _AnalysisColumns:
         return columns
 
 
+class _QueryBlindColumns:
+    """Per relevance mode, the R-Precision of the query-blind ranking of the evaluated split
+    (``pcmr.metrics.query_blind``; both directions), the baseline of the study's benchmark check."""
+
+    def __init__(self) -> None:
+        self._modes: dict[str, dict[str, float | None]] = {}
+
+    def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
+        if mode not in self._modes:
+            relevant = evaluation.relevance[mode]  # [N_img, N_cap]
+            self._modes[mode] = {"i2t_query_blind_r_precision": _finite(query_blind_r_precision(relevant)),
+                                 "t2i_query_blind_r_precision": _finite(query_blind_r_precision(relevant.T))}
+        return dict(self._modes[mode])
+
+
 def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: Sequence[str] | None,
                  relevance_modes: Sequence[str], analysis: AnalysisOptions) -> list[dict[str, Any]]:
     """Evaluate the selected model of ``run_dir`` on its test split under each relevance mode, with
@@ -271,8 +287,8 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
     extras).
 
     Returns one flat row per (similarity, re-ranker, relevance mode) with every metric of the
-    evaluation table plus the analysis columns (``docs/study.md``). The evaluation tables are also
-    saved under ``run_dir/eval-<mode>/``.
+    evaluation table plus the analysis columns and the query-blind R-Precision (``docs/study.md``). The
+    evaluation tables are also saved under ``run_dir/eval-<mode>/``.
     """
 
     trained = load(run_dir)
@@ -286,7 +302,8 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
     analysis_columns = _AnalysisColumns(trained, config, similarities, analysis, run_dir)
     reports = evaluate_run_modes(
         trained, similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
-        uncertainty_measure=UNCERTAINTY_MEASURE, extras=[analysis_columns], extra_positives=[], num_folds=None,
+        uncertainty_measure=UNCERTAINTY_MEASURE, extras=[analysis_columns, _QueryBlindColumns()],
+        extra_positives=[], num_folds=None,
         corruption=False, meta={"run": str(run_dir)})
     schedule = schedule_text(config.train.schedule_summary())
     rows: list[dict[str, Any]] = []

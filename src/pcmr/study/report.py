@@ -19,6 +19,7 @@ from typing import Any
 
 from pcmr.evaluation.columns import ALL_COLUMNS, uncertainty_agreement
 from pcmr.report import Column, ColumnSchema, Report, format_table
+from pcmr.study.benchmark import BENCHMARK_NOT_LEARNED, BenchmarkResult, benchmark_markdown
 from pcmr.study.claims import AGREEMENT_MIN, NO_DATA, NO_SIGNAL, UNSTABLE, Judgement
 from pcmr.study.stats import VERDICTS, mean_interval
 
@@ -184,12 +185,14 @@ def _fmt(value: float) -> str:
 
 
 def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float = 0.95,
-                    errors: dict[str, str] | None = None) -> str:
+                    errors: dict[str, str] | None = None, benchmark: BenchmarkResult | None = None) -> str:
     """The claims table: one line per claim and condition with the mean difference, its paired
-    t-interval and the verdict."""
+    t-interval and the verdict; first the benchmark check (``pcmr.study.benchmark``) where the study has one."""
     pct = f"{100 * level:g} %"
-    counts = {v: sum(j.verdict == v for j in judgements) for v in (*VERDICTS, UNSTABLE, NO_SIGNAL, NO_DATA)}
-    holm_counts = {v: sum(j.holm == v for j in judgements) for v in (*VERDICTS, UNSTABLE, NO_SIGNAL, NO_DATA)}
+    counts = {v: sum(j.verdict == v for j in judgements) for v in (*VERDICTS, UNSTABLE, NO_SIGNAL, NO_DATA,
+                                                             BENCHMARK_NOT_LEARNED)}
+    holm_counts = {v: sum(j.holm == v for j in judgements)
+                   for v in (*VERDICTS, UNSTABLE, NO_SIGNAL, NO_DATA, BENCHMARK_NOT_LEARNED)}
     lines = [f"# {title}: claims", "",
              f"Each claim compares a metric between conditions a and b on paired seeds: the mean of "
              f"a - b and its two-sided {pct} paired t-interval [low, high]. Verdict (margin m, 0 unless "
@@ -207,6 +210,7 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
              "whose p-value is not rejected reads `inconclusive`). `relevance=any`: values identical under "
              f"every relevance mode, judged once. Where some verdict is `{NO_SIGNAL}`, the column "
              "`without the gate` gives the verdict its interval alone would give. See docs/study.md.", "",
+             *(benchmark_markdown(benchmark) if benchmark is not None else []),
              "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n or v in VERDICTS),
              "",
              "After Holm: " + ", ".join(f"{v} {n}" for v, n in holm_counts.items() if n or v in VERDICTS), ""]

@@ -34,6 +34,7 @@ import torch
 from pcmr.evaluation.columns import uncertainty_agreement
 from pcmr.study import backend
 from pcmr.study.analysis import mean_pairwise_spearman
+from pcmr.study.benchmark import apply_benchmark, check_benchmark
 from pcmr.study.claims import judge_claims
 from pcmr.study.curves import Curves, curves_markdown, plot_validation_curves, read_curve
 from pcmr.study.plots import plot_claims, plot_recipes
@@ -312,9 +313,11 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     headline = {entry.label: entry.headline for entry in spec.recipes if entry.headline}
     backend.write_text(written["recipes"], recipes_markdown(rows, spec.summary_metrics, title=spec.name,
                                                             level=spec.level, headline=headline))
+    benchmark = check_benchmark(spec.benchmark, rows) if spec.benchmark is not None else None
     judgements, errors = judge_claims(spec.claims, rows, spec.level)
+    judgements = apply_benchmark(judgements, benchmark)
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
-                                                          errors=errors))
+                                                          errors=errors, benchmark=benchmark))
     backend.write_text(written["agreement"], agreement_markdown(agreement, title=spec.name))
     backend.write_text(written["times"], times_markdown(markers, title=spec.name))
     backend.write_text(written["curves"], curves_markdown(curves, title=spec.name))

@@ -18,6 +18,7 @@ import yaml
 from pcmr.config import ConfigError, build_dataclass, yaml_error_text
 from pcmr.evaluation.columns import HS_SUM, RSUM, r_precision, recall
 from pcmr.relevance import RELEVANCE_MODES
+from pcmr.study.benchmark import BenchmarkCheck, parse_benchmark
 from pcmr.study.claims import Claim, parse_claims
 from pcmr.suggest import unknown_name
 
@@ -73,6 +74,7 @@ class _StudyFields:
     summary_metrics: list[str] = field(default_factory=lambda: list(DEFAULT_SUMMARY_METRICS))
     level: float = 0.95
     claims: list[Any] | None = None
+    benchmark: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,7 @@ class StudySpec:
     description: str = ""
     source: Path | None = None
     default_variants: tuple[str, ...] = ()  # the variants of a recipe that lists none
+    benchmark: BenchmarkCheck | None = None  # checked before any claim is judged (pcmr.study.benchmark)
 
     def runs(self) -> list[StudyRun]:
         """The numbered runs: recipes in file order, then variants, then seeds."""
@@ -234,7 +237,13 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
                      relevance=relevance, analysis=fields.analysis, summary_metrics=summary, level=float(level),
                      claims=parse_claims(fields.claims, f"{where}: claims"), description=fields.description,
                      default_variants=tuple(default))
+    try:
+        spec.benchmark = parse_benchmark(fields.benchmark, f"{where}: benchmark")
+    except ValueError as err:
+        raise StudyError(str(err)) from None
     labels = [e.label for e in recipes]
+    if spec.benchmark is not None:
+        _check_benchmark_rows(spec.benchmark, spec, labels, where)
     for claim in spec.claims:
         for side in (claim.a, claim.b):
             if side is None:
@@ -249,6 +258,20 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
                 raise _fail(f"{where}: claims.{claim.id}", f"relevance {side.relevance!r} is not evaluated "
                                                            f"({', '.join(relevance)})")
     return spec
+
+
+def _check_benchmark_rows(check: BenchmarkCheck, spec: StudySpec, labels: list[str], where: str) -> None:
+    """The baseline of the benchmark check must be a recipe, variant and relevance mode the study runs."""
+    if check.recipe not in labels:
+        raise _fail(f"{where}: benchmark.recipe", f"recipe {check.recipe!r} is not in the study's recipes "
+                                                  f"({', '.join(labels)})")
+    entry = next(e for e in spec.recipes if e.label == check.recipe)
+    if check.variant is not None and check.variant not in entry.variants:
+        raise _fail(f"{where}: benchmark.variant", f"recipe {check.recipe!r} runs the variants "
+                                                   f"{', '.join(entry.variants)}, not {check.variant!r}")
+    if check.relevance not in spec.relevance:
+        raise _fail(f"{where}: benchmark.relevance", f"relevance {check.relevance!r} is not evaluated "
+                                                     f"({', '.join(spec.relevance)})")
 
 
 def load_study(path: str | Path) -> StudySpec:

@@ -96,6 +96,17 @@ class TrainConfig:
     # the warm-up as a share of `epochs` (wins over warmup_epochs): a run's epoch count scales it
     warmup_fraction: float | None = None
     warmup_lr_factor: float = 1.0  # lr multiplier during the frozen warm-up
+    # the warm-up's own schedule: "constant" (lr * warmup_lr_factor throughout) or "cosine" (a cosine of
+    # its own, as the PCME release's first phase); the main schedule starts afresh when the warm-up ends
+    warmup_schedule: Literal["constant", "cosine"] = "constant"
+    finetune_lr_factor: float = 1.0  # lr multiplier after the warm-up (PCME release: COCO 0.1, CUB 1)
+    # a fresh optimizer (new moments) when the warm-up ends, as the PCME release's fine-tune phase
+    restart_optimizer: bool = False
+    # the cosine's period in epochs (torch's T_max; PCME release: COCO 30, CUB 50, both phases); null: the
+    # phase's length. Past the period the lr stays at its floor
+    cosine_epochs: int | None = None
+    # the schedule moves every step, or once per epoch (the PCME release steps its scheduler per epoch)
+    schedule_every: Literal["step", "epoch"] = "step"
     step_epochs: int = 15  # step schedule (VSE++): multiply lr by step_gamma every step_epochs
     # the step period as a share of the post-warm-up epochs (wins over step_epochs): VSE++'s "lr / 10
     # at epoch 15 of 30" is 0.5, and stays half-way through training at any epoch count
@@ -107,6 +118,9 @@ class TrainConfig:
     plateau_patience: int = 10
     plateau_factor: float = 0.5
     grad_clip: float | None = 2.0  # max global gradient norm; None disables clipping
+    # what the clipping covers: "all" trained parameters (the loss's too, e.g. PCME's a, b; PCME++'s
+    # release) or the "model"'s only (the PCME release)
+    grad_clip_scope: Literal["all", "model"] = "all"
     seed: int = 0
     deterministic: bool = False  # torch.use_deterministic_algorithms(True)
     select_on: str = DEFAULT_SELECT_ON  # validation metric for model selection (pcmr.evaluation.columns.SELECTION_METRICS)
@@ -137,6 +151,13 @@ class TrainConfig:
                     0.0 < value <= 1.0 if low_open else 0.0 <= value < 1.0):
                 raise ConfigError(f"train.{name}={value!r}: expected a number in "
                                   f"{'(0, 1]' if low_open else '[0, 1)'} or null")
+        for name in ("warmup_lr_factor", "finetune_lr_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"train.{name}={value!r}: expected a positive number")
+        if self.cosine_epochs is not None and (isinstance(self.cosine_epochs, bool)
+                                               or not isinstance(self.cosine_epochs, int) or self.cosine_epochs < 1):
+            raise ConfigError(f"train.cosine_epochs={self.cosine_epochs!r}: expected a positive integer or null")
         if isinstance(self.plateau_patience, bool) or not isinstance(self.plateau_patience, int) \
                 or self.plateau_patience < 0:
             raise ConfigError(f"train.plateau_patience={self.plateau_patience!r}: expected an integer >= 0")
@@ -167,6 +188,14 @@ class TrainConfig:
             out.update(plateau_patience=self.plateau_patience, plateau_factor=self.plateau_factor)
         if self.schedule == "cosine":
             out["min_lr_factor"] = self.min_lr_factor
+            if self.cosine_epochs is not None:
+                out["cosine_epochs"] = self.cosine_epochs
+        # the two-phase settings where they differ from their defaults (the warm-up's only with a warm-up)
+        names = ["schedule_every", "finetune_lr_factor"]
+        if self.warmup_epoch_count():
+            names += ["warmup_schedule", "restart_optimizer"]
+        defaults = TrainConfig.__dataclass_fields__
+        out.update({name: getattr(self, name) for name in names if getattr(self, name) != defaults[name].default})
         return out
 
 

@@ -122,11 +122,13 @@ def attach_feature_caches(model: torch.nn.Module, *, image_augmented: bool, capt
 
 def loader_augments(loader_options: Mapping[str, Any]) -> tuple[bool, bool]:
     """Whether the training loader with ``loader_options`` (``data.loader_options``) augments images
-    (Cutout: a non-zero ``erase_ratio`` applied with ``erase_prob > 0``) and captions (``word_dropout > 0``)."""
+    (Cutout: a non-zero ``erase_ratio`` applied with ``erase_prob > 0``; a random resized crop,
+    ``image_augment``) and captions (``word_dropout > 0``)."""
     if not loader_options.get("augment", True):
         return False, False
     ratio = loader_options.get("erase_ratio", 0.0)
     largest = max(ratio) if isinstance(ratio, (list, tuple)) and ratio else ratio
-    images = bool(largest) and float(loader_options.get("erase_prob", 1.0)) > 0.0
+    images = (bool(largest) and float(loader_options.get("erase_prob", 1.0)) > 0.0
+              or loader_options.get("image_augment", "none") != "none")
     captions = float(loader_options.get("word_dropout", 0.0)) > 0.0
     return images, captions

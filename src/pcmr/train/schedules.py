@@ -5,8 +5,10 @@ epoch), so resuming needs no hidden scheduler state: the checkpoint stores the
 position and the schedule recomputes the same learning rate.
 
 - ``cosine`` (SGDR, Loshchilov & Hutter 2017; used by PCME §4.1 / App. C.2):
-  after the warm-up, ``lr * (min + (1 - min) * 0.5 * (1 + cos(pi * t)))`` with
-  ``t`` the fraction of post-warm-up steps done.
+  ``lr * (min + (1 - min) * 0.5 * (1 + cos(pi * t)))`` with ``t`` the fraction of the
+  cosine's period done: the period is ``cosine_epochs`` (torch's ``T_max``) or the phase's
+  length, ``t`` counts steps, or whole epochs with ``schedule_every: epoch`` (the PCME release
+  steps its ``CosineAnnealingLR`` once per epoch); past the period the lr stays at the floor.
 - ``step`` (VSE++, Faghri et al. 2018): ``lr * gamma ** floor(epoch / period)``, the period given
   in epochs (``step_epochs``) or as a share of the post-warm-up epochs (``step_fraction``), so that
   a shorter run (the study) decays at the same point of its training as the paper's.
@@ -25,9 +27,12 @@ position and the schedule recomputes the same learning rate.
 
 PCME schedule (PCME §4.1, App. C.2): ``warmup_epochs`` epochs train with the
 pretrained feature extractors frozen (the image backbone and the word vectors;
-the caption GRU is trained, it belongs to PCME's text head) at
-``lr * warmup_lr_factor``, then every parameter is fine-tuned under the chosen
-schedule.
+the caption GRU is trained, it belongs to PCME's text head) at ``lr * warmup_lr_factor``,
+held constant (``warmup_schedule: constant``) or under a cosine of its own
+(``warmup_schedule: cosine``); then every parameter is fine-tuned under the chosen schedule,
+which starts afresh, at ``lr * finetune_lr_factor``. With ``restart_optimizer`` the
+fine-tune phase also starts a fresh optimizer (new moments), as the PCME release's
+``train_coco.py`` / ``train_cub.py`` do (two engines, the second loading the first's weights).
 """
 
 from __future__ import annotations
@@ -54,19 +59,38 @@ def plateau_reductions(epoch: int, patience: int) -> int:
 
 
 def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int) -> float:
-    """Multiplier of ``config.lr`` at a position in training (``epoch`` is 0-based)."""
+    """Multiplier of ``config.lr`` at a position in training (``epoch`` is 0-based).
+
+    Two phases: the warm-up (``epoch < warmup``: ``warmup_lr_factor``, constant or under its own
+    cosine) and the main phase (``finetune_lr_factor`` times ``config.schedule`` counted from the
+    warm-up's end).
+    """
     warmup = config.warmup_epoch_count()
     if epoch < warmup:
-        return config.warmup_lr_factor
+        if config.warmup_schedule == "constant":
+            return config.warmup_lr_factor
+        return config.warmup_lr_factor * _cosine(config, epoch, warmup, step_in_epoch, steps_per_epoch)
+    phase_epoch = epoch - warmup
     if config.schedule == "constant":
-        return 1.0
+        return config.finetune_lr_factor
     if config.schedule == "step":
-        return config.step_gamma ** ((epoch - warmup) // config.step_period())
+        return config.finetune_lr_factor * config.step_gamma ** (phase_epoch // config.step_period())
     if config.schedule == "plateau":
-        return config.plateau_factor ** plateau_reductions(epoch - warmup, config.plateau_patience)
+        return config.finetune_lr_factor * config.plateau_factor ** plateau_reductions(phase_epoch,
+                                                                                       config.plateau_patience)
     main_epochs = max(1, config.epochs - warmup)
-    total = main_epochs * max(1, steps_per_epoch)
-    done = (epoch - warmup) * max(1, steps_per_epoch) + step_in_epoch
+    return config.finetune_lr_factor * _cosine(config, phase_epoch, main_epochs, step_in_epoch, steps_per_epoch)
+
+
+def _cosine(config: TrainConfig, phase_epoch: int, phase_epochs: int, step_in_epoch: int, steps_per_epoch: int) -> float:
+    """The cosine factor at ``phase_epoch`` (0-based) of a phase: period ``cosine_epochs`` or the phase's
+    length; progress in steps, or in whole epochs when ``schedule_every == "epoch"``."""
+    period = config.cosine_epochs or phase_epochs
+    if config.schedule_every == "epoch":
+        done, total = phase_epoch, period
+    else:
+        steps = max(1, steps_per_epoch)
+        done, total = phase_epoch * steps + step_in_epoch, period * steps
     progress = min(1.0, done / total)
     return config.min_lr_factor + (1.0 - config.min_lr_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 

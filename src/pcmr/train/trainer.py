@@ -85,7 +85,7 @@ from pcmr.train.schedules import (
     trainable_backbone_parameters,
 )
 from pcmr.train.state import TrainingProgress
-from pcmr.train.validation import validate
+from pcmr.train.validation import FALLBACK_SIMILARITY, validate
 
 __all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything", "torch_seed"]
 
@@ -309,13 +309,15 @@ class Trainer:
         else:
             loss.backward()
         if train.grad_clip is not None:
-            params = [
-                p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None
-            ]
-            norm = torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
+            clipped = self._clipped_parameters()
+            norm = torch.nn.utils.clip_grad_norm_([p for p in clipped if p.grad is not None], train.grad_clip)
+            inside = {id(p) for p in clipped}  # gradients left unclipped (the loss's, scope "model") must be finite too
+            finite = bool(torch.isfinite(norm)) and all(
+                bool(torch.isfinite(p.grad).all()) for p in self._trained_parameters()
+                if p.grad is not None and id(p) not in inside)
             # with fp16 loss scaling an overflowing gradient is the scaler's business (it skips the
             # update and lowers the scale); it is not a non-finite step
-            if self.scaler is None and any_flag(self.context, not bool(torch.isfinite(norm))):
+            if self.scaler is None and any_flag(self.context, not finite):
                 self.optimizer.zero_grad(set_to_none=True)
                 return self.nonfinite.skip("gradient norm", norm, self.log, position)
         if self.scaler is not None:
@@ -325,6 +327,26 @@ class Trainer:
             self.optimizer.step()
         self.nonfinite.good_step()
         return {name: float(value.detach()) for name, value in terms.items() if value.numel() == 1}
+
+    def _trained_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _clipped_parameters(self) -> list[torch.nn.Parameter]:
+        """What gradient clipping covers: every trained parameter, or the model's only
+        (``train.grad_clip_scope: model``, the PCME release, which leaves the loss's a and b out)."""
+        if self.config.train.grad_clip_scope == "model":
+            return list(self.model.parameters())
+        return self._trained_parameters()
+
+    def _restart_optimizer(self, epoch: int) -> None:
+        """At the first step of the first epoch after the warm-up, with ``train.restart_optimizer``: a fresh
+        optimizer (new moments), as the PCME release's fine-tune phase. A run resumed later in that epoch
+        restores the fresh optimizer's state from its checkpoint instead."""
+        train = self.config.train
+        warmup = train.warmup_epoch_count()
+        if train.restart_optimizer and warmup and epoch == warmup and self.progress.step_in_epoch == 0:
+            self.optimizer = build_optimizer(train, [*self.model.parameters(), *self.loss_fn.parameters()])
+            self.log.write("optimizer_restart", **self._position())
 
     def _check_stop(self) -> None:
         """After a complete step: if any process got SIGTERM / SIGINT, checkpoint and stop them all."""
@@ -344,6 +366,7 @@ class Trainer:
     def _run_epoch(self, epoch: int) -> dict[str, float]:
         train = self.config.train
         self._set_frozen(epoch)
+        self._restart_optimizer(epoch)
         self.model.train()
         self.loss_fn.train()
         skip = self.progress.step_in_epoch
@@ -464,7 +487,8 @@ class Trainer:
             line += ")"
         else:
             val = record["val"]
-            line += (f" training, {record['val_seconds']:.0f} s validation); val {self.similarity}: "
+            used = FALLBACK_SIMILARITY if val.get("fallback") else self.similarity  # degenerate: cosine
+            line += (f" training, {record['val_seconds']:.0f} s validation); val {used}: "
                      f"rsum {val[RSUM]:.1f}, R-Precision {val[MEAN_R_PRECISION]:.1f}")
         write_line(line, bars=progress_enabled(self.config.train.progress))
 

@@ -5,10 +5,16 @@ R@1/5/10 in both directions, docs/metrics.md) or the mean R-Precision of both di
 Sec. 4.1.1; ``pcmr.evaluation.columns.SELECTION_METRICS``). The numbers come from the one evaluator,
 :class:`pcmr.evaluation.RetrievalEvaluator`, with one similarity, no re-ranking, the split's exact
 relation, and neither figures nor hubness columns.
+
+A degenerate score (constant, or most queries' top scores tied across a wide part of the gallery;
+``pcmr.evaluation.degenerate``) ranks nothing, so no model is selected on it: validation then falls back
+to ``cosine`` of the means (always defined), says so on stderr and in the returned ``fallback`` entry,
+and model selection uses those numbers.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -22,7 +28,10 @@ from pcmr.evaluation.evaluator import PRIMARY_METRIC, RetrievalEvaluator
 from pcmr.evaluation.relevance_modes import relevance_modes
 from pcmr.inference import NO_RERANKING
 
-__all__ = ["validate"]
+__all__ = ["validate", "FALLBACK_SIMILARITY"]
+
+#: the score validation falls back to when the requested one is degenerate
+FALLBACK_SIMILARITY = "cosine"
 
 
 def validate(
@@ -40,11 +49,26 @@ def validate(
 
     Returns :func:`pcmr.evaluation.columns.validation_metrics` of the row: R@K and R-Precision per
     direction, and both selection metrics (rsum and the mean R-Precision of both directions), in
-    percent; the model is selected on ``primary_metric``, the evaluator's primary metric.
+    percent; the model is selected on ``primary_metric``, the evaluator's primary metric. ``fallback``
+    is 1.0 when ``similarity`` was degenerate and the numbers are those of :data:`FALLBACK_SIMILARITY`.
     Sampled scores (``match_prob``) draw from a generator seeded with ``seed`` so that the
     same weights always give the same numbers; the global RNG is left untouched.
     """
 
+    row = _validation_row(model, split, vocab, similarity, similarity_options, batch_size, seed, primary_metric)
+    fallback = 0.0
+    if row.get("warning") and similarity != FALLBACK_SIMILARITY:
+        print(f"warning: validation with {similarity}: {row['warning']}; model selection uses "
+              f"{FALLBACK_SIMILARITY} of the means for this validation instead", file=sys.stderr, flush=True)
+        row = _validation_row(model, split, vocab, FALLBACK_SIMILARITY, {}, batch_size, seed, primary_metric)
+        fallback = 1.0
+    return {**validation_metrics(row), "fallback": fallback}
+
+
+def _validation_row(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, similarity: str,
+                    similarity_options: dict[str, Any] | None, batch_size: int, seed: int,
+                    primary_metric: str) -> dict[str, Any]:
+    """The one evaluation row of ``similarity`` (no re-ranking, the split's exact relation)."""
     evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=[NO_RERANKING],
                                    relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
                                    figures=False, corruption=False, hubness=False, extra_positives=[],
@@ -54,7 +78,7 @@ def validate(
     if not report.rows:
         reasons = "; ".join(item["reason"] for item in report.skipped) or "no row"
         raise ValueError(f"validation with similarity {similarity!r} is impossible: {reasons}")
-    return validation_metrics(report.rows[0])
+    return dict(report.rows[0])
 
 
 def _exact_mode(split: RetrievalSplit) -> str:

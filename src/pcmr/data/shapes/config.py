@@ -21,6 +21,9 @@ GENERATOR_VERSION = 1
 #: "multiplicity" separates how many images a caption fits from how long it is, and how many captions
 #: an image fits from how many objects it holds: every scene has 3 objects, every caption describes 2
 #: of them in the fixed-length "slots" wording (15 words), naming 0-5 of each object's 5 attributes.
+#: "multiplicity_simple" keeps the fixed-length slots and the 0-5 named attributes but makes the images
+#: learnable by a small CNN trained from scratch: 1-2 objects per scene, one description per caption
+#: (7 words) and clean renders; an image with two objects fits more captions than one with one.
 SHAPES_PRESETS: dict[str, dict[str, Any]] = {
     "standard": {"min_objects": 1, "max_objects": 4, "min_attributes": 1, "count_caption_rate": 0.1,
                  "pixel_noise": 0.0, "caption_style": "natural", "descriptions_per_caption": 0},
@@ -28,6 +31,8 @@ SHAPES_PRESETS: dict[str, dict[str, Any]] = {
              "pixel_noise": 24.0, "caption_style": "natural", "descriptions_per_caption": 0},
     "multiplicity": {"min_objects": 3, "max_objects": 3, "min_attributes": 0, "count_caption_rate": 0.0,
                      "pixel_noise": 24.0, "caption_style": "slots", "descriptions_per_caption": 2},
+    "multiplicity_simple": {"min_objects": 1, "max_objects": 2, "min_attributes": 0, "count_caption_rate": 0.0,
+                            "pixel_noise": 0.0, "caption_style": "slots", "descriptions_per_caption": 1},
 }
 SHAPES_SPLITS = {"train": 1, "val": 2, "test": 3, "test_unseen": 4, "binary_selection": 5}
 
@@ -43,7 +48,7 @@ class ShapesConfig:
     num_test_unseen: int = 500  # images in "test_unseen"
     num_binary_selection: int = 500  # (A, B, C) triplets in "binary_selection"
     captions_per_image: int = 5  # captions written for each image
-    # "standard" or "hard" (docs/datasets.md): the defaults of the five settings below that are None
+    # a key of SHAPES_PRESETS (docs/datasets.md): the defaults of the settings below that are None
     preset: str = "standard"
     min_objects: int | None = None  # objects per image, lower bound (standard 1, hard 3)
     max_objects: int | None = None  # objects per image, upper bound, at most 4 (standard 4, hard 4)

@@ -1,0 +1,60 @@
+"""match_prob is the log of the mean match probability: no float32 underflow, same rankings as float64."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pcmr.gaussian import Gaussian
+from pcmr.similarity import paired, pairwise
+
+
+def _wide_gaussians(dtype: torch.dtype) -> tuple[Gaussian, Gaussian, torch.Tensor, torch.Tensor]:
+    """D = 128, log-variance 0: sample distances about 16, so sigmoid(10 - 10 d) is about 1e-65."""
+    gen = torch.Generator().manual_seed(3)
+    images = Gaussian(torch.randn(13, 128, generator=gen, dtype=torch.float64), torch.zeros(13, 128, dtype=torch.float64))
+    captions = Gaussian(torch.randn(29, 128, generator=gen, dtype=torch.float64), torch.zeros(29, 128, dtype=torch.float64))
+    zi, zc = images.sample(7, generator=gen), captions.sample(7, generator=gen)
+    cast = lambda g: Gaussian(g.mean.to(dtype), g.logvar.to(dtype))  # noqa: E731
+    return cast(images), cast(captions), zi.to(dtype), zc.to(dtype)
+
+
+def test_float32_rankings_equal_float64_where_probabilities_underflow():
+    s64 = pairwise("match_prob", *_wide_gaussians(torch.float64)[:2], a=10.0, b=10.0,
+                   image_samples=_wide_gaussians(torch.float64)[2], caption_samples=_wide_gaussians(torch.float64)[3])
+    images, captions, zi, zc = _wide_gaussians(torch.float32)
+    s32 = pairwise("match_prob", images, captions, a=10.0, b=10.0, image_samples=zi, caption_samples=zc)
+    assert s32.dtype == torch.float32 and bool(torch.isfinite(s32).all())
+    assert float(s64.exp().max()) < 1e-45  # the probabilities themselves are below float32's range
+    assert torch.equal(s32.argsort(dim=1, stable=True), s64.argsort(dim=1, stable=True))  # image -> text
+    assert torch.equal(s32.argsort(dim=0, stable=True), s64.argsort(dim=0, stable=True))  # text -> image
+    assert len(torch.unique(s32)) == s32.numel()  # no tie left
+    torch.testing.assert_close(s32.double(), s64, rtol=1e-5, atol=1e-3)
+
+
+def test_log_space_matches_a_float64_reference_and_blocks_and_paths_agree():
+    images, captions, zi, zc = _wide_gaussians(torch.float64)
+    a, b = 10.0, 10.0
+    d = torch.cdist(zi.reshape(-1, 128), zc.reshape(-1, 128)).view(13, 7, 29, 7)  # [N, J, M, K]
+    logsig = torch.nn.functional.logsigmoid(b - a * d)
+    reference = torch.logsumexp(logsig, dim=(1, 3)) - math.log(49)
+    opts = {"a": a, "b": b, "image_samples": zi, "caption_samples": zc}
+    torch.testing.assert_close(pairwise("match_prob", images, captions, **opts), reference)
+    torch.testing.assert_close(pairwise("match_prob", images, captions, block_size=4, **opts), reference)
+    a_grad = torch.tensor(a, dtype=torch.float64, requires_grad=True)  # the differentiable path
+    grad_scores = pairwise("match_prob", images, captions, **{**opts, "a": a_grad})
+    torch.testing.assert_close(grad_scores.detach(), reference)
+    diagonal = paired("match_prob", images, Gaussian(captions.mean[:13], captions.logvar[:13]), a=a, b=b,
+                      image_samples=zi, caption_samples=zc[:13])
+    torch.testing.assert_close(diagonal, reference.diagonal())
+
+
+@pytest.mark.parametrize("distance", [0.0, 0.5, 3.0])
+def test_exp_of_the_score_is_the_match_probability_where_it_is_representable(distance):
+    """Two points at a known distance: exp(score) = sigmoid(b - a d) (PCME eq.2)."""
+    images = Gaussian(torch.zeros(1, 2, dtype=torch.float64), None)
+    captions = Gaussian(torch.tensor([[distance, 0.0]], dtype=torch.float64), None)
+    score = pairwise("match_prob", images, captions, a=2.0, b=1.0)
+    assert math.isclose(float(score.exp()), 1 / (1 + math.exp(-(1.0 - 2.0 * distance))), rel_tol=1e-5)  # d is floored at a tiny epsilon
