@@ -263,16 +263,17 @@ def test_anti_hub_columns_and_many_short_rows(backend, fetch_policy):
         )
 
 
-def test_whole_row_sort_is_reused_only_for_the_same_unmodified_matrix():
-    """Matrices small enough are sorted whole once; matching the same tensor again (another lambda
-    or k, as lambda selection does) reuses that sort, and an in-place change of the tensor or another
-    tensor at the same values does not see a stale one."""
+def test_whole_matrix_order_is_reused_only_for_the_same_unmodified_matrix():
+    """Matrices small enough are put in the global order whole once; matching the same tensor again
+    (another lambda or k, as lambda selection does) reuses that order, and an in-place change of the
+    tensor or another tensor at the same values does not see a stale one."""
     scores = random_scores(np.random.default_rng(4), 37, 19, ties=True)
     first = relaxed_greedy_matching(scores, 3, 1.0, seed=None)
-    assert stream._last_whole_sort and stream._last_whole_sort[0][0] is scores
+    assert stream._last_global_order and stream._last_global_order[0][0] is scores
     again = relaxed_greedy_matching(scores, 5, 2.0, seed=None)  # served from the kept sort
     fresh = relaxed_greedy_matching(scores.clone(), 5, 2.0, seed=None)  # sorted anew
-    assert torch.equal(again, fresh) and torch.equal(first, relaxed_greedy_matching(scores.clone(), 3, 1.0, seed=None))
+    assert torch.equal(again, fresh) and torch.equal(first, relaxed_greedy_matching(scores.clone(), 3, 1.0,
+                                                                                  seed=None))
     scores.mul_(-1.0)  # in place: the version counter moves, the kept sort is not used
     flipped = relaxed_greedy_matching(scores, 3, 1.0, seed=None)
     assert torch.equal(flipped, relaxed_greedy_matching(scores.clone(), 3, 1.0, seed=None))
@@ -305,3 +306,20 @@ def test_matchings_break_ties_in_a_seeded_random_order(backend):
         np.testing.assert_array_equal(greedy.numpy(), expected)
     again = relaxed_greedy_matching(scores, 3, 1.5, seed=5)
     assert torch.equal(again, relaxed_greedy_matching(scores.clone(), 3, 1.5, seed=5))  # the kept permutation
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_global_order_is_the_stable_descending_sort(dtype):
+    """The whole-matrix order (packed integer keys for float32) equals a stable descending sort of the
+    flattened scores: signed zeros tie, extremes and ties keep row-major order, transposed views too."""
+    special = [0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, 3.4e38, -3.4e38, 0.5, 0.5, -2.0, 7.0, -0.0]
+    rng = np.random.default_rng(3)
+    matrices = [torch.tensor([special] * 7, dtype=dtype),
+                random_scores(rng, 41, 29, ties=True, dtype=dtype),
+                random_scores(rng, 29, 41, ties=False, dtype=dtype).T]
+    for scores in matrices:
+        stream._last_global_order.clear()
+        reference = torch.sort(scores.reshape(-1) + 0.0, descending=True, stable=True).indices.numpy()
+        np.testing.assert_array_equal(stream.global_order(scores), reference)
+        literal = literal_rgm(scores, 2, 3)
+        np.testing.assert_array_equal(relaxed_greedy_matching(scores, 2, 1.5, seed=None).numpy(), literal)

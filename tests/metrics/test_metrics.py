@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 
@@ -198,3 +199,20 @@ def test_ranks_read_from_top_lists_agree_with_counted_ranks_under_ties(block_siz
         counted, listed = (summarize(p, (1, 2, 3, 4)) for p in result.per_query)
         for key in ("R@1", "R@2", "R@3", "R@4", "r_precision", "map_at_r"):
             assert listed[key] == pytest.approx(counted[key], abs=1e-9), key
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_mixed_widths_in_blocks_of_similar_widths_match_reference(kernel):
+    """Queries needing from 1 to G listed items (R-Precision's R), on a transposed view: the pass groups
+    them into blocks of similar widths, and wide lists come from one sort of the row."""
+    from pcmr.ranking.backend import numba_disabled
+
+    generator = torch.Generator().manual_seed(8)
+    scores = torch.randn(53, 23, generator=generator)  # [G, Q]: queries are its columns; no ties
+    relevant = torch.rand(23, 53, generator=generator) < torch.linspace(0.02, 1.0, 23)[:, None]  # [Q, G]
+    relevant[0, :] = False
+    relevant[0, 5] = True
+    expected = reference_metrics(scores.T, relevant.tolist())
+    with numba_disabled() if not kernel else contextlib.nullcontext():
+        for block_size in (None, 3):
+            assert_same(retrieval_metrics(scores.T, relevant, block_size=block_size), expected)

@@ -66,9 +66,14 @@ def test_pmrp_matches_reference(block_size):
         assert set(ours[direction]) == set(expected)
         for key, value in expected.items():
             assert ours[direction][key] == pytest.approx(value, abs=1e-9), (direction, key)
+        alone = pmrp(scores, image_labels, caption_labels, block_size=block_size, directions=(direction,))
+        assert alone == {direction: ours[direction]}  # one direction computed alone: the same values
 
 
 def test_pmrp_errors():
+    with pytest.raises(ValueError, match="directions"):
+        pmrp(torch.randn(3, 4), torch.zeros(3, 5, dtype=torch.bool), torch.zeros(4, 5, dtype=torch.bool),
+             directions=("i2c",))
     scores = torch.randn(3, 4)
     with pytest.raises(ValueError, match="image_labels"):
         pmrp(scores, torch.zeros(2, 5, dtype=torch.bool), torch.zeros(4, 5, dtype=torch.bool))

@@ -87,3 +87,22 @@ def test_numba_switch_changes_the_path_not_the_values():
     assert plain.to_dict() == default.to_dict()
     with pytest.raises(ValueError, match="backend"):
         resolve_backend("gpu")
+
+
+def test_width_blocks_group_similar_widths_and_cover_every_query():
+    widths = torch.tensor([0, 0, 1, 3, 40, 64, 65, 130, 131, 400, 401, 2000])
+    found = list(blocks.width_blocks(widths, rows=4))
+    assert found[0][0] == 0 and found[-1][1] == widths.numel()
+    assert all(a[1] == b[0] for a, b in zip(found, found[1:]))
+    for start, stop in found:
+        assert 1 <= stop - start <= 4
+        assert int(widths[stop - 1]) <= 2 * int(widths[start]) + 64
+
+
+def test_ordered_topk_of_most_of_the_row_is_the_stable_sort():
+    generator = torch.Generator().manual_seed(2)
+    block = torch.randint(0, 4, (9, 17), generator=generator).float()  # many ties
+    values, cols = torch.sort(block, dim=1, descending=True, stable=True)
+    for k in range(1, 18):
+        got_values, got_cols = ordered_topk_block(block, k)
+        assert torch.equal(got_cols, cols[:, :k]) and torch.equal(got_values, values[:, :k])

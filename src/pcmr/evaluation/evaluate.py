@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from torch import Tensor
 
 from pcmr.evaluation.abstention import abstention_columns, abstention_series, pca_ellipse_series
 from pcmr.evaluation.checks import check_finite_embeddings
-from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number, ordered, table_row, tuned_value
+from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number, ordered, pmrp, table_row, tuned_value
 from pcmr.evaluation.degenerate import degenerate_score_warning
 from pcmr.evaluation.figures import (
     decile_series,
@@ -38,22 +39,80 @@ from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
 from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, evaluate_directions
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
-from pcmr.metrics.driver import DIRECTIONS
+from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS
 from pcmr.point_set import uncertainty_measure_for
 from pcmr.progress import status_line
 from pcmr.report import Report
 from pcmr.similarity import list_similarities
 
-__all__ = ["evaluate_embeddings", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
+__all__ = ["evaluate_embeddings", "SharedWork", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
            "DEFAULT_LAMBDA_GRID"]
 
 #: the k of the N_k histogram in the ``k_occurrence`` figure
 OCCURRENCE_FIGURE_K = 10
+#: the PMRP columns of a row (they depend on the class labels only, not on the relevance mode)
+PMRP_COLUMNS = tuple(pmrp(d, z) for d in DIRECTIONS for z in [*map(str, PMRP_ZETAS), "mean"])
+
+
+@dataclass
+class SharedWork:
+    """The work of an evaluation that does not depend on the relevance relation, done under the first
+    relevance mode and reused under the others (:class:`pcmr.evaluation.RetrievalEvaluator` passes one
+    to each :func:`evaluate_embeddings` call of the same embeddings, options and seed).
+
+    Attributes:
+        scores: ``{(similarity, "test" | "val"): S [N_img, N_cap]}``.
+        runs: ``{(similarity, re-ranker, direction): {(lambda, K): lists [Q, K]}}``, the matching's runs of
+            lambda selection on the validation scores (``select_lambda``'s ``runs``).
+        test_runs: ``{(similarity, re-ranker, direction): {(parameters, K): lists [Q, K]}}``, a matching's
+            runs on the test scores (a mode whose lambda another mode selected too matches nothing).
+        pmrp: ``{(similarity, re-ranker): {column: value}}``, the PMRP columns (class labels only).
+    """
+
+    scores: dict[tuple[str, str], Tensor] = field(default_factory=dict)
+    runs: dict[tuple[str, str, str], dict[tuple[float, int], Tensor]] = field(default_factory=dict)
+    test_runs: dict[tuple[str, str, str], dict[tuple[Any, int], Tensor]] = field(default_factory=dict)
+    pmrp: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def score_matrix(self, name: str, part: str, images: Gaussian, captions: Gaussian, options: dict[str, Any],
+                     seed: int) -> Tensor:
+        """``score_matrix(name, images, captions, options, seed=seed)``, computed once per ``(name, part)``."""
+        if (name, part) not in self.scores:
+            self.scores[(name, part)] = score_matrix(name, images, captions, options, seed=seed)
+        return self.scores[(name, part)]
+
+
+@dataclass(frozen=True)
+class _KeptRuns:
+    """A matching re-ranker whose runs (``topk_rescored``) are kept in ``runs`` by its parameters and K:
+    the driver's interface (``returns_scores``, ``fitted``, ``rescore``, ``topk_rescored``) for one
+    direction of one score matrix."""
+
+    reranker: Reranker
+    runs: dict[tuple[Any, int], Tensor]
+
+    @property
+    def returns_scores(self) -> bool:
+        return self.reranker.returns_scores
+
+    def fitted(self, size: tuple[int, ...]) -> _KeptRuns:
+        return _KeptRuns(self.reranker.fitted(size), self.runs)
+
+    def rescore(self, scores: Tensor) -> Tensor:
+        return self.reranker.rescore(scores)
+
+    def topk_rescored(self, rescored: Tensor, k: int) -> Tensor:
+        key = (tuple(sorted(self.reranker.parameters().items())), k)
+        if key not in self.runs:
+            self.runs[key] = self.reranker.topk_rescored(rescored, k)
+        return self.runs[key]
 
 
 def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str, tuple[Tensor, Tensor]] | None,
-                      ks: Sequence[int], grid: Sequence[float]) -> dict[str, tuple[Reranker, Any]]:
-    """Per direction, the re-ranker with its tuned parameter set (given, or selected on validation)."""
+                      ks: Sequence[int], grid: Sequence[float],
+                      runs: dict[str, dict[tuple[float, int], Tensor]] | None = None) -> dict[str, tuple[Reranker, Any]]:
+    """Per direction, the re-ranker with its tuned parameter set (given, or selected on validation;
+    ``runs[direction]`` keeps the matching's runs, see ``select_lambda``)."""
     tuned = base.tuned_parameter
     if tuned is None:
         return {d: (base, None) for d in DIRECTIONS}
@@ -67,7 +126,8 @@ def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str
             val_scores, val_relevant = val_dirs[d]
             usable_ks = tuple(k for k in ks if k <= val_scores.shape[1])
             value = float(select_lambda(val_scores, val_relevant, ks=usable_ks, grid=tuple(grid),
-                                        method=base.fitted(tuple(val_scores.shape))).best_lam)
+                                        method=base.fitted(tuple(val_scores.shape)),
+                                        runs=None if runs is None else runs[d]).best_lam)
         out[d] = (base.with_parameters(**{tuned: float(value)}), value)
     return out
 
@@ -83,7 +143,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                         uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE, extra_positives: Sequence[Any] = (),
                         num_folds: int | None = None, meta: dict[str, Any] | None = None,
                         figures: bool = True, hubness_ks: Sequence[int] = HUBNESS_KS,
-                        seed: int = DEFAULT_SEED, progress: bool | None = False) -> Report:
+                        seed: int = DEFAULT_SEED, progress: bool | None = False,
+                        shared: SharedWork | None = None) -> Report:
     """The evaluation table of already encoded embeddings.
 
     Args:
@@ -107,6 +168,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         figures: compute the figures' data (uncertainty deciles, k-occurrence, 2-D embeddings).
         hubness_ks: the k of the hubness columns (``()``: no ``hs_sum``).
         seed: seeds the samples of sampled similarities (``match_prob``).
+        shared: the relevance-independent work (:class:`SharedWork`) of earlier calls on the same
+            embeddings, options and seed (other relevance modes), reused and completed here.
     """
 
     check_finite_embeddings(images, captions, "the embeddings given to evaluate_embeddings")
@@ -120,6 +183,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         raise ValueError(f"num_folds must be a positive integer dividing the {images.num} images, got {num_folds!r}")
     similarity_options = {k: dict(v) for k, v in (similarity_options or {}).items()}
     rerank_options = {k: dict(v) for k, v in (rerank_options or {}).items()}
+    shared = SharedWork() if shared is None else shared
     device = images.device
     relevance = relevance.to(device)
     if image_labels is not None and caption_labels is not None:
@@ -150,8 +214,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         status_line(f"  {name}: scoring {images.num} images x {captions.num} captions, then "
                     f"{', '.join(rerankers)} ...", progress)
         try:
-            scores = score_matrix(name, images, captions, options, seed=seed)  # [N_img, N_cap]
-            val_scores = score_matrix(name, val[0].to(device), val[1].to(device), options, seed=seed) if val else None
+            scores = shared.score_matrix(name, "test", images, captions, options, seed)  # [N_img, N_cap]
+            val_scores = (shared.score_matrix(name, "val", val[0].to(device), val[1].to(device), options, seed)
+                          if val else None)
         except ValueError as err:
             result.skipped.append({"similarity": name, "rerank": "*", "reason": str(err)})
             continue
@@ -166,19 +231,29 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             rerank_started = time.perf_counter()
             params = dict(rerank_options.get(rerank, {}))
             base = get_reranker(rerank, **params)
-            per_direction = _tuned_directions(base, params, val_dirs, ks, lambda_grid)
+            runs = {d: shared.runs.setdefault((name, rerank, d), {}) for d in DIRECTIONS}
+            per_direction = _tuned_directions(base, params, val_dirs, ks, lambda_grid, runs)
             row: dict[str, Any] = {"similarity": name, "rerank": rerank}
             if degenerate is not None:
                 row["warning"] = degenerate
             if base.tuned_parameter is not None and params.get(base.tuned_parameter) is None:
                 for d, (_, value) in per_direction.items():
                     result.meta["selected_lambda"][f"{name}/{rerank}/{d}"] = value
+            known_pmrp = shared.pmrp.get((name, rerank))  # PMRP depends on the class labels only
+            methods: dict[str, Any] = {d: method if method.returns_scores else
+                                       _KeptRuns(method, shared.test_runs.setdefault((name, rerank, d), {}))
+                                       for d, (method, _) in per_direction.items()}
             evaluation = evaluate_directions(
-                scores, relevance, reranker={d: method for d, (method, _) in per_direction.items()}, ks=ks,
+                scores, relevance, reranker=methods, ks=ks,
                 num_folds=num_folds, extra_positives=extra_positives, hubness_ks=tuple(hubness_ks),
-                image_labels=image_labels, caption_labels=caption_labels)
+                image_labels=image_labels if known_pmrp is None else None,
+                caption_labels=caption_labels if known_pmrp is None else None)
             lists = not base.returns_scores
             row.update(table_row(evaluation.report, ks, extra_positives if not lists else (), lists, num_folds))
+            if known_pmrp is None:
+                shared.pmrp[(name, rerank)] = {key: row[key] for key in PMRP_COLUMNS if key in row}
+            else:
+                row.update(known_pmrp)
             if lists:
                 row.update({tuned_value(d): value for d, (_, value) in per_direction.items()})
             result.rows.append(ordered(row, ks))

@@ -17,8 +17,9 @@ positive sets (CxC, ECCV Caption), folds and the figures under the first mode on
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -34,6 +35,7 @@ from pcmr.evaluation.evaluate import (
     DEFAULT_LAMBDA_GRID,
     DEFAULT_RERANKERS,
     DEFAULT_SIMILARITIES,
+    SharedWork,
     evaluate_embeddings,
 )
 from pcmr.evaluation.figures import corruption_series
@@ -81,6 +83,24 @@ class EncodedEvaluation:
 
 #: ``extra(evaluation, mode, row) -> {column: value}``: columns added to one row (of relevance ``mode``)
 ExtraColumns = Callable[[EncodedEvaluation, str, Mapping[str, Any]], Mapping[str, Any]]
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """Run the block with one torch thread (then restore the caller's setting).
+
+    The evaluation of encoded embeddings is thousands of small operations on matrices of a few
+    million entries: a second thread mostly waits for work (and an idle OpenMP worker keeps spinning,
+    taking a core from other processes), so one thread is faster on small and shared machines; the
+    compiled loops then run serially too. It also makes the values independent of the number of
+    cores (a float32 reduction split across threads can change the last bits of a score).
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def needs_validation(rerankers: Sequence[str], rerank_options: Mapping[str, Mapping[str, Any]] | None = None) -> bool:
@@ -200,22 +220,13 @@ class RetrievalEvaluator:
         if num_folds is None and split.info.get("coco_5k_test"):
             num_folds = COCO_NUM_FOLDS
         reports: dict[str, Report] = {}
-        for position, (mode, matrix) in enumerate(modes.items()):
-            primary = position == 0
-            status_line(f"evaluating with {mode} relevance ({len(self.similarities)} similarities x "
-                        f"{len(self.rerankers)} re-rankers)", self.progress)
-            val = None
-            if val_embeddings is not None and self.val_split is not None:  # lambda selected under the same mode
-                val = (*val_embeddings, self.val_split.relevance_by_mode(mode).matrix())
-            reports[mode] = evaluate_embeddings(
-                images, captions, matrix, extra_positives=extra_sets if primary else (),
-                similarities=self.similarities, rerankers=self.rerankers, similarity_options=options,
-                image_labels=split.image_labels, caption_labels=split.caption_labels, val=val,
-                rerank_options=self.rerank_options, ks=self.ks, lambda_grid=self.lambda_grid,
-                uncertainty_measure=self.uncertainty_measure, num_folds=num_folds if primary else None,
-                meta=info, figures=self.figures, hubness_ks=HUBNESS_KS if self.hubness else (), seed=self.seed,
-                progress=self.progress)
+        shared = SharedWork()  # scores, lambda-selection runs and PMRP: computed once, for every mode
+        with _one_torch_thread():  # many small operations: one thread is faster, and values never depend on cores
+            for position, (mode, matrix) in enumerate(modes.items()):
+                reports[mode] = self._evaluate_mode(position == 0, mode, matrix, images, captions, val_embeddings,
+                                                    extra_sets, num_folds, options, info, shared)
         if extra_note:
+
             next(iter(reports.values())).meta["notes"].append(extra_note)
         encoded = EncodedEvaluation(model, vocab, split, images, captions, dict(modes), reports, options,
                                     self.device, self.batch_size)
@@ -229,6 +240,26 @@ class RetrievalEvaluator:
                     rows.append({**row, **added})
                 report.rows[:] = rows
         return reports, encoded
+
+    def _evaluate_mode(self, primary: bool, mode: str, matrix: torch.Tensor, images: Gaussian, captions: Gaussian,
+                       val_embeddings: tuple[Gaussian, Gaussian] | None, extra_sets: list[Any],
+                       num_folds: int | None, options: dict[str, dict[str, Any]], info: dict[str, Any],
+                       shared: SharedWork) -> Report:
+        """The table of one relevance mode (extra positive sets and folds under the primary mode only)."""
+        split = self.split
+        status_line(f"evaluating with {mode} relevance ({len(self.similarities)} similarities x "
+                    f"{len(self.rerankers)} re-rankers)", self.progress)
+        val = None
+        if val_embeddings is not None and self.val_split is not None:  # lambda selected under the same mode
+            val = (*val_embeddings, self.val_split.relevance_by_mode(mode).matrix())
+        return evaluate_embeddings(
+            images, captions, matrix, extra_positives=extra_sets if primary else (),
+            similarities=self.similarities, rerankers=self.rerankers, similarity_options=options,
+            image_labels=split.image_labels, caption_labels=split.caption_labels, val=val,
+            rerank_options=self.rerank_options, ks=self.ks, lambda_grid=self.lambda_grid,
+            uncertainty_measure=self.uncertainty_measure, num_folds=num_folds if primary else None,
+            meta=info, figures=self.figures, hubness_ks=HUBNESS_KS if self.hubness else (), seed=self.seed,
+            progress=self.progress, shared=shared)
 
 
 def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,

@@ -14,6 +14,12 @@ and when many columns have filled up, rows whose buffered candidates all lie in 
 them and are refilled together (instead of one round trip per row). Hence the accepted pairs, in
 acceptance order, are exactly those of the literal algorithm, while the candidates held are
 typically a small multiple of ``Q * k`` (the matrix itself is only read in blocks of rows).
+
+A matrix of at most :data:`WHOLE_FETCH_ENTRIES` entries (evaluation-sized) is instead put in the
+global order whole, by one stable sort of its flattened entries, and scanned linearly
+(:func:`accept_pairs_sorted`): the same pairs in the same order, without the heap's per-entry cost,
+and the order is kept for the next matching of the same tensor (lambda selection runs one per
+lambda and K).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from torch import Tensor
 from pcmr.ranking import greedy_loop
 from pcmr.ranking.blocks import block_rows
 from pcmr.ranking.greedy_loop import FINISHED
-from pcmr.ranking.topk import sort_row_segments
+from pcmr.ranking.topk import ordered_topk, sort_row_segments
 
 #: Rows refilled together at least (when that many are waiting), to keep round trips few.
 MIN_REFILL_ROWS = 64
@@ -236,6 +242,8 @@ def accept_pairs(
         ``row_count [Q]`` and ``row_top [Q, k]``, each row's own top-k in the global order.
     """
     num_rows, num_cols = scores.shape
+    if num_rows * num_cols <= WHOLE_FETCH_ENTRIES and initial_fetch_size(k, num_cols, num_rows) >= num_cols:
+        return accept_pairs_sorted(scores, k, capacity, max_pairs, backend)
     device = scores.device
     run = stream_runner(backend)
     row_count = np.zeros(num_rows, dtype=np.int64)
@@ -324,6 +332,65 @@ def accept_pairs(
     return accepted.reshape(num_rows, k), row_count, row_top
 
 
+#: The last matrix put in the global order (the tensor, its version counter, the order and its rows'
+#: own top-k lists by k): lambda selection matches one re-weighted matrix once per (lambda, K) and
+#: orders it only once.
+_last_global_order: list[tuple[Tensor, int, np.ndarray, dict[int, np.ndarray]]] = []
+
+
+def global_order(scores: Tensor) -> np.ndarray:
+    """Flat row-major indices ``r * G + g`` of every entry of ``scores [Q, G]`` in the global order of
+    the scan (score descending, then row, then column): one stable descending sort of the flattened
+    matrix. The order of the last matrix is kept (with a reference to it, so it is reused only for
+    that same tensor, unmodified)."""
+    cached = _last_global_order[0] if _last_global_order else None
+    if cached is not None and cached[0] is scores and cached[1] == scores._version:
+        return cached[2]
+    flat = scores.reshape(-1) + 0.0  # -0.0 becomes 0.0: equal scores, ordered by position as the scan does
+    position_bits = max(1, (flat.numel() - 1).bit_length())
+    if flat.dtype == torch.float32 and position_bits <= 31:
+        # one sort of distinct int64 keys (score descending in the high bits, position in the low ones)
+        # gives the same order as a stable sort of the scores, at about half its cost
+        bits = flat.view(torch.int32)  # [N]; as integers the negative floats run backwards
+        ascending = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # int32 that orders as the scores do
+        descending = 0x7FFFFFFF - ascending.to(torch.int64)  # in [0, 2^32)
+        keys = (descending << position_bits) | torch.arange(flat.numel(), device=flat.device)
+        order_t = torch.sort(keys).values & ((1 << position_bits) - 1)
+    else:
+        order_t = torch.sort(flat, descending=True, stable=True).indices
+    order = order_t.cpu().numpy().astype(np.int64, copy=False)
+    _last_global_order[:] = [(scores, scores._version, order, {})]
+    return order
+
+
+def accept_pairs_sorted(
+    scores: Tensor, k: int, capacity: int, max_pairs: int | None, backend: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`accept_pairs` for a matrix small enough to be put in the global order whole
+    (:func:`global_order`): one linear pass over that order (``greedy_loop.scan_sorted``) instead of
+    the merged stream, with the same accepted pairs in the same order. ``row_top`` is every row's own
+    top-k when a row is left short (computed once per matrix and k), else ``-1`` (nothing is completed)."""
+    num_rows, num_cols = scores.shape
+    order = global_order(scores)
+    row_count = np.zeros(num_rows, dtype=np.int64)
+    col_count = np.zeros(num_cols, dtype=np.int64)
+    accepted = np.full(num_rows * k, -1, dtype=np.int64)
+    arguments = (order, num_rows, num_cols, k, capacity, -1 if max_pairs is None else max_pairs,
+                 row_count, col_count, accepted)
+    if backend == "numba":
+        from pcmr.ranking import _numba_kernels
+
+        _numba_kernels.scan_sorted(*arguments)
+    else:
+        _as_memoryviews(greedy_loop.scan_sorted, *arguments)
+    if not bool((row_count < k).any()):  # nothing to complete
+        return accepted.reshape(num_rows, k), row_count, np.full((num_rows, k), -1, dtype=np.int64)
+    kept = _last_global_order[0][3] if _last_global_order and _last_global_order[0][0] is scores else {}
+    if k not in kept:  # each row's own top-k, once per matrix and k
+        kept[k] = ordered_topk(scores, k).cpu().numpy()
+    return accepted.reshape(num_rows, k), row_count, kept[k]
+
+
 def _rows_to_refill(
     in_heap: np.ndarray,
     row_pos: np.ndarray,
@@ -395,6 +462,10 @@ def stream_runner(backend: str) -> Callable[..., int]:
 
 
 def _run_interpreted(*args: Any) -> int:
-    # memoryviews index a few times faster than numpy arrays from interpreted Python
-    converted = [memoryview(a) if hasattr(a, "__array_interface__") else a for a in args]
-    return greedy_loop.advance_stream(*converted)
+    return _as_memoryviews(greedy_loop.advance_stream, *args)
+
+
+def _as_memoryviews(loop: Callable[..., int], *args: Any) -> int:
+    """``loop(*args)`` interpreted, with the arrays passed as memoryviews (they index a few times faster
+    than numpy arrays from interpreted Python)."""
+    return loop(*[memoryview(a) if hasattr(a, "__array_interface__") else a for a in args])

@@ -7,14 +7,15 @@ of R@K over the chosen ks, each R@K from the matching's run with ``k = K`` (docs
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 
 from torch import Tensor
 
 from pcmr.inference.rerankers import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers
-from pcmr.metrics._relevance import RelevanceInput, SparseRelevance
+from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse
 from pcmr.metrics.defaults import DEFAULT_KS
+from pcmr.metrics.topk import recall_at_k_from_topk
 
 __all__ = ["DEFAULT_LAMBDA_GRID", "LambdaSelection", "select_lambda"]
 
@@ -42,6 +43,7 @@ def select_lambda(
     grid: Iterable[float] | None = None,
     *,
     method: str | Reranker = "rgm",
+    runs: MutableMapping[tuple[float, int], Tensor] | None = None,
     **params: object,
 ) -> LambdaSelection:
     """Pick lambda maximising the sum of R@K over ``ks`` on validation scores of one direction.
@@ -54,6 +56,10 @@ def select_lambda(
             Default: the matching's own ``lambda_grid`` (``DEFAULT_LAMBDA_GRID`` for RGM).
         method: a re-ranker name whose matching has a tuned parameter (``rgm``, ``is+rgm``, ``csls+rgm``,
             ...) or such a ``Reranker``; params: the other parameters (``beta`` / ``csls_k`` / ``backend``).
+        runs: the matching's lists ``LongTensor [Q, K]`` by ``(lambda, K)``, read where present and
+            filled where missing. The lists do not depend on the relevance, so selecting on the same
+            scores with the same re-ranker under another relevance relation (e.g. the exact and the
+            source relation of a split) can pass the same mapping and match nothing again.
     Returns:
         ``LambdaSelection`` with the best lambda and the per-lambda table.
     """
@@ -79,11 +85,28 @@ def select_lambda(
         for k in ks:
             if isinstance(k, int) and k >= 1 and not math.isinf(lam) and round(lam * k) < 1:
                 raise ValueError(f"lambda {lam} gives round(lam * k) = 0 uses per gallery item for k = {k}")
-    rescored = reranker.rescore(val_scores)  # re-weight once, match once per (lambda, K)
+    num_queries, num_gallery = val_scores.shape
+    for k in ks:
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"each K in ks must be an int, got {type(k).__name__}")
+        if not 1 <= k <= num_gallery:
+            raise ValueError(f"each K in ks must be in [1, the number of gallery items G = {num_gallery}], got {k}")
+    relevant = as_sparse(val_relevant, num_queries, num_gallery, device=val_scores.device, name="val_relevant")
+    rescored: Tensor | None = None  # re-weight once (and only when a run is missing), match once per (lambda, K)
     table: dict[float, dict[str, float]] = {}
     best_lam, best_sum = grid[0], -math.inf
     for lam in grid:
-        row = reranker.with_parameters(**{tuned: float(lam)}).recall_rescored(rescored, val_relevant, ks)
+        tuned_reranker = reranker.with_parameters(**{tuned: float(lam)})
+        row = {}
+        for k in ks:
+            lists = None if runs is None else runs.get((float(lam), k))
+            if lists is None:
+                if rescored is None:
+                    rescored = reranker.rescore(val_scores)
+                lists = tuned_reranker.topk_rescored(rescored, k)  # [Q, k], the run with k = K
+                if runs is not None:
+                    runs[(float(lam), k)] = lists
+            row[f"R@{k}"] = recall_at_k_from_topk(lists, relevant)
         row["sum"] = sum(row.values())
         table[float(lam)] = row
         if row["sum"] > best_sum or (row["sum"] == best_sum and lam > best_lam):

@@ -200,7 +200,8 @@ def evaluate_directions(
                 extra_rows[f"{extra.name} {key}"] = summarize(scanned.per_query[index], ks)
             query_labels, gallery_labels = labels[key]
             if query_labels is not None and gallery_labels is not None:
-                values = pmrp(weighted, query_labels, gallery_labels, zetas=PMRP_ZETAS, block_size=block_size)
+                values = pmrp(weighted, query_labels, gallery_labels, zetas=PMRP_ZETAS, block_size=block_size,
+                              directions=("i2t",))  # rows = this direction's queries
                 row.update({k: v for k, v in values["i2t"].items() if k != "num_skipped"})  # rows = queries
         result.k_occurrence[key] = occurrences
         skews[key] = skewness_by_k(occurrences)

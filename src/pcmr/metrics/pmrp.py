@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics.ties import expected_precision_at_r
-from pcmr.ranking.blocks import block_rows, query_blocks
+from pcmr.ranking.blocks import block_rows, query_blocks, width_blocks
 from pcmr.ranking.checks import check_scores
 from pcmr.ranking.topk import ordered_topk_block
 
@@ -62,7 +62,7 @@ def _pmrp_direction(scores: Tensor, query_labels: Tensor, gallery_labels: Tensor
     order = torch.sort(widest, stable=True).indices
     order = order[widest[order] > 0]
     precision = torch.zeros(len(zetas), num_queries, dtype=torch.float64, device=device)
-    for start, stop in query_blocks(order.numel(), rows):
+    for start, stop in width_blocks(widest[order], rows):  # blocks of similar widths
         query_ids = order[start:stop]
         block = scores.index_select(0, query_ids)  # [b, G]
         width = min(int(widest[query_ids].max()) + 1, num_gallery)  # one more: a tie across the cut shows
@@ -97,6 +97,7 @@ def pmrp(
     *,
     zetas: Sequence[int] = (0, 1, 2),
     block_size: int | None = None,
+    directions: Sequence[str] = ("i2t", "t2i"),
 ) -> dict[str, dict[str, float]]:
     """PMRP of both directions of ``scores [N_img, N_cap]`` (PCME §4.1.1, App. C.1).
 
@@ -105,8 +106,9 @@ def pmrp(
         image_labels: bool ``[N_img, C]`` class-label vectors (COCO: 80 instance classes).
         caption_labels: bool ``[N_cap, C]`` (COCO: the labels of the caption's image).
         zetas: Hamming thresholds.
+        directions: the directions to compute (``("i2t",)``: the rows of ``scores`` as queries only).
 
-    Returns ``{"i2t": {...}, "t2i": {...}}`` with ``"pmrp@zeta"`` per zeta, their mean ``"pmrp"``
+    Returns ``{"i2t": {...}, "t2i": {...}}`` (the requested directions) with ``"pmrp@zeta"`` per zeta, their mean ``"pmrp"``
     (percent) and ``"num_skipped"`` (unlabelled queries).
     """
     scores = check_scores(scores)
@@ -116,7 +118,8 @@ def pmrp(
     zetas = tuple(zetas)
     if not zetas or any(isinstance(z, bool) or not isinstance(z, int) or z < 0 for z in zetas):
         raise ValueError(f"zetas must be non-negative integers, got {zetas!r}")
-    return {
-        "i2t": _pmrp_direction(scores, image_labels, caption_labels, zetas, block_size),
-        "t2i": _pmrp_direction(scores.T, caption_labels, image_labels, zetas, block_size),
-    }
+    unknown = [d for d in directions if d not in ("i2t", "t2i")]
+    if unknown:
+        raise ValueError(f"directions must be among 'i2t', 't2i', got {unknown}")
+    sides = {"i2t": (scores, image_labels, caption_labels), "t2i": (scores.T, caption_labels, image_labels)}
+    return {d: _pmrp_direction(*sides[d], zetas, block_size) for d in dict.fromkeys(directions)}

@@ -19,7 +19,7 @@ from pcmr.metrics._relevance import SparseRelevance
 from pcmr.metrics.block_ranks import best_positives, first_positive_ranks_block
 from pcmr.metrics.ties import expected_precision_at_r, expected_rank, first_group_with, hit_probability
 from pcmr.ranking import fused_scan
-from pcmr.ranking.blocks import block_rows, query_blocks
+from pcmr.ranking.blocks import block_rows, query_blocks, width_blocks
 from pcmr.ranking.topk import ordered_topk_block
 
 # Sort queries by the top-list width they need when the widest exceeds this (PMRP-like R).
@@ -190,7 +190,9 @@ def scan(scores: Tensor, targets: Sequence[Target], *, hubness_ks: Sequence[int]
     k_occurrence = {int(k): torch.zeros(num_gallery, dtype=torch.long, device=device) for k in hubness_ks}
     fused = use_kernel and fused_scan.usable(scores)
     exact = [i for i, t in enumerate(targets) if t.exact_ranks]
-    for start, stop in query_blocks(num_queries, block_rows(num_gallery, block_size)):
+    rows = block_rows(num_gallery, block_size)
+    blocks = query_blocks(num_queries, rows) if order is None else width_blocks(widths[order], rows)
+    for start, stop in blocks:  # sorted by width: blocks of similar widths
         query_ids = torch.arange(start, stop, device=device) if order is None else order[start:stop]
         needed = widths[query_ids]
         width = int(needed.max())

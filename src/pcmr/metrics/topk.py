@@ -8,7 +8,6 @@ import torch
 from torch import Tensor
 
 from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, as_sparse
-from pcmr.ranking.blocks import block_rows, query_blocks
 from pcmr.relevance import Relevance
 
 
@@ -53,8 +52,6 @@ def recall_at_k_from_topk(topk: Tensor, relevant: RelevanceInput | SparseRelevan
     has_positive = rel.counts() > 0
     if not bool(has_positive.any()):
         return float("nan")
-    hit = torch.zeros(num_queries, dtype=torch.bool, device=topk.device)
-    for start, stop in query_blocks(num_queries, block_rows(num_gallery)):
-        dense = rel.dense_rows(start, stop)  # [b, G]
-        hit[start:stop] = dense.gather(1, listed[start:stop]).any(dim=1)
+    queries = torch.arange(num_queries, device=topk.device)
+    hit = rel.contains(queries, listed).any(dim=1)  # [Q]: membership of the Q x k listed items only
     return 100.0 * float(hit[has_positive].to(torch.float64).mean())

@@ -10,8 +10,9 @@
   as rows of ``S``; ``scan_cols`` as columns of ``S`` (text->image on ``S.T`` without a transposed
   copy: it walks the rows of ``S`` and updates a chunk of columns at a time).
 - ``contains``: membership of top-list items in sorted CSR positives (binary search).
-- ``advance_stream``: the sequential acceptance loop of (relaxed) greedy matching, compiled from the
-  same source that ``pcmr.ranking.greedy_loop`` runs interpreted.
+- ``advance_stream`` / ``scan_sorted``: the sequential acceptance loops of (relaxed) greedy matching
+  (over the merged stream / over a matrix already in the global order), compiled from the same
+  source that ``pcmr.ranking.greedy_loop`` runs interpreted.
 
 Callers go through ``pcmr.ranking.fused_scan`` and ``pcmr.inference`` (switch:
 ``pcmr.ranking.backend``).
@@ -29,6 +30,7 @@ from numba import prange
 from pcmr.ranking import greedy_loop
 
 advance_stream = numba.njit(cache=True, nogil=True)(greedy_loop.advance_stream)
+scan_sorted = numba.njit(cache=True, nogil=True)(greedy_loop.scan_sorted)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

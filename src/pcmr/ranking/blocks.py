@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
+
+from torch import Tensor
 
 #: Elements of a ``[rows, G]`` temporary block (float32: 32 MiB); bounds the memory of every blocked pass.
 BLOCK_ELEMENTS = 1 << 23
@@ -21,3 +24,17 @@ def query_blocks(num_queries: int, rows: int) -> Iterator[tuple[int, int]]:
     """Yield ``(start, stop)`` of consecutive query blocks; the last one may be short."""
     for start in range(0, num_queries, rows):
         yield start, min(start + rows, num_queries)
+
+
+def width_blocks(sorted_widths: Tensor, rows: int, spread: int = 2, slack: int = 64) -> Iterator[tuple[int, int]]:
+    """Yield ``(start, stop)`` of consecutive blocks of at most ``rows`` queries whose top-list widths
+    ``sorted_widths [Q]`` (ascending) stay within ``spread * narrowest + slack`` of the block's
+    narrowest: a block's top list is as wide as its widest query needs, so a few wide queries no
+    longer make every narrow one build a wide list (the cost of a list grows with its width)."""
+    widths = sorted_widths.tolist()
+    start = 0
+    while start < len(widths):
+        stop = min(start + rows, len(widths))
+        stop = max(start + 1, bisect.bisect_right(widths, spread * widths[start] + slack, start, stop))
+        yield start, stop
+        start = stop

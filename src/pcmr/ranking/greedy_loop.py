@@ -1,10 +1,11 @@
-"""The sequential acceptance loop of (relaxed) greedy matching over a lazily merged candidate stream.
+"""The sequential acceptance loops of (relaxed) greedy matching: over a lazily merged candidate stream
+(``advance_stream``) and over a matrix already put in the global order whole (``scan_sorted``).
 
 The source is written once, in plain Python on 1-D arrays, so that it runs interpreted (backend
 ``"python"``) and compiled by numba (backend ``"numba"``, ``pcmr.ranking._numba_kernels``) with the same logic;
 the two backends therefore give identical lists. It imports nothing.
 
-Data layout (all 1-D; Q rows, G columns):
+Data layout of ``advance_stream`` (all 1-D; Q rows, G columns):
 - ``cand_col`` / ``cand_val``: a buffer of fetched candidates. Row ``r`` owns the segment
   ``[row_pos[r], row_end[r])`` of it, sorted in the global order (score descending, then column
   ascending); ``row_pos`` advances as candidates are consumed.
@@ -122,3 +123,33 @@ def advance_stream(
             else:
                 break
         heap[position] = node
+
+
+def scan_sorted(order, num_rows, num_cols, k, capacity, max_pairs, row_count, col_count, accepted):
+    """The acceptance rule over entries already in the global order: ``order`` holds the flat indices
+    ``r * num_cols + g`` of the matrix's entries, best first (score descending, then row, then column).
+
+    Accepts ``(r, g)`` while row ``r`` holds fewer than ``k`` items and column ``g`` fewer than
+    ``capacity`` (HAL/RGM Algorithm 1, line 14), writing ``g`` to ``accepted[r * k + count]``; stops when
+    every row or every column is full, after ``max_pairs`` pairs (``-1``: no limit), or at the end.
+    Returns the number of accepted pairs.
+    """
+    full_rows = 0
+    full_cols = 0
+    pairs = 0
+    for i in range(order.shape[0]):
+        if full_rows == num_rows or full_cols == num_cols or pairs == max_pairs:
+            break
+        flat = order[i]
+        r = flat // num_cols
+        g = flat - r * num_cols
+        if row_count[r] < k and col_count[g] < capacity:
+            accepted[r * k + row_count[r]] = g
+            row_count[r] += 1
+            col_count[g] += 1
+            pairs += 1
+            if row_count[r] == k:
+                full_rows += 1
+            if col_count[g] == capacity:
+                full_cols += 1
+    return pairs

@@ -15,6 +15,11 @@ from torch import Tensor
 
 from pcmr.ranking import blocks
 
+#: A top-k of at least ``G / WHOLE_SORT_FRACTION`` items is read off one stable sort of the whole row:
+#: ``topk`` of most of a row costs more than sorting it (PMRP's and R-Precision's lists under a
+#: generous relation hold a large part of the gallery).
+WHOLE_SORT_FRACTION = 2
+
 
 def sort_row_segments(values: Tensor, cols: Tensor, *, skip_neg_inf: bool = False) -> tuple[Tensor, Tensor]:
     """Order each row of ``[R, c]`` (values sorted descending, e.g. from ``topk``; their column ids)
@@ -64,6 +69,9 @@ def ordered_topk_block(block: Tensor, k: int) -> tuple[Tensor, Tensor]:
     k = min(int(k), num_cols)
     if k <= 0:
         return block.new_empty(num_rows, 0), torch.empty(num_rows, 0, dtype=torch.long, device=block.device)
+    if WHOLE_SORT_FRACTION * k >= num_cols:  # most of the row: one stable sort is the cheaper (and the reference)
+        values, cols = torch.sort(block, dim=1, descending=True, stable=True)
+        return values[:, :k], cols[:, :k]
     width = min(k + 1, num_cols)
     top_values, top_cols = block.topk(width, dim=1, sorted=True)  # [R, width]
     values, cols = sort_row_segments(top_values[:, :k], top_cols[:, :k])  # [R, k]
