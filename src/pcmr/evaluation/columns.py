@@ -88,6 +88,12 @@ def uncertainty_fit(direction: str, statistic: str) -> str:
     return f"{direction}_uncertainty_{statistic}"
 
 
+def query_blind_r_precision(direction: str) -> str:
+    """R-Precision of one direction's query-blind ranking (one list for every query; the baseline of a
+    study's benchmark check, ``pcmr.metrics.query_blind``)."""
+    return f"{direction}_query_blind_r_precision"
+
+
 def tuned_value(direction: str) -> str:
     """The parameter a matching re-ranker selected on validation (RGM's lambda) for one direction."""
     return f"{direction}_lambda"
@@ -192,6 +198,8 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     *(Column(uncertainty_agreement(side, untrained), uncertainty_agreement(side, untrained), bounds=(-1.0, 1.0))
       for side in ("image", "caption") for untrained in (False, True)),
     *(Column(learned_option(option), learned_option(option)) for option in ("a", "b")),
+    *(Column(query_blind_r_precision(d), query_blind_r_precision(d), bounds=_PERCENT, higher_is_better=True)
+      for d in DIRECTIONS),
 )
 _BINARY_SELECTION = ColumnPattern(r"binsel_\w+", r"\g<0>", "other", _PERCENT, True)
 #: evaluation and analysis columns together (the study's rows add their own identifying columns)

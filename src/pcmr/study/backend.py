@@ -275,8 +275,8 @@ class _QueryBlindColumns:
     def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
         if mode not in self._modes:
             relevant = evaluation.relevance[mode]  # [N_img, N_cap]
-            self._modes[mode] = {"i2t_query_blind_r_precision": _finite(query_blind_r_precision(relevant)),
-                                 "t2i_query_blind_r_precision": _finite(query_blind_r_precision(relevant.T))}
+            self._modes[mode] = {schema.query_blind_r_precision("i2t"): _finite(query_blind_r_precision(relevant)),
+                                 schema.query_blind_r_precision("t2i"): _finite(query_blind_r_precision(relevant.T))}
         return dict(self._modes[mode])
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pcmr.config import ConfigError, build_dataclass
+from pcmr.evaluation import columns
 from pcmr.metrics.query_blind import retrieval_skill
 from pcmr.study.claims import Judgement
 
@@ -30,7 +31,8 @@ __all__ = ["BENCHMARK_NOT_LEARNED", "BenchmarkCheck", "BenchmarkResult", "apply_
 
 #: the verdict of every claim of a study whose benchmark check fails
 BENCHMARK_NOT_LEARNED = "benchmark not learned"
-QUERY_BLIND_COLUMN = "i2t_query_blind_r_precision"
+QUERY_BLIND_COLUMN = columns.query_blind_r_precision("i2t")
+_T2I_RP, _I2T_RP = columns.r_precision("t2i"), columns.r_precision("i2t")
 _SELECTED = ("recipe", "variant", "similarity", "rerank", "relevance")
 
 
@@ -107,20 +109,20 @@ def check_benchmark(check: BenchmarkCheck, rows: Sequence[dict[str, Any]]) -> Be
                                                  f"{field} ({', '.join(found)}); pin benchmark.{field}")
     means: dict[str, float] = {}
     seeds: set[int] = set()
-    for column in ("t2i_r_precision", "i2t_r_precision", QUERY_BLIND_COLUMN):
+    for column in (_T2I_RP, _I2T_RP, QUERY_BLIND_COLUMN):
         by_seed = {int(r["seed"]): v for r in chosen if (v := _number(r.get(column))) is not None}
         if not by_seed:
             return BenchmarkResult(check, False, f"the baseline {check.describe()} has no {column} column")
         means[column] = statistics.fmean(by_seed.values())
         seeds |= set(by_seed)
-    skill = retrieval_skill(means["i2t_r_precision"], means[QUERY_BLIND_COLUMN])
+    skill = retrieval_skill(means[_I2T_RP], means[QUERY_BLIND_COLUMN])
     failed = []
-    if not means["t2i_r_precision"] >= check.min_t2i_r_precision:
-        failed.append(f"t2i R-Precision {means['t2i_r_precision']:.1f} < {check.min_t2i_r_precision:g}")
+    if not means[_T2I_RP] >= check.min_t2i_r_precision:
+        failed.append(f"t2i R-Precision {means[_T2I_RP]:.1f} < {check.min_t2i_r_precision:g}")
     if not skill >= check.min_i2t_skill:
         failed.append(f"i2t skill {skill:.2f} < {check.min_i2t_skill:g}")
-    return BenchmarkResult(check, not failed, "; ".join(failed), tuple(sorted(seeds)), means["t2i_r_precision"],
-                           means["i2t_r_precision"], means[QUERY_BLIND_COLUMN], skill)
+    return BenchmarkResult(check, not failed, "; ".join(failed), tuple(sorted(seeds)), means[_T2I_RP],
+                           means[_I2T_RP], means[QUERY_BLIND_COLUMN], skill)
 
 
 def benchmark_markdown(result: BenchmarkResult) -> list[str]:
