@@ -246,3 +246,26 @@ def test_a_partial_ivf_index_answers_is_and_csls_with_every_item_rescored(tiny_r
         fast = index.search(query, k=5, rerank=rerank, modality="caption")
         exact = index.search(query, k=5, rerank=rerank, modality="caption", backend="exact")
         assert torch.equal(fast.indices, exact.indices)
+
+
+def test_batched_candidate_scores_equal_the_pairwise_score() -> None:
+    """The re-scorer's batched form (a property of the similarity, not a name check) gives the same
+    scores as the similarity's own pairwise matrix."""
+    import torch
+
+    from pcmr import Gaussian
+    from pcmr.search.rescoring import rescore_candidates
+    from pcmr.similarity import get_similarity, pairwise
+
+    generator = torch.Generator().manual_seed(0)
+    gallery = Gaussian(torch.randn(40, 6, generator=generator), torch.randn(40, 6, generator=generator))
+    query = Gaussian(torch.randn(3, 6, generator=generator), torch.randn(3, 6, generator=generator))
+    candidates = torch.randint(0, 40, (3, 7), generator=generator)
+    candidates[0, -1] = -1
+    assert [name for name in ("cosine", "l2", "kl") if get_similarity(name).batched_candidates] == ["cosine"]
+    for name in ("cosine", "l2"):
+        full = pairwise(name, gallery, query).T  # [Q, G]
+        got = rescore_candidates(name, query, gallery, candidates, "caption", {})
+        expected = torch.gather(full, 1, candidates.clamp_min(0))
+        torch.testing.assert_close(got[candidates >= 0], expected[candidates >= 0])
+        assert torch.isinf(got[0, -1])

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from pcmr.evaluation.scoring import score_matrix
@@ -47,17 +46,18 @@ def rescore_candidates(similarity: str, query: Gaussian, gallery: Gaussian | Gal
     valid = candidates >= 0
     safe = candidates.clamp_min(0)
     num_queries, width = candidates.shape
-    if get_similarity(similarity).sampled:
+    score = get_similarity(similarity)
+    fast = None
+    if score.batched_candidates:  # one batched call over each query's own candidates
+        means = _take(gallery, safe.reshape(-1), False).mean.reshape(num_queries, width, -1)  # [Q, C, D]
+        fast = score.candidate_scores(means, query.mean, options)
+    if fast is not None:
+        out = fast
+    elif score.sampled:
         rows = [oriented_scores(similarity, query[q:q + 1], _take(gallery, safe[q], need_logvar), query_modality,
                                 options)[0]
                 for q in range(num_queries)]
         out = torch.stack(rows) if rows else torch.zeros(0, width)
-    elif similarity == "cosine" and not options:
-        # pcmr.similarity's cosine (normalised means, eps 1e-12) without repeating each query C times
-        means = _take(gallery, safe.reshape(-1), False).mean.reshape(num_queries, width, -1)  # [Q, C, D]
-        x = F.normalize(means, dim=2, eps=1e-12)
-        y = F.normalize(query.mean.to(x.dtype), dim=1, eps=1e-12)  # [Q, D]
-        out = torch.bmm(x, y.unsqueeze(2)).squeeze(2)
     else:
         items = _take(gallery, safe.reshape(-1), need_logvar)
         repeated = query[torch.arange(num_queries).repeat_interleave(width)]

@@ -66,6 +66,7 @@ class Similarity(ABC):
     reference: str = ""
     means_only: bool = False
     ann_score: str = "wasserstein"
+    batched_candidates: bool = False  # candidate_scores has a batched form (the search's fast re-scoring)
 
     @property
     def ann_exact(self) -> bool:
@@ -89,6 +90,12 @@ class Similarity(ABC):
         """Bytes of temporaries per image row of a block (for the default block size), beyond
         the output row itself; ``grad`` tells whether the differentiable path will run."""
         return 4 * captions.num * images.mean.element_size()
+
+    def candidate_scores(self, candidate_means: Tensor, query_means: Tensor, options: dict[str, Any]) -> Tensor | None:
+        """Scores ``[Q, C]`` of each query ``query_means [Q, D]`` against its own candidates
+        ``candidate_means [Q, C, D]`` in one batched call, for a score that reads the means alone and
+        has such a form; None (the default) where the search re-scores candidates pair by pair."""
+        return None
 
     def option_tensors(self, options: dict[str, Any]) -> list[Tensor]:
         """Tensors among the options (to decide whether autograd is needed)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -24,6 +25,7 @@ class Cosine(ClosedForm):
 
     name = "cosine"
     means_only = True
+    batched_candidates = True
     ann_score = "cosine"
     reference = "cosine of the means (PCME Table 1 'mean only'; VSE++)"
 
@@ -39,6 +41,12 @@ class Cosine(ClosedForm):
         x = F.normalize(images.mean, dim=1, eps=_NORM_EPS)
         y = F.normalize(captions.mean, dim=1, eps=_NORM_EPS)
         return (x * y).sum(1)
+
+    def candidate_scores(self, candidate_means: Tensor, query_means: Tensor, options: dict[str, Any]) -> Tensor | None:
+        """The cosine of each query with its candidates, without repeating each query ``C`` times."""
+        x = F.normalize(candidate_means, dim=2, eps=_NORM_EPS)  # [Q, C, D]
+        y = F.normalize(query_means.to(x.dtype), dim=1, eps=_NORM_EPS)  # [Q, D]
+        return torch.bmm(x, y.unsqueeze(2)).squeeze(2)
 
 
 @register
