@@ -64,13 +64,13 @@ def _direction(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> dict[st
     margin = -top1_margin(scores).detach().double().cpu()[valid]  # small margin = uncertain
     multiplicity = relevant.sum(1).double().cpu()[valid]  # the oracle: more relevant items = more ambiguous
     curve = risk_coverage(risk, sigma)
+    by_margin, by_multiplicity = risk_coverage(risk, margin), risk_coverage(risk, multiplicity)
     stride = max(1, -(-len(curve.risk) // CURVE_POINTS))
     out: dict[str, Any] = {
         "coverage": curve.coverage[::stride].tolist(), "risk": curve.risk[::stride].tolist(),
         "aurc": curve.aurc, "random": curve.random, "oracle": curve.oracle,
-        "aurc_margin": risk_coverage(risk, margin).aurc, "aurc_multiplicity": risk_coverage(risk, multiplicity).aurc,
-        "margin_risk": risk_coverage(risk, margin).risk[::stride].tolist(),
-        "multiplicity_risk": risk_coverage(risk, multiplicity).risk[::stride].tolist(),
+        "aurc_margin": by_margin.aurc, "aurc_multiplicity": by_multiplicity.aurc,
+        "margin_risk": by_margin.risk[::stride].tolist(), "multiplicity_risk": by_multiplicity.risk[::stride].tolist(),
     }
     strata = multiplicity_strata(multiplicity.numpy())
     out["aurc_within"] = _within_strata(risk.numpy(), sigma.numpy(), strata)

@@ -60,12 +60,11 @@ def _vector(value: Tensor | np.ndarray, name: str) -> np.ndarray:
 def _curve(risk: np.ndarray, key: np.ndarray) -> np.ndarray:
     """Mean risk of the ``k`` queries of smallest ``key``, ``k = 1..Q``, ties averaged."""
     order = np.argsort(key, kind="stable")
-    sorted_key, sorted_risk = key[order], risk[order].copy()
+    sorted_key, sorted_risk = key[order], risk[order]
     starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
-    ends = np.r_[starts[1:], sorted_key.size]
-    for start, end in zip(starts, ends):  # each tie group carries its mean: the expectation over its orders
-        if end - start > 1:
-            sorted_risk[start:end] = sorted_risk[start:end].mean()
+    counts = np.diff(np.r_[starts, sorted_key.size])
+    # each tie group carries its mean: the expectation over its orders
+    sorted_risk = np.repeat(np.add.reduceat(sorted_risk, starts) / counts, counts)
     return np.cumsum(sorted_risk) / np.arange(1, sorted_key.size + 1)
 
 
