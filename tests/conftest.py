@@ -121,3 +121,32 @@ def as_set_args() -> Callable[[list[str]], list[str]]:
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A shapes cache folder shared by the tests of one module (each split generated once)."""
     return tmp_path_factory.mktemp("shapes-cache")
+
+
+@pytest.fixture
+def train_until_crash(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, Path, int], None]:
+    """``train_until_crash(config, run_dir, n)``: train until the ``n``-th write of a checkpoint's
+    ``LATEST`` pointer raises (a crash after the checkpoint folder is in place, before it is named
+    the latest), then restore the writer."""
+    from pcmr.train import Trainer
+    from pcmr.train import checkpoint as checkpoint_module
+
+    def run(config: Any, run_dir: Path, fail_on_write: int) -> None:
+        original = checkpoint_module.atomic_write_text
+        calls = {"latest": 0}
+
+        def crashing_write(path: Any, text: str) -> None:
+            if Path(path).name == "LATEST":
+                calls["latest"] += 1
+                if calls["latest"] == fail_on_write:
+                    raise KeyboardInterrupt("simulated crash")
+            original(path, text)
+
+        monkeypatch.setattr(checkpoint_module, "atomic_write_text", crashing_write)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                Trainer(config, run_dir).fit()
+        finally:
+            monkeypatch.setattr(checkpoint_module, "atomic_write_text", original)
+
+    return run

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from pcmr.train import Trainer, load_config, save_config
-from pcmr.train import checkpoint as checkpoint_module
 from pcmr.train.checkpoint import load_latest_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,7 +106,7 @@ def test_resume_after_kill_9_mid_epoch(tmp_path, cache_dir, reference):
 
 @pytest.mark.parametrize("fail_on_write", [4, 7])
 def test_resume_after_crash_while_writing_checkpoint(
-    tmp_path, cache_dir, reference, monkeypatch, fail_on_write
+    tmp_path, cache_dir, reference, train_until_crash, fail_on_write
 ):
     """A crash after a checkpoint folder was renamed into place but before LATEST moved (write 4: mid
     epoch 1; write 7: the epoch-end checkpoint, after validation and the selected-model save)."""
@@ -115,20 +114,7 @@ def test_resume_after_crash_while_writing_checkpoint(
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     save_config(config, run_dir / "config.yaml")
-    original = checkpoint_module.atomic_write_text
-    calls = {"latest": 0}
-
-    def crashing_write(path, text):
-        if Path(path).name == "LATEST":
-            calls["latest"] += 1
-            if calls["latest"] == fail_on_write:
-                raise KeyboardInterrupt("simulated crash")
-        original(path, text)
-
-    monkeypatch.setattr(checkpoint_module, "atomic_write_text", crashing_write)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(config, run_dir).fit()
-    monkeypatch.setattr(checkpoint_module, "atomic_write_text", original)
+    train_until_crash(config, run_dir, fail_on_write)
     position = load_latest_checkpoint(run_dir / "checkpoints").state["progress"]["global_step"]
     assert position == fail_on_write - 1
     Trainer(config, run_dir, resume=True).fit()

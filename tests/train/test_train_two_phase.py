@@ -3,13 +3,10 @@ that a resumed run repeats exactly, and gradient clipping of the model's paramet
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from pcmr.train import Trainer, load_config, save_config
-from pcmr.train import checkpoint as checkpoint_module
 from pcmr.train.checkpoint import load_latest_checkpoint
 from pcmr.train.recipes import list_recipes
 
@@ -51,25 +48,12 @@ def reference(tmp_path_factory, cache_dir):
 
 
 @pytest.mark.parametrize("fail_on_write", [4, 5])
-def test_resume_repeats_the_optimizer_restart(tmp_path, cache_dir, reference, monkeypatch, fail_on_write):
+def test_resume_repeats_the_optimizer_restart(tmp_path, cache_dir, reference, train_until_crash, fail_on_write):
     """A crash as checkpoint 4 (the first fine-tune step) or 5 is written: the run resumes from the end
     of the warm-up (and restarts the optimizer itself) or from the first fine-tune step (and restores
     the fresh optimizer's state), and ends with the uninterrupted run's weights."""
     config, run_dir = start(tmp_path, "run", cache_dir)
-    original = checkpoint_module.atomic_write_text
-    calls = {"latest": 0}
-
-    def crashing_write(path, text):
-        if Path(path).name == "LATEST":
-            calls["latest"] += 1
-            if calls["latest"] == fail_on_write:
-                raise KeyboardInterrupt("simulated crash")
-        original(path, text)
-
-    monkeypatch.setattr(checkpoint_module, "atomic_write_text", crashing_write)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(config, run_dir).fit()
-    monkeypatch.setattr(checkpoint_module, "atomic_write_text", original)
+    train_until_crash(config, run_dir, fail_on_write)
     assert load_latest_checkpoint(run_dir / "checkpoints").state["progress"]["global_step"] == fail_on_write - 1
     Trainer(config, run_dir, resume=True).fit()
     weights = load_latest_checkpoint(run_dir / "checkpoints").weights
