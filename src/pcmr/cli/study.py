@@ -1,4 +1,4 @@
-"""``pcmr study STUDY [--out DIR] [--workers N] [--only I] [--threads T] [--list]``: a grid of runs."""
+"""``pcmr study STUDY [--out DIR] [--recipes A,B] [--workers N] [--only I] [--threads T] [--list]``: a grid of runs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pcmr.study import find_study, load_study, read_marker, run_study
+from pcmr.study import find_study, load_study, read_marker, run_study, select_recipes
 
 __all__ = ["add_parser", "run"]
 
@@ -21,6 +21,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("study", metavar="STUDY", help="study YAML path, or a shipped study name (papers, tiny)")
     parser.add_argument("--out", metavar="DIR", default=None, help="output folder (default: runs/<study name>)")
+    parser.add_argument("--recipes", metavar="A,B", default=None,
+                        help="run only these recipes of the study (comma-separated labels) and judge only the claims "
+                        "that read them alone")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="runs at a time, each in its own process with cores // N threads (default 1)")
     parser.add_argument("--threads", type=int, default=None, metavar="T",
@@ -34,6 +37,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
 
     spec = load_study(find_study(args.study))
+    if args.recipes is not None:
+        spec = select_recipes(spec, [label.strip() for label in args.recipes.split(",") if label.strip()])
     out = Path(args.out) if args.out else Path("runs") / spec.name
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")

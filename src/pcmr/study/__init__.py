@@ -23,6 +23,7 @@ from pcmr.study.spec import (
     list_studies,
     load_study,
     parse_study,
+    select_recipes,
 )
 from pcmr.study.stats import Interval, mean_interval, paired_interval, t_cdf, t_quantile, verdict
 
@@ -50,6 +51,7 @@ __all__ = [
     "parse_study",
     "read_marker",
     "run_study",
+    "select_recipes",
     "t_cdf",
     "t_quantile",
     "threads_per_worker",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from pcmr.study.claims import Claim, parse_claims
 from pcmr.suggest import unknown_name
 
 __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
-           "load_study", "parse_study", "shipped_study_dir"]
+           "load_study", "parse_study", "select_recipes", "shipped_study_dir"]
 
 DEFAULT_SUMMARY_METRICS = (RSUM, recall("i2t", 1), recall("t2i", 1), r_precision("i2t"), r_precision("t2i"), HS_SUM)
 _LABEL = re.compile(r"^[A-Za-z0-9_.+]+$")
@@ -286,6 +286,29 @@ def load_study(path: str | Path) -> StudySpec:
     spec = parse_study(raw, where=str(path))
     spec.source = path.resolve()
     return spec
+
+
+def select_recipes(spec: StudySpec, labels: list[str] | tuple[str, ...]) -> StudySpec:
+    """The part of ``spec`` that trains only the recipes ``labels`` (``pcmr study --recipes``).
+
+    Run names stay those of the whole study (``<recipe>-<variant>-s<seed>``), so a part's finished runs
+    count for the whole study in the same ``--out`` folder. Claims that read a recipe outside the part
+    are left out, and the benchmark check is kept only when its baseline recipe is in the part.
+    """
+    known = [entry.label for entry in spec.recipes]
+    unknown = [label for label in labels if label not in known]
+    if unknown:
+        raise StudyError(f"--recipes: {', '.join(map(repr, unknown))} not in the study's recipes ({', '.join(known)})")
+    if not labels:
+        raise StudyError("--recipes: name at least one recipe")
+    chosen = set(labels)
+
+    def reads_only_chosen(claim: Claim) -> bool:
+        return all(side is None or side.recipe is None or side.recipe in chosen for side in (claim.a, claim.b))
+
+    benchmark = spec.benchmark if spec.benchmark is not None and spec.benchmark.recipe in chosen else None
+    return replace(spec, recipes=tuple(entry for entry in spec.recipes if entry.label in chosen),
+                   claims=tuple(claim for claim in spec.claims if reads_only_chosen(claim)), benchmark=benchmark)
 
 
 def shipped_study_dir() -> Path:
