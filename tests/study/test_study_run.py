@@ -188,6 +188,26 @@ def test_list_and_only(finished: Path, tmp_path: Path, capsys: pytest.CaptureFix
     assert "--only 6: the study has runs 0..5" in capsys.readouterr().err
 
 
+def test_recipes_runs_and_judges_a_part_of_the_study(finished: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["study", str(STUDY), "--out", str(finished), "--recipes", "vsepp_sum", "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split("\t")[1] for line in lines] == ["vsepp_sum-base-s0", "vsepp_sum-base-s1",
+                                                      "vsepp_sum-augmented-s0", "vsepp_sum-augmented-s1"]
+    part = tmp_path / "part"
+    shutil.copytree(finished / "runs", part / "runs")
+    shutil.rmtree(part / "runs" / "vsepp_sum-augmented-s1")
+    shutil.rmtree(part / "runs" / "pcme-base-s1")
+    assert main(["study", str(STUDY), "--out", str(part), "--recipes", "vsepp_sum", "--threads", "1"]) == 0
+    assert {row["recipe"] for row in _rows(part)} == {"vsepp_sum"}
+    # the child process ran the part's missing run (its --only number is the part's), nothing else
+    assert [p.name for p in sorted((part / "logs").iterdir())] == ["vsepp_sum-augmented-s1.log"]
+    assert read_marker(part / "runs" / "vsepp_sum-augmented-s1") is not None
+    assert not (part / "runs" / "pcme-base-s1").exists()
+    assert main(["study", str(STUDY), "--out", str(part), "--recipes", "vsepp_sum,nope", "--list"]) == 2
+    assert "'nope' not in the study's recipes" in capsys.readouterr().err
+
+
 def test_a_run_folder_with_another_config_is_refused(finished: Path) -> None:
     spec = load_study(STUDY)
     run = spec.runs()[0]

@@ -146,34 +146,51 @@ def test_a_bad_override_stops_the_study_before_any_training(tmp_path: Path) -> N
 def test_shipped_uncertainty_study_resolves_every_run_and_judges_every_uncertainty_claim_behind_the_gate() -> None:
     spec = load_study(find_study("uncertainty"))
     assert len(spec.seeds) == 3 and spec.overrides["data.options.preset"] == "multiplicity_simple"
-    assert {e.recipe for e in spec.recipes} == {"pcme", "pcme_mu_only", "pcmepp_csd", "probvse_wasserstein_ellipsoidal"}
+    assert {e.recipe for e in spec.recipes} == {"pcme", "pcme_mu_only"}
     # every recipe on source pairs; the exact-relation ablation for the mu-only baseline (the benchmark check)
     assert {(run.label, run.variant) for run in spec.runs() if run.variant == "exact"} == {("pcme_mu_only", "exact")}
-    # the PCME recipes also run the sweep cells: 3x the learning rate, 2x the budget
+    # PCME also runs the sweep cells: 3x the learning rate, 2x the budget
     swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source_")}
-    assert swept == {(label, cell) for label in ("pcme", "pcme_small_init") for cell in ("source_lr3", "source_long")}
-    assert len(spec.runs()) == 30
+    assert swept == {("pcme", cell) for cell in ("source_lr3", "source_long")}
+    assert len(spec.runs()) == 15
     for run in spec.runs()[::3]:  # every recipe and variant (3 seeds each)
         config = resolve_config(run.recipe, run.overrides)
-        assert config.train.epochs == (30 if run.variant == "source_long" else 15)
+        assert config.train.epochs == (16 if run.variant == "source_long" else 8)
         assert config.data.options["preset"] == "multiplicity_simple"
         assert config.data.train_relevance == ("exact" if run.variant == "exact" else "source")
-        if run.label in ("pcme", "pcme_small_init", "pcme_mu_only"):
-            assert config.train.lr == (9e-4 if run.variant == "source_lr3" else 3e-4)
-        if run.label == "pcme_small_init":
-            assert config.model.options["image_head"]["logvar_init"] == -8
-            assert config.model.options["caption_head"]["logvar_init"] == -8
+        assert config.train.lr == (9e-4 if run.variant == "source_lr3" else 3e-4)
     # every claim has a minimum effect; every uncertainty claim reads a gated head, and those about what
     # the uncertainty means are judged against the same seed's untrained model in every sweep cell
     assert all(c.min_effect > 0 for c in spec.claims)
     uncertainty = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "_strata", "_aurc", "_within"))]
-    assert len(uncertainty) == 18 and all(c.signal in ("image", "caption") for c in uncertainty)
+    assert len(uncertainty) == 9 and all(c.signal in ("image", "caption") for c in uncertainty)
     nulls = [c for c in uncertainty if c.b is not None and (c.b.metric or "").endswith("_untrained")]
-    assert len(nulls) == 10 and all(c.cells == ("source", "source_lr3", "source_long") for c in nulls)
+    assert len(nulls) == 5 and all(c.cells == ("source", "source_lr3", "source_long") for c in nulls)
     ablation = {c.id for c in spec.claims if c.b is not None and c.b.recipe == "pcme_mu_only"}
-    assert ablation == {f"{label}-vs-mu-only-{m}-{d}" for label in ("pcme", "pcme_small_init")
-                        for m in ("rp", "pmrp") for d in ("i2t", "t2i")} | {
-        f"{label}-abstention-{d}-vs-margin" for label in ("pcme", "pcme_small_init") for d in ("i2t", "t2i")}
+    assert ablation == {f"pcme-vs-mu-only-{m}-{d}" for m in ("rp", "pmrp") for d in ("i2t", "t2i")} | {
+        f"pcme-abstention-{d}-vs-margin" for d in ("i2t", "t2i")}
+
+
+def test_select_recipes_keeps_the_part_and_the_claims_that_read_it_alone() -> None:
+    from pcmr.study import select_recipes
+
+    spec = load_study(find_study("papers"))
+    part = select_recipes(spec, ["pcme", "pcme_mu_only", "pvse", "pcme_small_init"])
+    assert [e.label for e in part.recipes] == ["pcme", "pcme_mu_only", "pvse", "pcme_small_init"]
+    assert {run.name for run in part.runs()} <= {run.name for run in spec.runs()}  # the whole study's names
+    assert len(part.runs()) == 25 and part.benchmark is spec.benchmark
+    kept = {c.id for c in part.claims}
+    assert "pcme-vs-pvse-rp-i2t" in kept and "pcmepp-csd-over-pcme-i2t" not in kept
+    assert all(side.recipe in {"pcme", "pcme_mu_only", "pvse", "pcme_small_init"}
+               for c in part.claims for side in (c.a, c.b) if side is not None and side.recipe)
+    # the papers' protocol: the PCME recipes train on source pairs and are judged under exact relevance
+    assert {run.variant for run in part.runs() if run.label != "pcme_mu_only"} == {"source"}
+    assert all(c.a.relevance == "exact" and c.min_effect >= 1.0 for c in part.claims)
+    assert select_recipes(spec, ["vsepp_sum"]).benchmark is None  # its baseline is not in the part
+    with pytest.raises(StudyError, match="'nope' not in the study's recipes"):
+        select_recipes(spec, ["pcme", "nope"])
+    with pytest.raises(StudyError, match="at least one"):
+        select_recipes(spec, [])
 
 
 def test_shipped_uncertainty_study_judges_each_claim_once_on_complete_results() -> None:

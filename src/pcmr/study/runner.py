@@ -123,8 +123,9 @@ def execute_run(spec: StudySpec, run: StudyRun, out: Path) -> dict[str, Any]:
 def _child_command(spec: StudySpec, run: StudyRun, out: Path, threads: int) -> list[str]:
     if spec.source is None:
         raise ValueError("a study runs its runs as child processes: it must be read from a file (load_study)")
+    part = ["--recipes", ",".join(spec.part)] if spec.part else []  # --only numbers the part's runs
     return [sys.executable, "-m", "pcmr", "study", str(spec.source), "--out", str(Path(out).resolve()),
-            "--only", str(run.index), "--threads", str(threads)]
+            *part, "--only", str(run.index), "--threads", str(threads)]
 
 
 PARENT_ENV = "PCMR_STUDY_PARENT"

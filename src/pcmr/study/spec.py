@@ -124,6 +124,7 @@ class StudySpec:
     source: Path | None = None
     default_variants: tuple[str, ...] = ()  # the variants of a recipe that lists none
     benchmark: BenchmarkCheck | None = None  # checked before any claim is judged (pcmr.study.benchmark)
+    part: tuple[str, ...] = ()  # the recipes a part of the study keeps (select_recipes); () = the whole study
 
     def runs(self) -> list[StudyRun]:
         """The numbered runs: recipes in file order, then variants, then seeds."""
@@ -308,7 +309,8 @@ def select_recipes(spec: StudySpec, labels: list[str] | tuple[str, ...]) -> Stud
 
     benchmark = spec.benchmark if spec.benchmark is not None and spec.benchmark.recipe in chosen else None
     return replace(spec, recipes=tuple(entry for entry in spec.recipes if entry.label in chosen),
-                   claims=tuple(claim for claim in spec.claims if reads_only_chosen(claim)), benchmark=benchmark)
+                   claims=tuple(claim for claim in spec.claims if reads_only_chosen(claim)), benchmark=benchmark,
+                   part=tuple(entry.label for entry in spec.recipes if entry.label in chosen))
 
 
 def shipped_study_dir() -> Path:
