@@ -146,29 +146,33 @@ def test_a_bad_override_stops_the_study_before_any_training(tmp_path: Path) -> N
 def test_shipped_uncertainty_study_resolves_every_run_and_judges_every_uncertainty_claim_behind_the_gate() -> None:
     spec = load_study(find_study("uncertainty"))
     assert len(spec.seeds) == 3 and spec.overrides["data.options.preset"] == "multiplicity_simple"
-    assert {e.recipe for e in spec.recipes} == {"pcme", "pcme_mu_only"}
+    assert [e.label for e in spec.recipes] == ["pcme", "pcme_small_init", "pcme_mu_only"]
     # every recipe on source pairs; the exact-relation ablation for the mu-only baseline (the benchmark check)
     assert {(run.label, run.variant) for run in spec.runs() if run.variant == "exact"} == {("pcme_mu_only", "exact")}
-    # PCME also runs the sweep cells: 3x the learning rate, 2x the budget
+    # the PCME recipes also run the sweep cells: 3x the learning rate, 2x the budget
     swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source_")}
-    assert swept == {("pcme", cell) for cell in ("source_lr3", "source_long")}
-    assert len(spec.runs()) == 15
+    assert swept == {(label, cell) for label in ("pcme", "pcme_small_init") for cell in ("source_lr3", "source_long")}
+    assert len(spec.runs()) == 24
     for run in spec.runs()[::3]:  # every recipe and variant (3 seeds each)
         config = resolve_config(run.recipe, run.overrides)
         assert config.train.epochs == (16 if run.variant == "source_long" else 8)
         assert config.data.options["preset"] == "multiplicity_simple"
         assert config.data.train_relevance == ("exact" if run.variant == "exact" else "source")
         assert config.train.lr == (9e-4 if run.variant == "source_lr3" else 3e-4)
+        if run.label == "pcme_small_init":
+            assert config.model.options["image_head"]["logvar_init"] == -8
+            assert config.model.options["caption_head"]["logvar_init"] == -8
     # every claim has a minimum effect; every uncertainty claim reads a gated head, and those about what
     # the uncertainty means are judged against the same seed's untrained model in every sweep cell
     assert all(c.min_effect > 0 for c in spec.claims)
     uncertainty = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "_strata", "_aurc", "_within"))]
-    assert len(uncertainty) == 9 and all(c.signal in ("image", "caption") for c in uncertainty)
+    assert len(uncertainty) == 18 and all(c.signal in ("image", "caption") for c in uncertainty)
     nulls = [c for c in uncertainty if c.b is not None and (c.b.metric or "").endswith("_untrained")]
-    assert len(nulls) == 5 and all(c.cells == ("source", "source_lr3", "source_long") for c in nulls)
+    assert len(nulls) == 10 and all(c.cells == ("source", "source_lr3", "source_long") for c in nulls)
     ablation = {c.id for c in spec.claims if c.b is not None and c.b.recipe == "pcme_mu_only"}
-    assert ablation == {f"pcme-vs-mu-only-{m}-{d}" for m in ("rp", "pmrp") for d in ("i2t", "t2i")} | {
-        f"pcme-abstention-{d}-vs-margin" for d in ("i2t", "t2i")}
+    assert ablation == {f"{label}-vs-mu-only-{m}-{d}" for label in ("pcme", "pcme_small_init")
+                        for m in ("rp", "pmrp") for d in ("i2t", "t2i")} | {
+        f"{label}-abstention-{d}-vs-margin" for label in ("pcme", "pcme_small_init") for d in ("i2t", "t2i")}
 
 
 def test_select_recipes_keeps_the_part_and_the_claims_that_read_it_alone() -> None:
