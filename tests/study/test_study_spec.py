@@ -148,16 +148,18 @@ def test_shipped_uncertainty_study_resolves_every_run_and_judges_every_uncertain
     assert len(spec.seeds) == 3 and spec.overrides["data.options.preset"] == "multiplicity_simple"
     assert [e.label for e in spec.recipes] == ["pcme", "pcme_small_init", "pcme_mu_only"]
     # every recipe on source pairs; the exact-relation ablation for the mu-only baseline (the benchmark check)
-    assert {(run.label, run.variant) for run in spec.runs() if run.variant == "exact"} == {("pcme_mu_only", "exact")}
+    assert {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("exact")} == {
+        ("pcme_mu_only", "exact"), ("pcme_mu_only", "exact_long")}
+    assert spec.benchmark is not None and (spec.benchmark.recipe, spec.benchmark.variant) == ("pcme_mu_only", "exact_long")
     # the PCME recipes also run the sweep cells: 3x the learning rate, 2x the budget
     swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source_")}
     assert swept == {(label, cell) for label in ("pcme", "pcme_small_init") for cell in ("source_lr3", "source_long")}
-    assert len(spec.runs()) == 24
+    assert len(spec.runs()) == 27
     for run in spec.runs()[::3]:  # every recipe and variant (3 seeds each)
         config = resolve_config(run.recipe, run.overrides)
-        assert config.train.epochs == (16 if run.variant == "source_long" else 8)
+        assert config.train.epochs == (16 if run.variant.endswith("_long") else 8)
         assert config.data.options["preset"] == "multiplicity_simple"
-        assert config.data.train_relevance == ("exact" if run.variant == "exact" else "source")
+        assert config.data.train_relevance == ("exact" if run.variant.startswith("exact") else "source")
         assert config.train.lr == (9e-4 if run.variant == "source_lr3" else 3e-4)
         if run.label == "pcme_small_init":
             assert config.model.options["image_head"]["logvar_init"] == -8
