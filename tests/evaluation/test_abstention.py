@@ -122,6 +122,30 @@ def test_evaluate_writes_abstention_and_pca(tmp_path: Path) -> None:
     assert all(path.read_bytes()[:4] == b"\x89PNG" for path in paths.values())
 
 
+def test_a_point_model_reports_the_deterministic_references(tmp_path: Path) -> None:
+    """The mu-only baseline has no sigma, but its top-1 margin and the multiplicity oracle are the
+    references a probabilistic model's sigma is compared against: its nns rows carry those columns
+    (the same values the reference function computes), and no sigma column."""
+    from pcmr.evaluation.abstention import reference_abstention_series
+
+    rng = np.random.default_rng(7)
+    images = Gaussian(torch.tensor(rng.normal(size=(30, 6)), dtype=torch.float32))
+    captions = Gaussian(torch.tensor(rng.normal(size=(60, 6)), dtype=torch.float32))
+    relevance = torch.tensor(rng.uniform(size=(30, 60)) < 0.15)
+    relevance[torch.arange(30), torch.arange(30)] = True
+    report = evaluate_embeddings(images, captions, relevance, similarities=["cosine"], rerankers=["nns", "is"])
+    nns = next(row for row in report.rows if row["rerank"] == "nns")
+    scores = torch.nn.functional.normalize(images.mean, dim=1) @ torch.nn.functional.normalize(captions.mean, dim=1).T
+    expected = abstention_columns(reference_abstention_series(scores, relevance))
+    assert set(expected) == {f"{d}_{c}" for d in ("i2t", "t2i") for c in (
+        "aurc_margin", "aurc_multiplicity", "aurc_margin_within", "random_within")}
+    for column, value in expected.items():
+        assert nns[column] == pytest.approx(value, abs=1e-6)
+    assert "i2t_aurc" not in nns and "t2i_uncertainty_S" not in nns
+    assert all("i2t_aurc_margin" not in row for row in report.rows if row["rerank"] != "nns")
+    assert "risk_coverage" not in report.figures
+
+
 def test_no_pca_figure_for_points() -> None:
     points = Gaussian(torch.randn(20, 4), None)
     report = evaluate_embeddings(points, Gaussian(torch.randn(20, 4), None), torch.eye(20, dtype=torch.bool),

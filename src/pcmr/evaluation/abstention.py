@@ -6,6 +6,8 @@
   ProbVLM's uncertainty-recall agreement (S, R²). The risk of a query is ``1 - R-Precision``. The
   same AURCs within strata of multiplicity (:func:`multiplicity_strata`) tell what an ordering knows
   beyond how many items a query fits.
+- :func:`reference_abstention_series`: the two deterministic references alone, for a point model (the
+  mu-only baseline a probabilistic model's sigma is compared against).
 - :func:`abstention_columns`: the AURC, S and R² of that series as evaluation-table columns.
 - :func:`pca_ellipse_series`: Gaussians of any dimension projected onto the two principal axes of
   the means, exactly: a linear map keeps a Gaussian Gaussian, ``mu' = W^T (mu - c)`` and
@@ -26,7 +28,7 @@ from pcmr.gaussian import Gaussian
 from pcmr.metrics.ranking import per_query_metrics
 from pcmr.metrics.risk_coverage import risk_coverage, top1_margin, uncertainty_recall_agreement
 
-__all__ = ["abstention_columns", "abstention_series", "pca_ellipse_series"]
+__all__ = ["abstention_columns", "abstention_series", "pca_ellipse_series", "reference_abstention_series"]
 
 #: points of a risk-coverage curve kept for the figure (evenly spaced in coverage)
 CURVE_POINTS = 200
@@ -54,32 +56,42 @@ def _within_strata(risk: np.ndarray, uncertainty: np.ndarray, strata: np.ndarray
     return total / weight if weight else math.nan
 
 
-def _direction(scores: Tensor, relevant: Tensor, uncertainty: Tensor) -> dict[str, Any]:
-    """One direction: ``scores [Q, G]``, ``relevant`` bool ``[Q, G]``, ``uncertainty [Q]``."""
+def _direction(scores: Tensor, relevant: Tensor, uncertainty: Tensor | None) -> dict[str, Any]:
+    """One direction: ``scores [Q, G]``, ``relevant`` bool ``[Q, G]``, ``uncertainty [Q]`` (``None`` for a
+    point model: only the deterministic references, the top-1 margin and the multiplicity oracle)."""
     per_query = per_query_metrics(scores, relevant, precision=True)
     valid = per_query.valid.cpu()
     risk = (1.0 - per_query.r_precision.double().cpu())[valid]
-    hits = per_query.hit_probability(1).cpu()[valid]  # expected over the orders of tied scores
-    sigma = uncertainty.detach().double().cpu()[valid]
     margin = -top1_margin(scores).detach().double().cpu()[valid]  # small margin = uncertain
     multiplicity = relevant.sum(1).double().cpu()[valid]  # the oracle: more relevant items = more ambiguous
-    curve = risk_coverage(risk, sigma)
     by_margin, by_multiplicity = risk_coverage(risk, margin), risk_coverage(risk, multiplicity)
-    stride = max(1, -(-len(curve.risk) // CURVE_POINTS))
+    stride = max(1, -(-len(by_margin.risk) // CURVE_POINTS))
+    strata = multiplicity_strata(multiplicity.numpy())
     out: dict[str, Any] = {
-        "coverage": curve.coverage[::stride].tolist(), "risk": curve.risk[::stride].tolist(),
-        "aurc": curve.aurc, "random": curve.random, "oracle": curve.oracle,
+        "random": by_margin.random, "oracle": by_margin.oracle,
         "aurc_margin": by_margin.aurc, "aurc_multiplicity": by_multiplicity.aurc,
         "margin_risk": by_margin.risk[::stride].tolist(), "multiplicity_risk": by_multiplicity.risk[::stride].tolist(),
+        "aurc_margin_within": _within_strata(risk.numpy(), margin.numpy(), strata),
+        "random_within": _within_strata(risk.numpy(), np.zeros(len(strata)), strata),
     }
-    strata = multiplicity_strata(multiplicity.numpy())
-    out["aurc_within"] = _within_strata(risk.numpy(), sigma.numpy(), strata)
-    out["aurc_margin_within"] = _within_strata(risk.numpy(), margin.numpy(), strata)
-    out["random_within"] = _within_strata(risk.numpy(), np.zeros(len(strata)), strata)
+    if uncertainty is None:
+        return out
+    sigma = uncertainty.detach().double().cpu()[valid]
+    curve = risk_coverage(risk, sigma)
+    out.update({"coverage": curve.coverage[::stride].tolist(), "risk": curve.risk[::stride].tolist(),
+                "aurc": curve.aurc, "aurc_within": _within_strata(risk.numpy(), sigma.numpy(), strata)})
     bins = min(10, int(valid.sum()))
     if bins >= 2:
+        hits = per_query.hit_probability(1).cpu()[valid]  # expected over the orders of tied scores
         out.update(uncertainty_recall_agreement(hits, sigma, num_bins=bins))
     return out
+
+
+def reference_abstention_series(scores: Tensor, relevance: Tensor) -> dict[str, dict[str, Any]]:
+    """The deterministic references of :func:`abstention_series` for a model without an uncertainty
+    (a point model): per direction ``aurc_margin``, ``aurc_multiplicity``, ``aurc_margin_within``,
+    ``random_within`` and the curves. What a probabilistic model's sigma is compared against."""
+    return {"i2t": _direction(scores, relevance, None), "t2i": _direction(scores.T, relevance.T, None)}
 
 
 def abstention_series(scores: Tensor, relevance: Tensor, images: Gaussian, captions: Gaussian,
@@ -104,7 +116,8 @@ def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
                    schema.aurc(direction, "margin", within=True): "aurc_margin_within",
                    schema.random_aurc_within(direction): "random_within"}
         for column, key in columns.items():
-            out[column] = 100.0 * float(side[key])
+            if key in side:  # a point model has the references only
+                out[column] = 100.0 * float(side[key])
         for key in ("S", "R2"):
             if key in side:
                 out[schema.uncertainty_fit(direction, key)] = float(side[key])

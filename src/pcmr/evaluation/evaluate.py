@@ -24,7 +24,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pcmr.evaluation.abstention import abstention_columns, abstention_series, pca_ellipse_series
+from pcmr.evaluation.abstention import (
+    abstention_columns,
+    abstention_series,
+    pca_ellipse_series,
+    reference_abstention_series,
+)
 from pcmr.evaluation.checks import check_finite_embeddings
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number, ordered, pmrp, table_row, tuned_value
 from pcmr.evaluation.degenerate import degenerate_score_warning
@@ -270,6 +275,11 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             for row in result.rows:  # the uncertainty of the raw scores: the nns row carries it
                 if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
                     row.update(abstention_columns(abstention_data[name]))
+        elif deciles_possible:  # a point model: the deterministic references a sigma is compared against
+            references = abstention_columns(reference_abstention_series(scores, relevance))
+            for row in result.rows:
+                if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
+                    row.update(references)
     if decile_data:
         result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
     if abstention_data:
