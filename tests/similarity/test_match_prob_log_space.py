@@ -58,3 +58,30 @@ def test_exp_of_the_score_is_the_match_probability_where_it_is_representable(dis
     captions = Gaussian(torch.tensor([[distance, 0.0]], dtype=torch.float64), None)
     score = pairwise("match_prob", images, captions, a=2.0, b=1.0)
     assert math.isclose(float(score.exp()), 1 / (1 + math.exp(-(1.0 - 2.0 * distance))), rel_tol=1e-5)  # d is floored at a tiny epsilon
+
+
+def test_mixed_tiles_of_representable_and_underflowing_pairs_equal_a_float64_reference(monkeypatch):
+    """float32, tiles of a few rows and captions: pairs whose probabilities are representable and pairs
+    whose every probability underflows sit in the same tiles; both equal a float64 reference of the same
+    samples, wherever they fall in the tiles."""
+    from pcmr.similarity import sampled
+
+    monkeypatch.setattr(sampled, "TILE_CAPTIONS", 7)  # several caption tiles, a short last one
+    monkeypatch.setattr(sampled, "TILE_ELEMENTS", 4 * 9 * 7)  # 4 image rows per tile (J = K = 3)
+    gen = torch.Generator().manual_seed(5)
+    means_i = torch.randn(11, 16, generator=gen, dtype=torch.float64)
+    far = torch.arange(23) % 3 == 0  # every third caption far from every image: its probabilities underflow
+    means_c = means_i[torch.arange(23) % 11] + 0.05 * torch.randn(23, 16, generator=gen, dtype=torch.float64)
+    means_c[far] += 40.0
+    logvar_i, logvar_c = torch.full((11, 16), -6.0, dtype=torch.float64), torch.full((23, 16), -6.0, dtype=torch.float64)
+    zi = Gaussian(means_i, logvar_i).sample(3, generator=gen)
+    zc = Gaussian(means_c, logvar_c).sample(3, generator=gen)
+    a, b = 10.0, 10.0
+    d = torch.cdist(zi.reshape(-1, 16), zc.reshape(-1, 16)).view(11, 3, 23, 3)
+    reference = torch.logsumexp(torch.nn.functional.logsigmoid(b - a * d), dim=(1, 3)) - math.log(9)
+    assert float(reference[:, far].exp().max()) < 1e-100 and float(reference[:, ~far].exp().min()) > 1e-30
+    f32 = lambda t: t.to(torch.float32)  # noqa: E731
+    scores = pairwise("match_prob", Gaussian(f32(means_i), f32(logvar_i)), Gaussian(f32(means_c), f32(logvar_c)),
+                      a=a, b=b, image_samples=f32(zi), caption_samples=f32(zc), block_size=5)
+    assert scores.dtype == torch.float32 and bool(torch.isfinite(scores).all())
+    torch.testing.assert_close(scores.double(), reference, rtol=1e-4, atol=2e-3)
