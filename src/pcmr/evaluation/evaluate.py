@@ -269,17 +269,16 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             timings.append(f"{rerank}{tuned} {time.perf_counter() - rerank_started:.1f} s")
         status_line(f"  {name}: done in {time.perf_counter() - started:.1f} s ({'; '.join(timings)})", progress)
         measure = uncertainty_measure_for((images, captions), uncertainty_measure)  # PVSE point sets: spread
-        if measure is not None and deciles_possible:
-            decile_data[name] = decile_series(scores, relevance, images, captions, measure)
-            abstention_data[name] = abstention_series(scores, relevance, images, captions, measure)
-            for row in result.rows:  # the uncertainty of the raw scores: the nns row carries it
+        if deciles_possible:
+            if measure is not None:
+                decile_data[name] = decile_series(scores, relevance, images, captions, measure)
+                abstention_data[name] = abstention_series(scores, relevance, images, captions, measure)
+                columns = abstention_columns(abstention_data[name])
+            else:  # a point model: the deterministic references a sigma is compared against
+                columns = abstention_columns(reference_abstention_series(scores, relevance))
+            for row in result.rows:  # abstention reads the raw scores: the nns row carries it
                 if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
-                    row.update(abstention_columns(abstention_data[name]))
-        elif deciles_possible:  # a point model: the deterministic references a sigma is compared against
-            references = abstention_columns(reference_abstention_series(scores, relevance))
-            for row in result.rows:
-                if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
-                    row.update(references)
+                    row.update(columns)
     if decile_data:
         result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
     if abstention_data:
