@@ -22,6 +22,7 @@ from pcmr.atomic import atomic_write_text
 from pcmr.data import offers_split
 from pcmr.evaluation import EncodedEvaluation, encode_split, score_matrix, unsupported_reason
 from pcmr.evaluation import columns as schema
+from pcmr.evaluation.encode import model_device
 from pcmr.evaluation.figures import corruption_series
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.hub import Model, load
@@ -138,14 +139,19 @@ def _binary_selection_columns(trained: Model, config: RunConfig, similarities: S
 
 def _untrained_encoding(evaluation: EncodedEvaluation, config: RunConfig) -> tuple[Any, Any, Any]:
     """``(model, images, captions)``: an untrained model of the run's configuration, drawn from the run's
-    own seed, and the test items it encodes (the null every uncertainty statistic is read against)."""
+    own seed, and the test items it encodes (the null every uncertainty statistic is read against).
+
+    The model is drawn on the CPU (the same weights whatever the evaluation device) and then moved to
+    the evaluation's device, where the trained model is evaluated (``train.device``)."""
 
     options = config.model.options
-    with torch.random.fork_rng(devices=[]):  # the run's own seed, not whatever this process drew before
+    device = model_device(evaluation.model, evaluation.device)
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # the run's own seed, on the CPU generator
         torch.manual_seed(torch_seed(config.train.seed))
         initial_model = create_model(config.model.name, **{**options, "vocab_size": len(evaluation.vocab)})
+    initial_model.to(device)
     initial = encode_split(initial_model, evaluation.split, evaluation.vocab, batch_size=evaluation.batch_size,
-                           device=evaluation.device)
+                           device=device)
     return initial_model, initial[0], initial[1]
 
 
