@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from pcmr.atomic import atomic_write_text
 from pcmr.data import Vocabulary, load_dataset
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
+from pcmr.device import resolve_device
 from pcmr.evaluation.checks import check_finite_tensors, check_model_vocabulary
 from pcmr.evaluation.encode import (
     ENCODE_BATCH_SIZE,
@@ -396,6 +397,7 @@ def _load_folder(directory: Path, map_location: str | torch.device,
                  vocabulary: str | os.PathLike[str] | None = None) -> Model:
     """A model folder: ``RUN/model`` (the run's files beside it) or a save_pretrained folder; its weights are
     checked finite and its vocabulary checked to be the one it was trained with."""
+    map_location = resolve_device(map_location, what="device")
     network = load_model(directory, map_location=map_location)
     check_finite_tensors(network.state_dict(), directory / WEIGHTS_FILE)
     in_run = (directory.parent / _RUN_CONFIG_YAML).is_file()  # RUN/model: the run's files sit beside it

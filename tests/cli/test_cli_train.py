@@ -89,7 +89,7 @@ def test_pcme_learns_match_prob_options(tmp_path, tiny_args, capsys):
         (["model.name=pcmee"], "config key 'model.name': unknown name 'pcmee' (did you mean 'pcme'?); expected one of: gce,"),
         (["model.embed_dimm=8"], "embed_dimm"),
         (["train.optimizer=lbfgs"], "config key 'train.optimizer' expects one of"),
-        (["train.device=gpu0"], "train.device: 'gpu0' is not a torch device"),
+        (["train.device=gpu0"], "train.device=gpu0: not a torch device"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, capsys, overrides, expected):

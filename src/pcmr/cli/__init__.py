@@ -9,7 +9,9 @@ light (argparse only) so ``pcmr --help`` is fast; the library is imported inside
 
 Errors a user can cause end the program with one line on stderr saying what is
 wrong and what is accepted, and a non-zero exit status (2 for bad input, 1 for
-other failures). ``--debug`` shows the full traceback instead.
+other failures). ``--debug`` shows the full traceback instead. A command's ``--device`` is checked
+before the command runs (:func:`pcmr.device.resolve_device`), so a device this machine lacks gives the
+same one line in every command.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from pcmr import __version__
+from pcmr.device import resolve_device
 from pcmr.train.checkpoint import CheckpointError
 
 __all__ = ["COMMANDS", "main"]
@@ -122,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     debug = bool(getattr(args, "debug", False))
     try:
+        if getattr(args, "device", None) is not None:  # every command's --device, checked one way
+            resolve_device(args.device, what="--device")
         status = args._run(args)
     except KeyboardInterrupt:
         if debug:

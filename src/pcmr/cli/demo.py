@@ -70,6 +70,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="KEY=VALUE",
         help="extra config override applied to both recipes (repeatable), e.g. --set train.epochs=2",
     )
+    parser.add_argument("--device", default=None, metavar="DEVICE",
+                        help="torch device of both trainings and evaluations, e.g. cuda (train.device; default cpu)")
     parser.add_argument("--progress", action="store_const", const=True, default=None,
                         help="progress bars even when output is not a terminal (default: bars only on a "
                              "terminal, plain per-epoch lines otherwise)")
@@ -109,7 +111,8 @@ def _comparison_rows(rows: list[dict[str, Any]], trained: dict[str, str]) -> lis
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     _prepare(out)
-    overrides = DEMO_OVERRIDES + (["train.progress=true"] if args.progress else []) + list(args.overrides)
+    overrides = (DEMO_OVERRIDES + (["train.progress=true"] if args.progress else [])
+                 + ([f"train.device={args.device}"] if args.device else []) + list(args.overrides))
     started = time.perf_counter()
     results = []
     trained: dict[str, str] = {}

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.data.split import RetrievalSplit
+from pcmr.device import resolve_device
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.models.model import RetrievalModel
 from pcmr.search import backends, building, manifest
@@ -211,6 +212,8 @@ class GalleryIndex:
              load_model: bool = True) -> GalleryIndex:
         """Read an index folder written by :meth:`save`; embeddings (and model) go to ``device``
         (default CPU). Raises FileNotFoundError / ValueError naming the file and the problem."""
+        if device is not None:
+            device = resolve_device(device, what="device")
         return manifest.load_index(cls, directory, device, load_model)
 
     # ----------------------------------------------------------------- stored items

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import torch
 from torch import nn
 
 from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
+from pcmr.device import resolve_device
 from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
 from pcmr.inference import list_rerankers
@@ -148,16 +148,7 @@ def check_config(config: RunConfig) -> None:
             )
     else:
         _check_names("data.name", [name], list(list_datasets()))
-    try:
-        device = torch.device(config.train.device)
-    except RuntimeError as exc:
-        raise ConfigError(
-            f"train.device: {config.train.device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"
-        ) from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            f"train.device={config.train.device} but CUDA is not available here; use train.device=cpu"
-        )
+    resolve_device(config.train.device, what="train.device")
     similarities = list(list_similarities())
     if config.train.select_similarity is not None:
         _check_names("train.select_similarity", [config.train.select_similarity], similarities)
