@@ -150,3 +150,14 @@ def train_until_crash(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any, Path, i
             monkeypatch.setattr(checkpoint_module, "atomic_write_text", original)
 
     return run
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.cuda`` tests are skipped, with the reason, where this machine has no CUDA GPU."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False here); "
+                                   "runs wherever one is: pytest -m cuda or make gpu-check")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
