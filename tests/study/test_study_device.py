@@ -1,7 +1,8 @@
 """The study's evaluation follows ``train.device``: every module it runs (the trained model, the untrained
 model of the same configuration, the corruption and uncertainty analyses) sits on that device.
 
-No second device exists on a CPU-only machine, so the run asks for ``cpu:0``: a device other than the
+Run with ``train.device: cuda`` where a GPU exists (``cuda`` marker). No second device exists on a
+CPU-only machine, so there the run asks for ``cpu:0``: a device other than the
 one a module is built on (``cpu``), to which every module must be moved explicitly. ``nn.Module.to``
 is wrapped to record where each module was placed, and a global forward hook checks, during the
 study's evaluation only, that every module holding parameters was placed on ``cpu:0`` and that
@@ -24,7 +25,6 @@ from pcmr.cli import main
 from pcmr.study import backend
 from pcmr.study.runner import PARENT_ENV
 
-EVALUATION_DEVICE = torch.device("cpu", 0)
 PLACED = "_pcmr_test_placed_on"
 
 STUDY = """\
@@ -32,7 +32,7 @@ name: device
 description: the study's evaluation on train.device
 seeds: [0]
 set:
-  train.device: "cpu:0"
+  train.device: "{device}"
   train.epochs: 1
   train.max_steps_per_epoch: 2
   data.batch_size: 16
@@ -54,11 +54,12 @@ recipes:
 """
 
 
-@pytest.fixture
-def placement_probe(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+@pytest.fixture(params=["cpu:0", pytest.param("cuda", marks=pytest.mark.cuda)])
+def placement_probe(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """Record the device each ``nn.Module.to`` places a module on; during ``backend.evaluate_run`` check
-    every forward and every encoding against :data:`EVALUATION_DEVICE`."""
-    seen: dict[str, Any] = {"forwards": 0, "encodings": [], "wrong": [], "evaluating": False}
+    every forward and every encoding against the study's ``train.device`` (``seen["device"]``)."""
+    evaluation_device = torch.device(request.param)
+    seen: dict[str, Any] = {"device": evaluation_device, "forwards": 0, "encodings": [], "wrong": [], "evaluating": False}
     original_to = nn.Module.to
 
     def recording_to(self: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
@@ -73,7 +74,7 @@ def placement_probe(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]
         if any(True for _ in module.parameters(recurse=False)):
             seen["forwards"] += 1
             placed = getattr(module, PLACED, None)
-            if placed != EVALUATION_DEVICE:
+            if placed != evaluation_device:
                 seen["wrong"].append(f"{type(module).__name__} placed on {placed}")
 
     import pcmr.evaluation.encode as encode
@@ -108,11 +109,11 @@ def test_study_evaluation_runs_every_module_on_train_device(tmp_path: Path, plac
     monkeypatch.setenv("PCMR_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(PARENT_ENV, raising=False)  # this process is no study's child
     study = tmp_path / "device.yaml"
-    study.write_text(STUDY)
+    study.write_text(STUDY.replace("{device}", str(placement_probe["device"])))
     assert main(["study", str(study), "--out", str(tmp_path / "out"), "--only", "0", "--threads", "1"]) == 0
     assert placement_probe["forwards"] > 0
     assert placement_probe["wrong"] == []
     # the trained and the untrained model encode the test split, the corruption analysis its captions
     assert len(placement_probe["encodings"]) >= 4
-    assert set(placement_probe["encodings"]) == {EVALUATION_DEVICE}
+    assert set(placement_probe["encodings"]) == {placement_probe["device"]}
     assert (tmp_path / "out" / "runs" / "pcme-base-s0" / "item_uncertainty.json").is_file()
