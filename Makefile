@@ -3,6 +3,8 @@
 #   make test   -- installs, then lints and runs the whole test suite
 #   make docs   -- builds the documentation site (mkdocs, --strict) into site/
 #   make results-docs -- regenerates the study results quoted in README.md and docs/*.md
+#   make gpu-check -- the device check on a CUDA GPU (about 5 minutes): agreement with the CPU, every
+#                   recipe on cuda, demo/evaluate/study on cuda, throughput; log in docs/benchmark_logs/
 #   make test-browser -- the `pcmr serve` page in headless chromium (needs the Debian packages
 #                   chromium and chromium-driver; .ci/run installs them and runs both targets)
 # Both create/refresh a local virtual environment in .venv. torch is installed
@@ -16,7 +18,7 @@ EXTRAS ?= dev,fast,eccv,pretrained,search,vectordb,adamp,tensorboard
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pcmr-installed
 
-.PHONY: demo test test-browser lint install clean bench docs results-docs
+.PHONY: demo test test-browser lint install clean bench docs results-docs gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +50,9 @@ docs: $(STAMP)
 
 results-docs: $(STAMP)
 	$(BIN)/python tools/results_docs.py
+
+gpu-check: $(STAMP)
+	PYTHON=$(BIN)/python tools/gpu_check.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/similarity.py
