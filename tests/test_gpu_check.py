@@ -28,10 +28,11 @@ def test_the_check_study_is_the_uncertainty_study_on_the_device(tmp_path: Path) 
     from pcmr.study import find_study, load_study
 
     tool = load_script("tools/gpu_check_study.py")
-    assert tool.main([str(tmp_path / "check.yaml"), "--device", "cpu", "--epochs", "1"]) == 0
+    assert tool.main([str(tmp_path / "check.yaml"), "--device", "cpu", "--epochs", "1", "--max-steps", "3"]) == 0
     spec = load_study(tmp_path / "check.yaml")
     shipped = load_study(find_study("uncertainty"))
     assert spec.seeds == (0,) and spec.overrides["train.device"] == "cpu" and spec.overrides["train.epochs"] == 1
+    assert spec.overrides["train.max_steps_per_epoch"] == 3
     assert {r.label for r in spec.recipes} == {r.label for r in shipped.recipes}
     first = [run for run in spec.runs() if run.label == "pcme"][0]
     assert first.variant == "source" and first.overrides["train.device"] == "cpu"

@@ -34,11 +34,13 @@ if [ "$DEVICE" = cuda ]; then
   THROUGHPUT=(--steps 200)
   SHAPES=()
   DEMO=()
+  STUDY=()
   DEFAULT_LOG=docs/benchmark_logs/gpu_check_$(date -u +%Y-%m-%d).txt
 else
   THROUGHPUT=(--steps 6 --warmup 2 --quick)
   SHAPES=(--shapes 200,1000,64 --repeats 2)
   DEMO=(--set train.epochs=1 --set "data.options={num_train: 200, num_val: 50, num_test: 100}")
+  STUDY=(--epochs 1 --max-steps 5)
   DEFAULT_LOG=$(mktemp "${TMPDIR:-/tmp}/pcmr-gpu-check-dry-run.XXXXXX")
 fi
 
@@ -83,7 +85,7 @@ step "pcmr demo --device $DEVICE (wall time)" \
   "$PYTHON" -m pcmr demo --device "$DEVICE" "${DEMO[@]}" --out "$WORK/demo"
 step "pcmr evaluate --device $DEVICE" \
   "$PYTHON" -m pcmr evaluate "$WORK/demo/pcme" --device "$DEVICE" --out "$WORK/evaluate"
-"$PYTHON" tools/gpu_check_study.py "$WORK/uncertainty_check.yaml" --device "$DEVICE"
+"$PYTHON" tools/gpu_check_study.py "$WORK/uncertainty_check.yaml" --device "$DEVICE" "${STUDY[@]}"
 step "uncertainty study: one pcme run on $DEVICE (source, seed 0, 2 epochs), trained and evaluated" \
   "$PYTHON" -m pcmr study "$WORK/uncertainty_check.yaml" --recipes pcme --only 0 --threads "$(nproc)" --out "$WORK/study"
 step "training throughput with GPU utilisation" \
