@@ -35,12 +35,14 @@ if [ "$DEVICE" = cuda ]; then
   SHAPES=()
   DEMO=()
   STUDY=()
+  STUDY_LABEL="2 epochs"
   DEFAULT_LOG=docs/benchmark_logs/gpu_check_$(date -u +%Y-%m-%d).txt
 else
   THROUGHPUT=(--steps 6 --warmup 2 --quick)
   SHAPES=(--shapes 200,1000,64 --repeats 2)
   DEMO=(--set train.epochs=1 --set "data.options={num_train: 200, num_val: 50, num_test: 100}")
   STUDY=(--epochs 1 --max-steps 5)
+  STUDY_LABEL="1 epoch of 5 steps"
   DEFAULT_LOG=$(mktemp "${TMPDIR:-/tmp}/pcmr-gpu-check-dry-run.XXXXXX")
 fi
 
@@ -50,6 +52,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/pcmr-gpu-check.XXXXXX")
 export PCMR_CACHE="$WORK/cache"
 mkdir -p "$(dirname "$LOG")"
 exec > >(tee "$LOG") 2>&1
+TEE=$!
 
 passed=0
 failed=()
@@ -86,7 +89,7 @@ step "pcmr demo --device $DEVICE (wall time)" \
 step "pcmr evaluate --device $DEVICE" \
   "$PYTHON" -m pcmr evaluate "$WORK/demo/pcme" --device "$DEVICE" --out "$WORK/evaluate"
 "$PYTHON" tools/gpu_check_study.py "$WORK/uncertainty_check.yaml" --device "$DEVICE" "${STUDY[@]}"
-step "uncertainty study: one pcme run on $DEVICE (source, seed 0, 2 epochs), trained and evaluated" \
+step "uncertainty study: one pcme run on $DEVICE (source, seed 0, $STUDY_LABEL), trained and evaluated" \
   "$PYTHON" -m pcmr study "$WORK/uncertainty_check.yaml" --recipes pcme --only 0 --threads "$(nproc)" --out "$WORK/study"
 step "training throughput with GPU utilisation" \
   "$PYTHON" benchmarks/training_throughput.py --device "$DEVICE" "${THROUGHPUT[@]}" --out "$WORK/throughput"
@@ -98,4 +101,7 @@ total=$(( ($(date +%s%N) - started) / 1000000000 ))
 printf "gpu-check on %s: %d of %d steps passed in %d s" "$DEVICE" "$passed" "$((passed + ${#failed[@]}))" "$total"
 if [ ${#failed[@]} -gt 0 ]; then printf "; failed: %s" "$(IFS=';'; echo "${failed[*]}")"; fi
 printf "\nlog: %s (work folder %s)\n" "$LOG" "$WORK"
-[ ${#failed[@]} -eq 0 ]
+status=$([ ${#failed[@]} -eq 0 ] && echo 0 || echo 1)
+exec >&- 2>&-
+wait "$TEE" 2>/dev/null  # the log is complete before the command returns
+exit "$status"
