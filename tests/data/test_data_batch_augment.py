@@ -170,7 +170,7 @@ def test_batches_are_the_per_item_definition(shapes_train, options):
 def test_views_and_random_resized_crops_are_the_per_item_definition(shapes_train):
     vocab = Vocabulary.from_split(shapes_train)
     options = {**RELEASE, "image_augment": "random_resized_crop"}
-    for finish, keys, batch in loader_batches(shapes_train, vocab, options, epochs=1, num_views=2):
+    for _finish, keys, batch in loader_batches(shapes_train, vocab, options, epochs=1, num_views=2):
         expected = ref_batch(shapes_train, vocab, keys, options, num_views=2)
         batch = finish_batch(batch)
         assert torch.equal(batch["images"], expected["images"])
