@@ -165,7 +165,7 @@ def finish_images(images: torch.Tensor, boxes: torch.Tensor | None = None) -> to
         pixels = images.numpy()
         out_np = np.empty((*pixels.shape[:-3], 3, *pixels.shape[-3:-1]), dtype=np.float32)
         for channel in range(3):
-            np.take(_LEVELS[channel], pixels[..., channel], out=out_np[..., channel, :, :])
+            out_np[..., channel, :, :] = _LEVELS[channel][pixels[..., channel]]
         out = torch.from_numpy(out_np)
         if boxes is not None and boxes.numel():
             flat_out, flat_boxes = out.view(-1, *out.shape[-3:]), boxes.reshape(-1, 4)

@@ -290,7 +290,9 @@ class Trainer:
         return DataLoader(
             self.loader.dataset,
             batch_sampler=batches,
-            collate_fn=FinishBatch(finish=False),  # images are normalised and erased in the step, on the device
+            # images are normalised and erased in the step, on the training device; on the CPU with
+            # workers, in the workers (the same operations either way)
+            collate_fn=FinishBatch(finish=self.device.type == "cpu" and self.loader_settings["num_workers"] > 0),
             **self.loader_settings,
         )
 
