@@ -1,11 +1,14 @@
 """Datasets, samplers and collate functions producing the batch dicts of ``docs/datasets.md``.
 
 Training items are (source image, caption) pairs addressed by caption index. The
-batch sampler yields ``(caption_index, item_seed)`` tuples, so augmentation is
-deterministic from ``seed`` whatever the number of workers. The collate merges
-repeated images and fills ``"relevance"`` from the split's *true* relation:
-a caption may be relevant to several images of the batch (many-to-many data,
-class-level CUB relevance), not only to its source image.
+batch sampler yields ``(caption_index, item_seed)`` tuples; every augmentation draw of an
+item is a function of its seed (:mod:`pcmr.data.draws`), so batches are the same whatever
+the number of workers, processes or the device that augments them. :class:`PairDataset`
+builds a whole batch at once (uint8 images, Cutout boxes and word dropout as array
+operations, :mod:`pcmr.data.batch_augment`); :func:`finish_batch` normalises and erases its
+images on the training device. Repeated images are merged and ``"relevance"`` comes from
+the split's *true* relation: a caption may be relevant to several images of the batch
+(many-to-many data, class-level CUB relevance), not only to its source image.
 """
 
 from __future__ import annotations
