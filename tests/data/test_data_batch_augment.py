@@ -17,7 +17,7 @@ import torch
 
 from pcmr.data import Vocabulary, load_dataset, train_loader
 from pcmr.data.augment import _square_box
-from pcmr.data.batch_augment import _finish_by_arithmetic, finish_images
+from pcmr.data.batch_augment import _finish_by_arithmetic, drop_words_batch, finish_images, word_slots
 from pcmr.data.batching import PairBatchSampler, finish_batch
 from pcmr.data.draws import CROP, CUTOUT, WORDS, StreamDraws, uniform, uniforms, view_stream
 from pcmr.data.images import FeatureImages, normalize_pixels
@@ -223,3 +223,19 @@ def test_finish_images_normalises_as_the_per_image_function():
         for b in range(2):
             assert torch.equal(out[a, b], normalize_pixels(pixels[a, b].numpy()))
     assert torch.equal(out, _finish_by_arithmetic(pixels, None))
+
+
+@pytest.mark.parametrize("rule", ["delete", "unk_then_delete"])
+@pytest.mark.parametrize("prob", [0.1, 0.5, 0.95])
+def test_word_dropout_of_short_and_long_captions_is_the_per_item_definition(rule, prob):
+    """Captions of 0, 1, 2, ... 30 words (the "delete" rule's rescue of one word happens at p = 0.95)."""
+    rng = np.random.default_rng(3)
+    captions = [[2, *rng.integers(4, 50, size=n).tolist(), 3] for n in [0, 1, 2, 3, 5, 8, 13, 30] * 6]
+    seeds = rng.integers(0, 2**63 - 1, size=len(captions))
+    lengths = np.array([len(c) for c in captions])
+    padded = np.zeros((len(captions), lengths.max()), dtype=np.int64)
+    for row, ids in enumerate(captions):
+        padded[row, : len(ids)] = ids
+    ids, new_lengths = drop_words_batch(padded, lengths, uniforms(seeds, WORDS, word_slots(lengths)), prob, rule)
+    got = unpadded(torch.from_numpy(ids), torch.from_numpy(new_lengths))
+    assert got == [ref_drop_words(c, int(s), WORDS, prob, rule) for c, s in zip(captions, seeds.tolist())]
