@@ -525,7 +525,7 @@ class Trainer:
                      f"rsum {val[RSUM]:.1f}, R-Precision {val[MEAN_R_PRECISION]:.1f}")
         data, compute = record.get("data_seconds", 0.0), record.get("compute_seconds", 0.0)
         share = 100.0 * data / max(data + compute, 1e-9)
-        line += f"; steps: data wait {data:.1f} s ({share:.0f} %), compute {compute:.1f} s"
+        line += f"; steps: data wait {data:.2f} s ({share:.0f} %), compute {compute:.2f} s"
         write_line(line, bars=progress_enabled(self.config.train.progress))
 
     def fit(self) -> dict[str, Any]:
