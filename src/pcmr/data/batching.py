@@ -1,11 +1,14 @@
 """Datasets, samplers and collate functions producing the batch dicts of ``docs/datasets.md``.
 
 Training items are (source image, caption) pairs addressed by caption index. The
-batch sampler yields ``(caption_index, item_seed)`` tuples, so augmentation is
-deterministic from ``seed`` whatever the number of workers. The collate merges
-repeated images and fills ``"relevance"`` from the split's *true* relation:
-a caption may be relevant to several images of the batch (many-to-many data,
-class-level CUB relevance), not only to its source image.
+batch sampler yields ``(caption_index, item_seed)`` tuples; every augmentation draw of an
+item is a function of its seed (:mod:`pcmr.data.draws`), so batches are the same whatever
+the number of workers, processes or the device that augments them. :class:`PairDataset`
+builds a whole batch at once (uint8 images, Cutout boxes and word dropout as array
+operations, :mod:`pcmr.data.batch_augment`); :func:`finish_batch` normalises and erases its
+images on the training device. Repeated images are merged and ``"relevance"`` comes from
+the split's *true* relation: a caption may be relevant to several images of the batch
+(many-to-many data, class-level CUB relevance), not only to its source image.
 """
 
 from __future__ import annotations
@@ -17,12 +20,23 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from pcmr.data.augment import WORD_DROPOUT_RULES, drop_words, erase_image, random_erase
+from pcmr.data.augment import WORD_DROPOUT_RULES
+from pcmr.data.batch_augment import (
+    RANDOM_ERASE_SLOTS,
+    SQUARE_ERASE_SLOTS,
+    drop_words_batch,
+    feature_erase_mask,
+    finish_images,
+    random_erase_boxes,
+    square_erase_boxes,
+    word_slots,
+)
+from pcmr.data.draws import CROP, CUTOUT, WORDS, StreamDraws, uniforms, view_stream
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import PAD_ID, Vocabulary
 from pcmr.relevance import Relevance
 
-__all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "ImageDataset", "CaptionDataset",
+__all__ = ["pad_captions", "PairDataset", "PairBatchSampler", "TrainCollate", "FinishBatch", "finish_batch", "ImageDataset", "CaptionDataset",
            "collate_images", "collate_captions", "SAMPLERS", "IMAGE_AUGMENTS", "caption_classes", "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE",
            "TRAIN_BATCH_SIZE"]
 
@@ -91,50 +105,158 @@ class PairDataset(Dataset):
         self.erase_fixed = float(erase_ratio) if self.erase_range is None else 0.0  # type: ignore[arg-type]
         self.erase_prob, self.erase_aspect = float(erase_prob), 0.3 if erase_aspect is None else float(erase_aspect)
         self.word_dropout_rule = word_dropout_rule
-        self.encoded = [vocab.encode(text) for text in split.caption_texts]
+        encoded = [vocab.encode(text) for text in split.caption_texts]
+        # captions as one flat int64 array (CSR): token_ids[token_starts[c]: + token_lengths[c]]
+        self.token_lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
+        self.token_starts = np.concatenate([[0], np.cumsum(self.token_lengths)[:-1]]).astype(np.int64)
+        self.token_ids = np.fromiter((t for ids in encoded for t in ids), dtype=np.int64,
+                                     count=int(self.token_lengths.sum()))
+        self.caption_image = np.asarray(split.caption_image, dtype=np.int64)
+        self.erase_ratio_active = (self.erase_range is not None and self.erase_range[1] > 0) or self.erase_fixed > 0
 
     def __len__(self) -> int:
         return self.split.num_captions
 
-    def _cutout(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
-        if self.erase_range is not None:
-            return random_erase(image, rng, prob=self.erase_prob, min_area=self.erase_range[0],
-                                max_area=self.erase_range[1], min_aspect=self.erase_aspect)
-        if self.erase_prob < 1.0 and rng.random() >= self.erase_prob:
-            return image.clone()
-        return erase_image(image, self.erase_fixed, rng)
+    # ---------------------------------------------------------------- whole batches
+    def __getitems__(self, keys: Sequence[tuple[int, int] | tuple[int, int, bool]]) -> dict[str, Any]:
+        """The raw training batch of ``keys`` (what ``DataLoader`` asks of a batch sampler's batch):
+        see :meth:`raw_batch`."""
+        return self.raw_batch(keys)
 
-    def _image(self, image_index: int, rng: np.random.Generator) -> torch.Tensor:
-        if self.augment and self.image_augment == "random_resized_crop":
-            return self.split.images.load_random_resized_crop(image_index, rng)
-        return self.split.images.load(image_index)
-
-    def _drop_words(self, ids: list[int], rng: np.random.Generator) -> list[int]:
-        return drop_words(ids, self.word_dropout, rng, self.word_dropout_rule)
-
-    def __getitem__(self, key: tuple[int, int] | tuple[int, int, bool]) -> dict[str, Any]:
-        caption_index, item_seed = key[0], key[1]
-        rng = np.random.default_rng(item_seed)
-        image_index = int(self.split.caption_image[caption_index])
-        image = self._image(image_index, rng)
-        ids = self.encoded[caption_index]
-        item: dict[str, Any] = {"image_index": image_index, "caption_index": int(caption_index),
-                                "caption_text": self.split.caption_texts[caption_index],
-                                "holds_image": bool(key[2]) if len(key) > 2 else True}
+    def raw_batch(self, keys: Sequence[tuple[int, int] | tuple[int, int, bool]]) -> dict[str, Any]:
+        """The training batch of ``keys`` with pixel images still uint8 ``[B_img, H, W, 3]`` and their Cutout
+        boxes in ``"image_erase"`` ``[B_img, 4]`` (``"image_view_erase"`` ``[B_img, K, 4]`` for views):
+        :func:`finish_batch` normalises and erases them, on the CPU or the training device. Captions,
+        relevance and features are final. Repeated images are kept once (their first item); an item
+        whose image another process holds contributes its caption only."""
+        caption_index = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+        seeds = np.fromiter((k[1] for k in keys), dtype=np.int64, count=len(keys))
+        holds = np.fromiter((bool(k[2]) if len(k) > 2 else True for k in keys), dtype=bool, count=len(keys))
+        image_of = self.caption_image[caption_index]
+        rows = _first_rows(image_of, holds)  # one row per distinct held image, in order of first appearance
+        image_index = image_of[rows]
+        image_seeds = seeds[rows]
+        ids, lengths = self._caption_ids(caption_index)
         if self.augment:
-            image = self._cutout(image, rng)
-            ids = self._drop_words(ids, rng)
-        item["image"], item["caption"] = image, ids
+            ids, lengths = self._drop_words(ids, lengths, seeds, None)
+        texts = self.split.caption_texts
+        batch: dict[str, Any] = {
+            "captions": torch.from_numpy(ids),  # [B_cap, L]
+            "caption_lengths": torch.from_numpy(lengths),  # [B_cap]
+            "caption_texts": [texts[c] for c in caption_index.tolist()],
+            "relevance": torch.from_numpy(self.split.relevance.submatrix(image_index, caption_index)),
+            "image_index": torch.from_numpy(image_index),
+            "caption_index": torch.from_numpy(caption_index),
+        }
+        batch["images"], erase = self._images(image_index, image_seeds, None, augment=self.augment)
+        if erase is not None:
+            batch["image_erase"] = erase
         if self.num_views:
+            clean = None
             if self.image_augment == "none":
-                clean = self.split.images.load(image_index)
-                views = [self._cutout(clean, rng) for _ in range(self.num_views)]
-            else:
-                views = [self._cutout(self._image(image_index, rng), rng) for _ in range(self.num_views)]
-            item["image_views"] = torch.stack(views)
-            item["caption_views"] = [self._drop_words(self.encoded[caption_index], rng)
-                                     for _ in range(self.num_views)]
+                clean = self.split.images.load_batch(image_index)
+            views = [self._images(image_index, image_seeds, v, augment=True, clean=clean)
+                     for v in range(self.num_views)]
+            batch["image_views"] = torch.stack([images for images, _ in views], dim=1)  # [B_img, K, ...]
+            if views[0][1] is not None:
+                batch["image_view_erase"] = torch.stack([boxes for _, boxes in views if boxes is not None],
+                                                        dim=1)  # [B_img, K, 4]
+            base, base_lengths = self._caption_ids(caption_index)
+            dropped = [self._drop_words(base, base_lengths, seeds, v) for v in range(self.num_views)]
+            width = max(d[0].shape[1] for d in dropped)
+            padded = [np.pad(d[0], ((0, 0), (0, width - d[0].shape[1]))) for d in dropped]
+            batch["caption_views"] = torch.from_numpy(np.stack(padded, axis=1))  # [B_cap, K, L]
+            batch["caption_view_lengths"] = torch.from_numpy(np.stack([d[1] for d in dropped], axis=1))  # [B_cap, K]
+        return batch
+
+    def _caption_ids(self, caption_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of the captions padded with ``<pad>`` = 0: int64 ``[B, L]`` and lengths ``[B]``."""
+        lengths = self.token_lengths[caption_index]
+        width = int(lengths.max()) if len(lengths) else 1
+        columns = np.arange(width)[None, :]
+        inside = columns < lengths[:, None]
+        ids = self.token_ids[self.token_starts[caption_index][:, None] + np.minimum(columns, lengths[:, None] - 1)]
+        return np.where(inside, ids, PAD_ID), lengths
+
+    def _drop_words(self, ids: np.ndarray, lengths: np.ndarray, seeds: np.ndarray,
+                    view: int | None) -> tuple[np.ndarray, np.ndarray]:
+        if self.word_dropout == 0.0:
+            return ids, lengths
+        draws = uniforms(seeds, view_stream(WORDS, view), word_slots(lengths))
+        return drop_words_batch(ids, lengths, draws, self.word_dropout, self.word_dropout_rule)
+
+    def _images(self, image_index: np.ndarray, seeds: np.ndarray, view: int | None, *, augment: bool,
+                clean: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Images (uint8 pixels or float features) and, for pixels, their Cutout boxes (None: features)."""
+        source = self.split.images
+        if augment and self.image_augment == "random_resized_crop":
+            stream = view_stream(CROP, view)
+            crops = [source.load_random_resized_crop_pixels(int(i), StreamDraws(int(s), stream))
+                     for i, s in zip(image_index.tolist(), seeds.tolist())]
+            images = np.stack(crops) if crops else source.load_batch(image_index)
+        else:
+            images = clean if clean is not None else source.load_batch(image_index)
+        cutout = augment and self.erase_ratio_active
+        stream = view_stream(CUTOUT, view)
+        if source.kind != "pixels":
+            features = torch.from_numpy(np.array(images, dtype=np.float32))
+            if cutout and len(image_index):
+                count = features.shape[1]
+                fraction = self.erase_range if self.erase_range is not None else self.erase_fixed
+                mask = feature_erase_mask(uniforms(seeds, stream, 2 + count), count, prob=self.erase_prob,
+                                          fraction=fraction)
+                mask_t = torch.from_numpy(mask)
+                features[mask_t.view(*mask_t.shape, *([1] * (features.ndim - 2))).expand_as(features)] = 0.0
+            return features, None
+        height, width = images.shape[1], images.shape[2]
+        if not cutout:
+            boxes = np.zeros((len(image_index), 4), dtype=np.int64)
+        elif self.erase_range is not None:
+            boxes = random_erase_boxes(uniforms(seeds, stream, RANDOM_ERASE_SLOTS), height, width,
+                                       prob=self.erase_prob, min_area=self.erase_range[0],
+                                       max_area=self.erase_range[1], min_aspect=self.erase_aspect)
+        else:
+            boxes = square_erase_boxes(uniforms(seeds, stream, SQUARE_ERASE_SLOTS), height, width,
+                                       ratio=self.erase_fixed, prob=self.erase_prob)
+        return torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(boxes)
+
+    # ---------------------------------------------------------------- one item
+    def __getitem__(self, key: tuple[int, int] | tuple[int, int, bool]) -> dict[str, Any]:
+        """One training item, finished (normalised, erased) on the CPU: ``"image"`` ``[3, H, W]`` (or
+        features), ``"caption"`` (token ids), indices and text; ``"image_views"`` / ``"caption_views"``
+        with ``num_views``. The same draws as the item has in any batch."""
+        batch = finish_batch(self.raw_batch([(key[0], key[1], True)]))
+        caption_index = int(key[0])
+        length = int(batch["caption_lengths"][0])
+        item: dict[str, Any] = {"image_index": int(batch["image_index"][0]), "caption_index": caption_index,
+                                "caption_text": self.split.caption_texts[caption_index],
+                                "holds_image": bool(key[2]) if len(key) > 2 else True,
+                                "image": batch["images"][0], "caption": batch["captions"][0, :length].tolist()}
+        if self.num_views:
+            item["image_views"] = batch["image_views"][0]
+            item["caption_views"] = [batch["caption_views"][0, v, : int(batch["caption_view_lengths"][0, v])].tolist()
+                                     for v in range(self.num_views)]
         return item
+
+
+def _first_rows(image_of: np.ndarray, holds: np.ndarray) -> np.ndarray:
+    """Positions of the first held item of each distinct image, in order of appearance."""
+    held = np.flatnonzero(holds)
+    _, first = np.unique(image_of[held], return_index=True)
+    return np.sort(held[first])
+
+
+def finish_batch(batch: dict[str, Any], device: torch.device | str | None = None, *,
+                 non_blocking: bool = False) -> dict[str, Any]:
+    """A raw training batch (:meth:`PairDataset.raw_batch`) moved to ``device`` (default: where it is) with
+    its uint8 images normalised and Cutout applied there (:func:`pcmr.data.batch_augment.finish_images`):
+    the training batch dict of ``docs/datasets.md``. A finished batch is only moved."""
+    out = {k: (v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) and device is not None else v)
+           for k, v in batch.items()}
+    for images, boxes in (("images", "image_erase"), ("image_views", "image_view_erase")):
+        if boxes in out:
+            out[images] = finish_images(out[images], out.pop(boxes))
+    return out
 
 
 def _erase_range(erase_ratio: object, erase_aspect: object) -> tuple[float, float] | None:
@@ -319,6 +441,18 @@ class TrainCollate:
         return batch
 
 
+class FinishBatch:
+    """The training loader's ``collate_fn``: the dataset builds each whole batch (``PairDataset.__getitems__``);
+    ``finish=True`` normalises and erases its images here (:func:`finish_batch`, on the CPU, in the
+    worker), ``finish=False`` leaves that to the training step (on the training device)."""
+
+    def __init__(self, finish: bool = True) -> None:
+        self.finish = finish
+
+    def __call__(self, batch: Any) -> dict[str, Any]:
+        return finish_batch(batch) if self.finish else batch
+
+
 def _stack_rows(items: list[dict[str, Any]], key: str, rows: list[int]) -> torch.Tensor:
     """``items[p][key]`` stacked over ``rows`` (an empty ``[0, ...]`` tensor of the right shape when
     another process holds every image of this shard)."""
@@ -388,6 +522,9 @@ def train_loader(
     num_workers: int = 0,
     num_replicas: int = 1,
     rank: int = 0,
+    finish: bool = True,
+    pin_memory: bool = False,
+    prefetch_factor: int | None = None,
 ) -> DataLoader:
     """Shuffled training batches (the training batch dict of ``docs/datasets.md``, with the true in-batch ``"relevance"``).
 
@@ -407,14 +544,21 @@ def train_loader(
     [B_cap, K, L]`` and ``caption_view_lengths [B_cap, K]`` (independently augmented).
     ``num_replicas`` / ``rank``: this process's shard of each global batch of ``batch_size``
     (see ``PairBatchSampler``); ``"relevance"`` then covers the shard only.
+
+    Each batch is built at once (``PairDataset.raw_batch``): pixel images are gathered as uint8, the
+    augmentation draws of every item are a function of its seed alone (:mod:`pcmr.data.draws`), and
+    captions, Cutout boxes and word dropout are computed as array operations. ``finish=False`` returns
+    the images still uint8 with their Cutout boxes (``"image_erase"``), for :func:`finish_batch` to
+    normalise and erase on the training device. ``pin_memory`` / ``prefetch_factor``: as
+    ``torch.utils.data.DataLoader``'s (``prefetch_factor`` with workers only).
     """
     dataset = PairDataset(split, vocab, augment=augment, erase_ratio=erase_ratio, erase_prob=erase_prob,
                           erase_aspect=erase_aspect, word_dropout=word_dropout,
                           word_dropout_rule=word_dropout_rule, num_views=num_views, image_augment=image_augment)
     batches = PairBatchSampler(split, batch_size, mode=sampler, shuffle=True, drop_last=drop_last, seed=seed,
                                num_replicas=num_replicas, rank=rank)
-    return DataLoader(dataset, batch_sampler=batches, collate_fn=TrainCollate(split.relevance),
-                      num_workers=num_workers)
+    return DataLoader(dataset, batch_sampler=batches, collate_fn=FinishBatch(finish), num_workers=num_workers,
+                      pin_memory=pin_memory, prefetch_factor=prefetch_factor if num_workers > 0 else None)
 
 
 def image_loader(split: RetrievalSplit, batch_size: int = ENCODE_BATCH_SIZE, *, num_workers: int = 0) -> DataLoader:

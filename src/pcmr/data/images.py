@@ -28,7 +28,7 @@ from PIL import Image, UnidentifiedImageError
 from pcmr.data.errors import DataError, MissingDataError
 
 __all__ = ["IMAGE_MEAN", "IMAGE_STD", "IMAGE_RESIZES", "ImageSource", "ArrayImages", "FileImages", "FeatureImages",
-           "normalize_pixels", "pil_to_pixels", "resize_shorter_side", "center_crop", "random_resized_crop_box",
+           "normalize_pixels", "pil_to_pixels", "pil_to_uint8", "resize_shorter_side", "center_crop", "random_resized_crop_box",
            "random_resized_crop", "random_horizontal_flip", "Draws"]
 
 #: how :class:`FileImages` makes a file a square input (``image_resize``)
@@ -49,8 +49,13 @@ def normalize_pixels(pixels: np.ndarray) -> torch.Tensor:
 
 def pil_to_pixels(image: Image.Image, image_size: int) -> torch.Tensor:
     """A Pillow image -> float ``[3, image_size, image_size]``: RGB, bicubic resize, ImageNet normalisation."""
+    return normalize_pixels(pil_to_uint8(image, image_size))
+
+
+def pil_to_uint8(image: Image.Image, image_size: int) -> np.ndarray:
+    """A Pillow image -> uint8 ``[image_size, image_size, 3]``: RGB, bicubic resize."""
     rgb = image.convert("RGB").resize((image_size, image_size), Image.Resampling.BICUBIC)
-    return normalize_pixels(np.asarray(rgb, dtype=np.uint8))
+    return np.asarray(rgb, dtype=np.uint8)
 
 
 class Draws(Protocol):
@@ -135,6 +140,20 @@ class ImageSource(ABC):
     def load(self, index: int) -> torch.Tensor:
         """The model-ready tensor of item ``index``."""
 
+    def load_pixels(self, index: int) -> np.ndarray:
+        """Item ``index`` as uint8 ``[S, S, 3]`` before normalisation (pixel sources only; ``load`` is
+        :func:`normalize_pixels` of it)."""
+        return np.asarray(self.load_pil(index).convert("RGB"), dtype=np.uint8)
+
+    def load_batch(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Items ``indices`` stacked: uint8 ``[n, S, S, 3]`` (:meth:`load_pixels`) for pixel sources, float32
+        ``[n, ...]`` for features (the training loader normalises pixels per batch)."""
+        if self.kind == "pixels":
+            rows = [self.load_pixels(int(i)) for i in indices]
+            return np.stack(rows) if rows else np.zeros((0, self.crop_size, self.crop_size, 3), dtype=np.uint8)
+        rows = [self.load(int(i)).numpy() for i in indices]
+        return np.stack(rows) if rows else np.zeros((0, *self.load(0).shape), dtype=np.float32)
+
     def load_pil(self, index: int) -> Image.Image:
         """Item ``index`` as an RGB Pillow image (pixel sources only)."""
         raise ValueError(f"{type(self).__name__} holds precomputed features, not pixel images: random "
@@ -148,8 +167,12 @@ class ImageSource(ABC):
     def load_random_resized_crop(self, index: int, rng: Draws) -> torch.Tensor:
         """Item ``index`` through the PCME release's COCO training transform: a random resized crop to
         :attr:`crop_size` then a random horizontal flip -> float ``[3, S, S]`` (ImageNet-normalised)."""
+        return normalize_pixels(self.load_random_resized_crop_pixels(index, rng))
+
+    def load_random_resized_crop_pixels(self, index: int, rng: Draws) -> np.ndarray:
+        """:meth:`load_random_resized_crop` before normalisation: uint8 ``[S, S, 3]``."""
         image = random_horizontal_flip(random_resized_crop(self.load_pil(index), self.crop_size, rng), rng)
-        return normalize_pixels(np.asarray(image, dtype=np.uint8))
+        return np.asarray(image, dtype=np.uint8)
 
 
 class ArrayImages(ImageSource):
@@ -167,6 +190,12 @@ class ArrayImages(ImageSource):
 
     def load(self, index: int) -> torch.Tensor:
         return normalize_pixels(self.pixels[index])  # [3, H, W]
+
+    def load_pixels(self, index: int) -> np.ndarray:
+        return np.asarray(self.pixels[index])
+
+    def load_batch(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(self.pixels[np.asarray(indices, dtype=np.int64)])  # [n, H, W, 3]
 
     def load_pil(self, index: int) -> Image.Image:
         return Image.fromarray(self.pixels[index], mode="RGB")
@@ -210,10 +239,13 @@ class FileImages(ImageSource):
         return self.image_size
 
     def load(self, index: int) -> torch.Tensor:
+        return normalize_pixels(self.load_pixels(index))
+
+    def load_pixels(self, index: int) -> np.ndarray:
         if self.image_resize == "square":
-            return self._decode(index, lambda image: pil_to_pixels(image, self.image_size))
+            return self._decode(index, lambda image: pil_to_uint8(image, self.image_size))
         cropped = center_crop(resize_shorter_side(self.load_pil(index), self.resize_size), self.image_size)
-        return normalize_pixels(np.asarray(cropped, dtype=np.uint8))
+        return np.asarray(cropped, dtype=np.uint8)
 
     def load_pil(self, index: int) -> Image.Image:
         return self._decode(index, lambda image: image.convert("RGB"))
@@ -255,3 +287,12 @@ class FeatureImages(ImageSource):
             raise DataError("image features hold NaN or inf", path=self.path, location=f"row {index}",
                             expected="finite feature values")
         return torch.from_numpy(row)
+
+    def load_batch(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        index = np.asarray(indices, dtype=np.int64)
+        rows = np.array(self.features[index], dtype=np.float32)  # [n, F] or [n, R, F]
+        finite = np.isfinite(rows.reshape(len(index), -1)).all(axis=1)
+        if not finite.all():
+            raise DataError("image features hold NaN or inf", path=self.path,
+                            location=f"row {int(index[np.argmin(finite)])}", expected="finite feature values")
+        return rows

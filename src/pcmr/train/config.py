@@ -75,7 +75,9 @@ class DataConfig:
     # read as "exact" with a deprecation warning
     train_relevance: str | bool = "exact"
     eval_batch_size: int = ENCODE_BATCH_SIZE  # items per encoding batch during validation
-    num_workers: int = 0  # DataLoader workers; 0 keeps mid-epoch resume bit-exact
+    # DataLoader workers; null: 0 on the CPU, up to 4 with pinned memory on a GPU (pcmr.train.trainer.loader_settings).
+    # Every augmentation draw is a function of (seed, epoch, item), so any number gives the same batches
+    num_workers: int | None = None
     options: dict[str, Any] = field(default_factory=dict)  # passed to load_dataset (e.g. size, seed)
     loader_options: dict[str, Any] = field(default_factory=dict)  # passed to split.train_loader
     vocab_options: dict[str, Any] = field(default_factory=dict)  # passed to Vocabulary.from_split
@@ -281,6 +283,13 @@ class RunConfig:
             raise ConfigError(str(exc)) from None
         if config.data.batch_size < 1:
             raise ConfigError(f"data.batch_size must be >= 1, got {config.data.batch_size}")
+        if config.data.num_workers is not None and config.data.num_workers < 0:
+            raise ConfigError(f"data.num_workers must be >= 0 or null (0 on the CPU, workers on a GPU), "
+                              f"got {config.data.num_workers}")
+        reserved = sorted({"finish", "pin_memory", "prefetch_factor"} & set(config.data.loader_options))
+        if reserved:
+            raise ConfigError(f"data.loader_options may not set {', '.join(reserved)}; the trainer chooses them "
+                              "from train.device (data.num_workers sets the workers)")
         return config
 
 

@@ -5,7 +5,7 @@ Written with TensorBoard's own writer (``torch.utils.tensorboard.SummaryWriter``
 writes to its log and turns them into scalars:
 
 - every logged step (``train.log_every``), x = the global step: ``loss/<term>`` for each loss term
-  (``loss/loss`` is the total), ``train/lr``, ``train/pairs_per_s``, the match-probability
+  (``loss/loss`` is the total), ``train/lr``, ``train/pairs_per_s``, ``train/data_s``, ``train/compute_s``, the match-probability
   parameters ``match_prob/a`` and ``match_prob/b`` (PCME eq. 2, ``sigmoid(-a d + b)``) when the loss
   has them, and ``uncertainty/<modality>_logvar_mean``, the batch mean of the log-variances of the
   image and caption Gaussians when the model has them;
@@ -40,7 +40,7 @@ def _tag(name: str) -> str:
         return f"match_prob/{name}"
     if name.endswith("_logvar_mean"):
         return f"uncertainty/{name}"
-    if name in ("lr", "pairs_per_s"):
+    if name in ("lr", "pairs_per_s", "data_s", "compute_s"):
         return f"train/{name}"
     return f"loss/{name}"
 
@@ -67,9 +67,10 @@ class TensorBoardLog:
                     number = _number(value)
                     if number is not None:
                         self.writer.add_scalar(f"{group}/{name}", number, epoch)
-            seconds = _number(fields.get("seconds"))
-            if seconds is not None:
-                self.writer.add_scalar("epoch/seconds", seconds, epoch)
+            for name in ("seconds", "data_seconds", "compute_seconds"):
+                seconds = _number(fields.get(name))
+                if seconds is not None:
+                    self.writer.add_scalar(f"epoch/{name}", seconds, epoch)
         else:
             return
         self.writer.flush()

@@ -27,6 +27,7 @@ on the step) rank 0 writes a checkpoint and every process raises
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import time
@@ -38,7 +39,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from pcmr.config import ConfigError
-from pcmr.data.batching import train_loader
+from pcmr.data.batching import FinishBatch, finish_batch, train_loader
 from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
 from pcmr.evaluation.encode import image_input_size
 from pcmr.hub import preprocessor_config
@@ -87,7 +88,7 @@ from pcmr.train.schedules import (
 from pcmr.train.state import TrainingProgress
 from pcmr.train.validation import FALLBACK_SIMILARITY, validate
 
-__all__ = ["Trainer", "TrainingInterrupted", "resume_command", "seed_everything", "torch_seed"]
+__all__ = ["Trainer", "TrainingInterrupted", "loader_settings", "resume_command", "seed_everything", "torch_seed"]
 
 def seed_everything(seed: int, *parts: int) -> None:
     """Seed torch, numpy and Python from ``(seed, *parts)`` (a SeedSequence hash)."""
@@ -108,8 +109,28 @@ def _loss_seed(seed: int, step: int) -> int:
     return int(state[0]) << 32 | int(state[1])
 
 
-def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+#: DataLoader workers per process when ``data.num_workers`` is unset and the device is a GPU
+MAX_DEFAULT_WORKERS = 4
+#: batches each worker prepares ahead (``prefetch_factor``) when training on a GPU
+GPU_PREFETCH_FACTOR = 4
+
+
+def loader_settings(num_workers: int | None, device: torch.device, world_size: int = 1) -> dict[str, Any]:
+    """``num_workers``, ``pin_memory`` and ``prefetch_factor`` of the training loader.
+
+    On a GPU (``device.type == "cuda"``) batches are prepared by worker processes (``data.num_workers``, or
+    when unset ``min(4, CPUs per process - 1)``, at least 1), in pinned memory, 4 batches ahead per
+    worker, and their images are normalised and erased on the GPU. On other devices ``num_workers``
+    defaults to 0 (the batch-wise loader costs a few microseconds per pair; docs/benchmarks.md).
+    """
+    if device.type != "cuda":
+        return {"num_workers": 0 if num_workers is None else num_workers, "pin_memory": False,
+                "prefetch_factor": None}
+    if num_workers is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        num_workers = max(1, min(MAX_DEFAULT_WORKERS, cpus // max(world_size, 1) - 1))
+    return {"num_workers": num_workers, "pin_memory": True,
+            "prefetch_factor": GPU_PREFETCH_FACTOR if num_workers > 0 else None}
 
 
 class _NoLog:
@@ -160,14 +181,15 @@ class Trainer:
         self.optimizer = build_optimizer(train, [*self.model.parameters(), *self.loss_fn.parameters()])
         self.scaler = grad_scaler(train.precision, self.device)
         self.backbone = trainable_backbone_parameters(self.model)
+        self.loader_settings = loader_settings(config.data.num_workers, self.device, self.context.world_size)
         self.loader = train_loader(
             self.parts.train_split,
             self.parts.vocab,
             config.data.batch_size,
             seed=train.seed,
-            num_workers=config.data.num_workers,
             num_replicas=self.context.world_size,
             rank=self.context.rank,
+            **self.loader_settings,
             **config.data.loader_options,
         )
         self.cached_towers: list[str] = []
@@ -194,6 +216,7 @@ class Trainer:
         self.stop = StopRequest()
         self.log: _NoLog | RunLog = _NoLog()
         self.progress = TrainingProgress()
+        self.epoch_times = {"data_seconds": 0.0, "compute_seconds": 0.0}  # the current epoch's, summed over steps
 
     # ------------------------------------------------------------------ state
     def _weights(self) -> dict[str, torch.Tensor]:
@@ -267,8 +290,10 @@ class Trainer:
         return DataLoader(
             self.loader.dataset,
             batch_sampler=batches,
-            collate_fn=self.loader.collate_fn,
-            num_workers=self.config.data.num_workers,
+            # images are normalised and erased in the step, on the training device; on the CPU with
+            # workers, in the workers (the same operations either way)
+            collate_fn=FinishBatch(finish=self.device.type == "cpu" and self.loader_settings["num_workers"] > 0),
+            **self.loader_settings,
         )
 
     def _set_frozen(self, epoch: int) -> None:
@@ -292,7 +317,7 @@ class Trainer:
         set_learning_rate(
             self.optimizer, learning_rate_factor(train, epoch, step_in_epoch, self.steps_per_epoch)
         )
-        batch = _to_device(batch, self.device)
+        batch = finish_batch(batch, self.device, non_blocking=self.loader_settings["pin_memory"])
         self.nonfinite.snapshot((self.model, self.loss_fn))  # buffers put back if this step is skipped
         terms = self._step_module()(batch, loss_seed=_loss_seed(train.seed, self.progress.global_step))
         loss = terms["loss"]
@@ -379,14 +404,21 @@ class Trainer:
                            enabled=train.progress if self.context.is_main else False, initial=skip)
         iterator = iter(loader)
         world = self.context.world_size
+        self.epoch_times = {"data_seconds": 0.0, "compute_seconds": 0.0}
         while True:
             seed_everything(train.seed, self.progress.global_step)
             start = time.perf_counter()
             batch = next(iterator, None)
+            fetched = time.perf_counter()
             if batch is None:
                 break
             terms = self._step(batch, epoch, self.progress.step_in_epoch)
-            elapsed = max(time.perf_counter() - start, 1e-9)
+            # the step ends with the loss terms read as floats, so a GPU has finished its work here
+            done = time.perf_counter()
+            elapsed = max(done - start, 1e-9)
+            data_s, compute_s = fetched - start, done - fetched  # waiting for the batch; the step proper
+            self.epoch_times["data_seconds"] += data_s
+            self.epoch_times["compute_seconds"] += compute_s
             self.progress.step_in_epoch += 1
             self.progress.global_step += 1
             count += 1
@@ -397,11 +429,12 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
                 shown = {k: f"{v:.4g}" for k, v in list(terms.items())[:4]}
-                bar.set_postfix(**shown, pairs_s=f"{pairs_per_s:.0f}")
+                bar.set_postfix(**shown, pairs_s=f"{pairs_per_s:.0f}", data_ms=f"{1e3 * data_s:.1f}")
             if train.log_every > 0 and self.progress.global_step % train.log_every == 0:
                 lr = self.optimizer.param_groups[0]["lr"]
                 self.log.write(
-                    "step", **self._position(), lr=lr, pairs_per_s=pairs_per_s, images_per_s=images_per_s, **terms
+                    "step", **self._position(), lr=lr, pairs_per_s=pairs_per_s, images_per_s=images_per_s,
+                    data_s=data_s, compute_s=compute_s, **terms
                 )
             every = train.checkpoint_every_steps
             if (
@@ -490,6 +523,9 @@ class Trainer:
             used = FALLBACK_SIMILARITY if val.get("fallback") else self.similarity  # degenerate: cosine
             line += (f" training, {record['val_seconds']:.0f} s validation); val {used}: "
                      f"rsum {val[RSUM]:.1f}, R-Precision {val[MEAN_R_PRECISION]:.1f}")
+        data, compute = record.get("data_seconds", 0.0), record.get("compute_seconds", 0.0)
+        share = 100.0 * data / max(data + compute, 1e-9)
+        line += f"; steps: data wait {data:.2f} s ({share:.0f} %), compute {compute:.2f} s"
         write_line(line, bars=progress_enabled(self.config.train.progress))
 
     def fit(self) -> dict[str, Any]:
@@ -528,7 +564,7 @@ class Trainer:
             metrics = self._validate_and_select(epoch)
             val_seconds = time.perf_counter() - start - seconds
             record = {"epoch": epoch + 1, "train": averages, "val": metrics, "seconds": seconds,
-                      "val_seconds": val_seconds if metrics is not None else 0.0}
+                      "val_seconds": val_seconds if metrics is not None else 0.0, **self.epoch_times}
             self.progress.history.append(record)
             self.progress.epoch = epoch + 1
             self.progress.step_in_epoch = 0
