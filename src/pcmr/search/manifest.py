@@ -46,7 +46,7 @@ from pcmr.search.vectordb import MilvusCandidates
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "save_index"]
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "save_index", "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
 INDEX_VERSION = 2
@@ -117,6 +117,19 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
     meta["manifest_sha256"] = _manifest_digest(meta)
     atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
     return out
+
+def stored_similarity(directory: str | os.PathLike[str]) -> str | None:
+    """The first similarity of the ``similarity_options`` an index folder's ``index.json`` records (the one
+    its model was trained with), or None when there is none or the manifest cannot be read (loading the
+    index then names the problem)."""
+    try:
+        info = json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
+        options = info.get("similarity_options") if isinstance(info, dict) else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    first = next(iter(options), None) if isinstance(options, dict) else None
+    return first if isinstance(first, str) else None
+
 
 def _store_files(index: StoredGallery, out: Path) -> list[str]:
     """The files of the stores of an on-disk index, relative to ``out`` (which must hold them)."""
