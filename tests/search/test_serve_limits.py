@@ -11,7 +11,6 @@ import socket
 import threading
 import time
 
-import numpy as np
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
