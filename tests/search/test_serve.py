@@ -125,3 +125,29 @@ def test_serve_command_refuses_a_bad_port_and_a_missing_index(tmp_path, capsys):
     assert "--port must be in 1..65535" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "missing")]) == 2
     assert "pcmr search" in capsys.readouterr().err and "--build RUN_OR_MODEL" not in ""
+
+
+def test_a_query_string_chooses_the_similarity_and_reranker(client, index):
+    for params, similarity, rerank in [({}, "match_prob", "nns"), ({"similarity": "cosine"}, "cosine", "nns"),
+                                       ({"similarity": "kl", "rerank": "csls"}, "kl", "csls")]:
+        body = client.get("/api/search", params={"text": "a red circle", "k": 5, **params}).json()
+        assert (body["similarity"], body["rerank"]) == (similarity, rerank)
+        expected = index.search_text("a red circle", k=5, similarity=similarity, rerank=rerank)
+        assert [r["index"] for r in body["results"]] == expected.indices[0].tolist()
+        assert [r["score"] for r in body["results"]] == pytest.approx(expected.scores[0].tolist())
+    item = client.get("/api/images/4", params={"k": 3, "similarity": "cosine", "rerank": "csls"}).json()
+    expected = index.search(index.images[4], k=3, modality="image", similarity="cosine", rerank="csls")
+    assert [c["index"] for c in item["captions"]] == expected.indices[0].tolist()
+    upload = client.post("/api/search/image", params={"k": 3, "similarity": "cosine"},
+                         files={"file": ("q.png", _png(np.zeros((16, 16, 3), np.uint8)), "image/png")}).json()
+    assert upload["similarity"] == "cosine" and len(upload["results"]) == 3
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"similarity": "cosin"}, "unknown similarity 'cosin'"),
+    ({"rerank": "csl"}, "unknown re-ranker 'csl'"),
+])
+def test_an_unknown_similarity_or_reranker_in_the_query_string_is_a_400(client, params, message):
+    response = client.get("/api/search", params={"text": "a red circle", **params})
+    assert response.status_code == 400 and message in response.json()["error"]
+    assert "did you mean" in response.json()["error"]

@@ -5,6 +5,7 @@ readable-search fields (merged captions, uncertainty percentile, warnings) and p
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import subprocess
@@ -61,6 +62,7 @@ def test_serve_prints_after_binding_and_logs_each_request(index_dir, tmp_path):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=10) as response:
                     assert response.status == 200
+                    assert json.loads(response.read())["similarity"] == "match_prob"  # as the model was trained
                 break
             except OSError:
                 if time.monotonic() > deadline:
