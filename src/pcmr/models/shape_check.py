@@ -58,8 +58,8 @@ def check_config_against_weights(config: ModelConfig, shapes: dict[str, tuple[in
             model = build_model(config, load_pretrained=False)
     except (RuntimeError, OverflowError) as error:  # sizes beyond what a tensor can describe
         largest = max((d for shape in shapes.values() for d in shape), default=0)
-        keys = sorted(((v, k) for k, v in _integer_fields(config_to_dict(config)) if v > largest), reverse=True)
-        named = ", ".join(f"{k} = {v}" for v, k in keys[:3])
+        sizes = sorted(((v, k) for k, v in _integer_fields(config_to_dict(config)) if v > largest), reverse=True)
+        named = ", ".join(f"{k} = {v}" for v, k in sizes[:3])
         raise ValueError(f"{where}: the sizes of {config_name} cannot be built ({str(error).splitlines()[0]}); "
                          f"the largest dimension in the weights is {largest}"
                          + (f", the config gives {named}" if named else "")) from None

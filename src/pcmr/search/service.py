@@ -22,6 +22,7 @@ Needs the ``search`` extra (FastAPI, uvicorn, python-multipart).
 import io
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, TextIO, cast
@@ -134,7 +135,7 @@ def access_line(client: str, method: str, target: str, status: int, seconds: flo
     return f"{stamp} {log_safe(client)} \"{log_safe(method)} {log_safe(target)}\" {status} {1000 * seconds:.1f} ms"
 
 
-def _request_target(scope: dict[str, Any]) -> str:
+def _request_target(scope: Mapping[str, Any]) -> str:
     """The request target as the client sent it (still percent-encoded: ``%0A`` stays three characters)."""
     raw = scope.get("raw_path") or scope.get("path", "").encode("utf-8")
     query = scope.get("query_string") or b""
