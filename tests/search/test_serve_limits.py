@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 
+import numpy as np
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
@@ -188,3 +189,23 @@ def test_the_access_log_escapes_what_the_client_sent(index):
     assert '"GET /api/images/%0A2026-01-01T00:00:00Z%2010.0.0.1%20%22GET%20/admin%22%20200" 404 ' in lines[0]
     assert "?text=a%0Ab%1B%5B31m&k=2" in lines[1]
     assert log_safe('a\nb"c\\d\x1b\x7f\u2028') == 'a\\nb\\"c\\\\d\\x1b\\x7f\\u2028'
+
+
+def test_an_accepted_upload_is_never_written_to_disk(index, monkeypatch):
+    import starlette.formparsers as formparsers
+
+    rolled = []
+
+    class Recording(formparsers.SpooledTemporaryFile):
+        def rollover(self):
+            rolled.append(self._max_size)
+            super().rollover()
+
+    monkeypatch.setattr(formparsers, "SpooledTemporaryFile", Recording)
+    pixels = np.random.default_rng(0).integers(0, 256, (1000, 1000, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG", compress_level=0)
+    assert len(buffer.getvalue()) > 2 * 2**20  # above starlette's 1 MiB in-memory spool
+    client = TestClient(create_app(index), raise_server_exceptions=False)
+    response = client.post("/api/search/image", files={"file": ("noise.png", buffer.getvalue(), "image/png")})
+    assert response.status_code == 200 and rolled == []

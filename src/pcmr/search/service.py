@@ -22,7 +22,7 @@ Needs the ``search`` extra (FastAPI, uvicorn, python-multipart).
 import io
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, TextIO, cast
@@ -367,7 +367,7 @@ async def _read_upload(request: Any, max_bytes: int) -> tuple[str | None, bytes]
     when its declared ``Content-Length`` does), so an oversized upload is never read, spooled or
     written to disk whole."""
     from starlette.datastructures import UploadFile
-    from starlette.requests import Request
+    from starlette.formparsers import MultiPartException, MultiPartParser
 
     cap = max_bytes + FORM_OVERHEAD_BYTES
     too_large = _BadRequest(413, f"upload is larger than {max_bytes} bytes")
@@ -380,10 +380,18 @@ async def _read_upload(request: Any, max_bytes: int) -> tuple[str | None, bytes]
         if len(body) > cap:
             raise too_large
 
-    async def replay() -> dict[str, Any]:
-        return {"type": "http.request", "body": bytes(body), "more_body": False}
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise _BadRequest(422, "file: field required (send the image as the multipart form field 'file')")
 
-    form = await Request(request.scope, replay).form(max_files=1, max_fields=16)
+    async def replay() -> AsyncGenerator[bytes, None]:
+        yield bytes(body)
+
+    parser = MultiPartParser(request.headers, replay(), max_files=1, max_fields=16)
+    parser.spool_max_size = cap  # the (capped) file part stays in memory: no temporary file on disk
+    try:
+        form = await parser.parse()
+    except MultiPartException as err:
+        raise _BadRequest(400, f"the upload is not a valid multipart form ({err.message})") from None
     try:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
