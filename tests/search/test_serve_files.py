@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -150,3 +151,19 @@ def test_a_link_inside_the_index_folder_leading_out_does_not_load(search_index_f
     _edit_manifest(index_dir, lambda info: info["checksums"].update({"extra.bin": "0" * 64}))
     with pytest.raises(ValueError, match="field 'checksums' names 'extra.bin', a link that leads out"):
         GalleryIndex.load(index_dir)
+
+
+def test_pcmr_serve_warns_when_no_image_file_can_be_served(built, tmp_path, capsys, monkeypatch):
+    """`pcmr serve` on an index whose image folder would be `/`: a warning before it listens."""
+    import uvicorn
+
+    from pcmr.cli import main
+
+    index_dir, _, _ = _file_gallery(built, tmp_path)
+    _edit_manifest(index_dir, lambda info: info["meta"]["image_source"].update(root="/"))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)  # bind, then serve nothing
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert main(["serve", str(index_dir), "--port", str(port), "--no-access-log"]) == 0
+    assert "no image file will be served" in capsys.readouterr().err

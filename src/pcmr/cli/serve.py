@@ -14,6 +14,7 @@ import sys
 
 from pcmr.search import GalleryIndex
 from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, search_notes
+from pcmr.search.image_files import image_root
 from pcmr.search.searcher import DEFAULT_CANDIDATES
 from pcmr.search.service import ServiceLimits, create_app
 
@@ -86,6 +87,11 @@ def run(args: argparse.Namespace) -> int:
                      candidates=args.candidates, limits=limits, access_log=sys.stderr if args.access_log else None)
     for note in search_notes(index, args.rerank, backend=args.backend, candidates=args.candidates):
         print(f"warning: {note}", file=sys.stderr)
+    names_files = any("path" in (m or {}) for m in index.image_metadata or [])
+    if names_files and image_root(index.meta, index.image_metadata) is None:
+        print("warning: the index names image files but no folder holding them all (its image_source root, or "
+              "for an older index the common folder of their absolute paths, is missing or the file system "
+              "root); no image file will be served", file=sys.stderr)
     sock = bind_socket(args.host, args.port)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"serving {args.index} ({index.images.num} images, {index.captions.num} captions) on "
