@@ -303,7 +303,6 @@ DIRECT_WRITERS = {
                        "the guard is an empty side file",
     "pcmr.train.checkpoint": "files inside a temporary checkpoint folder, which is renamed into place whole",
     "pcmr.search.store": "a store's rows, marked complete by its meta file written last (atomically)",
-    "pcmr.search.service": "an uploaded query image in a temporary folder",
     "pcmr.study.runner": "each run's child process log, appended",
 }
 

@@ -139,6 +139,14 @@ def test_save_pretrained_round_trip_is_exact(model, image_files, tmp_path):
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["embed_dim"] == 4
     card = (tmp_path / "hf" / "README.md").read_text()
     assert card.startswith("---\n") and "library_name: pcmr" in card and "match_prob" in card
+    call = 'scores = pcmr.similarity.pairwise("match_prob", images, captions, a=3.0, b=1.0)'
+    assert call in card  # the card's usage line scores with the trained a and b
+    images, captions = model.encode_image(image_files), model.encode_text(["a red circle"])
+    torch.manual_seed(0)  # match_prob is sampled: the same draws for both calls
+    scores = eval(call.split(" = ", 1)[1], {"pcmr": pcmr, "images": images, "captions": captions})
+    torch.manual_seed(0)
+    torch.testing.assert_close(scores, pcmr.similarity.pairwise("match_prob", images, captions,
+                                                                **model.similarity_options["match_prob"]))
     for loaded in (Model.from_pretrained(tmp_path / "hf"), pcmr.Model.from_pretrained(str(tmp_path / "hf")),
                    pcmr.load(tmp_path / "hf")):
         assert loaded.image_size == model.image_size and loaded.similarity_options == model.similarity_options

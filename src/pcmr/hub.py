@@ -54,7 +54,7 @@ from pcmr.models.model import RetrievalModel
 from pcmr.models.serialization import WEIGHTS_FILE, load_model, save_model
 from pcmr.report import Report
 
-__all__ = ["Model", "load", "preprocessor_config", "read_similarity_options", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
+__all__ = ["Model", "load", "preprocessor_config", "read_similarity_options", "trained_similarity", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
            "SIMILARITY_OPTIONS_FILE", "METRICS_FILE", "RUN_CONFIG_FILE", "RUN_VOCAB_FILE"]
 
 VOCABULARY_FILE = "vocabulary.json"
@@ -85,7 +85,7 @@ import pcmr
 model = pcmr.Model.from_pretrained("{{ model_id }}")
 captions = model.encode_text(["a red circle"])      # pcmr.Gaussian [1, {{ embed_dim }}]
 images = model.encode_image(["photo.png"])           # pcmr.Gaussian [1, {{ embed_dim }}]
-scores = pcmr.similarity.pairwise("{{ similarity }}", images, captions)
+scores = pcmr.similarity.pairwise({{ pairwise_arguments }})
 ```
 
 ## Metrics
@@ -347,9 +347,13 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
                           if self.similarity_options.get(self.similarity) else "")
                        + ".")
         kwargs.setdefault("model_id", "PATH_OR_HUB_ID")
+        trained = self.similarity_options.get(self.similarity) or {}
+        arguments = ", ".join([json.dumps(self.similarity), "images", "captions",
+                               *(f"{key}={value!r}" for key, value in trained.items())])
         return super().generate_model_card(*args, title=f"pcmr model: {config.name}", embed_dim=config.embed_dim,
                                            description=description, similarity=self.similarity,
-                                           metrics=_metrics_markdown(self.metrics), **kwargs)
+                                           pairwise_arguments=arguments, metrics=_metrics_markdown(self.metrics),
+                                           **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | Path, *,
@@ -437,6 +441,17 @@ def _load_folder(directory: Path, map_location: str | torch.device,
     elif model.run_config is not None:
         model._image_size_source = _LazyImageSize(model.run_config)
     return model.eval()
+
+
+def trained_similarity(path: str | os.PathLike[str], *, which: str = "model") -> str:
+    """The similarity the model :func:`load` would open at ``path`` was trained with (the first entry of its
+    ``similarity_options.json``), else ``cosine``; reads that small file only, no weights."""
+    folder = Path(path).expanduser()
+    if (folder / _RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():
+        folder = folder / which
+    options_path = _companion(folder, SIMILARITY_OPTIONS_FILE) if folder.is_dir() else None
+    options = read_similarity_options(options_path) if options_path is not None else {}
+    return next(iter(options), "cosine")
 
 
 def load(path: str | os.PathLike[str], *, which: str = "model", device: str | torch.device = "cpu",

@@ -81,7 +81,7 @@ def test_search_build_and_serve_a_save_pretrained_folder(tiny_shapes, run_dir, p
     try:
         line = process.stdout.readline()
         assert line.startswith(f"serving {index} ({tiny_shapes['num_test']} images"), process.stderr.read()
-        url = f"http://127.0.0.1:{port}/api/search?text=a+red+circle&k=2"
+        url = f"http://127.0.0.1:{port}/api/search?text=a+red+circle&k=2&similarity=cosine"
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -141,3 +141,20 @@ def test_ivf_on_a_tiny_gallery_prints_one_line_per_cause(tmp_path, capfd):
     assert lines == ["warning: image and caption indexes: IVF trained its 2-centroid k-means on fewer items than faiss "
                      "asks for (78), so its candidates are coarse; for a gallery this small use --index-type flat "
                      "(exact) or hnsw"]
+
+
+def test_the_trained_similarity_is_the_default(run_dir, tmp_path, capsys):
+    """A PCME run trained with match_prob (a=3, b=1): `--build` indexes for it (faiss over CSD, the ANN score
+    of match_prob) and queries rank by it, with the trained a and b, unless --similarity says otherwise."""
+    index_dir = tmp_path / "idx"
+    assert main(["search", str(index_dir), "--build", str(run_dir), "--backend", "faiss"]) == 0
+    assert "score csd" in capsys.readouterr().out
+    assert main(["search", str(index_dir), "--text", "a red circle", "-k", "4", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)[0]
+    index = GalleryIndex.load(index_dir)
+    expected = index.search_text("a red circle", k=4, similarity="match_prob", a=3.0, b=1.0)
+    assert shown["similarity"] == "match_prob"
+    assert [h["index"] for h in shown["results"]] == expected.indices[0].tolist()
+    assert [h["score"] for h in shown["results"]] == pytest.approx(expected.scores[0].tolist())
+    assert main(["search", str(index_dir), "--text", "a red circle", "--similarity", "cosine", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["similarity"] == "cosine"

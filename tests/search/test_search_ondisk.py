@@ -18,7 +18,7 @@ from pcmr.search.service import create_app
 from pcmr.search.store import GalleryStore, StoreWriter
 
 IMAGES, CAPTIONS = 300, 1500  # IVF-PQ trains 256 codewords per sub-quantizer: at least 256 items
-IVFPQ = ["--index-type", "ivfpq", "--nlist", "4", "--pq-m", "2", "--batch-size", "64"]
+IVFPQ = ["--index-type", "ivfpq", "--nlist", "4", "--pq-m", "2", "--batch-size", "64", "--ann-score", "cosine"]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_image_queries_and_items_equal_the_in_memory_index(built):
 def test_recall_against_exact_search(built, capsys):
     texts = ["a red circle", "a blue square", "a green cross below a yellow diamond", "two cyan circles",
              "a magenta triangle left of a red square"]
-    queries = [arg for text in texts for arg in ("--text", text)] + ["-k", "10"]
+    queries = [arg for text in texts for arg in ("--text", text)] + ["-k", "10", "--similarity", "cosine"]
     exact = _query(built["memory"], capsys, *queries, "--backend", "exact")
     every = _query(built["disk"], capsys, *queries, "--candidates", str(IMAGES))
     assert [[h["index"] for h in e["results"]] for e in every] == [[h["index"] for h in e["results"]] for e in exact]
@@ -143,7 +143,8 @@ def test_serve_answers_from_the_store(built):
     health = client.get("/api/health").json()
     assert health["status"] == "ok" and (health["images"], health["captions"]) == (IMAGES, CAPTIONS)
     body = client.get("/api/search", params={"text": "a red circle", "k": 5}).json()
-    expected = memory.search_text("a red circle", k=5)
+    assert body["similarity"] == "match_prob"  # the run's trained score
+    expected = memory.search_text("a red circle", k=5, similarity="match_prob")
     assert [r["index"] for r in body["results"]] == expected.indices[0].tolist()
     assert [r["score"] for r in body["results"]] == pytest.approx(expected.scores[0].tolist())
     item = client.get("/api/images/3", params={"k": 4}).json()

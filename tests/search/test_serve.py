@@ -37,7 +37,8 @@ def test_health_and_text_search_match_the_library(client, index):
     response = client.get("/api/search", params={"text": "a red circle", "k": 5})
     assert response.status_code == 200
     body = response.json()
-    expected = index.search_text("a red circle", k=5)
+    assert body["similarity"] == "match_prob" and health["similarity"] == "match_prob"  # the trained score
+    expected = index.search_text("a red circle", k=5, similarity="match_prob")
     assert [r["index"] for r in body["results"]] == expected.indices[0].tolist()
     assert [r["score"] for r in body["results"]] == pytest.approx(expected.scores[0].tolist())
     first = body["results"][0]
@@ -50,7 +51,7 @@ def test_items_images_and_captions(tiny_shapes, client, index):
 
     item = client.get("/api/images/4", params={"k": 3}).json()
     assert item["id"] == index.image_ids[4] and len(item["captions"]) == 3
-    expected = index.search(index.images[4], k=3, modality="image")
+    expected = index.search(index.images[4], k=3, modality="image", similarity="match_prob")
     assert [c["index"] for c in item["captions"]] == expected.indices[0].tolist()
     assert item["captions"][0]["text"] == index.caption_texts[expected.indices[0, 0]]
     caption = client.get("/api/captions/7").json()
@@ -67,7 +68,7 @@ def test_image_upload_returns_captions(tiny_shapes, client, index):
     pixels = load_dataset("shapes", "test", **tiny_shapes).images.pixels[2]
     response = client.post("/api/search/image", params={"k": 4}, files={"file": ("q.png", _png(pixels), "image/png")})
     assert response.status_code == 200
-    expected = index.search(index.images[2], k=4, modality="image")
+    expected = index.search(index.images[2], k=4, modality="image", similarity="match_prob")
     assert [r["index"] for r in response.json()["results"]] == expected.indices[0].tolist()
 
 
@@ -124,3 +125,29 @@ def test_serve_command_refuses_a_bad_port_and_a_missing_index(tmp_path, capsys):
     assert "--port must be in 1..65535" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "missing")]) == 2
     assert "pcmr search" in capsys.readouterr().err and "--build RUN_OR_MODEL" not in ""
+
+
+def test_a_query_string_chooses_the_similarity_and_reranker(client, index):
+    for params, similarity, rerank in [({}, "match_prob", "nns"), ({"similarity": "cosine"}, "cosine", "nns"),
+                                       ({"similarity": "kl", "rerank": "csls"}, "kl", "csls")]:
+        body = client.get("/api/search", params={"text": "a red circle", "k": 5, **params}).json()
+        assert (body["similarity"], body["rerank"]) == (similarity, rerank)
+        expected = index.search_text("a red circle", k=5, similarity=similarity, rerank=rerank)
+        assert [r["index"] for r in body["results"]] == expected.indices[0].tolist()
+        assert [r["score"] for r in body["results"]] == pytest.approx(expected.scores[0].tolist())
+    item = client.get("/api/images/4", params={"k": 3, "similarity": "cosine", "rerank": "csls"}).json()
+    expected = index.search(index.images[4], k=3, modality="image", similarity="cosine", rerank="csls")
+    assert [c["index"] for c in item["captions"]] == expected.indices[0].tolist()
+    upload = client.post("/api/search/image", params={"k": 3, "similarity": "cosine"},
+                         files={"file": ("q.png", _png(np.zeros((16, 16, 3), np.uint8)), "image/png")}).json()
+    assert upload["similarity"] == "cosine" and len(upload["results"]) == 3
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"similarity": "cosin"}, "unknown similarity 'cosin'"),
+    ({"rerank": "csl"}, "unknown re-ranker 'csl'"),
+])
+def test_an_unknown_similarity_or_reranker_in_the_query_string_is_a_400(client, params, message):
+    response = client.get("/api/search", params={"text": "a red circle", **params})
+    assert response.status_code == 400 and message in response.json()["error"]
+    assert "did you mean" in response.json()["error"]

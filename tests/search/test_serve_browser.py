@@ -32,13 +32,14 @@ def server(search_index_factory, tmp_path_factory):
     import uvicorn
 
     from pcmr.search import GalleryIndex
+    from pcmr.search.server import server_config
     from pcmr.search.service import create_app
 
     index = GalleryIndex.load(search_index_factory(tmp_path_factory.mktemp("browser")))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    config = uvicorn.Config(create_app(index), host="127.0.0.1", port=port, log_level="warning")
+    config = server_config(create_app(index), host="127.0.0.1", port=port, log_level="warning")  # as pcmr serve
     instance = uvicorn.Server(config)
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
@@ -85,7 +86,7 @@ def test_page_query_shows_the_result_grid_and_captions(server, browser):
     browser.find_element(By.ID, "search-button").click()
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results .card")) == 6)
     cards = browser.find_elements(By.CSS_SELECTOR, "#results .card")
-    expected = index.search_text("a red circle on the left", k=6)
+    expected = index.search_text("a red circle on the left", k=6, similarity="match_prob")  # the trained score
     assert [int(c.get_attribute("data-index")) for c in cards] == expected.indices[0].tolist()
     first = cards[0]
     assert first.find_element(By.CSS_SELECTOR, ".score").text == f"{float(expected.scores[0, 0]):.4f}"
@@ -96,7 +97,8 @@ def test_page_query_shows_the_result_grid_and_captions(server, browser):
     wait.until(ec.visibility_of_element_located((By.ID, "detail")))
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#detail .caption-row")) == 5)
     rows = browser.find_elements(By.CSS_SELECTOR, "#detail .caption-row")
-    nearest = index.search(index.images[int(first.get_attribute("data-index"))], k=5, modality="image")
+    nearest = index.search(index.images[int(first.get_attribute("data-index"))], k=5, modality="image",
+                           similarity="match_prob")
     assert rows[0].text.startswith(f"1. {nearest.hits[0][0].text}")
 
 
@@ -130,7 +132,7 @@ def test_query_and_k_live_in_the_url_and_back_returns(server, browser):
     _wait_ready(browser)
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results .card")) == 4)
     assert browser.find_element(By.ID, "query").get_attribute("value") == "a red circle"
-    expected = index.search_text("a red circle", k=4).indices[0].tolist()
+    expected = index.search_text("a red circle", k=4, similarity="match_prob").indices[0].tolist()
     cards = browser.find_elements(By.CSS_SELECTOR, "#results .card")
     assert [int(c.get_attribute("data-index")) for c in cards] == expected
     box = browser.find_element(By.ID, "query")

@@ -5,6 +5,7 @@ readable-search fields (merged captions, uncertainty percentile, warnings) and p
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import subprocess
@@ -49,7 +50,8 @@ def test_serve_prints_after_binding_and_logs_each_request(index_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "OMP_NUM_THREADS": "1"}
     log = tmp_path / "stderr.txt"
     with open(log, "w") as err:
-        process = subprocess.Popen([sys.executable, "-m", "pcmr", "serve", str(index_dir), "--port", str(port)],
+        process = subprocess.Popen([sys.executable, "-m", "pcmr", "serve", str(index_dir), "--port", str(port),
+                                    "--request-timeout", "1"],
                                    stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     try:
         line = process.stdout.readline()
@@ -61,6 +63,7 @@ def test_serve_prints_after_binding_and_logs_each_request(index_dir, tmp_path):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=10) as response:
                     assert response.status == 200
+                    assert json.loads(response.read())["similarity"] == "match_prob"  # as the model was trained
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -70,6 +73,9 @@ def test_serve_prints_after_binding_and_logs_each_request(index_dir, tmp_path):
         while '"GET /api/health" 200' not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert '127.0.0.1 "GET /api/health" 200 ' in log.read_text()
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as silent:  # half-sent headers
+            silent.sendall(b"GET /api/health HTTP/1.1\r\n")
+            assert silent.recv(1024) == b""  # closed by --request-timeout (a socket.timeout: held)
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -26,13 +26,14 @@ from pcmr.atomic import write_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
-from pcmr.hub import load
+from pcmr.hub import load, trained_similarity
 from pcmr.progress import phase
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, read_risk_curve
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
+from pcmr.search.manifest import stored_similarity
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
@@ -144,8 +145,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        help=f"results per query (default {DEFAULT_TOP_K})")
     query.add_argument(
         "--similarity",
-        default="cosine",
-        help="similarity name (see `pcmr list similarities`; default cosine)",
+        default=None,
+        help="similarity name (see `pcmr list similarities`; default: the one the model was trained with, e.g. "
+        "match_prob with its trained a and b for PCME; cosine when the index records none)",
     )
     query.add_argument(
         "--rerank",
@@ -412,6 +414,16 @@ def _block_text(entry: dict[str, Any]) -> str:
                         entry["query_uncertainty_percentile"], kind)
 
 
+def _default_similarity(args: argparse.Namespace) -> str:
+    """The similarity the model was trained with: the one of ``--build RUN_OR_MODEL``, else the one the index
+    records (small files only, nothing is loaded); cosine for ``--from-embeddings`` or when none is recorded."""
+    if args.build:
+        return trained_similarity(args.build)
+    if args.from_embeddings:
+        return "cosine"
+    return stored_similarity(args.index) or "cosine"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
@@ -424,6 +436,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--on-disk and --store-dtype apply to --build RUN_OR_MODEL only")
     if args.store_dtype is not None and not args.on_disk:
         raise ValueError("--store-dtype sets the precision of an --on-disk gallery; add --on-disk")
+    if args.similarity is None:
+        args.similarity = _default_similarity(args)
     coverage = _coverages(args)  # checked before any work
     index = None
     if args.build:

@@ -14,8 +14,9 @@ import sys
 
 from pcmr.search import GalleryIndex
 from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, search_notes
+from pcmr.search.image_files import image_root
 from pcmr.search.searcher import DEFAULT_CANDIDATES
-from pcmr.search.service import create_app
+from pcmr.search.service import ServiceLimits, create_app
 
 __all__ = ["add_parser", "run"]
 
@@ -31,7 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("index", metavar="INDEX", help="index folder (written by `pcmr search INDEX --build ...`)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    parser.add_argument("--similarity", default="cosine", help="similarity of every query (default cosine)")
+    parser.add_argument("--similarity", default=None,
+                        help="similarity of every query that names none (default: the one the index's model was "
+                        "trained with, e.g. match_prob with its trained a and b for PCME; cosine when unknown)")
     parser.add_argument("--rerank", default="nns", help="re-ranker of every query (default nns)")
     parser.add_argument("--backend", default="auto", choices=list(BACKENDS),
                         help="search backend (default auto: the index's candidate source, faiss or milvus, if any)")
@@ -41,6 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--device", default=None, help="torch device (default cpu)")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="do not print one line per request on stderr (default: print them)")
+    parser.add_argument("--request-timeout", type=float, default=ServiceLimits.request_timeout_s, metavar="SECONDS",
+                        help="close a connection whose request (headers and body) has not arrived in full within "
+                        f"SECONDS (default {ServiceLimits.request_timeout_s:g})")
     return parser
 
 
@@ -66,21 +72,31 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    if not args.request_timeout > 0:
+        raise ValueError(f"--request-timeout must be a positive number of seconds, got {args.request_timeout}")
     try:
         import uvicorn
+
+        from pcmr.search.server import server_config
     except ImportError as err:
         raise ValueError("pcmr serve needs the 'search' extra: pip install 'pcmr[search]'") from err
 
     index = GalleryIndex.load(args.index, device=args.device)
+    limits = ServiceLimits(request_timeout_s=args.request_timeout)
     app = create_app(index, similarity=args.similarity, rerank=args.rerank, backend=args.backend,
-                     candidates=args.candidates, access_log=sys.stderr if args.access_log else None)
+                     candidates=args.candidates, limits=limits, access_log=sys.stderr if args.access_log else None)
     for note in search_notes(index, args.rerank, backend=args.backend, candidates=args.candidates):
         print(f"warning: {note}", file=sys.stderr)
+    names_files = any("path" in (m or {}) for m in index.image_metadata or [])
+    if names_files and image_root(index.meta, index.image_metadata) is None:
+        print("warning: the index names image files but no folder holding them all (its image_source root, or "
+              "for an older index the common folder of their absolute paths, is missing or the file system "
+              "root); no image file will be served", file=sys.stderr)
     sock = bind_socket(args.host, args.port)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"serving {args.index} ({index.images.num} images, {index.captions.num} captions) on "
           f"http://{shown_host}:{args.port}/ (Ctrl+C to stop)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server = uvicorn.Server(server_config(app, limits, log_level="warning", access_log=False))
     try:
         server.run(sockets=[sock])
     finally:

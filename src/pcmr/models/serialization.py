@@ -9,7 +9,9 @@ A saved model is a folder:
 
 Every file is written to a temporary file in the same folder and moved into place with
 ``os.replace`` (atomic: a crash never leaves a half-written file). Loading reads JSON and
-safetensors only, so opening someone else's model can never execute code.
+safetensors only, so opening someone else's model can never execute code, and it compares the
+sizes ``config.json`` implies with the tensor shapes in the weights file's header before anything
+is allocated (:mod:`pcmr.models.shape_check`), so a config naming huge sizes fails at once.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pcmr.atomic import atomic_write_json, atomic_write_safetensors
 from pcmr.models.config import config_from_dict, config_to_dict
 from pcmr.models.factory import build_model
 from pcmr.models.model import RetrievalModel
+from pcmr.models.shape_check import check_config_against_weights, weight_shapes
 
 __all__ = ["save_model", "load_model", "read_extra_json", "CONFIG_FILE", "WEIGHTS_FILE"]
 
@@ -101,6 +104,7 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu") 
     weights_path = directory / WEIGHTS_FILE
     if not weights_path.is_file():
         raise FileNotFoundError(f"model weights file {str(weights_path)!r} does not exist")
+    check_config_against_weights(config, weight_shapes(weights_path), weights_path)  # before any allocation
     try:
         state = load_file(str(weights_path), device=str(map_location))
     except (SafetensorError, OSError, ValueError) as error:

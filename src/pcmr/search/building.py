@@ -24,6 +24,7 @@ from pcmr.evaluation.encode import (
 from pcmr.gaussian import Gaussian
 from pcmr.models.model import RetrievalModel
 from pcmr.point_set import PointSet
+from pcmr.search.image_files import files_source
 from pcmr.search.manifest import STORE_DIRS
 from pcmr.search.store import write_store
 from pcmr.search.stored import StoredGallery
@@ -43,11 +44,12 @@ def build_from_split(cls: Callable[..., T], model: RetrievalModel, split: Retrie
 
     images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
                                     progress=progress)
+    source, image_metadata = _image_source(split)
     meta = {"num_images": split.num_images, "num_captions": split.num_captions,
-            "image_size": image_input_size(split), **_image_source(split), **(meta or {})}
+            "image_size": image_input_size(split), **source, **(meta or {})}
     return cls(images.to("cpu"), captions.to("cpu"), image_ids=list(split.image_ids),
                caption_ids=list(split.caption_ids), caption_texts=list(split.caption_texts),
-               image_metadata=split_image_metadata(split), similarity_options=similarity_options,
+               image_metadata=image_metadata, similarity_options=similarity_options,
                meta=meta, model=model, vocab=vocab)
 
 def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary,
@@ -77,21 +79,27 @@ def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: Retrieval
             yield from rest
 
         stores[modality] = write_store(root / STORE_DIRS[modality], all_chunks(), total, first.dim, width, dtype)
+    source, image_metadata = _image_source(split)
     meta = {"num_images": split.num_images, "num_captions": split.num_captions,
-            "image_size": image_input_size(split), **_image_source(split), **(meta or {})}
+            "image_size": image_input_size(split), **source, **(meta or {})}
     return cls(stores["image"], stores["caption"], image_ids=list(split.image_ids),
                caption_ids=list(split.caption_ids), caption_texts=list(split.caption_texts),
-               image_metadata=split_image_metadata(split), similarity_options=similarity_options,
+               image_metadata=image_metadata, similarity_options=similarity_options,
                meta=meta, model=model, vocab=vocab)
 
 
-def _image_source(split: Any) -> dict[str, Any]:
-    """How ``pcmr serve`` can show the gallery's images: the shapes generator config (re-rendered
-    from the cache), else nothing (file datasets carry a ``path`` per image in the metadata)."""
+def _image_source(split: Any) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """How ``pcmr serve`` can show the gallery's images, and the per-image metadata: the shapes generator
+    config (re-rendered in memory); for image files the folder holding them all
+    (:func:`pcmr.search.image_files.files_source`), each ``path`` relative to it; else nothing."""
+    metadata = split_image_metadata(split)
     if getattr(split, "name", None) == "shapes" and "config" in getattr(split, "info", {}):
         config = {k: v for k, v in split.info["config"].items() if k != "version"}
-        return {"image_source": {"kind": "shapes", "split": split.split, "config": config}}
-    return {}
+        return {"image_source": {"kind": "shapes", "split": split.split, "config": config}}, metadata
+    if metadata and all("path" in m for m in metadata):
+        source, relative = files_source([m["path"] for m in metadata])
+        return {"image_source": source}, [{**m, "path": p} for m, p in zip(metadata, relative)]
+    return {}, metadata
 
 
 def _require_encoder(index: StoredGallery) -> tuple[RetrievalModel, Vocabulary]:

@@ -43,7 +43,8 @@ from pcmr.search.searcher import (
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
 
-__all__ = ["BACKENDS", "DEFAULT_TOP_K", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes"]
+__all__ = ["BACKENDS", "DEFAULT_TOP_K", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes",
+           "trained_similarity"]
 
 #: results per query when a search names no k (the library, pcmr search and pcmr serve)
 DEFAULT_TOP_K = 10
@@ -66,6 +67,13 @@ def candidate_count(reranker: Reranker, gallery_size: int, candidates: int | Non
     return width, (f"re-ranker {reranker.name!r} re-weights every item by a statistic of the whole gallery, so its "
                    f"top-k among {width} candidates per query may differ from the exact search; ask for "
                    f"{gallery_size} candidates (--candidates {gallery_size}) or the exact backend for the exact result")
+
+
+def trained_similarity(index: StoredGallery) -> str:
+    """The similarity the index's model was trained with (the first of its ``similarity_options``, e.g.
+    ``match_prob`` for PCME, searched with the trained ``a`` and ``b``), else ``cosine``: the default of
+    ``pcmr search`` and ``pcmr serve``."""
+    return next(iter(index.similarity_options), "cosine")
 
 
 def search_notes(index: StoredGallery, rerank: str, *, backend: str = "auto", candidates: int | None = None,

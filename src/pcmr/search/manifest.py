@@ -46,7 +46,7 @@ from pcmr.search.vectordb import MilvusCandidates
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "save_index"]
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "save_index", "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
 INDEX_VERSION = 2
@@ -118,6 +118,19 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
     atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
     return out
 
+def stored_similarity(directory: str | os.PathLike[str]) -> str | None:
+    """The first similarity of the ``similarity_options`` an index folder's ``index.json`` records (the one
+    its model was trained with), or None when there is none or the manifest cannot be read (loading the
+    index then names the problem)."""
+    try:
+        info = json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
+        options = info.get("similarity_options") if isinstance(info, dict) else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    first = next(iter(options), None) if isinstance(options, dict) else None
+    return first if isinstance(first, str) else None
+
+
 def _store_files(index: StoredGallery, out: Path) -> list[str]:
     """The files of the stores of an on-disk index, relative to ``out`` (which must hold them)."""
     files: list[str] = []
@@ -164,7 +177,8 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
     if on_disk:
         for modality in MODALITIES:
             try:
-                gaussians[modality] = GalleryStore.open(root / info["stores"][modality])
+                gaussians[modality] = GalleryStore.open(_inside(root, info["stores"][modality],
+                                                                f"stores.{modality}", meta_path))
             except (KeyError, TypeError) as err:
                 raise ValueError(f"{meta_path}: field 'stores' must name the folder of each modality ({err})"
                                  ) from None
@@ -186,8 +200,8 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
                              f"holds {gaussians[modality].num} {modality}s; the index files do not match")
     model = vocab = None
     if load_model and info.get("model"):
-        model = load_pcmr_model(root / info["model"]).to(dev).eval()
-        vocab = Vocabulary.load(root / info["vocab"])
+        model = load_pcmr_model(_inside(root, info["model"], "model", meta_path)).to(dev).eval()
+        vocab = Vocabulary.load(_inside(root, info.get("vocab"), "vocab", meta_path))
     index = cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
                 caption_ids=info["caption_ids"], caption_texts=info["caption_texts"],
                 image_metadata=info.get("image_metadata"), similarity_options=info.get("similarity_options"),
@@ -232,13 +246,31 @@ def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None
     if not isinstance(checksums, dict) or (required and EMBEDDINGS_FILE not in checksums):
         raise ValueError(f"{meta_path}: field 'checksums' must map every index file to its SHA-256")
     for name, expected in checksums.items():
-        path = root / name
+        path = _inside(root, name, "checksums", meta_path)
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found; the index is incomplete")
         actual = _sha256(path)
         if actual != expected:
             raise ValueError(f"{path}: SHA-256 {actual[:12]}... does not match {expected[:12]}... recorded in "
                              f"{meta_path.name}; the file was truncated or edited, rebuild the index")
+
+
+def _inside(root: Path, name: Any, field: str, meta_path: Path) -> Path:
+    """``root / name`` for a file or folder name of field ``field`` of ``meta_path``, refused unless it is a
+    relative path that stays inside the index folder ``root`` (no absolute path, no ``..``, no symbolic
+    link leading out): a manifest can never make the loader read, or the server serve, another file."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{meta_path}: field {field!r} must name a file inside the index folder, got {name!r}")
+    parts = Path(name).parts
+    if Path(name).is_absolute() or ".." in parts or "\\" in name:
+        raise ValueError(f"{meta_path}: field {field!r} names {name!r}, which is not inside the index folder "
+                         f"{root}; every file an index names must be a relative path inside its folder")
+    path = root / name
+    real_root = root.resolve()
+    if not path.resolve().is_relative_to(real_root):
+        raise ValueError(f"{meta_path}: field {field!r} names {name!r}, a link that leads out of the index folder "
+                         f"{root} (to {path.resolve()}); every file an index names must lie inside its folder")
+    return path
 
 
 def _load_ann(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
@@ -249,8 +281,8 @@ def _load_ann(index: StoredGallery, root: Path, info: dict[str, Any], meta_path:
             index.ann[modality] = _open_milvus(entry, index.gallery(modality), meta_path)
             continue
         try:
-
-            ann = AnnIndex.read(str(root / entry["file"]), entry["score"], entry["index_type"], entry["layout"],
+            file = _inside(root, entry["file"], f"ann.{modality}.file", meta_path)
+            ann = AnnIndex.read(str(file), entry["score"], entry["index_type"], entry["layout"],
                                 int(entry["dim"]), entry.get("params") or {})
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{meta_path}: field 'ann.{modality}' is malformed ({err})") from None

@@ -7,17 +7,22 @@ Endpoints (every error is a 4xx JSON object ``{"error": "..."}``):
 - ``POST /api/search/image?k=5`` (multipart field ``file``): uploaded image -> captions;
 - ``GET /api/images/{index}?k=5``: one gallery image with its nearest captions;
 - ``GET /api/captions/{index}``: one gallery caption;
-- ``GET /images/{index}``: the image itself (shapes scenes are rendered; file datasets serve their file);
+- ``GET /images/{index}``: the image itself (shapes scenes are rendered; file datasets serve their file,
+  only from the gallery's image folder: :mod:`pcmr.search.image_files`);
 - ``GET /``: the page (``pcmr/search/web``).
+
+The three search endpoints take ``similarity=`` and ``rerank=`` to override the server's settings for
+one query. Uploads are read at most :attr:`ServiceLimits.max_upload_bytes` (plus the form's framing)
+before a 413, and an image's pixel count is checked from its header before it is decoded; decoding
+runs outside the lock that serialises the searches.
 
 Needs the ``search`` extra (FastAPI, uvicorn, python-multipart).
 """
 
 import io
-import os
-import tempfile
 import threading
 import time
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, TextIO, cast
@@ -25,24 +30,38 @@ from typing import Annotated, Any, TextIO, cast
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from pcmr.data.images import ArrayImages
+from pcmr.data.images import ArrayImages, pil_to_pixels
 from pcmr.data.shapes.dataset import load_shapes
+from pcmr.evaluation.encode import encode_image_inputs
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
-from pcmr.inference import get_reranker
-from pcmr.search.compose import DEFAULT_TOP_K
+from pcmr.inference import get_reranker, list_rerankers
+from pcmr.search.compose import DEFAULT_TOP_K, trained_similarity
 from pcmr.search.gallery import GalleryIndex
+from pcmr.search.image_files import confined_file, image_root, public_metadata
 from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
+from pcmr.similarity import get_similarity, list_similarities
+from pcmr.suggest import unknown_name
 
-__all__ = ["ServiceLimits", "create_app"]
+__all__ = ["FORM_OVERHEAD_BYTES", "ServiceLimits", "access_line", "create_app", "log_safe"]
+
+
+#: bytes of multipart framing (boundaries, part headers) read beyond ``max_upload_bytes`` before a 413
+FORM_OVERHEAD_BYTES = 16 * 2**10
 
 
 @dataclass(frozen=True)
 class ServiceLimits:
-    """Request limits: results per query, text length, upload size (bytes)."""
+    """Request limits: results per query, text length, upload size (bytes), pixels of an uploaded image
+    (checked from its header, before decoding), seconds to receive a whole request once a connection
+    is open (headers and body; ``pcmr serve``'s server closes slower connections) and seconds an idle
+    kept-alive connection is held."""
 
     max_k: int = 100
     max_text_chars: int = 1000
     max_upload_bytes: int = 8 * 2**20
+    max_image_pixels: int = 40_000_000
+    request_timeout_s: float = 30.0
+    idle_timeout_s: float = 5.0
 
 
 class _BadRequest(Exception):
@@ -58,13 +77,19 @@ class _Images:
     def __init__(self, index: Any) -> None:
         self.index = index
         self.source = index.meta.get("image_source") or {}
+        self.root = image_root(index.meta, index.image_metadata)  # None: no image file is ever served
         self._pixels: Any = None
         self._lock = threading.Lock()
 
     def available(self) -> bool:
         if self.source.get("kind") == "shapes":
             return True
-        return bool(self.index.image_metadata) and "path" in (self.index.image_metadata[0] or {})
+        return self.root is not None and bool(self.index.image_metadata) and "path" in (
+            self.index.image_metadata[0] or {})
+
+    def metadata(self, i: int) -> dict[str, Any]:
+        """Item ``i``'s metadata as shown: its path relative to the image folder, never a server path."""
+        return public_metadata(self.index.image_metadata[i] if self.index.image_metadata else None, self.root)
 
     def _shapes_pixels(self) -> Any:
         with self._lock:
@@ -85,9 +110,10 @@ class _Images:
             Image.fromarray(pixels[i]).save(buffer, format="PNG")
             return Response(buffer.getvalue(), media_type="image/png")
         path = (self.index.image_metadata[i] or {}).get("path") if self.index.image_metadata else None
-        if not path or not os.path.isfile(path):
+        file = confined_file(self.root, path)
+        if file is None:  # no file, or one outside the gallery's image folder: never sent
             raise _BadRequest(404, f"image {i} has no image file to serve")
-        return FileResponse(path)
+        return FileResponse(file)
 
 
 def _relative_levels(values: torch.Tensor | None) -> torch.Tensor | None:
@@ -95,24 +121,44 @@ def _relative_levels(values: torch.Tensor | None) -> torch.Tensor | None:
     return None if values is None else values.float().sort().values
 
 
+def log_safe(text: str) -> str:
+    """``text`` with every control or non-printable character, ``"`` and ``\\`` written as an escape
+    (``\\n``, ``\\x1b``, ``\\"``), so a request can never write a line break or a forged field into the log."""
+    return "".join(c if c.isprintable() and c not in '"\\' else
+                   (f"\\{c}" if c in '"\\' else c.encode("unicode_escape").decode("ascii")) for c in text)
+
+
 def access_line(client: str, method: str, target: str, status: int, seconds: float) -> str:
-    """One access-log line: UTC time, client address, request, status and duration."""
+    """One access-log line: UTC time, client address, request, status and duration (fields escaped by
+    :func:`log_safe`)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return f"{stamp} {client} \"{method} {target}\" {status} {1000 * seconds:.1f} ms"
+    return f"{stamp} {log_safe(client)} \"{log_safe(method)} {log_safe(target)}\" {status} {1000 * seconds:.1f} ms"
 
 
-def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str = "nns", backend: str = "auto",
+def _request_target(scope: Mapping[str, Any]) -> str:
+    """The request target as the client sent it (still percent-encoded: ``%0A`` stays three characters)."""
+    raw = scope.get("raw_path") or scope.get("path", "").encode("utf-8")
+    query = scope.get("query_string") or b""
+    return raw.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+
+
+def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: str = "nns", backend: str = "auto",
                candidates: int | None = None, limits: ServiceLimits | None = None,
                access_log: TextIO | None = None) -> Any:
     """A FastAPI application serving ``index`` (module docstring). ``similarity``/``rerank``/``backend``/
-    ``candidates`` are the search settings of every query; with ``access_log`` (a text stream, e.g.
-    stderr) every request writes one :func:`access_line` to it."""
-    from fastapi import FastAPI, File, Query, Request, UploadFile
+    ``candidates`` are the search settings of every query (``similarity`` None: the one the index's model
+    was trained with, :func:`pcmr.search.compose.trained_similarity`; a query may override similarity and
+    re-ranker); with ``access_log`` (a text stream, e.g. stderr) every request writes one
+    :func:`access_line` to it."""
+    from fastapi import FastAPI, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     limits = limits or ServiceLimits()
+    similarity = similarity or trained_similarity(index)
+    get_similarity(similarity)  # an unknown name: ValueError before serving
     if index.on_disk and backend == "exact":
         index.refuse_on_disk("the exact backend")
     if index.on_disk and not get_reranker(rerank).works_on_candidates:
@@ -134,7 +180,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
                 status = response.status_code
                 return response
             finally:
-                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                target = _request_target(request.scope)
                 client = request.client.host if request.client else "-"
                 print(access_line(client, request.method, target, status, time.perf_counter() - started),
                       file=access_log, flush=True)
@@ -174,18 +220,32 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         out = {**entry, "uncertainty_level": level(modality, entry["uncertainty"])}
         if modality == "image":
             out.pop("text", None)
+            out["metadata"] = images.metadata(entry["index"])
             out["image_url"] = f"/images/{entry['index']}" if images.available() else None
         else:
             out.pop("metadata", None)
         return out
 
-    def run_search(function: Any, queries: Any, k: int, modality: str,
+    def settings(query_similarity: str | None, query_rerank: str | None) -> tuple[str, str]:
+        """The similarity and re-ranker of one query: the server's unless the query string names others."""
+        chosen = (query_similarity or similarity, query_rerank or rerank)
+        if chosen[0] not in list_similarities():
+            raise _BadRequest(400, unknown_name("similarity", chosen[0], list_similarities()))
+        if chosen[1] not in list_rerankers():
+            raise _BadRequest(400, unknown_name("re-ranker", chosen[1], list_rerankers()))
+        if index.on_disk and not get_reranker(chosen[1]).works_on_candidates:
+            raise _BadRequest(400, f"re-ranker {chosen[1]!r} matches all queries together and needs the whole "
+                                   "gallery in memory; this index keeps its Gaussians on disk")
+        return chosen
+
+    def run_search(function: Any, queries: Any, k: int, modality: str, chosen: tuple[str, str],
                    text: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
         """Result lines (identical captions merged) and warnings of one query."""
-        fetch = fetch_size(k, index.gallery(modality).num, modality, rerank)
+        score, reranker = chosen
+        fetch = fetch_size(k, index.gallery(modality).num, modality, reranker)
         try:
             with lock:
-                results = function(queries, k=fetch, similarity=similarity, rerank=rerank, backend=backend,
+                results = function(queries, k=fetch, similarity=score, rerank=reranker, backend=backend,
                                    candidates=candidates)
         except ValueError as err:
             raise _BadRequest(400, str(err)) from None
@@ -204,43 +264,54 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
                 "text_queries": index.model is not None, "images_served": images.available()}
 
     @app.get("/api/search")
-    def search_text(text: Annotated[str, Query(description="caption query")], k: int = DEFAULT_TOP_K) -> dict[str, Any]:
+    def search_text(text: Annotated[str, Query(description="caption query")], k: int = DEFAULT_TOP_K,
+                    similarity: str | None = None, rerank: str | None = None) -> dict[str, Any]:
         if not text.strip():
             raise _BadRequest(400, "text must be a non-empty caption")
         if len(text) > limits.max_text_chars:
             raise _BadRequest(400, f"text is longer than {limits.max_text_chars} characters")
         require_encoder()
         check_k(k, "image")
-        results, warnings = run_search(index.search_text, [text], k, "image", text=text)
-        return {"query": text, "similarity": similarity, "rerank": rerank, "results": results, "warnings": warnings}
+        chosen = settings(similarity, rerank)
+        results, warnings = run_search(index.search_text, [text], k, "image", chosen, text=text)
+        return {"query": text, "similarity": chosen[0], "rerank": chosen[1], "results": results,
+                "warnings": warnings}
 
     @app.post("/api/search/image")
-    async def search_image(file: Annotated[UploadFile, File()], k: int = 5) -> dict[str, Any]:
+    async def search_image(request: Request, k: int = 5, similarity: str | None = None,
+                           rerank: str | None = None) -> dict[str, Any]:
         require_encoder()
         check_k(k, "caption")
-        data = await file.read(limits.max_upload_bytes + 1)
-        if len(data) > limits.max_upload_bytes:
-            raise _BadRequest(413, f"upload is larger than {limits.max_upload_bytes} bytes")
-        _check_image(data)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "query")
-            with open(path, "wb") as handle:
-                handle.write(data)
-            results, warnings = run_search(index.search_image, [path], k, "caption")
-            return {"query": file.filename, "results": results, "warnings": warnings}
+        chosen = settings(similarity, rerank)
+        filename, data = await _read_upload(request, limits.max_upload_bytes)
+        image_size = index.meta.get("image_size")
+        if image_size is None:
+            raise _BadRequest(400, "this model reads precomputed image features, not pixels; image queries need a "
+                                   "model trained on pixel images")
+        pixels = await run_in_threadpool(_decode_upload, data, limits.max_image_pixels, int(image_size))
+
+        def encoded_search(queries: Any, **kwargs: Any) -> Any:  # under the lock: encoding uses every core
+            assert index.model is not None
+            query = encode_image_inputs(index.model, queries, image_size=int(image_size), device=index.device)
+            return index.search(query, modality="image", **kwargs)
+
+        results, warnings = await run_in_threadpool(run_search, encoded_search, pixels[None], k, "caption", chosen)
+        return {"query": filename, "similarity": chosen[0], "rerank": chosen[1], "results": results,
+                "warnings": warnings}
 
     @app.get("/api/images/{item}")
-    def image_item(item: int, k: int = 5) -> dict[str, Any]:
+    def image_item(item: int, k: int = 5, similarity: str | None = None,
+                   rerank: str | None = None) -> dict[str, Any]:
         check_item(item, "image")
         unc = None if index.images.is_point else float(index.item("image", item).uncertainty(measure))
-        out = {"index": item, "id": index.image_ids[item],
-               "metadata": index.image_metadata[item] if index.image_metadata else {},
+        out = {"index": item, "id": index.image_ids[item], "metadata": images.metadata(item),
                "uncertainty": unc, "uncertainty_level": level("image", unc),
                "image_url": f"/images/{item}" if images.available() else None, "captions": []}
         if index.captions.num:
             check_k(k, "caption")
+            chosen = settings(similarity, rerank)
             out["captions"], out["warnings"] = run_search(lambda q, **kw: index.search(q, modality="image", **kw),
-                                                          index.item("image", item), k, "caption")
+                                                          index.item("image", item), k, "caption", chosen)
         return out
 
     @app.get("/api/captions/{item}")
@@ -290,15 +361,65 @@ def _asset(name: str) -> str:
     return resources.files("pcmr.search").joinpath("web").joinpath(name).read_text(encoding="utf-8")
 
 
-def _check_image(data: bytes) -> None:
-    """Refuse an upload Pillow cannot decode as an image (415)."""
+async def _read_upload(request: Any, max_bytes: int) -> tuple[str | None, bytes]:
+    """The file name and bytes of the multipart field ``file`` of ``request``. The body is read chunk by
+    chunk and refused (413) as soon as it exceeds ``max_bytes`` plus :data:`FORM_OVERHEAD_BYTES` (or
+    when its declared ``Content-Length`` does), so an oversized upload is never read, spooled or
+    written to disk whole."""
+    from starlette.datastructures import UploadFile
+    from starlette.formparsers import MultiPartException, MultiPartParser
+
+    cap = max_bytes + FORM_OVERHEAD_BYTES
+    too_large = _BadRequest(413, f"upload is larger than {max_bytes} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > cap:
+            raise too_large
+
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise _BadRequest(422, "file: field required (send the image as the multipart form field 'file')")
+
+    async def replay() -> AsyncGenerator[bytes, None]:
+        yield bytes(body)
+
+    parser = MultiPartParser(request.headers, replay(), max_files=1, max_fields=16)
+    parser.spool_max_size = cap  # the (capped) file part stays in memory: no temporary file on disk
+    try:
+        form = await parser.parse()
+    except MultiPartException as err:
+        raise _BadRequest(400, f"the upload is not a valid multipart form ({err.message})") from None
+    try:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise _BadRequest(422, "file: field required (send the image as the multipart form field 'file')")
+        data = await upload.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise too_large
+        return upload.filename, data
+    finally:
+        await form.close()
+
+
+def _decode_upload(data: bytes, max_pixels: int, image_size: int) -> torch.Tensor:
+    """An uploaded image -> model-ready pixels ``[3, S, S]`` (:func:`pcmr.data.images.pil_to_pixels`, the
+    preprocessing of image-file queries). Its width x height is read from the header and refused (413)
+    above ``max_pixels`` before anything is decoded; data Pillow cannot decode is refused (415)."""
     if not data:
         raise _BadRequest(400, "the uploaded file is empty")
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.verify()
+        with Image.open(io.BytesIO(data)) as image:  # reads the header only
+            width, height = image.size
+            if width * height > max_pixels:
+                raise _BadRequest(413, f"the uploaded image has {width} x {height} = {width * height:,} pixels; "
+                                       f"this server decodes at most {max_pixels:,}")
+            return pil_to_pixels(image, image_size)
     except Image.DecompressionBombError:
-        raise _BadRequest(413, "the uploaded image has too many pixels to decode safely") from None
+        raise _BadRequest(413, f"the uploaded image has too many pixels to decode safely (at most "
+                               f"{max_pixels:,})") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         raise _BadRequest(415, "the uploaded file is not an image this server can read; upload a PNG, JPEG, "
                                "GIF, BMP or WebP file") from None
