@@ -20,7 +20,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -41,21 +41,24 @@ __all__ = [
 ]
 
 
-def new_figure(width: float, height: float):
-    """A matplotlib Figure on its own Agg canvas (no pyplot state; headless)."""
+def new_figure(width: float, height: float, layout: Literal["constrained"] | None = None):
+    """A matplotlib Figure on its own Agg canvas (no pyplot state; headless). ``layout="constrained"``
+    lets matplotlib place titles, labels and legends placed ``"outside ..."`` the axes; otherwise
+    :func:`save_figure` applies ``tight_layout``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(width, height), dpi=110)
+    figure = Figure(figsize=(width, height), dpi=110, layout=layout)
     FigureCanvasAgg(figure)
     return figure
 
 
 def save_figure(figure, path: str | os.PathLike[str]) -> Path:
-    """Lay out ``figure`` and write it to ``path`` as PNG, atomically; returns the path."""
+    """Lay out ``figure`` (``tight_layout`` unless it has its own layout) and write it to ``path`` as PNG, atomically; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:
+        figure.tight_layout()
     return atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
 
 
