@@ -31,6 +31,7 @@ from pcmr.suggest import unknown_name
 
 __all__ = [
     "ellipse_axes",
+    "legend_below",
     "new_figure",
     "save_figure",
     "plot_uncertainty_deciles",
@@ -161,7 +162,7 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
         ax.set_ylabel(f"gallery items retrieved at least N_{data['k']} times", fontsize=9)
         ax.grid(alpha=0.3, which="both")
         if ax.get_legend_handles_labels()[1]:
-            _legend_below(ax, figure, fontsize=8, frameon=False)
+            legend_below(ax, figure, fontsize=8, frameon=False)
     figure.suptitle(f"k-occurrence (k = {data['k']}): the tail of the distribution, log-log", fontsize=11)
     return save_figure(figure, path)
 
@@ -211,11 +212,11 @@ def _caption_groups(caption: dict[str, Any]) -> list[tuple[str, list[int], str, 
 
 
 def _draw_gaussians(ax: Any, groups: list[tuple[str, str, str, str, list[list[float]], list[tuple[float, float, float]]]]
-                    ) -> None:
+                    ) -> list[tuple[tuple[float, float], str]]:
     """Means as markers and one-standard-deviation ellipses (``(width, height, angle)``, may be empty)
     of each group ``(label, noun, colour, marker, means, shapes)``. Ellipses are outlined and lightly
-    filled, the larger ones below, so none hides another; means that coincide are counted in a note
-    ("8 captions at this point")."""
+    filled, the larger ones below, so none hides another. Returns a note per point where several means
+    coincide ("8 captions at this point"), for :func:`_finish_gaussians`."""
     from matplotlib.colors import to_rgba
     from matplotlib.patches import Ellipse
 
@@ -232,7 +233,7 @@ def _draw_gaussians(ax: Any, groups: list[tuple[str, str, str, str, list[list[fl
         ax.add_patch(ellipse)
     points = [(float(m[0]), float(m[1]), noun) for _, noun, _, _, means, _ in groups for m in means]
     if not points:
-        return
+        return []
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     span = max(max(xs) - min(xs), max(ys) - min(ys))
     tolerance = 1e-3 * span if span > 0 else 1.0
@@ -243,11 +244,55 @@ def _draw_gaussians(ax: Any, groups: list[tuple[str, str, str, str, list[list[fl
         clusters.setdefault(key, {}).setdefault(noun, 0)
         clusters[key][noun] += 1
         first.setdefault(key, (x, y))
-    for key, counts in clusters.items():
-        if sum(counts.values()) > 1:
-            text = ", ".join(f"{n} {noun if n > 1 else noun[:-1]}" for noun, n in counts.items()) + " at this point"
-            ax.annotate(text, first[key], xytext=(7, 7), textcoords="offset points", fontsize=8, zorder=30,
-                        bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9})
+    return [(first[key], ", ".join(f"{n} {noun if n > 1 else noun[:-1]}" for noun, n in counts.items())
+             + " at this point") for key, counts in clusters.items() if sum(counts.values()) > 1]
+
+
+#: where a note about coinciding means may go, relative to its point: (dx, dy) in points, alignment
+_NOTE_PLACES = ((6, 6, "left", "bottom"), (6, -6, "left", "top"), (-6, 6, "right", "bottom"),
+                (-6, -6, "right", "top"), (6, 20, "left", "bottom"), (6, -20, "left", "top"),
+                (-6, 20, "right", "bottom"), (-6, -20, "right", "top"))
+
+
+def _finish_gaussians(figure: Any, ax: Any, notes: list[tuple[tuple[float, float], str]], title: str) -> None:
+    """Equal axes, legend below, title; then each note "N captions at this point" beside its point
+    where it overlaps no other note (tried in :data:`_NOTE_PLACES`); notes with no free place are
+    counted in the legend instead."""
+    from matplotlib.lines import Line2D
+
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.autoscale_view()
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=11)
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
+    if not notes:
+        return
+    figure.canvas.draw()  # the final layout: notes are placed in display space
+    renderer = figure.canvas.get_renderer()
+    area = ax.get_window_extent(renderer)
+    placed: list[Any] = []
+    left_out = 0
+    for point, text in sorted(notes, key=lambda note: (-note[0][1], note[0][0])):
+        for dx, dy, ha, va in _NOTE_PLACES:
+            note = ax.annotate(text, point, xytext=(dx, dy), textcoords="offset points", ha=ha, va=va, fontsize=8,
+                               zorder=30, bbox={"boxstyle": "round,pad=0.2", "facecolor": "white",
+                                                "edgecolor": "0.6", "alpha": 0.9})
+            note.set_in_layout(False)
+            box = note.get_window_extent(renderer).expanded(1.05, 1.1)
+            inside = area.x0 <= box.x0 and box.x1 <= area.x1 and area.y0 <= box.y0 and box.y1 <= area.y1
+            if inside and not any(box.overlaps(other) for other in placed):
+                placed.append(box)
+                break
+            note.remove()
+        else:
+            left_out += 1
+    if left_out:
+        handles.append(Line2D([], [], linestyle="none"))
+        labels.append(f"{left_out} more point{'s' if left_out > 1 else ''} where several means coincide")
+        legend_below(ax, figure, handles=handles, labels=labels, fontsize=8, ncol=1, frameon=False)
 
 
 def plot_embedding_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -269,15 +314,10 @@ def plot_embedding_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) 
             rows = list(range(len(series["mean"]))) if rows is None else rows
             shapes = [(2 * stds[i][0], 2 * stds[i][1], 0.0) for i in rows] if stds else []
             groups.append((label, noun, colour, marker, [series["mean"][i] for i in rows], shapes))
-    _draw_gaussians(ax, groups)
-    ax.set_aspect("equal", adjustable="datalim")
-    ax.autoscale_view()
+    notes = _draw_gaussians(ax, groups)
     ax.set_xlabel("dimension 1")
     ax.set_ylabel("dimension 2")
-    ax.grid(alpha=0.3)
-    if groups:
-        _legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
-    ax.set_title("2-D embeddings: means and 1-std ellipses", fontsize=11)
+    _finish_gaussians(figure, ax, notes, "2-D embeddings: means and 1-std ellipses")
     return save_figure(figure, path)
 
 
@@ -310,7 +350,7 @@ def plot_uncertainty_multiplicity(data: dict[str, Any], path: str | os.PathLike[
     return save_figure(figure, path)
 
 
-def _legend_below(ax: Any, figure: Any, **kwargs: Any) -> None:
+def legend_below(ax: Any, figure: Any, **kwargs: Any) -> None:
     """The legend of ``ax`` below its x label (44 points under the axes: clear of the tick labels and
     the label at any figure size); a constrained layout makes room for it."""
     from matplotlib.transforms import offset_copy
@@ -362,7 +402,7 @@ def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Pa
         ax.set_title({"i2t": "image -> text", "t2i": "text -> image"}[direction], fontsize=10)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[1]:
-            _legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
+            legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
     figure.suptitle("risk-coverage: does abstaining on uncertain queries help?", fontsize=11)
     return save_figure(figure, path)
 
@@ -388,15 +428,11 @@ def plot_pca_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
         for label, rows, colour, marker in parts:
             groups.append((label, noun, colour, marker, [series["mean"][i] for i in rows],
                            [ellipse_axes(series["covariance"][i]) for i in rows]))
-    _draw_gaussians(ax, groups)
-    ax.set_aspect("equal", adjustable="datalim")
-    ax.autoscale_view()
+    notes = _draw_gaussians(ax, groups)
     explained = data.get("explained", [float("nan")] * 2)
     ax.set_xlabel(f"principal axis 1 ({100 * explained[0]:.0f} % of the means' variance)")
     ax.set_ylabel(f"principal axis 2 ({100 * explained[1]:.0f} %)")
-    _legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
-    ax.grid(alpha=0.3)
-    ax.set_title("Gaussians on the means' two principal axes: 1-std ellipses", fontsize=11)
+    _finish_gaussians(figure, ax, notes, "Gaussians on the means' two principal axes: 1-std ellipses")
     return save_figure(figure, path)
 
 

@@ -161,8 +161,8 @@ def claims_figure(rows: Sequence[ForestRow], subtitle: str = "") -> Any:
         return figure
     scaled = {id(row): row.scaled() for row in rows}
     ends = [v for mean, low, high in scaled.values() for v in (mean, low, high) if math.isfinite(v)]
-    limit = max([2.0] + [abs(v) for v in ends])
-    limit *= 1.4 if limit > 2.0 else 1.0
+    left, right = min([-2.0] + ends), max([2.0] + ends)  # ±1 always in view, with room around it
+    left, right = (left * 1.4 if left < -2.0 else left), (right * 1.4 if right > 2.0 else right)
     ax.axvspan(-1.0, 1.0, color="#e9eef5", zorder=0, label="within ±1 minimum effect")
     ax.axvline(0.0, color="black", linewidth=0.8, zorder=1)
     for edge in (-1.0, 1.0):
@@ -192,8 +192,8 @@ def claims_figure(rows: Sequence[ForestRow], subtitle: str = "") -> Any:
     ax.tick_params(axis="y", length=0)
     ax.set_ylim(-0.7, len(layout) - 0.3)
     ax.set_xscale("symlog", linthresh=1.0, linscale=1.0)
-    ax.set_xlim(-limit, limit)
-    ax.xaxis.set_major_locator(FixedLocator(_ticks(-limit, limit)))
+    ax.set_xlim(left, right)
+    ax.xaxis.set_major_locator(FixedLocator(_ticks(left, right)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}".replace("-", "−")))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.tick_params(axis="x", labelsize=9)
