@@ -1,7 +1,7 @@
 """Is a matplotlib Figure readable? Render it and list what a reader would trip over:
 
 - two text elements (titles, axis labels, tick labels, legend entries, annotations) whose boxes overlap;
-- a text element reaching outside the canvas;
+- a text element reaching outside the canvas (or within two pixels of its edge);
 - an axis with fewer than three labelled ticks (an axis sharing its ticks with a labelled neighbour,
   as ``sharey=True`` leaves the inner panels, counts that neighbour's labels).
 
@@ -19,6 +19,8 @@ from matplotlib.text import Text
 
 #: boxes may touch; an overlap counts when it is larger than this in both directions (pixels)
 OVERLAP_PX = 1.0
+#: text must keep this far from the canvas edge (pixels): text touching the edge reads as cut off
+EDGE_PX = 2.0
 #: minimum number of labelled ticks on every axis
 MIN_TICKS = 3
 
@@ -62,7 +64,7 @@ def layout_problems(figure: Any) -> list[str]:
     boxes = [(text, text.get_window_extent(renderer)) for text in texts]
     problems = []
     for text, box in boxes:
-        if box.x0 < -OVERLAP_PX or box.y0 < -OVERLAP_PX or box.x1 > width + OVERLAP_PX or box.y1 > height + OVERLAP_PX:
+        if box.x0 < EDGE_PX or box.y0 < EDGE_PX or box.x1 > width - EDGE_PX or box.y1 > height - EDGE_PX:
             problems.append(f"text {_name(text)} reaches outside the {width}x{height} canvas "
                             f"({box.x0:.0f}, {box.y0:.0f}, {box.x1:.0f}, {box.y1:.0f})")
     for (first, a), (second, b) in combinations(boxes, 2):

@@ -50,8 +50,11 @@ def new_figure(width: float, height: float, layout: Literal["constrained"] | Non
     :func:`save_figure` applies ``tight_layout``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
-    figure = Figure(figsize=(width, height), dpi=110, layout=layout)
+    # constrained: a margin of 8 points around everything, so nothing touches the edge
+    engine = ConstrainedLayoutEngine(w_pad=8 / 72, h_pad=8 / 72) if layout == "constrained" else None
+    figure = Figure(figsize=(width, height), dpi=110, layout=engine)
     FigureCanvasAgg(figure)
     return figure
 
@@ -214,23 +217,24 @@ def _caption_groups(caption: dict[str, Any]) -> list[tuple[str, list[int], str, 
 def _draw_gaussians(ax: Any, groups: list[tuple[str, str, str, str, list[list[float]], list[tuple[float, float, float]]]]
                     ) -> list[tuple[tuple[float, float], str]]:
     """Means as markers and one-standard-deviation ellipses (``(width, height, angle)``, may be empty)
-    of each group ``(label, noun, colour, marker, means, shapes)``. Ellipses are outlined and lightly
-    filled, the larger ones below, so none hides another. Returns a note per point where several means
+    of each group ``(label, noun, colour, marker, means, shapes)``. Ellipses are outlined above every
+    fill and lightly filled, equal ones drawn once, so none hides another. Returns a note per point where several means
     coincide ("8 captions at this point"), for :func:`_finish_gaussians`."""
     from matplotlib.colors import to_rgba
     from matplotlib.patches import Ellipse
 
-    ellipses = []
-    for label, _, colour, marker, means, shapes in groups:
+    for number, (label, _, colour, marker, means, shapes) in enumerate(groups):
         ax.scatter([m[0] for m in means], [m[1] for m in means], s=22, c=colour, marker=marker, zorder=20,
                    edgecolors="white", linewidths=0.5, label=f"{label}, n={len(means)}")
         red, green, blue, _ = to_rgba(colour)
-        ellipses += [(width * height, Ellipse((x, y), width, height, angle=angle, facecolor=(red, green, blue, 0.07),
-                                              edgecolor=(red, green, blue, 0.85), linewidth=1.0))
-                     for (x, y), (width, height, angle) in zip(means, shapes)]
-    for order, (_, ellipse) in enumerate(sorted(ellipses, key=lambda item: -item[0])):
-        ellipse.set_zorder(2 + order / max(len(ellipses), 1))  # the largest lowest
-        ax.add_patch(ellipse)
+        unique = {tuple(round(float(v), 6) for v in (x, y, width, height, angle)): (x, y, width, height, angle)
+                  for (x, y), (width, height, angle) in zip(means, shapes)}  # equal ellipses drawn once
+        fill = min(0.08, 0.3 / max(len(unique), 1))  # however many overlap, the fill stays light
+        for x, y, width, height, angle in unique.values():  # fills below every outline: no outline is hidden
+            ax.add_patch(Ellipse((x, y), width, height, angle=angle, facecolor=(red, green, blue, fill),
+                                 edgecolor="none", zorder=2))
+            ax.add_patch(Ellipse((x, y), width, height, angle=angle, facecolor="none",
+                                 edgecolor=(red, green, blue, 0.9), linewidth=1.2, zorder=3 + 0.1 * number))
     points = [(float(m[0]), float(m[1]), noun) for _, noun, _, _, means, _ in groups for m in means]
     if not points:
         return []

@@ -93,14 +93,13 @@ def condition_labels(items: Sequence[tuple[str, Mapping[str, str]]]) -> tuple[li
     """Short row labels of ``(claim id, condition)`` pairs: the id, then in brackets the condition
     values that differ between rows (a swept claim's cells as ``all N cells``); and the condition
     every row shares, to be said once."""
-    conditions = [_condition_parts(condition) for _, condition in items]
-    common = {k: v for k, v in (conditions[0].items() if conditions else ())
-              if all(c.get(k) == v for c in conditions)}
+    first = dict(items[0][1]) if items else {}
+    common = {k: v for k, v in first.items() if all(condition.get(k) == v for _, condition in items)}
     labels = []
-    for (claim_id, _), parts in zip(items, conditions):
-        shown = [v for k, v in parts.items() if k not in common]
+    for claim_id, condition in items:
+        shown = [v for k, v in _condition_parts(condition).items() if k not in common]
         labels.append(claim_id + (f" [{', '.join(shown)}]" if shown else ""))
-    return labels, ", ".join(common.values())
+    return labels, ", ".join(f"{k}={v}" for k, v in common.items())
 
 
 def forest_rows(judgements: Sequence[Judgement]) -> tuple[list[ForestRow], str]:
@@ -213,5 +212,5 @@ def claims_figure(rows: Sequence[ForestRow], subtitle: str = "") -> Any:
     figure.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), fontsize=9, frameon=False)
     figure.suptitle("claims: paired-seed effects in units of each claim's minimum effect", fontsize=12)
     if subtitle:
-        ax.set_title(f"every row: {subtitle}", fontsize=9, loc="left")
+        ax.set_title(f"condition of every row: {subtitle}", fontsize=9, loc="left")
     return figure
