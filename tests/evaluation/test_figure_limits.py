@@ -252,5 +252,26 @@ def test_pca_ellipses_hold_every_ellipse(tmp_path: Path, caught) -> None:
     for patch in ax.patches:  # every ellipse lies inside the axes
         box = patch.get_extents().transformed(ax.transData.inverted())
         assert x0 - 1e-6 <= box.x0 and box.x1 <= x1 + 1e-6 and y0 - 1e-6 <= box.y0 and box.y1 <= y1 + 1e-6
-    assert len(ax.patches) == 8 + 16
+    outlines = [p for p in ax.patches if p.get_facecolor()[3] == 0.0]
+    fills = [p for p in ax.patches if p.get_facecolor()[3] > 0.0]
+    assert len(outlines) == len(fills) == 8 + 16  # one fill and one outline per ellipse
+    assert min(p.get_zorder() for p in outlines) > max(p.get_zorder() for p in fills)  # no fill hides an outline
+    assert_readable(figure, "embeddings_pca.png")
     _legend_clear_of_marks(figure)
+
+
+def test_ellipses_name_multiplicities_and_count_coinciding_means(tmp_path: Path, caught) -> None:
+    data = {"image": {"mean": [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]], "std": [[0.2, 0.2]] * 3},
+            "caption": {"mean": [[2.0, 2.0]] * 4 + [[-1.0, 0.0], [0.0, -1.0]], "std": [[0.3, 0.3]] * 6,
+                        "multiplicity": [5, 5, 5, 5, 1, 1]}}
+    report_plots.plot_embedding_ellipses(data, tmp_path / "e.png")
+    figure = caught[-1]
+    assert_readable(figure, "embeddings_2d.png")
+    (ax,) = figure.axes
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["images, n=3", "specific captions (1 relevant image), n=2",
+                      "generic captions (5 relevant images), n=4"]
+    notes = sorted(t.get_text() for t in ax.texts)
+    assert notes == ["2 images at this point", "4 captions at this point"]
+    outlines = [p for p in ax.patches if p.get_facecolor()[3] == 0.0]
+    assert len(outlines) == 2 + 2 + 1  # equal ellipses at one point are drawn once

@@ -238,18 +238,19 @@ def _draw_gaussians(ax: Any, groups: list[tuple[str, str, str, str, list[list[fl
     points = [(float(m[0]), float(m[1]), noun) for _, noun, _, _, means, _ in groups for m in means]
     if not points:
         return []
+    reach = [max(width, height) / 2 for *_, shapes in groups for width, height, _ in shapes] or [0.0]
     xs, ys = [p[0] for p in points], [p[1] for p in points]
-    span = max(max(xs) - min(xs), max(ys) - min(ys))
-    tolerance = 1e-3 * span if span > 0 else 1.0
-    clusters: dict[tuple[int, int], dict[str, int]] = {}
-    first: dict[tuple[int, int], tuple[float, float]] = {}
-    for x, y, noun in points:
-        key = (round(x / tolerance), round(y / tolerance))
-        clusters.setdefault(key, {}).setdefault(noun, 0)
-        clusters[key][noun] += 1
-        first.setdefault(key, (x, y))
-    return [(first[key], ", ".join(f"{n} {noun if n > 1 else noun[:-1]}" for noun, n in counts.items())
-             + " at this point") for key, counts in clusters.items() if sum(counts.values()) > 1]
+    span = max(max(xs) - min(xs), max(ys) - min(ys)) + 2 * max(reach)  # about the plotted range
+    tolerance = 5e-3 * span if span > 0 else 1.0  # half a marker wide: points that look like one
+    clusters: list[tuple[tuple[float, float], dict[str, int]]] = []  # (first point, count per noun)
+    for x, y, noun in points:  # a point joins the first cluster within the tolerance of its first point
+        counts = next((c for (cx, cy), c in clusters if abs(x - cx) <= tolerance and abs(y - cy) <= tolerance), None)
+        if counts is None:
+            counts = {}
+            clusters.append(((x, y), counts))
+        counts[noun] = counts.get(noun, 0) + 1
+    return [(point, ", ".join(f"{n} {noun if n > 1 else noun[:-1]}" for noun, n in counts.items()) + " at this point")
+            for point, counts in clusters if sum(counts.values()) > 1]
 
 
 #: where a note about coinciding means may go, relative to its point: (dx, dy) in points, alignment
