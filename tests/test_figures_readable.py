@@ -187,3 +187,26 @@ def test_search_scaling_figure_is_readable() -> None:
                 rows.append({"stage": "serve", "size": size, "backend": backend, "C": candidates,
                              "qps": rate / scale / (candidates / 100), "recall@10": recall, "peak_rss_gib": 0.5 * scale})
     assert_readable(bench.scaling_figure(rows), "search_scaling.png")
+
+
+def test_the_checker_fails_the_former_claims_layout() -> None:
+    """The layout ``claims.png`` had before the forest plot: long labels with the condition, one symlog
+    axis in mixed units with matplotlib's default ticks, a long x label; squeezed into a narrow strip,
+    its tick labels overlap and its x label leaves the canvas (as the figure of the uncertainty study did)."""
+    figure = report_plots.new_figure(11.0, 3.0)
+    ax = figure.subplots()
+    labels = [f"pcme_small_init-caption-uncertainty-vs-relevant-images-{i} [eval exact, source+source_lr3+source_long]"
+              for i in range(4)]
+    for row, (low, high) in enumerate([(-30.0, -16.0), (-1.5, 1.5), (-26.0, 37.0), (18.0, 22.0)]):
+        ax.plot([low, high], [row, row], linewidth=2.5)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=10)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("mean of a - b over paired seeds, with its interval (metric units, symmetric log axis)")
+    for verdict in ("holds", "reversed", "inconclusive", "unstable", "no signal"):
+        ax.plot([], [], "o-", label=verdict)
+    ax.legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    figure.tight_layout()
+    problems = layout_problems(figure)
+    assert any("overlaps" in p and "10^" in p for p in problems), problems
+    assert any("outside" in p and "mean of a - b" in p for p in problems), problems
