@@ -188,14 +188,31 @@ STAGES = {"generate": stage_generate, "truth": stage_truth, "build": stage_build
           "milvus": stage_milvus}
 
 
-def plot(root: Path, out: Path) -> None:
-    import matplotlib
+def _size_axis(ax, sizes: list[int]) -> None:
+    """Gallery sizes on a log axis labelled 1M, 2M, 5M, 10M (1, 2, 5 times each power of ten in range)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    ax.set_xscale("log")
+    low, high = min(sizes) / 1.5, max(sizes) * 1.5
+    ax.set_xlim(low, high)
+    ticks = [m * 10.0 ** e for e in range(0, 13) for m in (1, 2, 5) if low <= m * 10.0 ** e <= high]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}k" if v >= 1e3 else f"{v:g}"))
+    ax.set_xlabel("gallery items")
+    ax.grid(alpha=0.3)
 
-    rows = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines() if line.strip()]
-    fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
+
+def scaling_figure(rows: list[dict]):
+    """Three panels against the gallery size: peak resident memory of build and serve (the highest per
+    size over the faiss index kinds), the IVF-PQ build time (the last build per size), and the best
+    queries/s at recall@10 >= 0.9 of each faiss index kind. Returns the matplotlib Figure."""
+    from pcmr.report.plots import legend_below, new_figure
+
+    figure = new_figure(13.0, 4.6, layout="constrained")
+    ax_mem, ax_build, ax_rate = figure.subplots(1, 3)
+    sizes = sorted({int(r["size"]) for r in rows}) or [1]
     for stage, marker in (("build", "o"), ("serve", "s")):
         peaks: dict[int, float] = {}
         for r in rows:
@@ -203,26 +220,37 @@ def plot(root: Path, out: Path) -> None:
                 peaks[r["size"]] = max(peaks.get(r["size"], 0.0), r["peak_rss_gib"])
         points = sorted(peaks.items())
         if points:
-            ax_mem.plot([p[0] for p in points], [p[1] for p in points], marker=marker, label=f"{stage} peak RSS")
-    ax_mem.set(xscale="log", xlabel="gallery items", ylabel="GiB", title="peak resident memory")
-    ax_mem.legend()
+            ax_mem.plot([p[0] for p in points], [p[1] for p in points], marker=marker, label=f"{stage} peak")
+    ax_mem.set(ylabel="peak resident memory (GiB)", title="memory")
+    ax_mem.set_ylim(bottom=0)
     builds = sorted({r["size"]: r["seconds"] for r in rows if r["stage"] == "build"}.items())
-    ax_time.plot([p[0] for p in builds], [p[1] for p in builds], marker="o", label="IVF-PQ build (s)")
+    ax_build.plot([p[0] for p in builds], [p[1] for p in builds], marker="o", color="C2", label="IVF-PQ build")
+    ax_build.set(ylabel="seconds (1 thread)", title="build time")
+    ax_build.set_ylim(bottom=0)
     best: dict[str, dict[int, float]] = {}
     for r in rows:
         if r["stage"] == "serve" and r["backend"].startswith("faiss") and r["recall@10"] >= 0.9:
             line = best.setdefault(r["backend"], {})
             line[r["size"]] = max(line.get(r["size"], 0), r["qps"])
-    for backend, line in sorted(best.items()):
+    for number, (backend, line) in enumerate(sorted(best.items())):
         points = sorted(line.items())
-        ax_time.plot([p[0] for p in points], [p[1] for p in points], marker="s",
-                     label=f"{backend}: queries/s at recall@10 >= 0.9")
-    ax_time.set(xscale="log", yscale="log", xlabel="gallery items", title="time (2 threads)")
-    ax_time.legend()
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
+        ax_rate.plot([p[0] for p in points], [p[1] for p in points], marker="s", color=f"C{3 + number}",
+                     label=backend)
+    ax_rate.set(ylabel="queries/s at recall@10 >= 0.9 (2 threads)", title="serving rate")
+    ax_rate.set_ylim(bottom=0)
+    for ax in (ax_mem, ax_build, ax_rate):
+        _size_axis(ax, sizes)
+        if ax.get_legend_handles_labels()[1]:
+            legend_below(ax, figure, fontsize=8, frameon=False)
+    figure.suptitle("search past memory: IVF-PQ from the gallery on disk", fontsize=11)
+    return figure
+
+
+def plot(root: Path, out: Path) -> None:
+    from pcmr.report.plots import save_figure
+
+    rows = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines() if line.strip()]
+    print(f"wrote {save_figure(scaling_figure(rows), out)}")
 
 
 def table(root: Path) -> None:

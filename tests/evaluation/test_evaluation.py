@@ -135,7 +135,12 @@ def test_all_expands_and_figures_are_filled():
     series = result.figures["uncertainty_r1"]["series"]["cosine"]
     assert len(series["i2t"]) == 10 and len(series["t2i"]) == 10
     assert len(result.figures["embeddings_2d"]["image"]["mean"]) == 12
-    assert "cosine/nns" in result.figures["k_occurrence"]["series"]
+    # figures of one score show the model's own (the first of its trained options), listed first
+    assert set(result.figures["k_occurrence"]["series"]) == {"match_prob/nns"}
+    assert next(iter(result.figures["risk_coverage"]["series"])) == "match_prob"
+    plain = evaluate_embeddings(d["images"], d["captions"], d["relevance"], similarities=["elk", "cosine"],
+                                rerankers=["nns"])
+    assert set(plain.figures["k_occurrence"]["series"]) == {"elk/nns"}  # no trained options: the first
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import torch
 
 import pcmr.report.plots as report_plots
 import pcmr.study.plots as study_plots
+from _figure_check import assert_readable
 from pcmr.evaluation.figures import (
     corruption_series,
     decile_series,
@@ -107,18 +108,20 @@ def _labelled_ticks(axis, limits) -> list[str]:
             if low <= tick.get_loc() <= high and tick.label1.get_visible() and tick.label1.get_text()]
 
 
-def test_k_occurrence_axes_have_two_labels_on_a_short_range(tmp_path: Path, caught) -> None:
-    """Counts of 1 to 5 span less than a decade: the log axis gets labels at 1, 2, 5, not one lone 10^0."""
-    short = {"values": [3, 40, 60, 120], "frequency": [1, 2, 1, 5]}
+def test_k_occurrence_tail_is_monotone_with_three_labels_on_a_short_range(tmp_path: Path, caught) -> None:
+    """The figure draws, per N_k, the items retrieved at least N_k times (one non-increasing curve, not
+    a zigzag); counts spanning less than a decade still get three labelled ticks, not one lone 10^0."""
+    short = {"values": [0, 3, 40, 60, 120], "frequency": [4, 1, 2, 1, 5]}
     wide = {"values": [1, 2, 5, 30], "frequency": [20, 8, 2, 1]}
+    assert report_plots.occurrence_tail(short["values"], short["frequency"]) == ([3, 40, 60, 120], [9, 8, 6, 5])
     report_plots.plot_k_occurrence({"k": 10, "series": {"cosine/nns": {"i2t": wide, "t2i": short}}},
                                    tmp_path / "k.png")
     figure = caught[-1]
-    figure.canvas.draw()
-    for ax in figure.axes:
-        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
-            assert len(_labelled_ticks(axis, limits)) >= 2, (ax.get_title(), _labelled_ticks(axis, limits))
-    assert {"1", "2", "5"} <= set(_labelled_ticks(figure.axes[1].yaxis, figure.axes[1].get_ylim()))
+    assert_readable(figure, "k_occurrence.png")
+    (line,) = figure.axes[1].get_lines()
+    assert list(line.get_xdata()) == [3, 40, 60, 120] and list(line.get_ydata()) == [9, 8, 6, 5]
+    assert "(4 never retrieved)" in figure.axes[1].get_legend().get_texts()[0].get_text()
+    assert {"1", "2", "5", "10", "20"} <= set(_labelled_ticks(figure.axes[0].xaxis, figure.axes[0].get_xlim()))
 
 
 def test_k_occurrence_and_ellipses_hold_their_data(tmp_path: Path, caught) -> None:
@@ -213,7 +216,7 @@ def test_uncertainty_multiplicity_holds_its_data_legend_clear(tmp_path: Path, ca
     _legend_clear_of_marks(figure)
 
 
-def test_risk_coverage_holds_its_curves_in_0_1_legend_clear(tmp_path: Path, caught) -> None:
+def test_risk_coverage_y_axis_follows_its_curves_legend_clear(tmp_path: Path, caught) -> None:
     from pcmr.evaluation.abstention import abstention_series
 
     images, captions, relevance = _gaussians(60, 4, 4)
@@ -223,11 +226,17 @@ def test_risk_coverage_holds_its_curves_in_0_1_legend_clear(tmp_path: Path, caug
     report_plots.plot_risk_coverage({"measure": "log_det", "series": series}, tmp_path / "r.png")
     figure = caught[-1]
     assert len(figure.axes) == 2
-    for ax in figure.axes:
-        assert sorted(ax.get_ylim()) == [0.0, 1.0] and sorted(ax.get_xlim()) == [0.0, 1.0]
+    for ax, direction in zip(figure.axes, ("i2t", "t2i")):
+        low, high = sorted(ax.get_ylim())
+        side = series["cosine"][direction]
+        values = side["risk"] + side["margin_risk"] + side["multiplicity_risk"] + [side["random"]]
+        assert 0.0 <= low <= min(values) and max(values) <= high <= 1.0
+        assert high - low <= 1.2 * max(max(values) - min(values), 0.05)  # not stretched to 0-1
+        assert sorted(ax.get_xlim()) == [0.0, 1.0]
         _assert_holds(ax, _data_points(ax))
         assert len(ax.get_lines()) == 4  # uncertainty, margin, multiplicity, no abstention
     _legend_clear_of_marks(figure)
+    assert_readable(figure, "risk_coverage.png")
 
 
 def test_pca_ellipses_hold_every_ellipse(tmp_path: Path, caught) -> None:
@@ -243,5 +252,26 @@ def test_pca_ellipses_hold_every_ellipse(tmp_path: Path, caught) -> None:
     for patch in ax.patches:  # every ellipse lies inside the axes
         box = patch.get_extents().transformed(ax.transData.inverted())
         assert x0 - 1e-6 <= box.x0 and box.x1 <= x1 + 1e-6 and y0 - 1e-6 <= box.y0 and box.y1 <= y1 + 1e-6
-    assert len(ax.patches) == 8 + 16
+    outlines = [p for p in ax.patches if p.get_facecolor()[3] == 0.0]
+    fills = [p for p in ax.patches if p.get_facecolor()[3] > 0.0]
+    assert len(outlines) == len(fills) == 8 + 16  # one fill and one outline per ellipse
+    assert min(p.get_zorder() for p in outlines) > max(p.get_zorder() for p in fills)  # no fill hides an outline
+    assert_readable(figure, "embeddings_pca.png")
     _legend_clear_of_marks(figure)
+
+
+def test_ellipses_name_multiplicities_and_count_coinciding_means(tmp_path: Path, caught) -> None:
+    data = {"image": {"mean": [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]], "std": [[0.2, 0.2]] * 3},
+            "caption": {"mean": [[2.0, 2.0]] * 4 + [[-1.0, 0.0], [0.0, -1.0]], "std": [[0.3, 0.3]] * 6,
+                        "multiplicity": [5, 5, 5, 5, 1, 1]}}
+    report_plots.plot_embedding_ellipses(data, tmp_path / "e.png")
+    figure = caught[-1]
+    assert_readable(figure, "embeddings_2d.png")
+    (ax,) = figure.axes
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["images, n=3", "specific captions (1 relevant image), n=2",
+                      "generic captions (5 relevant images), n=4"]
+    notes = sorted(t.get_text() for t in ax.texts)
+    assert notes == ["2 images at this point", "4 captions at this point"]
+    outlines = [p for p in ax.patches if p.get_facecolor()[3] == 0.0]
+    assert len(outlines) == 2 + 2 + 1  # equal ellipses at one point are drawn once

@@ -206,7 +206,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                      "each direction")
     decile_data: dict[str, Any] = {}
     abstention_data: dict[str, Any] = {}
-    hub_data: dict[str, Any] = {}
+    hub_data: dict[str, dict[str, Any]] = {}  # similarity -> {"similarity/re-ranker": histograms}
     # the k_occurrence figure shows N_k at k = 10 (or the largest hubness k when 10 is not one of them)
     figure_k = OCCURRENCE_FIGURE_K if OCCURRENCE_FIGURE_K in hubness_ks else max(hubness_ks, default=0)
     for name in similarities:
@@ -262,9 +262,9 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             if lists:
                 row.update({tuned_value(d): value for d, (_, value) in per_direction.items()})
             result.rows.append(ordered(row, ks))
-            if figures and hubness_ks and not lists and name == result.rows[0]["similarity"]:
-                hub_data[f"{name}/{rerank}"] = {d: occurrence_histogram(evaluation.k_occurrence[d][figure_k])
-                                                for d in DIRECTIONS}
+            if figures and hubness_ks and not lists:
+                hub_data.setdefault(name, {})[f"{name}/{rerank}"] = {
+                    d: occurrence_histogram(evaluation.k_occurrence[d][figure_k]) for d in DIRECTIONS}
             tuned = " with lambda selected on validation" if lists and val_dirs is not None else ""
             timings.append(f"{rerank}{tuned} {time.perf_counter() - rerank_started:.1f} s")
         status_line(f"  {name}: done in {time.perf_counter() - started:.1f} s ({'; '.join(timings)})", progress)
@@ -279,15 +279,21 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
             for row in result.rows:  # abstention reads the raw scores: the nns row carries it
                 if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
                     row.update(columns)
+    # figures that show one score show the model's own (the first of its trained options), else the first
+    def own(data: dict[str, Any]) -> str | None:
+        return next((name for name in [*similarity_options, *similarities] if name in data), None)
+
     if decile_data:
         result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
-    if abstention_data:
-        result.figures["risk_coverage"] = {"measure": measure, "series": abstention_data}
+    if abstention_data:  # the model's own score first: the margin and multiplicity references are drawn for it
+        result.figures["risk_coverage"] = {"measure": measure, "series": {
+            name: abstention_data[name] for name in sorted(abstention_data, key=lambda n: n != own(abstention_data))}}
     if figures and all(isinstance(g, Gaussian) and g.logvar is not None for g in (images, captions)) \
             and images.dim > 2:
         result.figures["embeddings_pca"] = pca_ellipse_series(images, captions, relevance)
-    if hub_data and min(images.num, captions.num) > figure_k:
-        result.figures["k_occurrence"] = {"k": figure_k, "series": hub_data}
+    hub_similarity = own(hub_data)
+    if hub_similarity is not None and min(images.num, captions.num) > figure_k:
+        result.figures["k_occurrence"] = {"k": figure_k, "series": hub_data[hub_similarity]}
     if figures and images.dim == 2:
         result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
     multiplicity_measure = uncertainty_measure_for((images, captions), uncertainty_measure)

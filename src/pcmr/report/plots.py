@@ -4,12 +4,14 @@ Each function takes the JSON-ready series stored in :attr:`pcmr.report.Report.fi
 PNG with matplotlib's Agg canvas, so it works headless and never changes the user's backend.
 
 - ``uncertainty_r1``: R@1 per uncertainty decile of the queries, both directions (PCME Fig. 6).
-- ``k_occurrence``: distribution of the k-occurrence counts N_k of the gallery items, log-log
-  (HAL/RGM §3.4, hubness).
+- ``k_occurrence``: the tail of the distribution of the k-occurrence counts N_k of the gallery items
+  under the model's own score, log-log (HAL/RGM §3.4, hubness).
 - ``uncertainty_vs_corruption``: mean uncertainty against the occlusion ratio of images and the
   word-erasure ratio of captions (PCME Fig. 7).
 - ``embeddings_2d``: means and one-standard-deviation ellipses of a 2-D model (PCME Fig. 5), the
   most specific and the most generic captions in different colours.
+- ``risk_coverage``: the risk of the answered queries against coverage, abstaining on uncertainty.
+- ``embeddings_pca``: Gaussians of any dimension on the two principal axes of their means.
 - ``uncertainty_multiplicity``: each item's uncertainty against its true number of relevant items,
   images and captions (PCME §5.1: uncertainty should grow with multiplicity).
 """
@@ -20,7 +22,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from pcmr.suggest import unknown_name
 
 __all__ = [
     "ellipse_axes",
+    "legend_below",
     "new_figure",
     "save_figure",
     "plot_uncertainty_deciles",
@@ -41,21 +44,27 @@ __all__ = [
 ]
 
 
-def new_figure(width: float, height: float):
-    """A matplotlib Figure on its own Agg canvas (no pyplot state; headless)."""
+def new_figure(width: float, height: float, layout: Literal["constrained"] | None = None):
+    """A matplotlib Figure on its own Agg canvas (no pyplot state; headless). ``layout="constrained"``
+    lets matplotlib place titles, labels and legends placed ``"outside ..."`` the axes; otherwise
+    :func:`save_figure` applies ``tight_layout``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
-    figure = Figure(figsize=(width, height), dpi=110)
+    # constrained: a margin of 8 points around everything, so nothing touches the edge
+    engine = ConstrainedLayoutEngine(w_pad=8 / 72, h_pad=8 / 72) if layout == "constrained" else None
+    figure = Figure(figsize=(width, height), dpi=110, layout=engine)
     FigureCanvasAgg(figure)
     return figure
 
 
 def save_figure(figure, path: str | os.PathLike[str]) -> Path:
-    """Lay out ``figure`` and write it to ``path`` as PNG, atomically; returns the path."""
+    """Lay out ``figure`` (``tight_layout`` unless it has its own layout) and write it to ``path`` as PNG, atomically; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:
+        figure.tight_layout()
     return atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
 
 
@@ -98,27 +107,42 @@ def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str])
 
 
 def _readable_log_axis(axis: Any, limits: tuple[float, float]) -> None:
-    """Label a log axis readably: its decades, or, when fewer than two decades fall inside
+    """Label a log axis readably: its decades, or, when fewer than three decades fall inside
     ``limits`` (a short range such as 1 to 8), ticks at 1, 2, 5 times each power of ten, written as
     plain numbers. Minor ticks stay unlabelled (their labels overlap on a short range)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     low, high = sorted(limits)
     decades = [10.0 ** e for e in range(math.floor(math.log10(max(low, 1e-300))), math.ceil(math.log10(high)) + 1)]
-    if sum(low <= d <= high for d in decades) < 2:
+    if sum(low <= d <= high for d in decades) < 3:
         axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
         axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
 
 
+def occurrence_tail(values: list[int], frequency: list[int]) -> tuple[list[int], list[int]]:
+    """The tail of a k-occurrence histogram: for each distinct ``N_k > 0``, how many gallery items
+    were retrieved at least that often (non-increasing, so it reads as one smooth curve)."""
+    pairs = sorted((v, f) for v, f in zip(values, frequency) if v > 0 and f > 0)
+    remaining = sum(f for _, f in pairs)
+    xs, ys = [], []
+    for value, count in pairs:
+        xs.append(value)
+        ys.append(remaining)
+        remaining -= count
+    return xs, ys
+
+
 def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Distribution of k-occurrence counts N_k (log-log), one line per score/re-ranker, two panels.
+    """Hubness: how many gallery items were retrieved at least ``N_k`` times (log-log, the tail of the
+    k-occurrence distribution), one line per re-ranker of the model's own score, two panels.
 
     ``data = {"k": int, "series": {label: {"i2t": {"values": [...], "frequency": [...]}, "t2i": ...}}}``
-    where ``frequency[j]`` gallery items have ``N_k = values[j]``. Items with ``N_k = 0`` cannot be
-    drawn on a log axis; their number is given in the legend.
+    where ``frequency[j]`` gallery items have ``N_k = values[j]``. A heavy tail (hubs) reads as a line
+    reaching far right. Items with ``N_k = 0`` cannot be drawn on a log axis; their number is given in
+    the legend.
     """
-    figure = new_figure(9.5, 4.6)
+    figure = new_figure(10.0, 5.6, layout="constrained")
     axes = figure.subplots(1, 2)
     galleries = {"i2t": "gallery: captions", "t2i": "gallery: images"}
     for ax, (direction, title) in zip(axes, _DIRECTIONS):
@@ -126,24 +150,23 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
             hist = series.get(direction)
             if not hist:
                 continue
-            pairs = [(v, f) for v, f in zip(hist["values"], hist["frequency"]) if v > 0 and f > 0]
+            xs, ys = occurrence_tail(hist["values"], hist["frequency"])
             zeros = sum(f for v, f in zip(hist["values"], hist["frequency"]) if v == 0)
-            if pairs:  # own marker and dash per series: equal histograms stay visible (smaller on top)
-                xs, ys = zip(*pairs)
-                ax.plot(xs, ys, marker=_MARKERS[number % len(_MARKERS)], markersize=7 - 1.2 * (number % 4),
-                        linestyle=_DASHES[number % len(_DASHES)], linewidth=0.8, alpha=0.85, zorder=3 + number,
-                        label=f"{label} ({zeros} never retrieved)")
+            if xs:  # own colour, marker and dash per series: equal curves stay visible (smaller on top)
+                ax.plot(xs, ys, marker=_MARKERS[number % len(_MARKERS)], markersize=6 - (number % 4),
+                        linestyle=_DASHES[number % len(_DASHES)], linewidth=1.4, alpha=0.9, zorder=3 + number,
+                        drawstyle="steps-post", color=f"C{number}", label=f"{label} ({zeros} never retrieved)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
             _readable_log_axis(axis, limits)
         ax.set_title(f"{title}\n{galleries[direction]}", fontsize=9)
-        ax.set_xlabel(f"N_{data['k']} (times retrieved in a top-{data['k']} list)")
-        ax.set_ylabel("number of gallery items")
+        ax.set_xlabel(f"N_{data['k']} (times retrieved in a top-{data['k']} list)", fontsize=9)
+        ax.set_ylabel(f"gallery items retrieved at least N_{data['k']} times", fontsize=9)
         ax.grid(alpha=0.3, which="both")
-        if ax.get_legend_handles_labels()[1]:  # below the panel: never over a point
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), borderaxespad=0.0)
-    figure.suptitle(f"k-occurrence distribution (k = {data['k']}), log-log", fontsize=11)
+        if ax.get_legend_handles_labels()[1]:
+            legend_below(ax, figure, fontsize=8, frameon=False)
+    figure.suptitle(f"k-occurrence (k = {data['k']}): the tail of the distribution, log-log", fontsize=11)
     return save_figure(figure, path)
 
 
@@ -169,55 +192,137 @@ def plot_uncertainty_vs_corruption(data: dict[str, Any], path: str | os.PathLike
     return save_figure(figure, path)
 
 
+def _relevant_text(values: list[int]) -> str:
+    """``1 relevant image``, ``387 relevant images`` or ``2-5 relevant images``."""
+    low, high = min(values), max(values)
+    return f"{low} relevant image{'' if low == 1 else 's'}" if low == high else f"{low}-{high} relevant images"
+
+
+def _caption_groups(caption: dict[str, Any]) -> list[tuple[str, list[int], str, str]]:
+    """``(label, rows, colour, marker)`` of the captions: split at the median ``multiplicity`` into
+    specific and generic ones when it is given."""
+    rows = list(range(len(caption["mean"])))
+    multiplicity = caption.get("multiplicity")
+    if not multiplicity or not rows:
+        return [("captions", rows, "C1", "o")] if rows else []
+    cut = sorted(multiplicity)[len(multiplicity) // 2]
+    specific = [i for i in rows if multiplicity[i] < cut] or [i for i in rows if multiplicity[i] <= cut]
+    generic = [i for i in rows if i not in specific]
+    groups = [(f"specific captions ({_relevant_text([multiplicity[i] for i in specific])})", specific, "C1", "o")]
+    if generic:
+        groups.append((f"generic captions ({_relevant_text([multiplicity[i] for i in generic])})", generic, "C2", "^"))
+    return groups
+
+
+def _draw_gaussians(ax: Any, groups: list[tuple[str, str, str, str, list[list[float]], list[tuple[float, float, float]]]]
+                    ) -> list[tuple[tuple[float, float], str]]:
+    """Means as markers and one-standard-deviation ellipses (``(width, height, angle)``, may be empty)
+    of each group ``(label, noun, colour, marker, means, shapes)``. Ellipses are outlined above every
+    fill and lightly filled, equal ones drawn once, so none hides another. Returns a note per point where several means
+    coincide ("8 captions at this point"), for :func:`_finish_gaussians`."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Ellipse
+
+    for number, (label, _, colour, marker, means, shapes) in enumerate(groups):
+        ax.scatter([m[0] for m in means], [m[1] for m in means], s=22, c=colour, marker=marker, zorder=20,
+                   edgecolors="white", linewidths=0.5, label=f"{label}, n={len(means)}")
+        red, green, blue, _ = to_rgba(colour)
+        unique = {tuple(round(float(v), 6) for v in (x, y, width, height, angle)): (x, y, width, height, angle)
+                  for (x, y), (width, height, angle) in zip(means, shapes)}  # equal ellipses drawn once
+        fill = min(0.08, 0.3 / max(len(unique), 1))  # however many overlap, the fill stays light
+        for x, y, width, height, angle in unique.values():  # fills below every outline: no outline is hidden
+            ax.add_patch(Ellipse((x, y), width, height, angle=angle, facecolor=(red, green, blue, fill),
+                                 edgecolor="none", zorder=2))
+            ax.add_patch(Ellipse((x, y), width, height, angle=angle, facecolor="none",
+                                 edgecolor=(red, green, blue, 0.9), linewidth=1.2, zorder=3 + 0.1 * number))
+    points = [(float(m[0]), float(m[1]), noun) for _, noun, _, _, means, _ in groups for m in means]
+    if not points:
+        return []
+    reach = [max(width, height) / 2 for *_, shapes in groups for width, height, _ in shapes] or [0.0]
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    span = max(max(xs) - min(xs), max(ys) - min(ys)) + 2 * max(reach)  # about the plotted range
+    tolerance = 5e-3 * span if span > 0 else 1.0  # half a marker wide: points that look like one
+    clusters: list[tuple[tuple[float, float], dict[str, int]]] = []  # (first point, count per noun)
+    for x, y, noun in points:  # a point joins the first cluster within the tolerance of its first point
+        counts = next((c for (cx, cy), c in clusters if abs(x - cx) <= tolerance and abs(y - cy) <= tolerance), None)
+        if counts is None:
+            counts = {}
+            clusters.append(((x, y), counts))
+        counts[noun] = counts.get(noun, 0) + 1
+    return [(point, ", ".join(f"{n} {noun if n > 1 else noun[:-1]}" for noun, n in counts.items()) + " at this point")
+            for point, counts in clusters if sum(counts.values()) > 1]
+
+
+#: where a note about coinciding means may go, relative to its point: (dx, dy) in points, alignment
+_NOTE_PLACES = ((6, 6, "left", "bottom"), (6, -6, "left", "top"), (-6, 6, "right", "bottom"),
+                (-6, -6, "right", "top"), (6, 20, "left", "bottom"), (6, -20, "left", "top"),
+                (-6, 20, "right", "bottom"), (-6, -20, "right", "top"))
+
+
+def _finish_gaussians(figure: Any, ax: Any, notes: list[tuple[tuple[float, float], str]], title: str) -> None:
+    """Equal axes, legend below, title; then each note "N captions at this point" beside its point
+    where it overlaps no other note (tried in :data:`_NOTE_PLACES`); notes with no free place are
+    counted in the legend instead."""
+    from matplotlib.lines import Line2D
+
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.autoscale_view()
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=11)
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
+    if not notes:
+        return
+    figure.canvas.draw()  # the final layout: notes are placed in display space
+    renderer = figure.canvas.get_renderer()
+    area = ax.get_window_extent(renderer)
+    placed: list[Any] = []
+    left_out = 0
+    for point, text in sorted(notes, key=lambda note: (-note[0][1], note[0][0])):
+        for dx, dy, ha, va in _NOTE_PLACES:
+            note = ax.annotate(text, point, xytext=(dx, dy), textcoords="offset points", ha=ha, va=va, fontsize=8,
+                               zorder=30, bbox={"boxstyle": "round,pad=0.2", "facecolor": "white",
+                                                "edgecolor": "0.6", "alpha": 0.9})
+            note.set_in_layout(False)
+            box = note.get_window_extent(renderer).expanded(1.05, 1.1)
+            inside = area.x0 <= box.x0 and box.x1 <= area.x1 and area.y0 <= box.y0 and box.y1 <= area.y1
+            if inside and not any(box.overlaps(other) for other in placed):
+                placed.append(box)
+                break
+            note.remove()
+        else:
+            left_out += 1
+    if left_out:
+        handles.append(Line2D([], [], linestyle="none"))
+        labels.append(f"{left_out} more point{'s' if left_out > 1 else ''} where several means coincide")
+        legend_below(ax, figure, handles=handles, labels=labels, fontsize=8, ncol=1, frameon=False)
+
+
 def plot_embedding_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Means and 1-std ellipses of 2-D Gaussian embeddings (PCME Fig. 5).
 
     ``data = {"image": {"mean": [[x, y], ...], "std": [[sx, sy], ...] | None},
-    "caption": {"mean": ..., "std": ..., "multiplicity": [int, ...] (optional), "text": [str, ...] (optional)}}``.
+    "caption": {"mean": ..., "std": ..., "multiplicity": [int, ...] (optional)}}``.
     With ``multiplicity``, captions above its median are drawn as "generic", the others as "specific".
     """
-    from matplotlib.patches import Ellipse
-
-    figure = new_figure(6.4, 6.0)
+    figure = new_figure(6.4, 7.0, layout="constrained")
     ax = figure.subplots()
-    groups: list[tuple[str, dict[str, Any], list[int], str, str]] = []
-    image = data.get("image")
-    if image:
-        groups.append(("images", image, list(range(len(image["mean"]))), "C0", "s"))
-    caption = data.get("caption")
-    if caption:
-        rows = list(range(len(caption["mean"])))
-        multiplicity = caption.get("multiplicity")
-        if multiplicity:
-            cut = sorted(multiplicity)[len(multiplicity) // 2]
-            specific = [i for i in rows if multiplicity[i] < cut] or [i for i in rows if multiplicity[i] <= cut]
-            generic = [i for i in rows if i not in specific]
-            groups.append((f"specific captions ({min(multiplicity[i] for i in specific)}-"
-                           f"{max(multiplicity[i] for i in specific)} relevant images)", caption, specific, "C1", "o"))
-            if generic:
-                groups.append((f"generic captions ({min(multiplicity[i] for i in generic)}-"
-                               f"{max(multiplicity[i] for i in generic)} relevant images)", caption, generic, "C2", "^"))
-        else:
-            groups.append(("captions", caption, rows, "C1", "o"))
-    for label, series, rows, color, marker in groups:
-        means = [series["mean"][i] for i in rows]
+    groups = []
+    for side, noun, named in (("image", "images", [("images", None, "C0", "s")]), ("caption", "captions", None)):
+        series = data.get(side)
+        if not series:
+            continue
         stds = series.get("std")
-        ax.scatter([m[0] for m in means], [m[1] for m in means], s=14, c=color, marker=marker,
-                   label=f"{label}, n={len(rows)}", zorder=3)
-        if stds:
-            for i in rows:
-                (x, y), (sx, sy) = series["mean"][i], stds[i]
-                ax.add_patch(Ellipse((x, y), 2 * sx, 2 * sy, facecolor=color, edgecolor=color, alpha=0.12))
-    if caption and caption.get("text"):
-        for (x, y), text in list(zip(caption["mean"], caption["text"]))[:6]:
-            ax.annotate(text[:28], (x, y), fontsize=6, alpha=0.8, xytext=(3, 3), textcoords="offset points")
-    ax.set_aspect("equal", adjustable="datalim")
-    ax.autoscale_view()
+        for label, rows, colour, marker in (named or _caption_groups(series)):
+            rows = list(range(len(series["mean"]))) if rows is None else rows
+            shapes = [(2 * stds[i][0], 2 * stds[i][1], 0.0) for i in rows] if stds else []
+            groups.append((label, noun, colour, marker, [series["mean"][i] for i in rows], shapes))
+    notes = _draw_gaussians(ax, groups)
     ax.set_xlabel("dimension 1")
     ax.set_ylabel("dimension 2")
-    ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3)
-    ax.set_title("2-D embeddings: means and 1-std ellipses", fontsize=11)
+    _finish_gaussians(figure, ax, notes, "2-D embeddings: means and 1-std ellipses")
     return save_figure(figure, path)
 
 
@@ -250,34 +355,59 @@ def plot_uncertainty_multiplicity(data: dict[str, Any], path: str | os.PathLike[
     return save_figure(figure, path)
 
 
+def legend_below(ax: Any, figure: Any, **kwargs: Any) -> None:
+    """The legend of ``ax`` below its x label (44 points under the axes: clear of the tick labels and
+    the label at any figure size); a constrained layout makes room for it."""
+    from matplotlib.transforms import offset_copy
+
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0),
+              bbox_transform=offset_copy(ax.transAxes, fig=figure, y=-44, units="points"), **kwargs)
+
+
+def _data_range(values: list[float], low: float, high: float, *, pad: float = 0.06, least: float = 0.05) -> tuple[float, float]:
+    """Axis limits that follow ``values`` (finite ones), padded, at least ``least`` wide, inside ``[low, high]``."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return low, high
+    bottom, top = min(finite), max(finite)
+    middle, half = (bottom + top) / 2, max(top - bottom, least) / 2 * (1 + 2 * pad)
+    bottom, top = max(low, middle - half), min(high, middle + half)
+    return bottom, top
+
+
 def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Risk-coverage curves (the precision of the answered queries when the most uncertain are withheld),
-    one panel per direction: each similarity's uncertainty, and the first similarity's top-1-margin and
-    true-multiplicity references; AURC in the legend (lower is better).
+    one panel per direction: each similarity's uncertainty, and the first similarity's (the model's own
+    score, listed first) top-1-margin and true-multiplicity references; AURC in the legend (lower is
+    better). The risk axis follows the curves (it is not stretched to 0-1).
 
     ``data = {"measure": str, "series": {similarity: {"i2t": side, "t2i": side}}}``, ``side`` as written by
     :func:`pcmr.evaluation.abstention.abstention_series`."""
     series = data.get("series", {})
-    figure = new_figure(10.0, 4.2)
+    figure = new_figure(10.0, 5.4, layout="constrained")
     axes = figure.subplots(1, 2, squeeze=False)[0]
     for ax, direction in zip(axes, ("i2t", "t2i")):
+        drawn: list[float] = []
         for index, (name, sides) in enumerate(series.items()):
             side = sides[direction]
             ax.plot(side["coverage"], side["risk"], color=f"C{index}", linewidth=1.6,
                     label=f"{name} uncertainty (AURC {100 * side['aurc']:.1f})")
+            drawn += side["risk"]
             if index == 0:
                 ax.plot(side["coverage"], side["margin_risk"], color="0.45", linestyle="--", linewidth=1.2,
-                        label=f"top-1 margin (AURC {100 * side['aurc_margin']:.1f})")
+                        label=f"top-1 margin of {name} (AURC {100 * side['aurc_margin']:.1f})")
                 ax.plot(side["coverage"], side["multiplicity_risk"], color="0.2", linestyle=":", linewidth=1.2,
                         label=f"true multiplicity (AURC {100 * side['aurc_multiplicity']:.1f})")
                 ax.axhline(side["random"], color="0.7", linewidth=0.8, label="no abstention")
+                drawn += side["margin_risk"] + side["multiplicity_risk"] + [side["random"]]
         ax.set_xlim(0.0, 1.0)
-        ax.set_ylim(0.0, 1.0)
-        ax.set_xlabel("coverage (share of queries answered, least uncertain first)")
-        ax.set_ylabel("risk (1 - R-Precision of the answered)")
+        ax.set_ylim(*_data_range(drawn, 0.0, 1.0))
+        ax.set_xlabel("coverage (share of queries answered, least uncertain first)", fontsize=9)
+        ax.set_ylabel("risk (1 - R-Precision of the answered)", fontsize=9)
         ax.set_title({"i2t": "image -> text", "t2i": "text -> image"}[direction], fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)  # below: never over a mark
+        if ax.get_legend_handles_labels()[1]:
+            legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
     figure.suptitle("risk-coverage: does abstaining on uncertain queries help?", fontsize=11)
     return save_figure(figure, path)
 
@@ -294,37 +424,20 @@ def plot_pca_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
     """Gaussians of any dimension on the two principal axes of their means, one-standard-deviation ellipses
     of the exactly projected covariances (``data`` from :func:`pcmr.evaluation.abstention.pca_ellipse_series`):
     the most specific and the most generic captions, and a few images."""
-    from matplotlib.patches import Ellipse
-
-    figure = new_figure(6.6, 6.0)
+    figure = new_figure(6.6, 7.0, layout="constrained")
     ax = figure.subplots()
     caption, image = data["caption"], data["image"]
-    multiplicity = caption.get("multiplicity") or [0] * len(caption["mean"])
-    cut = sorted(multiplicity)[len(multiplicity) // 2] if multiplicity else 0
-    specific = [i for i, m in enumerate(multiplicity) if m < cut] or [i for i, m in enumerate(multiplicity) if m <= cut]
-    generic = [i for i in range(len(multiplicity)) if i not in specific]
-    groups = [("images", image, list(range(len(image["mean"]))), "C0", "s")]
-    if specific:
-        groups.append((f"specific captions ({min(multiplicity[i] for i in specific)}-"
-                       f"{max(multiplicity[i] for i in specific)} relevant images)", caption, specific, "C1", "o"))
-    if generic:
-        groups.append((f"generic captions ({min(multiplicity[i] for i in generic)}-"
-                       f"{max(multiplicity[i] for i in generic)} relevant images)", caption, generic, "C2", "^"))
-    for label, side, rows, color, marker in groups:
-        ax.scatter([side["mean"][i][0] for i in rows], [side["mean"][i][1] for i in rows], s=16, c=color,
-                   marker=marker, label=f"{label}, n={len(rows)}", zorder=3)
-        for i in rows:
-            width, height, angle = ellipse_axes(side["covariance"][i])
-            ax.add_patch(Ellipse(tuple(side["mean"][i]), width, height, angle=angle, facecolor=color,
-                                 edgecolor=color, alpha=0.12))
-    ax.set_aspect("equal", adjustable="datalim")
-    ax.autoscale_view()
+    groups = []
+    for series, noun, parts in ((image, "images", [("images", list(range(len(image["mean"]))), "C0", "s")]),
+                                (caption, "captions", _caption_groups(caption))):
+        for label, rows, colour, marker in parts:
+            groups.append((label, noun, colour, marker, [series["mean"][i] for i in rows],
+                           [ellipse_axes(series["covariance"][i]) for i in rows]))
+    notes = _draw_gaussians(ax, groups)
     explained = data.get("explained", [float("nan")] * 2)
     ax.set_xlabel(f"principal axis 1 ({100 * explained[0]:.0f} % of the means' variance)")
     ax.set_ylabel(f"principal axis 2 ({100 * explained[1]:.0f} %)")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1)
-    ax.grid(alpha=0.3)
-    ax.set_title("Gaussians on the means' two principal axes: 1-std ellipses", fontsize=11)
+    _finish_gaussians(figure, ax, notes, "Gaussians on the means' two principal axes: 1-std ellipses")
     return save_figure(figure, path)
 
 

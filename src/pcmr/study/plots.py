@@ -1,4 +1,5 @@
-"""The study's figures: ``claims.png`` (every judged claim with its interval) and ``recipes.png``
+"""The study's figures: ``claims.png`` (every judged claim with its interval, drawn by
+:mod:`pcmr.study.forest`) and ``recipes.png``
 (one metric of every recipe, mean and interval over seeds, under each training-relevance variant
 and each evaluation relevance mode).
 
@@ -16,50 +17,18 @@ from typing import Any
 
 from pcmr.evaluation.columns import RSUM, metric_bounds
 from pcmr.report.plots import new_figure, save_figure
-from pcmr.study.claims import NO_DATA, NO_SIGNAL, UNSTABLE, Judgement
+from pcmr.study.claims import Judgement
+from pcmr.study.forest import VERDICT_COLOURS, claims_figure, forest_rows
 from pcmr.study.report import recipe_metric_table
 
 __all__ = ["VERDICT_COLOURS", "metric_bounds", "plot_claims", "plot_recipes"]
 
-#: colour of each verdict in ``claims.png``
-VERDICT_COLOURS = {"holds": "#2a7f3f", "reversed": "#b8322a", "equal": "#3b6ea8", "inconclusive": "#7a7a7a",
-                   UNSTABLE: "#8e44ad", NO_DATA: "#c9c9c9", NO_SIGNAL: "#d89b2b"}
-
-
-def _label(judgement: Judgement) -> str:
-    condition = ", ".join(f"eval {v}" if k == "relevance" else str(v) for k, v in judgement.condition.items())
-    return judgement.claim.id + (f" [{condition}]" if condition else "")
-
 
 def plot_claims(judgements: Sequence[Judgement], path: str | os.PathLike[str]) -> Path:
-    """Forest plot of ``judgements``: per claim and condition, the mean paired difference a - b as a
-    dot and its interval as a bar, coloured by verdict, on a symmetric-log axis (the claims' metrics
-    have different units: rsum points, R-Precision points, slopes, rank correlations)."""
-    shown = list(judgements)
-    figure = new_figure(11.0, max(3.0, 0.34 * len(shown) + 1.6))
-    ax = figure.subplots()
-    for row, judgement in enumerate(reversed(shown)):
-        interval = judgement.interval
-        colour = VERDICT_COLOURS.get(judgement.verdict, "#000000")
-        if not math.isnan(interval.half_width):
-            ax.plot([interval.low, interval.high], [row, row], color=colour, linewidth=2.5)
-        if not math.isnan(interval.mean):
-            ax.plot([interval.mean], [row], "o", color=colour, markersize=6)
-    ax.axvline(0.0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([_label(j) for j in reversed(shown)], fontsize=10)
-    ax.set_ylim(-0.7, len(shown) - 0.3)
-    ax.set_xscale("symlog", linthresh=1.0)
-    ax.tick_params(axis="x", labelsize=9)
-    ax.set_xlabel("mean of a - b over paired seeds, with its interval (metric units, symmetric log axis)",
-                  fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
-    handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in VERDICT_COLOURS.items()
-               if any(j.verdict == v for j in shown)]
-    if handles:  # outside the axes, so it never covers a claim
-        ax.legend(handles=handles, fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    ax.set_title("claims of the papers: paired-seed differences", fontsize=12)
-    return save_figure(figure, path)
+    """``claims.png``: the forest plot of ``judgements`` (:mod:`pcmr.study.forest`), one row per claim
+    and condition, effects in units of each claim's minimum effect, grouped by claim family."""
+    rows, common = forest_rows(judgements)
+    return save_figure(claims_figure(rows, common), path)
 
 
 def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *, metric: str = RSUM,
