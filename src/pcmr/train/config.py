@@ -117,6 +117,14 @@ class TrainConfig:
     # lr x plateau_factor after every (plateau_patience + 1) epochs, counted from the second epoch
     plateau_patience: int = 10
     plateau_factor: float = 0.5
+    # a word-vector file the gru caption encoder's word embeddings start from: GloVe text
+    # (glove.840B.300d.txt) or a .npy / .safetensors matrix with its words in NAME.words.txt; rows are
+    # placed by the run's vocabulary, words absent from the file keep their random init (PCME: GloVe,
+    # frozen in the warm-up with the other pretrained parts; docs/training.md)
+    word_vectors: str | None = None
+    # which file word a vocabulary word takes: "release" (itself, else without - . ' and cut at '/',
+    # as PCME's release) or "lowercase" (itself, else lower-cased)
+    word_vectors_match: Literal["lowercase", "release"] = "release"
     grad_clip: float | None = 2.0  # max global gradient norm; None disables clipping
     # what the clipping covers: "all" trained parameters (the loss's too, e.g. PCME's a, b; PCME++'s
     # release) or the "model"'s only (the PCME release)

@@ -46,8 +46,8 @@ from torch import nn
 
 from pcmr.train.config import ConfigError, TrainConfig
 
-__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "plateau_reductions", "set_learning_rate",
-           "trainable_backbone_parameters"]
+__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "parameter_counts", "plateau_reductions",
+           "set_learning_rate", "trainable_backbone_parameters"]
 
 
 def plateau_reductions(epoch: int, patience: int) -> int:
@@ -123,6 +123,26 @@ def trainable_backbone_parameters(model: nn.Module) -> list[nn.Parameter]:
             if parameter.requires_grad:
                 found.setdefault(id(parameter), parameter)
     return list(found.values())
+
+
+def parameter_counts(model: nn.Module) -> dict[str, dict[str, int]]:
+    """Trained and frozen parameter values of ``model``, in total and per part: ``image_backbone`` (the
+    image tower's ``encoder.backbone``, e.g. the pretrained CNN), ``word_embedding`` (the caption
+    backbone's word vectors), ``caption_backbone`` (the rest of it: the GRU, or a pretrained text model)
+    and ``heads`` (everything else). A run's log records it at each phase (``phase`` lines)."""
+    counts: dict[str, dict[str, int]] = {}
+    for name, parameter in model.named_parameters():
+        tower = name.split(".")[0]
+        if "encoder.backbone." not in name:
+            part = "heads"
+        elif tower == "image_tower":
+            part = "image_backbone"
+        else:
+            part = "word_embedding" if ".backbone.embedding." in name else "caption_backbone"
+        for key in (part, "total"):
+            entry = counts.setdefault(key, {"trainable": 0, "frozen": 0})
+            entry["trainable" if parameter.requires_grad else "frozen"] += parameter.numel()
+    return counts
 
 
 def _adamp_class() -> type | None:

@@ -81,6 +81,7 @@ from pcmr.train.schedules import (
     build_optimizer,
     learning_rate_factor,
     optimizer_name,
+    parameter_counts,
     set_learning_rate,
     trainable_backbone_parameters,
 )
@@ -194,6 +195,7 @@ class Trainer:
         self.stop = StopRequest()
         self.log: _NoLog | RunLog = _NoLog()
         self.progress = TrainingProgress()
+        self._phase: str | None = None
 
     # ------------------------------------------------------------------ state
     def _weights(self) -> dict[str, torch.Tensor]:
@@ -272,9 +274,14 @@ class Trainer:
         )
 
     def _set_frozen(self, epoch: int) -> None:
-        frozen = epoch < self.config.train.warmup_epoch_count()
+        warmup = self.config.train.warmup_epoch_count()
+        frozen = epoch < warmup
         for parameter in self.backbone:
             parameter.requires_grad_(not frozen)
+        phase = "warmup" if frozen else "finetune" if warmup else "train"
+        if phase != self._phase:  # once per phase (and again after a resume): what trains in it
+            self._phase = phase
+            self.log.write("phase", phase=phase, epoch=epoch + 1, **parameter_counts(self.model))
 
     def _step_module(self) -> torch.nn.Module:
         """The module a step calls: :class:`TrainStep`, wrapped in DDP under several processes
@@ -519,6 +526,9 @@ class Trainer:
                 optimizer=optimizer_name(self.optimizer), optimizer_requested=train.optimizer,
                 cached_features=self.cached_towers,
             )
+            if self.parts.word_vectors_found is not None:
+                self.log.write("word_vectors", path=train.word_vectors, match=train.word_vectors_match,
+                               found=self.parts.word_vectors_found, vocabulary=len(self.parts.vocab))
         self._write_summary("running")
         while self.progress.epoch < train.epochs:
             epoch = self.progress.epoch
