@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import sys
 import tempfile
@@ -44,8 +43,6 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _fixture import AttrDict, add_checkout, release_args, stub_module, write_fixture  # noqa: E402
-
-from pcmr.atomic import atomic_write_json  # noqa: E402
 
 REPOSITORY = "https://github.com/naver-ai/pcme"
 GLOVE_FILE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "glove" / "glove.tiny.6d.txt"
