@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader
 from pcmr.config import ConfigError
 from pcmr.data.batching import train_loader
 from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
-from pcmr.evaluation.encode import image_input_size
+from pcmr.evaluation.encode import image_input_size, image_input_transform
 from pcmr.hub import preprocessor_config
 from pcmr.progress import progress_bar, progress_enabled, write_line
 from pcmr.train.checkpoint import (
@@ -461,7 +461,8 @@ class Trainer:
         name = MODEL_DIR if which == "model" else MODEL_LAST_DIR
         options = {self.loss_fn.similarity_name: self.loss_fn.similarity_options()}
         extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options,
-                 "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split))}
+                 "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split),
+                                                            **image_input_transform(self.parts.train_split))}
         save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
         if which == "model":
             write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
