@@ -117,6 +117,11 @@ class TrainConfig:
     # lr x plateau_factor after every (plateau_patience + 1) epochs, counted from the second epoch
     plateau_patience: int = 10
     plateau_factor: float = 0.5
+    # what the plateau schedule counts: "epochs" (the formula above: the PVSE release's lr whenever the
+    # validation metric never falls below its running minimum) or "validation" (torch's ReduceLROnPlateau
+    # in mode 'min' replayed on the validation select_on metric of every finished epoch, as the PVSE
+    # release feeds it rsum; with data.val_split=test, on its split)
+    plateau_on: Literal["epochs", "validation"] = "epochs"
     # a word-vector file the gru caption encoder's word embeddings start from: GloVe text
     # (glove.840B.300d.txt) or a .npy / .safetensors matrix with its words in NAME.words.txt; rows are
     # placed by the run's vocabulary, words absent from the file keep their random init (PCME: GloVe,
@@ -193,7 +198,8 @@ class TrainConfig:
         if self.schedule == "step":
             out.update(step_period=self.step_period(), step_gamma=self.step_gamma)
         if self.schedule == "plateau":
-            out.update(plateau_patience=self.plateau_patience, plateau_factor=self.plateau_factor)
+            out.update(plateau_patience=self.plateau_patience, plateau_factor=self.plateau_factor,
+                       plateau_on=self.plateau_on)
         if self.schedule == "cosine":
             out["min_lr_factor"] = self.min_lr_factor
             if self.cosine_epochs is not None:

@@ -297,7 +297,8 @@ class Trainer:
     def _step(self, batch: dict[str, Any], epoch: int, step_in_epoch: int) -> dict[str, float]:
         train = self.config.train
         set_learning_rate(
-            self.optimizer, learning_rate_factor(train, epoch, step_in_epoch, self.steps_per_epoch)
+            self.optimizer, learning_rate_factor(train, epoch, step_in_epoch, self.steps_per_epoch,
+                                                 self.progress.history)
         )
         batch = _to_device(batch, self.device)
         self.nonfinite.snapshot((self.model, self.loss_fn))  # buffers put back if this step is skipped
