@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -239,8 +240,6 @@ def _read_array_table(path: Path, wanted: set[str], dim: int, keep_last: bool) -
         except ValueError as error:
             raise ValueError(f"word vector file {str(path)!r} is not a numeric .npy array: {error}") from None
     else:
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="pt") as handle:
             keys = list(handle.keys())
             if len(keys) != 1 and "vectors" not in keys:
