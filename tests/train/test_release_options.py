@@ -62,3 +62,47 @@ def test_pvse_fc_init_default_keeps_pytorchs_init():
         assert float(fc_default.weight.abs().max()) <= bound and float(fc_default.bias.abs().max()) <= bound
     with pytest.raises(ValueError, match="image_head.fc_init"):
         create_model("pvse", vocab_size=10, image_head={"fc_init": "zeros"})
+
+
+def test_loss_ramp_factor_is_pcmepps_epoch_ramp():
+    from pcmr.train.schedules import loss_ramp_factor
+
+    config = TrainConfig(loss_ramp_epoch=3)
+    assert [loss_ramp_factor(config, 2, s, 4) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert loss_ramp_factor(config, 1, 0, 4) == loss_ramp_factor(config, 3, 0, 4) == 1.0
+    assert loss_ramp_factor(TrainConfig(), 2, 0, 4) == 1.0
+    from pcmr.config import ConfigError
+
+    with pytest.raises(ConfigError, match="train.loss_ramp_epoch"):
+        TrainConfig(loss_ramp_epoch=0)
+
+
+def test_loss_ramp_scales_the_first_update(tmp_path, cache_dir):
+    """Plain SGD: the first step of a ramped epoch of 2 steps moves every weight half as far."""
+    from pcmr.train import Trainer, load_config, save_config
+    from pcmr.train.checkpoint import list_checkpoints, load_checkpoint
+    from pcmr.train.recipes import list_recipes
+
+    deltas = {}
+    for name, extra in (("plain", []), ("ramp", ["train.loss_ramp_epoch=1"])):
+        config = load_config(list_recipes()["vsepp_max"], [
+            "data.options={num_train: 12, num_val: 6, num_test: 6, num_test_unseen: 1, num_binary_selection: 1, "
+            f"image_size: 32, cache_dir: {cache_dir}}}", "data.batch_size=6", "train.epochs=1",
+            "train.max_steps_per_epoch=2", "train.checkpoint_every_steps=1", "train.keep_checkpoints=3",
+            "train.validate_every=0", "train.progress=false", "train.optimizer=sgd", "train.momentum=0",
+            "train.weight_decay=0", "train.grad_clip=null", "train.schedule=constant", "model.embed_dim=8",
+            "model.text_encoder={word_dim: 8, hidden_dim: 8}", "model.image_encoder={cnn_channels: [4, 4]}",
+            *extra])
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        save_config(config, run_dir / "config.yaml")
+        trainer = Trainer(config, run_dir)
+        initial = {f"model.{k}": v.detach().clone() for k, v in trainer.model.named_parameters()}
+        trainer.fit()
+        checkpoints = {c.state["progress"]["global_step"]: c.weights
+                       for c in map(load_checkpoint, list_checkpoints(run_dir / "checkpoints"))}
+        deltas[name] = {k: checkpoints[1][k] - v for k, v in initial.items()}
+    moved = [k for k, v in deltas["plain"].items() if v.abs().max() > 0]
+    assert len(moved) > len(deltas["plain"]) // 2
+    for key in moved:
+        torch.testing.assert_close(deltas["ramp"][key], 0.5 * deltas["plain"][key], rtol=1e-4, atol=1e-7)

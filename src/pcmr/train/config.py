@@ -130,6 +130,9 @@ class TrainConfig:
     # which file word a vocabulary word takes: "release" (itself, else without - . ' and cut at '/',
     # as PCME's release) or "lowercase" (itself, else lower-cased)
     word_vectors_match: Literal["lowercase", "release"] = "release"
+    # the loss of this epoch (1-based) is scaled by (step + 1) / steps, a linear ramp over the epoch: the
+    # PCME++ release's embedding warm-up after its 2 frozen-backbone epochs (epoch 3, pcmepp/engine.py:241-245)
+    loss_ramp_epoch: int | None = None
     grad_clip: float | None = 2.0  # max global gradient norm; None disables clipping
     # what the clipping covers: "all" trained parameters (the loss's too, e.g. PCME's a, b; PCME++'s
     # release) or the "model"'s only (the PCME release)
@@ -168,6 +171,9 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"train.{name}={value!r}: expected a positive number")
+        if self.loss_ramp_epoch is not None and (isinstance(self.loss_ramp_epoch, bool)
+                                                 or not isinstance(self.loss_ramp_epoch, int) or self.loss_ramp_epoch < 1):
+            raise ConfigError(f"train.loss_ramp_epoch={self.loss_ramp_epoch!r}: expected an epoch number >= 1 or null")
         if self.cosine_epochs is not None and (isinstance(self.cosine_epochs, bool)
                                                or not isinstance(self.cosine_epochs, int) or self.cosine_epochs < 1):
             raise ConfigError(f"train.cosine_epochs={self.cosine_epochs!r}: expected a positive integer or null")

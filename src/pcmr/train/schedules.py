@@ -49,7 +49,8 @@ from torch import nn
 
 from pcmr.train.config import ConfigError, TrainConfig
 
-__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "parameter_counts", "plateau_reductions",
+__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "loss_ramp_factor", "parameter_counts",
+           "plateau_reductions",
            "plateau_reductions_on", "set_learning_rate", "trainable_backbone_parameters"]
 
 
@@ -112,6 +113,14 @@ def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, st
         return config.finetune_lr_factor * config.plateau_factor ** reductions
     main_epochs = max(1, config.epochs - warmup)
     return config.finetune_lr_factor * _cosine(config, phase_epoch, main_epochs, step_in_epoch, steps_per_epoch)
+
+
+def loss_ramp_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int) -> float:
+    """The factor of the loss at a position (``epoch``, ``step_in_epoch`` 0-based): ``(step + 1) / steps``
+    in epoch ``loss_ramp_epoch`` (1-based; PCME++'s release, ``pcmepp/engine.py:241-245``), else 1."""
+    if config.loss_ramp_epoch is None or epoch + 1 != config.loss_ramp_epoch:
+        return 1.0
+    return (step_in_epoch + 1) / max(1, steps_per_epoch)
 
 
 def _cosine(config: TrainConfig, phase_epoch: int, phase_epochs: int, step_in_epoch: int, steps_per_epoch: int) -> float:

@@ -80,6 +80,7 @@ from pcmr.train.run import (
 from pcmr.train.schedules import (
     build_optimizer,
     learning_rate_factor,
+    loss_ramp_factor,
     optimizer_name,
     parameter_counts,
     set_learning_rate,
@@ -311,6 +312,8 @@ class Trainer:
         if any_flag(self.context, not bool(torch.isfinite(loss))):
             return self.nonfinite.skip("loss", loss, self.log, position)
         self.optimizer.zero_grad(set_to_none=True)
+        if train.loss_ramp_epoch is not None:  # PCME++'s release: a linear ramp of the loss over one epoch
+            loss = loss * loss_ramp_factor(train, epoch, step_in_epoch, self.steps_per_epoch)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.optimizer)
