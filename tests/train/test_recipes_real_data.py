@@ -137,3 +137,10 @@ def test_glove_words_with_spaces_and_headers_are_read(tmp_path):
     path.write_text("3 2\n. . . 1 2\nthe 3 4\nat name 5 6\n")
     vectors, found = read_word_vectors(path, ["<pad>", "the", ". . .", "at name"], 2)
     assert found.tolist() == [False, True, True, True] and vectors[2].tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("recipe", ["pcme_coco", "pcme_cub"])
+def test_a_missing_dataset_folder_names_data_root(tmp_path, capsys, recipe):
+    assert main(["train", recipe, "--out", str(tmp_path), "--name", "run", "--no-progress"]) != 0
+    err = capsys.readouterr().err
+    assert "data.root" in err and "--set data.root=" in err

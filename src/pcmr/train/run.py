@@ -90,6 +90,10 @@ def _load_split(config: RunConfig, split: str) -> RetrievalSplit:
                 f"data.root: dataset folder {root} does not exist (dataset {config.data.name!r})"
             )
         options["root"] = str(root)
+    elif config.data.name in list_datasets() and config.data.name != "shapes" and not (
+            {"root", "json_path"} & set(options)):
+        raise ConfigError(f"data.root: dataset {config.data.name!r} is read from its folder; set it with "
+                          f"--set data.root=/path/to/{config.data.name} (layouts: docs/datasets.md)")
     return load_dataset(config.data.name, split, **options)
 
 
