@@ -46,6 +46,7 @@ from pcmr.evaluation.encode import (
     encode_image_inputs,
     encode_texts,
     image_input_size,
+    image_input_transform,
     model_device,
 )
 from pcmr.gaussian import Gaussian
@@ -94,12 +95,34 @@ scores = pcmr.similarity.pairwise({{ pairwise_arguments }})
 """
 
 
-def preprocessor_config(image_size: int | None) -> dict[str, Any]:
-    """The ``preprocessor_config.json`` of a model: how raw images become its input (None: features)."""
+def preprocessor_config(image_size: int | None, image_resize: str = "square",
+                        resize_size: int | None = None) -> dict[str, Any]:
+    """The ``preprocessor_config.json`` of a model: how raw images become its input at test time (None:
+    features): ``image_resize`` ``square`` (the whole image resized, bicubic, to ``image_size``) or
+    ``center_crop`` (the shorter side resized, bilinear, to ``resize_size``, then the central
+    ``image_size`` square: Resize 256 + CenterCrop 224 for the PCME release)."""
     if image_size is None:
         return {"input": "features"}
-    return {"input": "pixels", "image_size": int(image_size), "resample": "bicubic", "convert": "RGB",
+    if image_resize == "center_crop":
+        size = int(resize_size) if resize_size is not None else int(round(int(image_size) * 8 / 7))
+        transform: dict[str, Any] = {"image_resize": "center_crop", "resize_size": size, "resample": "bilinear"}
+    else:
+        transform = {"image_resize": "square", "resample": "bicubic"}
+    return {"input": "pixels", "image_size": int(image_size), **transform, "convert": "RGB",
             "image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)}
+
+
+def _preprocessor_transform(preprocessor: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``image_resize`` / ``resize_size`` of a ``preprocessor_config.json`` (absent: ``square``, as files written
+    before the transform was recorded)."""
+    resize = preprocessor.get("image_resize", "square")
+    if resize == "square":
+        return {"image_resize": "square", "resize_size": None}
+    size = preprocessor.get("resize_size")
+    if resize != "center_crop" or isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"preprocessor config file {str(path)!r}: image_resize must be 'square', or 'center_crop' "
+                         f"with an integer resize_size; got image_resize={resize!r}, resize_size={size!r}")
+    return {"image_resize": "center_crop", "resize_size": size}
 
 
 def _read_json_file(path: Path, what: str) -> Any:
@@ -193,13 +216,13 @@ class _LazyImageSize:
     def __init__(self, run_config: dict[str, Any]) -> None:
         self.run_config = run_config
 
-    def __call__(self) -> int | None:
+    def __call__(self) -> tuple[int | None, dict[str, Any]]:
         data = self.run_config.get("data") or {}
         options = dict(data.get("options") or {})
         if data.get("root") is not None:
             options["root"] = str(Path(data["root"]).expanduser())
         split = load_dataset(data.get("name", "shapes"), data.get("val_split", "val"), **options)
-        return image_input_size(split)
+        return image_input_size(split), image_input_transform(split)
 
 
 class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-retrieval", "probabilistic-embeddings"],
@@ -234,6 +257,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         self.network = network
         self.vocabulary = vocabulary
         self._image_size = image_size
+        self._image_transform: dict[str, Any] = {"image_resize": "square", "resize_size": None}
         self._image_size_source: _LazyImageSize | None = None
         self.similarity_options = dict(similarity_options or {})
         self.metrics = dict(metrics or {})
@@ -262,9 +286,30 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
     def image_size(self) -> int | None:
         """Side of the pixel images the model was trained on (None: it reads precomputed features)."""
         if self._image_size_source is not None:
-            self._image_size = self._image_size_source()
+            self._image_size, self._image_transform = self._image_size_source()
             self._image_size_source = None
         return self._image_size
+
+    @property
+    def image_transform(self) -> dict[str, Any] | None:
+        """The test-time transform of image files and Pillow images: ``{"image_size", "image_resize",
+        "resize_size"}`` (``image_resize``: ``square``, or ``center_crop``: Resize ``resize_size`` + CenterCrop
+        ``image_size``), as the model's ``preprocessor_config.json`` or its run's data records it; None
+        for a model that reads precomputed features."""
+        size = self.image_size
+        if size is None:
+            return None
+        return {"image_size": size, **self._image_transform}
+
+    def set_image_transform(self, image_size: int | None, image_resize: str = "square",
+                            resize_size: int | None = None) -> None:
+        """Set the test-time image transform (see :attr:`image_transform`; None: features)."""
+        if image_resize not in ("square", "center_crop"):
+            raise ValueError(f"image_resize must be 'square' or 'center_crop', got {image_resize!r}")
+        self._image_size = image_size
+        self._image_size_source = None
+        self._image_transform = {"image_resize": image_resize,
+                                 "resize_size": resize_size if image_resize == "center_crop" else None}
 
     @property
     def similarity(self) -> str:
@@ -292,14 +337,15 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
                      batch_size: int = ENCODE_BATCH_SIZE, progress: bool | None = None) -> Gaussian:
         """Images -> ``Gaussian [N, D]`` on the model's device (eval mode, no grad).
 
-        ``images``: one or a list of file paths or Pillow images (resized to :attr:`image_size`,
-        ImageNet-normalised), a list of ``[3, H, W]`` normalised pixel tensors, or one batch tensor
+        ``images``: one or a list of file paths or Pillow images (brought to :attr:`image_size` by the
+        model's test-time transform, :attr:`image_transform`, and ImageNet-normalised), a list of ``[3, H, W]`` normalised pixel tensors, or one batch tensor
         ``[N, 3, H, W]`` (features ``[N, F]`` / ``[N, R, F]`` for feature models).
         """
         needs_size = not isinstance(images, Tensor) and not (
             isinstance(images, (list, tuple)) and all(isinstance(item, Tensor) for item in images))
         size = self.image_size if needs_size else self._image_size
-        return encode_image_inputs(self.network, images, image_size=size, batch_size=batch_size, progress=progress)
+        return encode_image_inputs(self.network, images, image_size=size, batch_size=batch_size, progress=progress,
+                                   **self._image_transform)
 
     # ------------------------------------------------------------------ saving / loading
     def _save_pretrained(self, save_directory: Path) -> None:
@@ -307,7 +353,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         if self.vocabulary is not None:
             extra["vocabulary"] = self.vocabulary.to_dict()
         size = self.image_size
-        extra["preprocessor_config"] = preprocessor_config(size)
+        extra["preprocessor_config"] = preprocessor_config(size, **self._image_transform)
         if self.run_config is not None:
             extra[RUN_CONFIG_FILE] = self.run_config
         save_model(self.network, save_directory, extra_json=extra)
@@ -438,6 +484,8 @@ def _load_folder(directory: Path, map_location: str | torch.device,
             raise ValueError(f"preprocessor config file {str(preprocessor_path)!r} must hold "
                              "{'input': 'pixels', 'image_size': N} or {'input': 'features'}")
         model._image_size = int(preprocessor["image_size"]) if preprocessor["input"] == "pixels" else None
+        if model._image_size is not None:
+            model._image_transform = _preprocessor_transform(preprocessor, preprocessor_path)
     elif model.run_config is not None:
         model._image_size_source = _LazyImageSize(model.run_config)
     return model.eval()

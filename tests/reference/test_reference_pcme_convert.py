@@ -205,3 +205,33 @@ def test_cli_writes_a_float32_model_from_a_half_precision_checkpoint(tmp_path):
     model = load_model(run / "model")
     assert {value.dtype for value in model.state_dict().values() if value.is_floating_point()} == {torch.float32}
     _check_outputs(model, Vocabulary.load(run / "vocab.json").words, "model_fp16/output")
+
+
+def _model_keys() -> list[str]:
+    return sorted(torch.load(CHECKPOINT, weights_only=True)["model"])
+
+
+@pytest.mark.parametrize("key", _model_keys())
+def test_every_model_entry_of_another_rank_or_type_is_an_error_naming_it(tmp_path, key):
+    for bad in (lambda v: v.reshape(-1, 1, 1), lambda v: v.tolist() if v.numel() < 50 else "text"):
+        checkpoint = torch.load(CHECKPOINT, weights_only=True)
+        checkpoint["model"][key] = bad(checkpoint["model"][key])
+        torch.save(checkpoint, tmp_path / "bad.pth")
+        with pytest.raises(ReleaseCheckpointError, match=key.replace(".", r"\.")):
+            convert_pcme_release(tmp_path / "bad.pth")
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("criterion", "shift", torch.zeros(0)),
+    ("criterion", "negative_scale", torch.zeros(2, 2)),
+    ("criterion", "shift", 1.5),
+    ("word2idx", "dog", "seven"),
+    ("word2idx", "dog", True),
+    ("config", "model", ["pcme"]),
+])
+def test_every_bad_criterion_vocabulary_or_config_entry_is_an_error_naming_it(tmp_path, section, key, value):
+    checkpoint = torch.load(CHECKPOINT, weights_only=True)
+    checkpoint[section][key] = value
+    torch.save(checkpoint, tmp_path / "bad.pth")
+    with pytest.raises(ReleaseCheckpointError, match=f"{section if section == 'config' else ''}.*{key}"):
+        convert_pcme_release(tmp_path / "bad.pth")

@@ -78,7 +78,9 @@ def test_recipes_are_package_data_and_user_folders_shadow_them(tmp_path, monkeyp
 
     monkeypatch.chdir(tmp_path)  # no ./configs here
     monkeypatch.delenv("PCMR_CONFIGS", raising=False)
-    assert sorted(list_recipes()) == sorted(p.stem for p in CONFIGS) and set(EXPECTED) <= set(list_recipes())
+    real_data = sorted((shipped_recipe_dir() / "real_data").glob("*.yaml"))
+    assert '"recipes/real_data/*.yaml"' in package_data[0] and {p.stem for p in real_data} == {"pcme_coco", "pcme_cub"}
+    assert sorted(list_recipes()) == sorted(p.stem for p in CONFIGS + real_data) and set(EXPECTED) <= set(list_recipes())
     assert find_recipe("pcme") == shipped_recipe_dir() / "pcme.yaml"
 
     (tmp_path / "configs").mkdir()

@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         target = model.similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
     check_option_values(given, model.similarity_options, rerank_options)  # before loading data or encoding
-    split = load_split(args.data, split_name, config, args.data_name)
+    split = load_split(args.data, split_name, config, args.data_name, model=model)
     if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
         raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
                          f"{split.num_images} images, got {args.folds}")

@@ -221,7 +221,7 @@ def _build(args: argparse.Namespace) -> Any:
     model = load(args.build, device=args.device or "cpu", vocabulary=args.vocab)
     config = run_config(model)
     args.split = args.split or (config.eval.split if config is not None else "test")
-    split = load_split(args.data, args.split, config, args.data_name)
+    split = load_split(args.data, args.split, config, args.data_name, model=model)
     if args.on_disk:
         return _build_on_disk(args, model, split)
     with phase(f"encoding the gallery ({split.num_images} images, {split.num_captions} captions)"):

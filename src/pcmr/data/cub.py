@@ -10,11 +10,21 @@ Layout (``root``)::
     root/trainvalclasses.txt, root/testclasses.txt   # class dirs, one per line (Xian et al. split)
     root/trainclasses.txt, root/valclasses.txt       # optional, for "train_minus_val" / "val"
 
-Splits: ``train`` = the 150 ``trainvalclasses`` (PCME trains and validates on
-these), ``test`` = the 50 unseen ``testclasses``, ``val`` / ``train_minus_val`` =
-``valclasses`` / ``trainclasses`` when those files exist. Relevance is
+Splits: ``train`` = the 150 ``trainvalclasses``, ``test`` = the 50 unseen ``testclasses``,
+``val`` / ``train_minus_val`` = ``valclasses`` / ``trainclasses`` when those files exist,
+``seen_test`` = the trainval-class images listed in ``seen_test_images.txt``. Relevance is
 class-level: a caption is relevant to every image of its class. Image labels:
 one-hot over the 200 classes.
+
+``protocol`` chooses what ``train`` holds:
+
+- ``pcmr`` (default): every image of the trainval classes;
+- ``release``: as PCME's release (naver-ai/pcme ``datasets/_dataloader.py``, dataset ``cub``): the
+  trainval-class images minus the 1,764 of ``seen_test_images.txt`` (the zero-shot split's held-out
+  images of seen classes). The release validates once, at the end, on ``test`` (the recipe
+  ``pcme_cub``). The list is read from ``root`` (or ``CUB_200_2011/``, or ``class_split_dir``) when
+  there, else the copy shipped with pcmr (``pcmr/data/cub_release/seen_test_images.txt``, the
+  release's file, one ``<class dir>/<file>.jpg`` per line).
 """
 
 from __future__ import annotations
@@ -41,10 +51,30 @@ from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import tokenize
 from pcmr.suggest import unknown_name
 
-__all__ = ["load_cub", "CUB_SPLIT_FILES"]
+__all__ = ["load_cub", "CUB_PROTOCOLS", "CUB_SPLIT_FILES", "SHIPPED_SEEN_TEST"]
 
 CUB_SPLIT_FILES = {"train": "trainvalclasses.txt", "test": "testclasses.txt", "val": "valclasses.txt",
-                   "train_minus_val": "trainclasses.txt"}
+                   "train_minus_val": "trainclasses.txt", "seen_test": "trainvalclasses.txt"}
+#: ``load_cub(protocol=...)``: what the ``train`` split holds (module docstring)
+CUB_PROTOCOLS = ("pcmr", "release")
+SEEN_TEST_FILE = "seen_test_images.txt"
+#: the PCME release's list of held-out images of the trainval classes (its datasets/annotations/cub/)
+SHIPPED_SEEN_TEST = Path(__file__).resolve().parent / "cub_release" / SEEN_TEST_FILE
+
+
+def _seen_test_images(split_dirs: list[Path]) -> set[str]:
+    """The ``<class dir>/<file>.jpg`` entries of ``seen_test_images.txt`` (the user's, else pcmr's copy)."""
+    path = _first_existing(*(d / SEEN_TEST_FILE for d in split_dirs)) or SHIPPED_SEEN_TEST
+    entries = set()
+    for number, line in enumerate(read_text_lines(path, "'<class dir>/<file>.jpg' per line"), start=1):
+        entry = line.strip()
+        if not entry:
+            continue
+        if entry.count("/") != 1 or entry.startswith("/") or entry.endswith("/"):
+            raise DataError(f"line reads {line!r}", path=path, location=f"line {number}",
+                            expected="'<class dir>/<file>.jpg' per line, as in CUB_200_2011/images.txt")
+        entries.add(entry)
+    return entries
 
 
 def _pairs(path: Path, what: str) -> list[tuple[str, str]]:
@@ -88,15 +118,18 @@ def load_cub(
     image_resize: str = "square",
     resize_size: int | None = None,
     class_split_dir: str | os.PathLike | None = None,
+    protocol: str = "pcmr",
     check_images: bool = True,
     on_error: str = "raise",
 ) -> RetrievalSplit:
-    """One class split of CUB Captions (see module docstring for the layout).
+    """One class split of CUB Captions (see module docstring for the layout and ``protocol``).
 
     ``image_size``, ``image_resize``, ``resize_size``: how an image file becomes the square model input
     (``pcmr.data.images.FileImages``; the PCME release: ``center_crop``, 256 then 224).
     """
     check_on_error(on_error)
+    if protocol not in CUB_PROTOCOLS:
+        raise DataError(unknown_name("protocol", str(protocol), CUB_PROTOCOLS), location="protocol")
     root = Path(root)
     require_dir(root, "a folder holding CUB_200_2011/ and text_c10/")
     cub = root / "CUB_200_2011" if (root / "CUB_200_2011").is_dir() else root
@@ -124,6 +157,8 @@ def load_cub(
             raise DataError(f"class {directory!r} is not in classes.txt", path=split_file, location=f"line {number}",
                             expected="class folder names of CUB_200_2011/classes.txt")
     wanted_set = set(wanted)
+    seen_test = _seen_test_images(split_dirs) if split == "seen_test" or (
+        split == "train" and protocol == "release") else None
     labels_file = cub / "image_class_labels.txt"
     labels: dict[int, int] = {}
     for image_id, text, number in _numbered(labels_file, "'<image id> <class id>' per line"):
@@ -144,6 +179,8 @@ def load_cub(
         directory = relative.split("/", 1)[0]
         if directory not in wanted_set:
             continue
+        if seen_test is not None and (relative in seen_test) != (split == "seen_test"):
+            continue  # release protocol: seen_test images leave train; seen_test keeps only them
         if image_id not in labels:
             raise DataError(f"image id {image_id} has no class", path=labels_file,
                             location=f"image id {image_id}", expected="a line for every image of images.txt")
@@ -201,5 +238,6 @@ def load_cub(
         image_ids=image_ids, caption_ids=caption_ids, image_labels=one_hot,
         label_names=[classes[cid] for cid in sorted(classes)],
         skipped=skipped,
-        info={"classes": wanted, "image_class": image_class_arr, "caption_id_kind": "image_id*100+line"},
+        info={"classes": wanted, "image_class": image_class_arr, "caption_id_kind": "image_id*100+line",
+              "protocol": protocol},
     )

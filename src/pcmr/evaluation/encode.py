@@ -13,13 +13,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Union
 
+import numpy as np
 import torch
 from PIL import Image
 from torch import Tensor, nn
 from tqdm import tqdm
 
 from pcmr.data.batching import ENCODE_BATCH_SIZE, caption_loader, image_loader
-from pcmr.data.images import FileImages, pil_to_pixels
+from pcmr.data.images import FileImages, center_crop, normalize_pixels, pil_to_pixels, resize_shorter_side
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.gaussian import Gaussian
@@ -27,7 +28,7 @@ from pcmr.models.model import RetrievalModel
 from pcmr.progress import progress_enabled
 
 __all__ = ["encode_split", "encode_split_chunks", "encode_images", "encode_captions", "encode_texts", "encode_image_files",
-           "encode_image_inputs", "ImageInput",
+           "image_input_transform", "encode_image_inputs", "ImageInput",
            "model_device", "split_image_metadata", "caption_batch"]
 
 
@@ -195,8 +196,29 @@ def encode_texts(model: RetrievalModel, vocab: Vocabulary, texts: Sequence[str],
 ImageInput = Union[str, "os.PathLike[str]", Image.Image, Tensor]
 
 
-def _image_tensor(item: ImageInput, position: int, image_size: int | None) -> Tensor:
-    """One input -> the model-ready tensor: a file path or Pillow image -> pixels ``[3, S, S]``; a tensor as is."""
+def image_input_transform(split: RetrievalSplit) -> dict[str, Any]:
+    """How the split turns an image file into model input, beyond its side (:func:`image_input_size`):
+    ``{"image_resize": "square" | "center_crop", "resize_size": int | None}`` (``pcmr.data.images.FileImages``;
+    ``square`` for images that are not files, e.g. the built-in data's arrays)."""
+    images = getattr(split, "images", None)
+    if isinstance(images, FileImages) and images.image_resize == "center_crop":
+        return {"image_resize": "center_crop", "resize_size": int(images.resize_size)}
+    return {"image_resize": "square", "resize_size": None}
+
+
+def _pil_pixels(image: Image.Image, image_size: int, image_resize: str, resize_size: int | None) -> Tensor:
+    """A Pillow image -> ``[3, S, S]`` as ``FileImages`` makes it: a square resize, or Resize + CenterCrop."""
+    if image_resize == "square":
+        return pil_to_pixels(image, image_size)
+    side = int(resize_size) if resize_size is not None else int(round(image_size * 8 / 7))
+    cropped = center_crop(resize_shorter_side(image.convert("RGB"), side), image_size)
+    return normalize_pixels(np.asarray(cropped, dtype=np.uint8))
+
+
+def _image_tensor(item: ImageInput, position: int, image_size: int | None, image_resize: str = "square",
+                  resize_size: int | None = None) -> Tensor:
+    """One input -> the model-ready tensor: a file path or Pillow image -> pixels ``[3, S, S]`` (a square
+    resize, or ``center_crop``: the shorter side to ``resize_size``, then the central square); a tensor as is."""
     if isinstance(item, Tensor):
         return item
     if not isinstance(item, (str, os.PathLike, Image.Image)):
@@ -206,21 +228,24 @@ def _image_tensor(item: ImageInput, position: int, image_size: int | None) -> Te
         raise ValueError("this model reads precomputed image features, not pixels; image files and Pillow "
                          "images need a model trained on pixel images (pass feature tensors instead)")
     if isinstance(item, Image.Image):
-        return pil_to_pixels(item, int(image_size))
+        return _pil_pixels(item, int(image_size), image_resize, resize_size)
     path = os.fspath(item)
-    return FileImages([path], image_size=int(image_size), keys=[f"query image {path}"]).load(0)
+    return FileImages([path], image_size=int(image_size), keys=[f"query image {path}"], image_resize=image_resize,
+                      resize_size=resize_size).load(0)
 
 
 def encode_image_inputs(model: RetrievalModel, images: ImageInput | Sequence[ImageInput], *, image_size: int | None,
                         device: torch.device | str | None = None, batch_size: int = ENCODE_BATCH_SIZE,
-                        progress: bool | None = None) -> Gaussian:
+                        progress: bool | None = None, image_resize: str = "square",
+                        resize_size: int | None = None) -> Gaussian:
     """Encode images given as file paths, Pillow images or tensors -> ``Gaussian [N, D]`` on ``device``.
 
     Paths and Pillow images are preprocessed like the dataset (RGB, resized to ``image_size`` x
     ``image_size``, ImageNet normalisation; ``pcmr.data.images.FileImages``); tensors are taken as
     model-ready: one batch ``[N, 3, H, W]`` (or features ``[N, F]`` / ``[N, R, F]``), or a list of
     ``[3, H, W]`` items. ``image_size`` is the side the model was trained on (None: the model reads
-    precomputed features). Decoding and encoding go batch by batch (``batch_size``), with a bar as in
+    precomputed features); ``image_resize`` / ``resize_size`` its test-time transform
+    (:func:`image_input_transform`: ``square``, or ``center_crop`` from ``resize_size``). Decoding and encoding go batch by batch (``batch_size``), with a bar as in
     :func:`encode_texts`.
     """
     if isinstance(images, Tensor):
@@ -237,7 +262,8 @@ def encode_image_inputs(model: RetrievalModel, images: ImageInput | Sequence[Ima
     pieces = []
     with eval_mode(model):
         for start in _batches(len(items), batch_size, progress, "images"):
-            chunk = [_image_tensor(item, start + i, image_size) for i, item in enumerate(items[start:start + batch_size])]
+            chunk = [_image_tensor(item, start + i, image_size, image_resize, resize_size)
+                     for i, item in enumerate(items[start:start + batch_size])]
             shapes = {tuple(t.shape) for t in chunk}
             if len(shapes) > 1:
                 raise ValueError(f"image tensors of one call must share one shape, got {sorted(shapes)}")
@@ -248,7 +274,8 @@ def encode_image_inputs(model: RetrievalModel, images: ImageInput | Sequence[Ima
 
 
 def encode_image_files(model: RetrievalModel, paths: Sequence[str | os.PathLike[str]], *, image_size: int | None,
-                       device: torch.device | str | None = None) -> Gaussian:
+                       device: torch.device | str | None = None, image_resize: str = "square",
+                       resize_size: int | None = None) -> Gaussian:
     """Decode image files with Pillow, preprocess them like the dataset (RGB, resized to
     ``image_size`` x ``image_size``, ImageNet normalisation; ``pcmr.data.images.FileImages``) and
     encode them -> ``Gaussian [len(paths), D]`` (:func:`encode_image_inputs` on paths).
@@ -259,7 +286,8 @@ def encode_image_files(model: RetrievalModel, paths: Sequence[str | os.PathLike[
     if image_size is None:
         raise ValueError("this model reads precomputed image features, not pixels; image-file queries need a "
                          "model trained on pixel images")
-    return encode_image_inputs(model, [os.fspath(p) for p in paths], image_size=image_size, device=device)
+    return encode_image_inputs(model, [os.fspath(p) for p in paths], image_size=image_size, device=device,
+                               image_resize=image_resize, resize_size=resize_size)
 
 
 def split_image_metadata(split: RetrievalSplit) -> list[dict[str, Any]] | None:

@@ -35,7 +35,7 @@ from torch.autograd.function import once_differentiable
 from pcmr.gaussian import Gaussian
 from pcmr.losses._inputs import check_choice, check_gaussian_pair, check_positive_number
 from pcmr.losses.base import RetrievalLoss
-from pcmr.losses.match_scale import MatchScale
+from pcmr.losses.match_scale import SCALE_PARAMETRISATIONS, make_match_scale
 from pcmr.losses.regularisers import kl_prior_loss, uniformity_loss
 from pcmr.similarity._primitives import DEFAULT_SQRT_EPS, squared_distances
 
@@ -267,6 +267,9 @@ class PcmeConfig:
             meaning what they mean there (:func:`release_kl_prior`); ``"logvar"``: the exact
             ``KL(N(mean, var) || N(0, I))`` (:func:`pcmr.losses.regularisers.kl_prior_loss`),
             which pulls log sigma twice as hard at the same ``lambda_kl``.
+        scale_parametrisation: ``"softplus"`` (default: ``a = softplus(a_raw)``, ``b`` free) or
+            ``"release"`` (PCME's release: ``a = 2 negative_scale``, ``b = 2 shift``, both free; an
+            AdamP step moves them twice as far: ``pcmr.losses.match_scale``).
     """
 
     num_samples: int = 7
@@ -277,9 +280,11 @@ class PcmeConfig:
     uniformity_t: float = 2.0
     kl_form: str = "release"
     uniformity_points: int | None = None
+    scale_parametrisation: str = "softplus"
 
     def __post_init__(self) -> None:
         check_choice("kl_form", self.kl_form, KL_FORMS)
+        check_choice("scale_parametrisation", self.scale_parametrisation, SCALE_PARAMETRISATIONS)
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise ValueError(f"num_samples must be an int >= 1, got {self.num_samples!r}")
         check_positive_number("init_a", self.init_a)
@@ -308,7 +313,7 @@ class PcmeLoss(RetrievalLoss):
       samples of both modalities (all pairs; the release subsamples 128 points); only
       computed, and only reported, when ``lambda_unif > 0``.
 
-    Holds the learnable ``a`` (softplus-parametrised) and ``b``; the optimiser must
+    Holds the learnable ``a`` (softplus-parametrised, or as the release) and ``b``; the optimiser must
     include this module's parameters. Optional inputs: ``generator``,
     ``image_samples``, ``caption_samples`` (pre-drawn samples). Returns the terms
     above plus ``a`` and ``b`` (detached, for logging) and ``loss``.
@@ -318,7 +323,7 @@ class PcmeLoss(RetrievalLoss):
 
     def __init__(self, config: PcmeConfig) -> None:
         super().__init__(config)
-        self.match_scale = MatchScale(config.init_a, config.init_b)
+        self.match_scale = make_match_scale(config.init_a, config.init_b, config.scale_parametrisation)
 
     def similarity_options(self) -> dict[str, float]:
         return self.match_scale.as_floats()

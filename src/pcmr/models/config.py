@@ -42,6 +42,7 @@ __all__ = [
     "SENTENCE_FEATURES",
     "TEXT_LOCAL_FEATURES",
     "VARIANCE_OUTPUTS",
+    "FC_INITS",
     "text_hidden_dim",
 ]
 
@@ -55,6 +56,7 @@ BIDIRECTIONAL_MERGES = ("average", "concat")
 SENTENCE_FEATURES = ("final_state", "last_output")
 TEXT_LOCAL_FEATURES = ("gru_outputs", "word_embeddings")
 VARIANCE_OUTPUTS = ("logvar", "logsigma")
+FC_INITS = ("xavier", "default")
 
 
 @dataclass
@@ -162,6 +164,9 @@ class HeadConfig:
     # variance_bounds when those are set. null: PyTorch's default init (logvar about 0, sigma^2
     # about 1 per dimension: sample noise of norm about sqrt(D) around unit-norm means)
     logvar_init: float | None = None
+    # pvse: initialisation of the pooled branch's fc: xavier (Xavier-uniform, zero bias) | default
+    # (PyTorch's Linear init: PVSE's release defines init_weights for its image fc but never calls it)
+    fc_init: str = "xavier"
 
 
 @dataclass
@@ -257,6 +262,7 @@ def validate_config(config: ModelConfig) -> None:
             )
         _check_choice(head.covariance, COVARIANCE_KINDS, f"{side}.covariance")
         _check_choice(head.variance_source, VARIANCE_SOURCES, f"{side}.variance_source")
+        _check_choice(head.fc_init, FC_INITS, f"{side}.fc_init")
         _check_choice(head.variance_output, VARIANCE_OUTPUTS, f"{side}.variance_output")
         if head.attention_hidden < 0:
             raise ValueError(

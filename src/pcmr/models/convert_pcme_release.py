@@ -154,6 +154,10 @@ def _require(checkpoint: Mapping[str, Any], key: str, kind: type, where: str) ->
 
 def _words(word2idx: Mapping[str, Any], where: str) -> tuple[list[str], list[int]]:
     """pcmr's word order and, for each pcmr id, the release's row of the embedding."""
+    for word, index in word2idx.items():
+        if not isinstance(word, str) or isinstance(index, bool) or not isinstance(index, int):
+            raise ReleaseCheckpointError(f"{where}: word2idx[{word!r}] is {index!r}; expected str words mapped to "
+                                         f"int ids")
     by_id = sorted(word2idx.items(), key=lambda item: int(item[1]))
     if [int(i) for _, i in by_id] != list(range(len(by_id))):
         raise ReleaseCheckpointError(f"{where}: word2idx ids must be 0 .. N-1 without gaps")
@@ -189,6 +193,16 @@ def _release_names() -> dict[str, str]:
     ):
         names.update({f"{target}{new}": f"{source}{old}" for old, new in table.items()})
     return names
+
+
+def _tensor(state: Mapping[str, Any], key: str, rank: int, where: str, what: str = "model state dict") -> Tensor:
+    """``state[key]``, a tensor of ``rank`` dimensions, or a :class:`ReleaseCheckpointError` naming the key."""
+    value = state.get(key)
+    if not isinstance(value, Tensor) or value.dim() != rank:
+        shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise ReleaseCheckpointError(f"{where}: {what} entry {key!r} is {shape}; expected a tensor of "
+                                     f"{rank} dimension{'s' if rank != 1 else ''}")
+    return value
 
 
 def _refuse_unknown(keys: Any, known: Any, what: str, where: str) -> None:
@@ -233,13 +247,20 @@ def convert_pcme_release(path: str | Path) -> ConvertedRelease:
         raise ReleaseCheckpointError(_unreadable(where, error)) from None
     if not isinstance(checkpoint, dict):
         raise ReleaseCheckpointError(f"{where}: expected a dict, got {type(checkpoint).__name__}")
-    state = {k.replace("module.", ""): v for k, v in _require(checkpoint, "model", dict, where).items()}
+    raw_state = _require(checkpoint, "model", dict, where)
+    for key, value in raw_state.items():
+        if not isinstance(key, str) or not isinstance(value, Tensor):
+            raise ReleaseCheckpointError(f"{where}: model state dict entry {key!r} is a {type(value).__name__}; "
+                                         f"expected str names mapped to tensors")
+    state = {k.replace("module.", ""): v for k, v in raw_state.items()}
     criterion = _require(checkpoint, "criterion", dict, where)
     release_config = _require(checkpoint, "config", dict, where)
     words, rows = _words(_require(checkpoint, "word2idx", dict, where), where)
     _refuse_unknown(checkpoint, CHECKPOINT_KEYS, "the checkpoint", where)
     _refuse_unknown(criterion, CRITERION_KEYS, "the criterion state", where)
     model_config = release_config.get("model", {})
+    if not isinstance(model_config, dict):
+        raise ReleaseCheckpointError(f"{where}: config.model is a {type(model_config).__name__}; expected a dict")
     for flag in ("img_attention", "txt_attention", "img_probemb", "txt_probemb"):
         if model_config.get(flag) is False:
             raise ReleaseCheckpointError(f"{where}: config.model.{flag} is false; pcmr converts the full "
@@ -250,8 +271,8 @@ def convert_pcme_release(path: str | Path) -> ConvertedRelease:
         raise ReleaseCheckpointError(f"{where}: the model state dict lacks {', '.join(missing[:4])}")
     _refuse_unknown([key for key in state if not key.startswith("img_enc.cnn.")], set(names.values()),
                     "the model state dict", where)
-    embed_dim, feature_dim = state["img_enc.fc.weight"].shape
-    vocab_size, word_dim = state["txt_enc.embed.weight"].shape
+    embed_dim, feature_dim = _tensor(state, "img_enc.fc.weight", 2, where).shape
+    vocab_size, word_dim = _tensor(state, "txt_enc.embed.weight", 2, where).shape
     if vocab_size != len(rows):
         raise ReleaseCheckpointError(f"{where}: {vocab_size} embedding rows but {len(rows)} words in word2idx")
     config = release_model_config(int(embed_dim), int(feature_dim), int(word_dim), int(vocab_size))
@@ -270,9 +291,13 @@ def convert_pcme_release(path: str | Path) -> ConvertedRelease:
     converted = {key: value.to(reference[key].dtype) for key, value in converted.items()}
     model.load_state_dict(converted, strict=True)
     model.eval()
-    scale, shift = criterion.get("negative_scale"), criterion.get("shift")
-    if not isinstance(scale, Tensor) or not isinstance(shift, Tensor):
-        raise ReleaseCheckpointError(f"{where}: the criterion state lacks 'negative_scale' and 'shift'")
+    for key in CRITERION_KEYS:
+        value = criterion.get(key)
+        if not isinstance(value, Tensor) or value.numel() != 1:
+            found = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise ReleaseCheckpointError(f"{where}: criterion entry {key!r} is {found}; expected a tensor of one "
+                                         f"value (the release's criterion state holds 'negative_scale' and 'shift')")
+    scale, shift = criterion["negative_scale"], criterion["shift"]
     options = {"match_prob": {"a": 2.0 * float(scale.reshape(-1)[0]), "b": 2.0 * float(shift.reshape(-1)[0])}}
     backbone = {k[len("img_enc."):]: v.to(_UPCAST.get(v.dtype, v.dtype))
                 for k, v in state.items() if k.startswith("img_enc.cnn.")}

@@ -146,7 +146,7 @@ def _tower(
     local_dim = _size(refine if refine is not None else backbone, "local_dim", out_dim)
     if head.kind == "pvse":
         return PointSetTower(encoder, PVSEHead(out_dim, embed_dim, head.num_embeds, head.attention_hidden,
-                                               local_dim, head.project_pooled))
+                                               local_dim, head.project_pooled, head.fc_init))
     mean_head = build_mean_head(head, out_dim, embed_dim, local_dim)
     if not head.probabilistic:
         return Tower(encoder, mean_head)

@@ -82,6 +82,7 @@ class PVSEHead(nn.Module):
         attention_hidden: int = 0,
         local_dim: int | None = None,
         project_pooled: bool = True,
+        fc_init: str = "xavier",
     ) -> None:
         super().__init__()
         local_dim = in_dim if local_dim is None else local_dim
@@ -92,7 +93,9 @@ class PVSEHead(nn.Module):
         self.attention = MultiHeadAttentionPool(local_dim, hidden, num_embeds)
         self.fc_local = nn.Linear(local_dim, embed_dim)
         self.layer_norm = nn.LayerNorm(embed_dim)
-        for layer in (self.fc, self.fc_local):
+        # fc_init "default": the pooled branch's fc keeps PyTorch's init, as PVSE's release (its image
+        # encoder's init_weights is never called); fc_local is PIE-Net's, initialised there
+        for layer in (self.fc if fc_init == "xavier" else None, self.fc_local):
             if layer is not None:
                 nn.init.xavier_uniform_(layer.weight)
                 nn.init.zeros_(layer.bias)

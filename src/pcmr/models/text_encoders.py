@@ -13,8 +13,8 @@ a sentence feature ``pooled``. Three options (``TextEncoderConfig``) choose betw
   word embeddings themselves: what PCME's release attends over, in both the mean and the
   variance head, PCME eq. 4).
 
-Word embeddings start random (uniform in [-0.1, 0.1], as VSE++) or from a GloVe-format text
-file the user supplies (:func:`load_word_vectors`).
+Word embeddings start random (uniform in [-0.1, 0.1], as VSE++) or from a word-vector file the
+user supplies (:func:`load_word_vectors`: GloVe text, or a ``.npy`` / ``.safetensors`` export).
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from safetensors import safe_open
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pcmr.models.features import EncodedFeatures
 
-__all__ = ["GRUTextBackbone", "get_captions", "last_outputs", "load_word_vectors", "run_gru"]
+__all__ = ["WORD_VECTOR_MATCHES", "GRUTextBackbone", "get_captions", "last_outputs", "load_word_vectors",
+           "read_word_vectors", "release_word_fallback", "run_gru", "words_file_of"]
 
 
 def get_captions(batch: Mapping[str, Any], vocab_size: int) -> tuple[Tensor, Tensor]:
@@ -172,53 +175,137 @@ class GRUTextBackbone(nn.Module):
         return EncodedFeatures(local=local, pooled=sentence, mask=mask)
 
 
-def read_word_vectors(path: str | Path, words: Sequence[str], dim: int) -> tuple[Tensor, Tensor]:
-    """Read vectors for ``words`` from a GloVe-format text file (``word v_1 ... v_dim`` per line).
+#: how a vocabulary word finds its vector (:func:`read_word_vectors`)
+WORD_VECTOR_MATCHES = ("lowercase", "release")
 
-    Returns ``vectors [len(words), dim]`` (float32, zeros where missing) and ``found [len(words)]``
-    (bool). A word is matched exactly, else lower-cased. Raises ``ValueError`` naming the file and
-    line when a line has a different dimension or a non-number.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"word vector file {str(path)!r} does not exist")
-    index: dict[str, int] = {}
-    for position, word in enumerate(words):
-        index.setdefault(word, position)
-    for position, word in enumerate(words):
-        index.setdefault(word.lower(), position)
-    vectors = torch.zeros(len(words), dim)
-    found = torch.zeros(len(words), dtype=torch.bool)
-    exact = torch.zeros(len(words), dtype=torch.bool)
+
+def release_word_fallback(word: str) -> str:
+    """The PCME release's second try for a word missing from GloVe (``models/caption_encoder.py``,
+    ``init_weights``): ``-``, ``.`` and ``'`` removed, then the part before the first ``/``."""
+    word = word.replace("-", "").replace(".", "").replace("'", "")
+    return word.split("/")[0] if "/" in word else word
+
+
+def _candidates(word: str, match: str) -> list[str]:
+    """The file words tried for a vocabulary word, in order: itself, then the rule's fallback."""
+    fallback = release_word_fallback(word) if match == "release" else word.lower()
+    return [word] if fallback == word else [word, fallback]
+
+
+def words_file_of(path: Path) -> Path:
+    """The word list of a ``.npy`` / ``.safetensors`` vector file: ``NAME.words.txt`` next to it
+    (one word per line, line ``i`` naming row ``i``)."""
+    return path.with_suffix(".words.txt")
+
+
+def _read_text_table(path: Path, wanted: set[str], dim: int, keep_last: bool) -> dict[str, Tensor]:
+    """Vectors of the ``wanted`` words in a GloVe text file (``word v_1 ... v_dim`` per line).
+
+    A line with more than ``dim + 1`` fields has spaces in its word (``glove.840B.300d.txt`` has a few):
+    the last ``dim`` fields are the vector. A two-field line (word2vec's ``count dim`` header) is skipped."""
+    table: dict[str, Tensor] = {}
     with path.open(encoding="utf-8", errors="replace") as handle:
         for line_number, line in enumerate(handle, start=1):
             parts = line.rstrip("\n").rstrip().split(" ")
-            if len(parts) < 2:
+            if len(parts) <= 2 and line_number == 1:
                 continue
-            word, values = parts[0], parts[1:]
-            if len(values) != dim:
+            if len(parts) < dim + 1:
                 raise ValueError(
                     f"word vector file {str(path)!r} line {line_number}: expected 'word' followed by "
-                    f"{dim} numbers (text_encoder.word_dim), got {len(values)}"
+                    f"{dim} numbers (text_encoder.word_dim), got {len(parts) - 1}"
                 )
-            row = index.get(word)
-            if row is None or exact[row]:
+            word, values = " ".join(parts[: len(parts) - dim]), parts[len(parts) - dim :]
+            if word not in wanted or (word in table and not keep_last):
                 continue
             try:
-                vectors[row] = torch.tensor([float(v) for v in values])
+                table[word] = torch.tensor([float(v) for v in values])
             except ValueError as error:
                 raise ValueError(f"word vector file {str(path)!r} line {line_number}: {error}") from error
+    return table
+
+
+def _read_array_table(path: Path, wanted: set[str], dim: int, keep_last: bool) -> dict[str, Tensor]:
+    """Vectors of the ``wanted`` words in a ``.npy`` or ``.safetensors`` matrix ``[N, dim]`` whose row
+    words are in :func:`words_file_of`."""
+    words_path = words_file_of(path)
+    if not words_path.is_file():
+        raise FileNotFoundError(f"word vector file {str(path)!r} needs its word list {str(words_path)!r} "
+                                f"(one word per line, line i naming row i)")
+    words = words_path.read_text(encoding="utf-8").split("\n")
+    if words and words[-1] == "":
+        words.pop()
+    if path.suffix == ".npy":
+        try:
+            matrix: Any = np.load(path, mmap_mode="r", allow_pickle=False)
+        except ValueError as error:
+            raise ValueError(f"word vector file {str(path)!r} is not a numeric .npy array: {error}") from None
+    else:
+        with safe_open(str(path), framework="pt") as handle:
+            keys = list(handle.keys())
+            if len(keys) != 1 and "vectors" not in keys:
+                raise ValueError(f"word vector file {str(path)!r} holds tensors {keys}; expected one tensor, or "
+                                 f"one named 'vectors'")
+            matrix = handle.get_tensor("vectors" if "vectors" in keys else keys[0])
+    shape = tuple(matrix.shape)
+    if len(shape) != 2 or shape[1] != dim or shape[0] != len(words):
+        raise ValueError(f"word vector file {str(path)!r} holds a {list(shape)} array; expected "
+                         f"[{len(words)}, {dim}]: one row per line of {words_path.name} and "
+                         f"text_encoder.word_dim = {dim} columns")
+    table: dict[str, Tensor] = {}
+    for row, word in enumerate(words):
+        if word in wanted and (keep_last or word not in table):
+            table[word] = (torch.tensor(np.array(matrix[row], dtype=np.float32)) if path.suffix == ".npy"
+                           else matrix[row].float())
+    return table
+
+
+def read_word_vectors(
+    path: str | Path, words: Sequence[str], dim: int, *, match: str = "lowercase"
+) -> tuple[Tensor, Tensor]:
+    """Read vectors for ``words`` from a word-vector file.
+
+    Formats: GloVe text (``word v_1 ... v_dim`` per line, e.g. ``glove.840B.300d.txt``), or a ``.npy``
+    / ``.safetensors`` matrix ``[N, dim]`` (one tensor, or one named ``vectors``) with its words in
+    ``NAME.words.txt`` (:func:`words_file_of`).
+
+    ``match`` says which file word a vocabulary word takes: ``lowercase``: itself, else its lower-cased
+    form (a word repeated in the file: its first row); ``release``: itself, else
+    :func:`release_word_fallback` (PCME's release, whose torchtext table keeps a repeated word's last row).
+
+    Returns ``vectors [len(words), dim]`` (float32, zeros where missing) and ``found [len(words)]``
+    (bool). Raises ``ValueError`` naming the file (and line) when a row has another dimension or a
+    non-number.
+    """
+    if match not in WORD_VECTOR_MATCHES:
+        raise ValueError(f"word vector match {match!r} is unknown; expected one of {list(WORD_VECTOR_MATCHES)}")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"word vector file {str(path)!r} does not exist")
+    candidates = [_candidates(word, match) for word in words]
+    wanted = {candidate for options in candidates for candidate in options}
+    keep_last = match == "release"
+    if path.suffix in (".npy", ".safetensors"):
+        table = _read_array_table(path, wanted, dim, keep_last)
+    else:
+        table = _read_text_table(path, wanted, dim, keep_last)
+    vectors = torch.zeros(len(words), dim)
+    found = torch.zeros(len(words), dtype=torch.bool)
+    for row, options in enumerate(candidates):
+        hit = next((option for option in options if option in table), None)
+        if hit is not None:
+            vectors[row] = table[hit]
             found[row] = True
-            exact[row] = words[row] == word
     return vectors, found
 
 
-def load_word_vectors(model: nn.Module, path: str | Path, words: Sequence[str]) -> int:
-    """Initialise the word embeddings of every GRU text backbone in ``model`` from a GloVe file.
+def load_word_vectors(model: nn.Module, path: str | Path, words: Sequence[str], *, match: str = "lowercase") -> int:
+    """Initialise the word embeddings of every GRU text backbone in ``model`` from a word-vector file
+    (GloVe text, or ``.npy`` / ``.safetensors`` with a word list: :func:`read_word_vectors`).
 
-    ``words[i]`` is the word of token id ``i`` (the vocabulary's id-to-word list). Rows of words
-    absent from the file keep their random values; ``<pad>`` (id 0) stays zero. Returns the number
-    of words found. The vectors become part of the weights, so ``save_model`` keeps them.
+    ``words[i]`` is the word of token id ``i`` (the vocabulary's id-to-word list): rows are placed by
+    the model's vocabulary. Rows of words absent from the file keep their initial values; ``<pad>``
+    (id 0) stays zero. ``match``: see :func:`read_word_vectors`. Returns the number of words found.
+    The vectors become part of the weights, so ``save_model`` keeps them.
     """
     backbones = [m for m in model.modules() if isinstance(m, GRUTextBackbone)]
     if not backbones:
@@ -229,7 +316,7 @@ def load_word_vectors(model: nn.Module, path: str | Path, words: Sequence[str]) 
             f"load_word_vectors got {len(words)} words but the model's vocab_size is {vocab_size}; "
             f"pass the vocabulary's full id-to-word list"
         )
-    vectors, found = read_word_vectors(path, words, dim)
+    vectors, found = read_word_vectors(path, words, dim, match=match)
     found[0] = False
     with torch.no_grad():
         for backbone in backbones:

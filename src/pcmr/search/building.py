@@ -19,6 +19,7 @@ from pcmr.evaluation.encode import (
     encode_split_chunks,
     encode_texts,
     image_input_size,
+    image_input_transform,
     split_image_metadata,
 )
 from pcmr.gaussian import Gaussian
@@ -46,7 +47,7 @@ def build_from_split(cls: Callable[..., T], model: RetrievalModel, split: Retrie
                                     progress=progress)
     source, image_metadata = _image_source(split)
     meta = {"num_images": split.num_images, "num_captions": split.num_captions,
-            "image_size": image_input_size(split), **source, **(meta or {})}
+            "image_size": image_input_size(split), **image_input_transform(split), **source, **(meta or {})}
     return cls(images.to("cpu"), captions.to("cpu"), image_ids=list(split.image_ids),
                caption_ids=list(split.caption_ids), caption_texts=list(split.caption_texts),
                image_metadata=image_metadata, similarity_options=similarity_options,
@@ -81,7 +82,7 @@ def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: Retrieval
         stores[modality] = write_store(root / STORE_DIRS[modality], all_chunks(), total, first.dim, width, dtype)
     source, image_metadata = _image_source(split)
     meta = {"num_images": split.num_images, "num_captions": split.num_captions,
-            "image_size": image_input_size(split), **source, **(meta or {})}
+            "image_size": image_input_size(split), **image_input_transform(split), **source, **(meta or {})}
     return cls(stores["image"], stores["caption"], image_ids=list(split.image_ids),
                caption_ids=list(split.caption_ids), caption_texts=list(split.caption_texts),
                image_metadata=image_metadata, similarity_options=similarity_options,
@@ -120,8 +121,11 @@ def encode_text_queries(index: StoredGallery, texts: str | Sequence[str]) -> Gau
 
 def encode_image_queries(index: StoredGallery,
                          paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Gaussian:
-    """Image file(s) decoded with Pillow, preprocessed like the dataset and encoded with the index's
-    model, ``Gaussian [Q, D]``."""
+    """Image file(s) decoded with Pillow, preprocessed like the gallery's images at test time (the index's
+    ``image_size``, ``image_resize``, ``resize_size``; an index without ``image_resize``: a square resize)
+    and encoded with the index's model, ``Gaussian [Q, D]``."""
     model, _ = _require_encoder(index)
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    return encode_image_files(model, paths, device=index.device, image_size=index.meta.get("image_size"))
+    return encode_image_files(model, paths, device=index.device, image_size=index.meta.get("image_size"),
+                              image_resize=index.meta.get("image_resize", "square"),
+                              resize_size=index.meta.get("resize_size"))

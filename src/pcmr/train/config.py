@@ -119,6 +119,22 @@ class TrainConfig:
     # lr x plateau_factor after every (plateau_patience + 1) epochs, counted from the second epoch
     plateau_patience: int = 10
     plateau_factor: float = 0.5
+    # what the plateau schedule counts: "epochs" (the formula above: the PVSE release's lr whenever the
+    # validation metric never falls below its running minimum) or "validation" (torch's ReduceLROnPlateau
+    # in mode 'min' replayed on the validation select_on metric of every finished epoch, as the PVSE
+    # release feeds it rsum; with data.val_split=test, on its split)
+    plateau_on: Literal["epochs", "validation"] = "epochs"
+    # a word-vector file the gru caption encoder's word embeddings start from: GloVe text
+    # (glove.840B.300d.txt) or a .npy / .safetensors matrix with its words in NAME.words.txt; rows are
+    # placed by the run's vocabulary, words absent from the file keep their random init (PCME: GloVe,
+    # frozen in the warm-up with the other pretrained parts; docs/training.md)
+    word_vectors: str | None = None
+    # which file word a vocabulary word takes: "release" (itself, else without - . ' and cut at '/',
+    # as PCME's release) or "lowercase" (itself, else lower-cased)
+    word_vectors_match: Literal["lowercase", "release"] = "release"
+    # the loss of this epoch (1-based) is scaled by (step + 1) / steps, a linear ramp over the epoch: the
+    # PCME++ release's embedding warm-up after its 2 frozen-backbone epochs (epoch 3, pcmepp/engine.py:241-245)
+    loss_ramp_epoch: int | None = None
     grad_clip: float | None = 2.0  # max global gradient norm; None disables clipping
     # what the clipping covers: "all" trained parameters (the loss's too, e.g. PCME's a, b; PCME++'s
     # release) or the "model"'s only (the PCME release)
@@ -157,6 +173,9 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"train.{name}={value!r}: expected a positive number")
+        if self.loss_ramp_epoch is not None and (isinstance(self.loss_ramp_epoch, bool)
+                                                 or not isinstance(self.loss_ramp_epoch, int) or self.loss_ramp_epoch < 1):
+            raise ConfigError(f"train.loss_ramp_epoch={self.loss_ramp_epoch!r}: expected an epoch number >= 1 or null")
         if self.cosine_epochs is not None and (isinstance(self.cosine_epochs, bool)
                                                or not isinstance(self.cosine_epochs, int) or self.cosine_epochs < 1):
             raise ConfigError(f"train.cosine_epochs={self.cosine_epochs!r}: expected a positive integer or null")
@@ -187,7 +206,8 @@ class TrainConfig:
         if self.schedule == "step":
             out.update(step_period=self.step_period(), step_gamma=self.step_gamma)
         if self.schedule == "plateau":
-            out.update(plateau_patience=self.plateau_patience, plateau_factor=self.plateau_factor)
+            out.update(plateau_patience=self.plateau_patience, plateau_factor=self.plateau_factor,
+                       plateau_on=self.plateau_on)
         if self.schedule == "cosine":
             out["min_lr_factor"] = self.min_lr_factor
             if self.cosine_epochs is not None:

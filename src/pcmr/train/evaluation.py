@@ -74,13 +74,14 @@ def run_evaluator(model: Model, split: RetrievalSplit | str | None = None, *,
     if model.device != dev:
         model.to(dev)
     if not isinstance(split, RetrievalSplit):
-        split = load_split(data, split or (config.eval.split if config is not None else "test"), config, data_name)
+        split = load_split(data, split or (config.eval.split if config is not None else "test"), config, data_name,
+                           model=model)
     chosen_rerankers = list(rerankers if rerankers is not None else
                             (config.eval.rerankers if config is not None else DEFAULT_RERANKERS))
     options = {name: dict(values) for name, values in (rerank_options or {}).items()}
     if needs_validation(chosen_rerankers, options) and not isinstance(val_split, RetrievalSplit):
         name = val_split or (config.data.val_split if config is not None else "val")
-        val_split = load_split(data, name, config, data_name)
+        val_split = load_split(data, name, config, data_name, model=model)
     elif not isinstance(val_split, RetrievalSplit):
         val_split = None
     folder = model.run_dir or model.source

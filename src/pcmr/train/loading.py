@@ -14,6 +14,7 @@ from typing import Any
 
 from pcmr.config import ConfigError
 from pcmr.data import RetrievalSplit, list_datasets, load_dataset
+from pcmr.data.registry import detect_format
 from pcmr.hub import RUN_CONFIG_FILE, Model
 from pcmr.train.config import RunConfig
 from pcmr.train.run import CONFIG_FILE, load_run_split
@@ -41,11 +42,29 @@ def run_config(model: Model) -> RunConfig | None:
         raise ConfigError(f"{_config_file(model)}: {exc}") from None
 
 
+#: dataset formats read from image files, whose loaders take the test-time transform (image_size,
+#: image_resize, resize_size)
+_FILE_IMAGE_FORMATS = ("karpathy", "coco", "flickr30k", "cub")
+
+
+def _transform_options(name: str, model: Model | None) -> dict[str, Any]:
+    """The model's test-time image transform as loader options, for a dataset of image files."""
+    transform = model.image_transform if model is not None and name in _FILE_IMAGE_FORMATS else None
+    if transform is None:
+        return {}
+    options = {"image_size": transform["image_size"], "image_resize": transform["image_resize"]}
+    if transform["image_resize"] == "center_crop":
+        options["resize_size"] = transform["resize_size"]
+    return options
+
+
 def load_split(data: str | None, split: str, config: RunConfig | None,
-               data_name: str | None = None) -> RetrievalSplit:
+               data_name: str | None = None, *, model: Model | None = None) -> RetrievalSplit:
     """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
     (format ``data_name``, default: detected from its files); None, or the run's own dataset name,
-    uses the run config's data section (same root and options as training)."""
+    uses the run config's data section (same root and options as training). Another dataset of image
+    files is read with ``model``'s test-time transform (:attr:`pcmr.Model.image_transform`: e.g. Resize
+    256 + CenterCrop 224), so its images reach the model as the run's validation images did."""
 
     opts: dict[str, Any] = {}
     if data is None or (config is not None and data == config.data.name and data_name is None):
@@ -61,11 +80,11 @@ def load_split(data: str | None, split: str, config: RunConfig | None,
     elif Path(data).expanduser().exists():
         path = str(Path(data).expanduser())
         if data_name is None:  # format detected from the folder's files
-            return load_dataset(path, split)
+            return load_dataset(path, split, **_transform_options(detect_format(path), model))
         name, opts = data_name, {"root": path}
     else:
         raise ValueError(
             f"--data {data!r} is neither a dataset name ({', '.join(list_datasets())}) nor an "
             f"existing file or folder"
         )
-    return load_dataset(name, split, **opts)
+    return load_dataset(name, split, **opts, **_transform_options(name, model))

@@ -3,7 +3,9 @@
 A recipe is named by its file stem (``pcme`` -> ``pcme.yaml``). Folders are searched in
 order: ``$PCMR_CONFIGS``, ``./configs`` (your own recipes, which shadow the shipped ones of
 the same name) and the recipes shipped inside the package (``pcmr/recipes/``, package data,
-so they are there after a plain ``pip install``).
+so they are there after a plain ``pip install``): the methods of the papers on the built-in data,
+and in ``pcmr/recipes/real_data/`` the releases' settings on real datasets (``pcme_coco``,
+``pcme_cub``), which need the dataset folder and a word-vector file.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from pathlib import Path
 from pcmr.suggest import unknown_name
 from pcmr.train.config import ConfigError
 
-__all__ = ["find_recipe", "list_recipes", "recipe_dirs", "shipped_recipe_dir"]
+__all__ = ["REAL_DATA_DIR", "find_recipe", "list_recipes", "recipe_dirs", "shipped_recipe_dir"]
+
+#: the sub-folder of the shipped recipes that train on real datasets (not on the built-in data)
+REAL_DATA_DIR = "real_data"
 
 
 def shipped_recipe_dir() -> Path:
@@ -29,6 +34,7 @@ def recipe_dirs() -> list[Path]:
         dirs.append(Path(os.environ["PCMR_CONFIGS"]))
     dirs.append(Path.cwd() / "configs")
     dirs.append(shipped_recipe_dir())
+    dirs.append(shipped_recipe_dir() / REAL_DATA_DIR)
     unique: list[Path] = []
     for folder in dirs:
         if folder.is_dir() and folder.resolve() not in [d.resolve() for d in unique]:

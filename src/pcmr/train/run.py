@@ -33,7 +33,7 @@ from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
 from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
-from pcmr.models import RetrievalModel, create_model, list_models, save_model
+from pcmr.models import RetrievalModel, create_model, list_models, load_word_vectors, save_model
 from pcmr.similarity import list_similarities
 from pcmr.suggest import unknown_name
 from pcmr.train.config import ConfigError, RunConfig
@@ -73,6 +73,7 @@ class RunParts:
     vocab: Vocabulary
     model: RetrievalModel
     loss: RetrievalLoss
+    word_vectors_found: int | None = None  # vocabulary words given a vector by train.word_vectors
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -89,6 +90,10 @@ def _load_split(config: RunConfig, split: str) -> RetrievalSplit:
                 f"data.root: dataset folder {root} does not exist (dataset {config.data.name!r})"
             )
         options["root"] = str(root)
+    elif config.data.name in list_datasets() and config.data.name != "shapes" and not (
+            {"root", "json_path"} & set(options)):
+        raise ConfigError(f"data.root: dataset {config.data.name!r} is read from its folder; set it with "
+                          f"--set data.root=/path/to/{config.data.name} (layouts: docs/datasets.md)")
     return load_dataset(config.data.name, split, **options)
 
 
@@ -110,8 +115,25 @@ def build_parts(config: RunConfig, run_dir: Path) -> RunParts:
     model_options = dict(config.model.options)
     model_options["vocab_size"] = len(vocab)
     model = create_model(config.model.name, **model_options)
+    found = _load_word_vectors(config, model, vocab)
     loss = create_loss(config.loss.name, **config.loss.options)
-    return RunParts(train_split=train_split, val_split=val_split, vocab=vocab, model=model, loss=loss)
+    return RunParts(train_split=train_split, val_split=val_split, vocab=vocab, model=model, loss=loss,
+                    word_vectors_found=found)
+
+
+def _load_word_vectors(config: RunConfig, model: RetrievalModel, vocab: Vocabulary) -> int | None:
+    """``train.word_vectors`` into the caption encoder's word embeddings (rows by ``vocab``); the
+    number of vocabulary words found, or None without a file."""
+    path = config.train.word_vectors
+    if path is None:
+        return None
+    if model.config.text_encoder.kind != "gru":
+        raise ConfigError(f"train.word_vectors={path!r}: word vectors need model.text_encoder.kind gru, "
+                          f"not {model.config.text_encoder.kind!r}")
+    try:
+        return load_word_vectors(model, Path(path).expanduser(), vocab.words, match=config.train.word_vectors_match)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"train.word_vectors: {error}") from None
 
 
 def save_model_atomically(

@@ -22,7 +22,9 @@ position and the schedule recomputes the same learning rate.
   equals the release's lr whenever no epoch's rsum falls below the lowest earlier one (by its
   relative threshold 1e-4), as on any run whose rsum does not drop below its first epoch's;
   a run that does would restart the release's count there. Its ``min_lr`` (1e-10) is not reached
-  in 30 epochs and is not modelled.
+  in 30 epochs and is not modelled. ``plateau_on: validation`` replays the scheduler itself on the
+  validation metric of the finished epochs (:func:`plateau_reductions_on`), which the run's history
+  keeps, so a resumed run recomputes the same lr.
 - ``constant``.
 
 PCME schedule (PCME §4.1, App. C.2): ``warmup_epochs`` epochs train with the
@@ -39,15 +41,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from pcmr.train.config import ConfigError, TrainConfig
 
-__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "plateau_reductions", "set_learning_rate",
-           "trainable_backbone_parameters"]
+__all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "loss_ramp_factor", "parameter_counts",
+           "plateau_reductions",
+           "plateau_reductions_on", "set_learning_rate", "trainable_backbone_parameters"]
 
 
 def plateau_reductions(epoch: int, patience: int) -> int:
@@ -58,12 +62,37 @@ def plateau_reductions(epoch: int, patience: int) -> int:
     return max(0, epoch - 1) // (patience + 1)
 
 
-def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int) -> float:
+def plateau_reductions_on(values: Sequence[float], patience: int, threshold: float = 1e-4) -> int:
+    """How many times ``ReduceLROnPlateau(mode='min', threshold_mode='rel', threshold, patience, cooldown=0)``
+    reduces the lr when stepped with ``values`` in turn: a value below ``best * (1 - threshold)`` is the
+    new best, any other is a bad epoch, and the ``patience + 1``-th bad epoch in a row reduces the lr
+    and restarts the count."""
+    best, bad, reductions = math.inf, 0, 0
+    for value in values:
+        if value < best * (1.0 - threshold):
+            best, bad = value, 0
+        else:
+            bad += 1
+        if bad > patience:
+            reductions, bad = reductions + 1, 0
+    return reductions
+
+
+def _validated(history: Sequence[Mapping[str, Any]], metric: str, first: int, last: int) -> list[float]:
+    """The validation ``metric`` of the finished epochs ``first <= epoch < last`` (0-based) that validated."""
+    return [float(record["val"][metric]) for record in history
+            if first <= int(record["epoch"]) - 1 < last and isinstance(record.get("val"), Mapping)
+            and metric in record["val"]]
+
+
+def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int,
+                         history: Sequence[Mapping[str, Any]] = ()) -> float:
     """Multiplier of ``config.lr`` at a position in training (``epoch`` is 0-based).
 
     Two phases: the warm-up (``epoch < warmup``: ``warmup_lr_factor``, constant or under its own
     cosine) and the main phase (``finetune_lr_factor`` times ``config.schedule`` counted from the
-    warm-up's end).
+    warm-up's end). ``history``: the finished epochs' records (``{"epoch": 1-based, "val": metrics}``),
+    read by the plateau schedule with ``plateau_on: validation``.
     """
     warmup = config.warmup_epoch_count()
     if epoch < warmup:
@@ -76,10 +105,22 @@ def learning_rate_factor(config: TrainConfig, epoch: int, step_in_epoch: int, st
     if config.schedule == "step":
         return config.finetune_lr_factor * config.step_gamma ** (phase_epoch // config.step_period())
     if config.schedule == "plateau":
-        return config.finetune_lr_factor * config.plateau_factor ** plateau_reductions(phase_epoch,
-                                                                                       config.plateau_patience)
+        if config.plateau_on == "validation":
+            reductions = plateau_reductions_on(_validated(history, config.select_on, warmup, epoch),
+                                               config.plateau_patience)
+        else:
+            reductions = plateau_reductions(phase_epoch, config.plateau_patience)
+        return config.finetune_lr_factor * config.plateau_factor ** reductions
     main_epochs = max(1, config.epochs - warmup)
     return config.finetune_lr_factor * _cosine(config, phase_epoch, main_epochs, step_in_epoch, steps_per_epoch)
+
+
+def loss_ramp_factor(config: TrainConfig, epoch: int, step_in_epoch: int, steps_per_epoch: int) -> float:
+    """The factor of the loss at a position (``epoch``, ``step_in_epoch`` 0-based): ``(step + 1) / steps``
+    in epoch ``loss_ramp_epoch`` (1-based; PCME++'s release, ``pcmepp/engine.py:241-245``), else 1."""
+    if config.loss_ramp_epoch is None or epoch + 1 != config.loss_ramp_epoch:
+        return 1.0
+    return (step_in_epoch + 1) / max(1, steps_per_epoch)
 
 
 def _cosine(config: TrainConfig, phase_epoch: int, phase_epochs: int, step_in_epoch: int, steps_per_epoch: int) -> float:
@@ -123,6 +164,26 @@ def trainable_backbone_parameters(model: nn.Module) -> list[nn.Parameter]:
             if parameter.requires_grad:
                 found.setdefault(id(parameter), parameter)
     return list(found.values())
+
+
+def parameter_counts(model: nn.Module) -> dict[str, dict[str, int]]:
+    """Trained and frozen parameter values of ``model``, in total and per part: ``image_backbone`` (the
+    image tower's ``encoder.backbone``, e.g. the pretrained CNN), ``word_embedding`` (the caption
+    backbone's word vectors), ``caption_backbone`` (the rest of it: the GRU, or a pretrained text model)
+    and ``heads`` (everything else). A run's log records it at each phase (``phase`` lines)."""
+    counts: dict[str, dict[str, int]] = {}
+    for name, parameter in model.named_parameters():
+        tower = name.split(".")[0]
+        if "encoder.backbone." not in name:
+            part = "heads"
+        elif tower == "image_tower":
+            part = "image_backbone"
+        else:
+            part = "word_embedding" if ".backbone.embedding." in name else "caption_backbone"
+        for key in (part, "total"):
+            entry = counts.setdefault(key, {"trainable": 0, "frozen": 0})
+            entry["trainable" if parameter.requires_grad else "frozen"] += parameter.numel()
+    return counts
 
 
 def _adamp_class() -> type | None:

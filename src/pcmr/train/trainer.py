@@ -41,7 +41,7 @@ from torch.utils.data import DataLoader
 from pcmr.config import ConfigError
 from pcmr.data.batching import FinishBatch, finish_batch, train_loader
 from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
-from pcmr.evaluation.encode import image_input_size
+from pcmr.evaluation.encode import image_input_size, image_input_transform
 from pcmr.hub import preprocessor_config
 from pcmr.progress import progress_bar, progress_enabled, write_line
 from pcmr.train.checkpoint import (
@@ -81,7 +81,9 @@ from pcmr.train.run import (
 from pcmr.train.schedules import (
     build_optimizer,
     learning_rate_factor,
+    loss_ramp_factor,
     optimizer_name,
+    parameter_counts,
     set_learning_rate,
     trainable_backbone_parameters,
 )
@@ -217,6 +219,7 @@ class Trainer:
         self.log: _NoLog | RunLog = _NoLog()
         self.progress = TrainingProgress()
         self.epoch_times = {"data_seconds": 0.0, "compute_seconds": 0.0}  # the current epoch's, summed over steps
+        self._phase: str | None = None
 
     # ------------------------------------------------------------------ state
     def _weights(self) -> dict[str, torch.Tensor]:
@@ -297,9 +300,14 @@ class Trainer:
         )
 
     def _set_frozen(self, epoch: int) -> None:
-        frozen = epoch < self.config.train.warmup_epoch_count()
+        warmup = self.config.train.warmup_epoch_count()
+        frozen = epoch < warmup
         for parameter in self.backbone:
             parameter.requires_grad_(not frozen)
+        phase = "warmup" if frozen else "finetune" if warmup else "train"
+        if phase != self._phase:  # once per phase (and again after a resume): what trains in it
+            self._phase = phase
+            self.log.write("phase", phase=phase, epoch=epoch + 1, **parameter_counts(self.model))
 
     def _step_module(self) -> torch.nn.Module:
         """The module a step calls: :class:`TrainStep`, wrapped in DDP under several processes
@@ -315,7 +323,8 @@ class Trainer:
     def _step(self, batch: dict[str, Any], epoch: int, step_in_epoch: int) -> dict[str, float]:
         train = self.config.train
         set_learning_rate(
-            self.optimizer, learning_rate_factor(train, epoch, step_in_epoch, self.steps_per_epoch)
+            self.optimizer, learning_rate_factor(train, epoch, step_in_epoch, self.steps_per_epoch,
+                                                 self.progress.history)
         )
         batch = finish_batch(batch, self.device, non_blocking=self.loader_settings["pin_memory"])
         self.nonfinite.snapshot((self.model, self.loss_fn))  # buffers put back if this step is skipped
@@ -328,6 +337,8 @@ class Trainer:
         if any_flag(self.context, not bool(torch.isfinite(loss))):
             return self.nonfinite.skip("loss", loss, self.log, position)
         self.optimizer.zero_grad(set_to_none=True)
+        if train.loss_ramp_epoch is not None:  # PCME++'s release: a linear ramp of the loss over one epoch
+            loss = loss * loss_ramp_factor(train, epoch, step_in_epoch, self.steps_per_epoch)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.optimizer)
@@ -487,7 +498,8 @@ class Trainer:
         name = MODEL_DIR if which == "model" else MODEL_LAST_DIR
         options = {self.loss_fn.similarity_name: self.loss_fn.similarity_options()}
         extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options,
-                 "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split))}
+                 "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split),
+                                                            **image_input_transform(self.parts.train_split))}
         save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
         if which == "model":
             write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
@@ -555,6 +567,9 @@ class Trainer:
                 optimizer=optimizer_name(self.optimizer), optimizer_requested=train.optimizer,
                 cached_features=self.cached_towers,
             )
+            if self.parts.word_vectors_found is not None:
+                self.log.write("word_vectors", path=train.word_vectors, match=train.word_vectors_match,
+                               found=self.parts.word_vectors_found, vocabulary=len(self.parts.vocab))
         self._write_summary("running")
         while self.progress.epoch < train.epochs:
             epoch = self.progress.epoch
