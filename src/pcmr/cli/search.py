@@ -27,6 +27,7 @@ from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
 from pcmr.hub import load
+from pcmr.inference import get_reranker
 from pcmr.progress import phase
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, read_risk_curve
@@ -37,6 +38,9 @@ from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
     fetch_size,
+    fewer_lines_warning,
+    needs_more,
+    next_fetch_size,
     result_warnings,
     shown_entries,
     uncertainty_percentile,
@@ -379,6 +383,21 @@ def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[st
     return out
 
 
+def _distinct_results(function: Any, queries: list[str], args: argparse.Namespace, options: dict[str, Any],
+                      gallery_size: int, modality: str) -> tuple[Any, int]:
+    """Search ``queries`` asking for enough results that ``-k`` distinct lines remain once identical
+    captions are merged: ``fetch_size`` first, then more (:func:`next_fetch_size`) while a query falls
+    short and the gallery holds more. Returns the results and how many were fetched per query."""
+    fetch = fetch_size(args.k, gallery_size, modality, args.rerank)
+    prefix_lists = modality == "caption" and get_reranker(args.rerank).returns_scores  # more = a longer prefix
+    while True:
+        results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
+                           rerank_options=options, backend=args.backend, candidates=args.candidates)
+        if not prefix_lists or not any(needs_more(hits, args.k, fetch, gallery_size) for hits in results.hits):
+            return results, fetch
+        fetch = next_fetch_size(fetch, gallery_size)
+
+
 def _coverages(args: argparse.Namespace) -> dict[str, tuple[float, str]] | None:
     """The answered share per query modality (``caption``: text queries, ``image``: image queries) and
     why, from ``--answer-coverage`` or ``--max-risk`` with ``--risk-curve``; None: answer every query."""
@@ -446,10 +465,14 @@ def run(args: argparse.Namespace) -> int:
     for queries, modality, function in ((list(args.text), "image", index.search_text),
                                         (list(args.image), "caption", index.search_image)):
         if queries:
-            fetch = fetch_size(args.k, index.gallery(modality).num, modality, args.rerank)
-            results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
-                               rerank_options=options, backend=args.backend, candidates=args.candidates)
+            results, fetch = _distinct_results(function, queries, args, options, index.gallery(modality).num,
+                                               modality)
             shown = _shown(index, results, queries, args.k)
+            for entry in shown:
+                fewer = fewer_lines_warning(len(entry["results"]), args.k, fetch, index.gallery(modality).num,
+                                            get_reranker(args.rerank).returns_scores)
+                if fewer:
+                    entry["warnings"].append(fewer)
             if coverage is not None:
                 share, why = coverage[results.query_modality]
                 shown = [abstention_entry(entry, share, why) if abstains(entry["query_uncertainty_percentile"], share)
