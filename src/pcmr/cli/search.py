@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import write_folder
+from pcmr.cli.options import option_value, positive_int
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
@@ -47,9 +48,13 @@ from pcmr.search.presentation import (
     word_vocabulary,
 )
 from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
+from pcmr.search.vectordb import resolve_uri
 from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
+
+#: --index-type of a Milvus build -> the Milvus index type
+MILVUS_INDEX_TYPES = {"auto": "auto", "flat": "FLAT", "ivf": "IVF_FLAT"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -87,7 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--vocab", default=None,
                        help="vocab.json of the training run (default: the model folder's vocabulary.json, or the "
                        "vocab.json beside it)")
-    build.add_argument("--batch-size", type=int, default=ENCODE_BATCH_SIZE,
+    build.add_argument("--batch-size", type=positive_int, default=ENCODE_BATCH_SIZE,
                        help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
     build.add_argument("--from-embeddings", metavar="FILE", default=None,
                        help="build INDEX from saved embeddings (safetensors: image_mean, image_logvar, "
@@ -144,7 +149,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="PATH",
         help="image file query (searches the captions); repeatable",
     )
-    query.add_argument("-k", "--top-k", dest="k", type=int, default=DEFAULT_TOP_K,
+    query.add_argument("-k", "--top-k", dest="k", type=positive_int, default=DEFAULT_TOP_K,
                        help=f"results per query (default {DEFAULT_TOP_K})")
     query.add_argument(
         "--similarity",
@@ -199,6 +204,7 @@ def _rerank_options(items: list[str]) -> dict[str, Any]:
             path, value = [], None
         if len(path) != 1:
             raise ValueError(f"--option {item!r}: expected NAME=VALUE, e.g. beta=30, csls_k=10 or lam=2")
+        value = option_value(f"--option {item}", value, "beta=30, csls_k=10 or lam=2")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"--option {item!r}: VALUE must be a number")
         options[path[0]] = value
@@ -211,6 +217,26 @@ def _check_target(args: argparse.Namespace) -> None:
     if target.exists() and (not target.is_dir() or any(target.iterdir())) and not args.overwrite:
         raise FileExistsError(f"{target} already exists; pass --overwrite to replace it, or --add FILE to "
                               f"append items to the index")
+
+
+def _check_milvus_target(args: argparse.Namespace) -> None:
+    """``--backend milvus`` with ``--build`` / ``--from-embeddings``: the ``--uri``, its folder (a Milvus
+    Lite file is created in an existing folder) and ``--index-type`` are checked before any encoding."""
+    if args.backend != "milvus" or not (args.build or args.from_embeddings):
+        return
+    if not args.uri:
+        raise ValueError("--backend milvus needs --uri: a Milvus Lite file (e.g. gallery.db) or a server address "
+                         "(e.g. http://localhost:19530)")
+    if args.index_type not in MILVUS_INDEX_TYPES:
+        raise ValueError(f"--backend milvus takes --index-type auto, flat or ivf, got {args.index_type!r}")
+    uri = resolve_uri(args.uri)
+    if not uri.startswith(("http://", "https://", "tcp://")):
+        folder = Path(uri).parent
+        if not folder.is_dir():
+            raise FileNotFoundError(f"--uri {args.uri}: the folder {folder} does not exist; create it first "
+                                    f"(mkdir -p {folder}) or name a .db file in an existing folder")
+        if Path(uri).is_dir():
+            raise ValueError(f"--uri {args.uri} is a folder; expected a Milvus Lite file name ending in .db")
 
 
 def _save_new(index: Any, args: argparse.Namespace) -> None:
@@ -320,12 +346,8 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
     score = args.ann_score or ann_score_for(args.similarity, index.images)
     modalities = tuple(args.modalities or ("image", "caption"))
     if args.backend == "milvus":
-        if not args.uri:
-            raise ValueError("--backend milvus needs --uri: a Milvus Lite file (e.g. gallery.db) or a server address "
-                             "(e.g. http://localhost:19530)")
-        kinds = {"auto": "auto", "flat": "FLAT", "ivf": "IVF_FLAT"}
-        if args.index_type not in kinds:
-            raise ValueError(f"--backend milvus takes --index-type auto, flat or ivf, got {args.index_type!r}")
+        _check_milvus_target(args)
+        kinds = MILVUS_INDEX_TYPES
         extra = {k: v for k, v in (("nlist", args.nlist), ("nprobe", args.nprobe)) if v is not None}
         built = index.build_milvus(args.uri, score, modalities, kinds[args.index_type],
                                    collection_prefix=args.collection_prefix, shard_size=args.shard_size,
@@ -444,6 +466,7 @@ def run(args: argparse.Namespace) -> int:
     if args.store_dtype is not None and not args.on_disk:
         raise ValueError("--store-dtype sets the precision of an --on-disk gallery; add --on-disk")
     coverage = _coverages(args)  # checked before any work
+    _check_milvus_target(args)
     index = None
     if args.build:
         index = _build(args)
