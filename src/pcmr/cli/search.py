@@ -26,12 +26,20 @@ from pcmr.atomic import write_folder
 from pcmr.cli.options import option_value, positive_int
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
+from pcmr.evaluation.fingerprint import gallery_fingerprint
 from pcmr.gaussian import Gaussian
 from pcmr.hub import load
 from pcmr.inference import get_reranker
 from pcmr.progress import phase
 from pcmr.search import GalleryIndex
-from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, read_risk_curve
+from pcmr.search.abstain import (
+    abstains,
+    abstention_entry,
+    answered_entry,
+    check_curve_fingerprint,
+    coverage_for_risk,
+    read_risk_curve,
+)
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
@@ -438,17 +446,34 @@ def _coverages(args: argparse.Namespace) -> dict[str, tuple[float, str]] | None:
         raise ValueError("--max-risk needs --risk-curve EVAL_DIR: the evaluation whose risk-coverage curve maps a "
                          "risk to the share of queries answered")
     out = {}
-    for modality, direction in (("caption", "t2i"), ("image", "i2t")):
+    for modality, direction, queries in (("caption", "t2i", args.text), ("image", "i2t", args.image)):
+        if not queries:
+            continue
         curve = read_risk_curve(args.risk_curve, args.similarity, direction)
-        share = coverage_for_risk(*curve, args.max_risk)
+        share = coverage_for_risk(*curve, args.max_risk, where=f"{args.risk_curve}, {args.similarity}, {direction}")
         out[modality] = (share, f"risk <= {args.max_risk:g} on {args.risk_curve}, {direction}")
     return out
+
+
+def _check_risk_curve(args: argparse.Namespace, index: Any) -> None:
+    """--risk-curve must come from an evaluation of this index's model on its gallery (the fingerprint
+    the evaluation stores beside the curve)."""
+    if args.risk_curve is None or args.max_risk is None:
+        return
+    if index.model is None:
+        raise ValueError(f"--risk-curve: {args.index} holds no model, so its curve cannot be checked against it")
+    current = gallery_fingerprint(index.model, index.meta.get("dataset"), index.meta.get("split"),
+                                  index.images.num, index.captions.num)
+    check_curve_fingerprint(args.risk_curve, current)
 
 
 def _block_text(entry: dict[str, Any]) -> str:
     if entry.get("abstained"):
         return f"{entry['query']}  [{entry['similarity']}, {entry['rerank']}]\nuncertain: {entry['reason']}"
     kind = "images" if entry["results"] and entry["results"][0].get("text") is not None else "captions"
+    if "coverage" in entry:  # answered under --answer-coverage / --max-risk: the share chosen, and why
+        return entries_text(entry["query"], f"{entry['similarity']}, {entry['rerank']}", entry["results"], [],
+                            entry["query_uncertainty_percentile"], kind) + f"\n{entry['reason']}"
     return entries_text(entry["query"], f"{entry['similarity']}, {entry['rerank']}", entry["results"], [],
                         entry["query_uncertainty_percentile"], kind)
 
@@ -482,6 +507,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if index is None:
         index = GalleryIndex.load(args.index, device=args.device)
+    _check_risk_curve(args, index)
     options = _rerank_options(args.option)
     blocks: list[list[dict[str, Any]]] = []
     notes: list[str] = []
@@ -499,7 +525,7 @@ def run(args: argparse.Namespace) -> int:
             if coverage is not None:
                 share, why = coverage[results.query_modality]
                 shown = [abstention_entry(entry, share, why) if abstains(entry["query_uncertainty_percentile"], share)
-                         else entry for entry in shown]
+                         else answered_entry(entry, share, why) for entry in shown]
             blocks.append(shown)
             notes += results.notes
     if args.json:
