@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pcmr.arguments import option_value, positive_int
 from pcmr.atomic import write_folder
-from pcmr.cli.options import option_value, positive_int
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES

@@ -1,4 +1,4 @@
-"""Values of ``--option NAME=VALUE`` (``pcmr search``) and ``--option NAME.OPTION=VALUE`` (``pcmr
+"""Values of command-line arguments shared by the commands: ``--option NAME=VALUE`` (``pcmr search``) and ``--option NAME.OPTION=VALUE`` (``pcmr
 evaluate``), and the argparse types of the commands' numeric flags, checked when the command line is
 read, before any model is loaded or data encoded. Light: argparse and the standard library only."""
 
