@@ -1,7 +1,7 @@
 """``pcmr list {models,similarities,losses,rerankers,datasets,recipes}``: what a config may name.
 
 The names of pcmr's registries are written out here (:data:`BUILT_IN`), so listing them does not
-import torch and answers at once; ``tests/cli/test_cli_listing.py`` checks that they are exactly what
+import torch and answers at once; ``tests/cli/test_cli_startup.py`` checks that they are exactly what
 the registries hold. Recipes are files, found as ``pcmr train`` finds them (``$PCMR_CONFIGS``,
 ``./configs``, the shipped ones).
 """
