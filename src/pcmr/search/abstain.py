@@ -109,7 +109,7 @@ def answered_entry(entry: dict[str, Any], coverage: float, why: str) -> dict[str
     """``entry`` (one query's result block) answered under abstention: the answered share ``coverage``
     and why (``--answer-coverage`` or the risk curve) kept beside the results."""
     percentile = entry["query_uncertainty_percentile"]
-    where = "" if percentile is None else f"query uncertainty at the {percentile:.0f}th percentile, "
+    where = "" if percentile is None else f"query uncertainty at the {_ordinal(percentile)} percentile, "
     return {**entry, "abstained": False, "coverage": coverage,
             "reason": f"answered: {where}within the answered share {100 * coverage:.0f}% ({why})"}
 
@@ -117,5 +117,12 @@ def answered_entry(entry: dict[str, Any], coverage: float, why: str) -> dict[str
 def abstention_entry(entry: dict[str, Any], coverage: float, why: str) -> dict[str, Any]:
     """``entry`` (one query's result block) answered "uncertain": no results, the reason kept."""
     return {**entry, "results": [], "abstained": True, "coverage": coverage,
-            "reason": f"query uncertainty at the {entry['query_uncertainty_percentile']:.0f}th percentile is above "
+            "reason": f"query uncertainty at the {_ordinal(entry['query_uncertainty_percentile'])} percentile is above "
                       f"the answered share {100 * coverage:.0f}% ({why})"}
+
+
+def _ordinal(value: float) -> str:
+    """``21.4`` -> ``"21st"``: a percentile as the search output writes it."""
+    number = int(round(value))
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
