@@ -33,6 +33,7 @@ __all__ = [
     "atomic_write_via_path",
     "fsync_dir",
     "move_into_place",
+    "normal_permissions",
     "write_folder",
 ]
 
@@ -50,6 +51,28 @@ def fsync_dir(path: PathLike) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _current_umask() -> int:
+    """The process umask, read without changing it where the platform shows it (Linux ``/proc``);
+    elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def normal_permissions(path: PathLike, *, folder: bool = False) -> None:
+    """Give a temporary file (``tempfile.mkstemp``: mode 0600) or folder (``mkdtemp``: 0700) the mode a
+    plain ``open``/``mkdir`` would have given it: 0666 or 0777 less the umask (0644 / 0755 under the
+    usual umask 022), so written models, indexes and reports are readable by others as usual."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~_current_umask())
 
 
 def move_into_place(source: PathLike, destination: PathLike) -> Path:
@@ -72,6 +95,7 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        normal_permissions(tmp)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -93,6 +117,7 @@ def atomic_write_via_path(path: PathLike, write: Callable[[Path], None]) -> Path
     os.close(fd)
     tmp = Path(tmp_name)
     try:
+        normal_permissions(tmp)
         write(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
@@ -152,6 +177,7 @@ def write_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
+        normal_permissions(tmp, folder=True)
         write(tmp)
         fsync_dir(tmp)
         old = None

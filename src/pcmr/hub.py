@@ -502,6 +502,10 @@ def trained_similarity(path: str | os.PathLike[str], *, which: str = "model") ->
     return next(iter(options), "cosine")
 
 
+#: the models a run folder holds, as ``load(RUN, which=...)`` names them
+RUN_MODELS = ("model", "model_last")
+
+
 def load(path: str | os.PathLike[str], *, which: str = "model", device: str | torch.device = "cpu",
          vocabulary: str | os.PathLike[str] | None = None) -> Model:
     """Open a trained model: a run folder (``RUN``, its ``which`` model: ``model`` or ``model_last``),
@@ -513,14 +517,20 @@ def load(path: str | os.PathLike[str], *, which: str = "model", device: str | to
     ``config.yaml`` or the folder's ``run_config.json``.
 
     Raises:
-        FileNotFoundError: naming the path when it is none of these.
+        FileNotFoundError: naming the path when it is none of these (NotADirectoryError for a file).
+        ValueError: ``which`` not one of :data:`RUN_MODELS`.
         ValueError: naming the file when one is malformed, the weights are not finite or the vocabulary
             is not the one the model was trained with.
     """
+    if which not in RUN_MODELS:
+        raise ValueError(f"which={which!r}: expected one of {', '.join(map(repr, RUN_MODELS))} (the run's selected "
+                         f"model, or the model of its last epoch)")
     folder = Path(path).expanduser()
+    expected = "a run folder from `pcmr train`, its model/ folder or a folder written by Model.save_pretrained"
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{str(path)!r} is a file, not a run or model folder (expected {expected})")
     if not folder.is_dir():
-        raise FileNotFoundError(f"folder not found: {str(path)!r} (expected a run folder from `pcmr train`, its "
-                                "model/ folder or a folder written by Model.save_pretrained)")
+        raise FileNotFoundError(f"folder not found: {str(path)!r} (expected {expected})")
     if (folder / _RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():
         if not (folder / which).is_dir():
             raise FileNotFoundError(f"{str(folder / which)!r} is missing: {str(path)!r} is not a finished pcmr run "

@@ -4,11 +4,13 @@ degenerate score, and option values checked before any work."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 
 from pcmr.cli import main
+from pcmr.inference import get_reranker
 
 #: the model of the tiny run folder (its config.yaml), rebuilt here with other variance heads
 TINY_MODEL = {"embed_dim": 4, "image_encoder": {"cnn_channels": [4, 8]}, "text_encoder": {"word_dim": 8, "hidden_dim": 8}}
@@ -81,3 +83,33 @@ def test_a_bad_option_value_fails_before_any_encoding(wide_run, tmp_path, capsys
     assert main(["evaluate", str(wide_run), "--option", "match_prob.a=-1", "--out", str(tmp_path / "y")]) == 2
     assert "--option match_prob.a=-1" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def _chance_bound(chance: float, queries: int) -> float:
+    """Five standard errors (percent) of one seeded random order's R@K around the chance ``chance`` (percent)."""
+    return 5 * 100.0 * math.sqrt(chance / 100 * (1 - chance / 100) / queries) + 1e-9
+
+
+def test_a_constant_score_reads_chance_under_every_reranker_and_recall_grows_with_k(tmp_path, capsys,
+                                                                                    tiny_run_factory):
+    """Constant embeddings score a constant -5.062 under ELK (not a power of two, whose float sums are
+    exact): CSLS's neighbourhood means must tie exactly, or csls+rgm ranks by storage position."""
+    run = tiny_run_factory(tmp_path / "run", shapes=SHAPES)
+    _replace_model(run)  # constant embeddings
+    out = tmp_path / "eval"
+    assert main(["evaluate", str(run), "--similarity", "elk", "--rerank", "all", "--option", "csls+rgm.lam=5",
+                 "--option", "rgm.lam=5", "--option", "is+rgm.lam=5", "--out", str(out)]) == 0
+    assert "degenerate score" in capsys.readouterr().err
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    queries = {"i2t": SHAPES["num_test"], "t2i": 5 * SHAPES["num_test"]}
+    for relevance in ("exact", "source"):
+        chance = next(row for row in rows if row["relevance"] == relevance and row["rerank"] == "nns")
+        for row in (r for r in rows if r["relevance"] == relevance):
+            for direction in ("i2t", "t2i"):
+                recall = [row[f"{direction}_R@{k}"] for k in (1, 5, 10)]
+                assert recall == sorted(recall), (row["rerank"], relevance, direction, recall)
+                exact = get_reranker(row["rerank"]).returns_scores  # expectations over ties: chance exactly
+                for k, value in zip((1, 5, 10), recall):
+                    expected = chance[f"{direction}_R@{k}"]
+                    bound = 1e-9 if exact else _chance_bound(expected, queries[direction])  # one seeded order
+                    assert abs(value - expected) <= bound, (row["rerank"], relevance, direction, k, value, expected)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pcmr.ranking.blocks as ordering
-from pcmr.inference import csls, inverted_softmax
+from pcmr.inference import csls, get_reranker, inverted_softmax
 
 
 def reference_inverted_softmax(scores, beta):
@@ -120,3 +120,20 @@ def test_bad_input_raises():
         csls(torch.rand(3, 20), k=4)
     with pytest.raises(ValueError, match="k must be >= 1"):
         csls(torch.rand(3, 20), k=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("value", [0.1, 0.7, -5.062048435211182, -13.37])
+def test_csls_and_inverted_softmax_of_a_constant_matrix_are_constant(value, dtype):
+    """Equal neighbourhoods give bit-equal means: a reduction that accumulates some columns in another
+    order left last-bit differences, and csls+rgm then ranked a constant score by storage position."""
+    from pcmr.inference.rescoring import csls_gallery_statistic, row_top_mean
+
+    scores = torch.full((80, 403), value, dtype=dtype)
+    assert csls(scores).unique().numel() == 1
+    assert csls(scores.T.contiguous()).unique().numel() == 1
+    assert csls_gallery_statistic(scores, 10).unique().numel() == 1
+    assert row_top_mean(scores, 10).unique().numel() == 1
+    assert inverted_softmax(scores).unique().numel() == 1
+    lists = get_reranker("rgm", lam=5.0).topk(scores, 5)
+    assert torch.equal(get_reranker("csls+rgm", lam=5.0).topk(scores, 5), lists)

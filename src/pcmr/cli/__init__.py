@@ -3,41 +3,44 @@
 
 Each subcommand lives in its own module of this package, imported by name from
 :data:`COMMANDS`, and exposes ``add_parser(subparsers)`` (registers its parser)
-and ``run(args) -> int`` (does the work). Modules keep their top-level imports
-light (argparse only) so ``pcmr --help`` is fast; the library is imported inside
+and ``run(args) -> int`` (does the work). Only the module of the command given is imported
+(the others are listed from :data:`COMMANDS`' one-line help), and nothing here imports torch, so
+``pcmr --version``, ``pcmr --help`` and ``pcmr list`` answer at once; the library is imported inside
 ``run``.
 
 Errors a user can cause end the program with one line on stderr saying what is
 wrong and what is accepted, and a non-zero exit status (2 for bad input, 1 for
-other failures). ``--debug`` shows the full traceback instead. A command's ``--device`` is checked
-before the command runs (:func:`pcmr.device.resolve_device`), so a device this machine lacks gives the
-same one line in every command.
+other failures). ``--debug`` shows the full traceback instead. A value argparse refuses
+(``--batch-size 0``) prints a short usage line and the error, not the whole usage. Output piped into
+a program that stops reading (``pcmr search ... | head``) ends quietly. A command's ``--device`` is
+checked before the command runs (:func:`pcmr.device.resolve_device`), so a device this machine lacks
+gives the same one line in every command.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 from pcmr import __version__
-from pcmr.device import resolve_device
-from pcmr.train.checkpoint import CheckpointError
 
 __all__ = ["COMMANDS", "main"]
 
-# command name -> module of pcmr.cli implementing it
-COMMANDS: dict[str, str] = {
-    "train": "train",
-    "evaluate": "evaluate",
-    "search": "search",
-    "serve": "serve",
-    "demo": "demo",
-    "list": "listing",
-    "study": "study",
-    "convert": "convert",
+# command name -> (module of pcmr.cli implementing it, its one-line help in `pcmr --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train", "train a model from a recipe (a shipped recipe name or a YAML path) or resume a run"),
+    "evaluate": ("evaluate", "evaluation table of a trained model (all similarities x re-rankers)"),
+    "search": ("search", "build a gallery index and search it by text or image"),
+    "serve": ("serve", "serve a gallery index: a search page and a JSON API"),
+    "demo": ("demo", "train and compare pcme and pcme_mu_only on the built-in data (a few minutes on a CPU)"),
+    "list": ("listing", "list the names a config or command may use"),
+    "study": ("study", "run a study: recipes x variants x seeds, trained, evaluated and the papers' claims judged"),
+    "convert": ("convert", "convert a checkpoint of a paper's official release into a pcmr model folder"),
 }
 
 EXIT_BAD_INPUT = 2
@@ -63,13 +66,39 @@ def _missing_command(name: str, module_name: str) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with one sub-parser per available command."""
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are two lines: a short usage and the error (the full usage of a
+    command runs to twenty lines and hides the one that matters)."""
+
+    def error(self, message: str) -> NoReturn:
+        positionals = " ".join(action.metavar if isinstance(action.metavar, str) else action.dest.upper()
+                               for action in self._get_positional_actions()
+                               if action.help is not argparse.SUPPRESS)
+        usage = f"usage: {self.prog} [options]{' ' + positionals if positionals else ''}  (see {self.prog} --help)"
+        self.exit(2, f"{usage}\n{self.prog}: error: {message}\n")
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command named on the command line: its first word not starting with ``-`` (the top-level
+    options take no value), when it is one of :data:`COMMANDS`."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser. The sub-parser of ``command`` is built by its module (imported now); every
+    other command gets a placeholder carrying its help line, so its module is not imported (``""``:
+    placeholders only, enough for ``--help`` and ``--version``). With ``command=None`` every command's
+    module builds its own parser (the complete parser)."""
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors"
     )
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pcmr",
         description="Probabilistic cross-modal retrieval: train, evaluate and search Gaussian embeddings.",
         parents=[debug],
@@ -78,7 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pcmr {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name, module_name in COMMANDS.items():
+    for name, (module_name, help_text) in COMMANDS.items():
+        if command is not None and name != command:
+            subparsers.add_parser(name, help=help_text, add_help=False)
+            continue
         module = _load_command(module_name)
         if module is None:
             sub = subparsers.add_parser(name, help=f"(unavailable: pcmr.cli.{module_name} is not installed)")
@@ -104,30 +136,41 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_bad_input(exc: BaseException) -> bool:
-    return isinstance(
-        exc,
-        (
-            ValueError,
-            TypeError,
-            KeyError,
-            FileNotFoundError,
-            FileExistsError,
-            NotADirectoryError,
-            CheckpointError,
-            CommandUnavailableError,
-        ),
-    )
+    bad = (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError,
+           CommandUnavailableError)
+    if isinstance(exc, bad):
+        return True
+    checkpoint = sys.modules.get("pcmr.train.checkpoint")  # imported by whatever raised one
+    return checkpoint is not None and isinstance(exc, checkpoint.CheckpointError)
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null, so flushing it at exit raises nothing more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (a test's capture): nothing to redirect
+        pass
+    finally:
+        os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pcmr`` console script; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    arguments = list(argv) if argv is not None else sys.argv[1:]
+    parser = build_parser(_command_in(arguments) or "")
+    args = parser.parse_args(arguments)
     debug = bool(getattr(args, "debug", False))
     try:
         if getattr(args, "device", None) is not None:  # every command's --device, checked one way
+            from pcmr.device import resolve_device  # imports torch: only for a command that takes --device
+
             resolve_device(args.device, what="--device")
         status = args._run(args)
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
+    except BrokenPipeError:  # `pcmr search ... | head`: the reader has what it wanted
+        _quiet_stdout()
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by it
     except KeyboardInterrupt:
         if debug:
             raise

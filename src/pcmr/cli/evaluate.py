@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pcmr.arguments import option_value, positive_int
 from pcmr.atomic import write_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
@@ -48,7 +49,7 @@ def _parse_option(item: str) -> tuple[str, str, Any]:
         raise ValueError(
             f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. match_prob.a=12.5 or csls.csls_k=10"
         )
-    return path[0], path[1], value
+    return path[0], path[1], option_value(f"--option {item}", value, "match_prob.a=12.5 or is.beta=30")
 
 
 def check_option_owners(items: list[tuple[str, str, Any]], similarities: list[str], rerankers: list[str]) -> None:
@@ -186,7 +187,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an earlier report in the output folder (the whole folder is swapped "
                         "in at once, so no figure of the old report stays)")
-    parser.add_argument("--batch-size", type=int, default=None, help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
+    parser.add_argument("--batch-size", type=positive_int, default=None, help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: the run's train.device "
                         "when this machine has it, else cpu)")
     parser.add_argument("--progress", action="store_const", const=True, default=None,

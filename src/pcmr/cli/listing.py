@@ -1,52 +1,37 @@
-"""``pcmr list {models,similarities,losses,rerankers,datasets,recipes}``: what a config may name."""
+"""``pcmr list {models,similarities,losses,rerankers,datasets,recipes}``: what a config may name.
+
+The names of pcmr's registries are written out here (:data:`BUILT_IN`), so listing them does not
+import torch and answers at once; ``tests/cli/test_cli_startup.py`` checks that they are exactly what
+the registries hold. Recipes are files, found as ``pcmr train`` finds them (``$PCMR_CONFIGS``,
+``./configs``, the shipped ones).
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
-from pcmr.data import list_datasets
-from pcmr.inference import list_rerankers
-from pcmr.losses import list_losses
-from pcmr.models import list_models
-from pcmr.similarity import list_similarities
 from pcmr.train.recipes import list_recipes
 
-__all__ = ["add_parser", "run"]
+__all__ = ["BUILT_IN", "KINDS", "add_parser", "run"]
 
-
-def _models() -> list[str]:
-    return list(list_models())
-
-
-def _similarities() -> list[str]:
-    return list(list_similarities())
-
-
-def _losses() -> list[str]:
-    return list(list_losses())
-
-
-def _rerankers() -> list[str]:
-    return list(list_rerankers())
-
-
-def _datasets() -> list[str]:
-    return list(list_datasets())
-
-
-def _recipes() -> list[str]:
-    return list(list_recipes())
-
-
-KINDS: dict[str, Callable[[], list[str]]] = {
-    "models": _models,
-    "similarities": _similarities,
-    "losses": _losses,
-    "rerankers": _rerankers,
-    "datasets": _datasets,
-    "recipes": _recipes,
+#: the registered names of each kind, in registration order (as the registries' list_* functions give them)
+BUILT_IN: dict[str, tuple[str, ...]] = {
+    "models": ("gce", "gcie", "gie", "pcme", "pcme_mu_only", "probvse", "probvsrn", "pvse", "vsepp", "vsepp_wide"),
+    "similarities": ("cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
+                     "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob", "max_cosine"),
+    "losses": ("triplet_sum", "triplet_max", "triplet_semihard", "hal", "max_hal", "hal_released", "pcme", "pcme_csd",
+               "calibpe", "pvse"),
+    "rerankers": ("nns", "is", "csls", "gm", "rgm", "is+gm", "is+rgm", "csls+gm", "csls+rgm"),
+    "datasets": ("coco", "cub", "flickr30k", "karpathy", "precomputed", "shapes"),
 }
+
+KINDS = (*BUILT_IN, "recipes")
+
+
+def _names(kind: str) -> list[str]:
+    if kind == "recipes":
+        return list(list_recipes())
+    return list(BUILT_IN[kind])
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -60,6 +45,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in KINDS[args.kind]():
+    for name in _names(args.kind):
         print(name)
     return 0

@@ -22,14 +22,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pcmr.arguments import option_value, positive_int
 from pcmr.atomic import write_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
+from pcmr.evaluation.fingerprint import gallery_fingerprint
 from pcmr.gaussian import Gaussian
 from pcmr.hub import load, trained_similarity
+from pcmr.inference import get_reranker
 from pcmr.progress import phase
 from pcmr.search import GalleryIndex
-from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, read_risk_curve
+from pcmr.search.abstain import (
+    abstains,
+    abstention_entry,
+    answered_entry,
+    check_curve_fingerprint,
+    coverage_for_risk,
+    read_risk_curve,
+)
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
@@ -38,15 +48,22 @@ from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
     fetch_size,
+    fewer_lines_warning,
+    needs_more,
+    next_fetch_size,
     result_warnings,
     shown_entries,
     uncertainty_percentile,
     word_vocabulary,
 )
 from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
+from pcmr.search.vectordb import resolve_uri
 from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
+
+#: --index-type of a Milvus build -> the Milvus index type
+MILVUS_INDEX_TYPES = {"auto": "auto", "flat": "FLAT", "ivf": "IVF_FLAT"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -84,7 +101,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     build.add_argument("--vocab", default=None,
                        help="vocab.json of the training run (default: the model folder's vocabulary.json, or the "
                        "vocab.json beside it)")
-    build.add_argument("--batch-size", type=int, default=ENCODE_BATCH_SIZE,
+    build.add_argument("--batch-size", type=positive_int, default=ENCODE_BATCH_SIZE,
                        help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
     build.add_argument("--from-embeddings", metavar="FILE", default=None,
                        help="build INDEX from saved embeddings (safetensors: image_mean, image_logvar, "
@@ -141,7 +158,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="PATH",
         help="image file query (searches the captions); repeatable",
     )
-    query.add_argument("-k", "--top-k", dest="k", type=int, default=DEFAULT_TOP_K,
+    query.add_argument("-k", "--top-k", dest="k", type=positive_int, default=DEFAULT_TOP_K,
                        help=f"results per query (default {DEFAULT_TOP_K})")
     query.add_argument(
         "--similarity",
@@ -197,6 +214,7 @@ def _rerank_options(items: list[str]) -> dict[str, Any]:
             path, value = [], None
         if len(path) != 1:
             raise ValueError(f"--option {item!r}: expected NAME=VALUE, e.g. beta=30, csls_k=10 or lam=2")
+        value = option_value(f"--option {item}", value, "beta=30, csls_k=10 or lam=2")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"--option {item!r}: VALUE must be a number")
         options[path[0]] = value
@@ -209,6 +227,26 @@ def _check_target(args: argparse.Namespace) -> None:
     if target.exists() and (not target.is_dir() or any(target.iterdir())) and not args.overwrite:
         raise FileExistsError(f"{target} already exists; pass --overwrite to replace it, or --add FILE to "
                               f"append items to the index")
+
+
+def _check_milvus_target(args: argparse.Namespace) -> None:
+    """``--backend milvus`` with ``--build`` / ``--from-embeddings``: the ``--uri``, its folder (a Milvus
+    Lite file is created in an existing folder) and ``--index-type`` are checked before any encoding."""
+    if args.backend != "milvus" or not (args.build or args.from_embeddings):
+        return
+    if not args.uri:
+        raise ValueError("--backend milvus needs --uri: a Milvus Lite file (e.g. gallery.db) or a server address "
+                         "(e.g. http://localhost:19530)")
+    if args.index_type not in MILVUS_INDEX_TYPES:
+        raise ValueError(f"--backend milvus takes --index-type auto, flat or ivf, got {args.index_type!r}")
+    uri = resolve_uri(args.uri)
+    if not uri.startswith(("http://", "https://", "tcp://")):
+        folder = Path(uri).parent
+        if not folder.is_dir():
+            raise FileNotFoundError(f"--uri {args.uri}: the folder {folder} does not exist; create it first "
+                                    f"(mkdir -p {folder}) or name a .db file in an existing folder")
+        if Path(uri).is_dir():
+            raise ValueError(f"--uri {args.uri} is a folder; expected a Milvus Lite file name ending in .db")
 
 
 def _save_new(index: Any, args: argparse.Namespace) -> None:
@@ -318,12 +356,8 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
     score = args.ann_score or ann_score_for(args.similarity, index.images)
     modalities = tuple(args.modalities or ("image", "caption"))
     if args.backend == "milvus":
-        if not args.uri:
-            raise ValueError("--backend milvus needs --uri: a Milvus Lite file (e.g. gallery.db) or a server address "
-                             "(e.g. http://localhost:19530)")
-        kinds = {"auto": "auto", "flat": "FLAT", "ivf": "IVF_FLAT"}
-        if args.index_type not in kinds:
-            raise ValueError(f"--backend milvus takes --index-type auto, flat or ivf, got {args.index_type!r}")
+        _check_milvus_target(args)
+        kinds = MILVUS_INDEX_TYPES
         extra = {k: v for k, v in (("nlist", args.nlist), ("nprobe", args.nprobe)) if v is not None}
         built = index.build_milvus(args.uri, score, modalities, kinds[args.index_type],
                                    collection_prefix=args.collection_prefix, shard_size=args.shard_size,
@@ -381,6 +415,21 @@ def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[st
     return out
 
 
+def _distinct_results(function: Any, queries: list[str], args: argparse.Namespace, options: dict[str, Any],
+                      gallery_size: int, modality: str) -> tuple[Any, int]:
+    """Search ``queries`` asking for enough results that ``-k`` distinct lines remain once identical
+    captions are merged: ``fetch_size`` first, then more (:func:`next_fetch_size`) while a query falls
+    short and the gallery holds more. Returns the results and how many were fetched per query."""
+    fetch = fetch_size(args.k, gallery_size, modality, args.rerank)
+    prefix_lists = modality == "caption" and get_reranker(args.rerank).returns_scores  # more = a longer prefix
+    while True:
+        results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
+                           rerank_options=options, backend=args.backend, candidates=args.candidates)
+        if not prefix_lists or not any(needs_more(hits, args.k, fetch, gallery_size) for hits in results.hits):
+            return results, fetch
+        fetch = next_fetch_size(fetch, gallery_size)
+
+
 def _coverages(args: argparse.Namespace) -> dict[str, tuple[float, str]] | None:
     """The answered share per query modality (``caption``: text queries, ``image``: image queries) and
     why, from ``--answer-coverage`` or ``--max-risk`` with ``--risk-curve``; None: answer every query."""
@@ -399,17 +448,34 @@ def _coverages(args: argparse.Namespace) -> dict[str, tuple[float, str]] | None:
         raise ValueError("--max-risk needs --risk-curve EVAL_DIR: the evaluation whose risk-coverage curve maps a "
                          "risk to the share of queries answered")
     out = {}
-    for modality, direction in (("caption", "t2i"), ("image", "i2t")):
+    for modality, direction, queries in (("caption", "t2i", args.text), ("image", "i2t", args.image)):
+        if not queries:
+            continue
         curve = read_risk_curve(args.risk_curve, args.similarity, direction)
-        share = coverage_for_risk(*curve, args.max_risk)
+        share = coverage_for_risk(*curve, args.max_risk, where=f"{args.risk_curve}, {args.similarity}, {direction}")
         out[modality] = (share, f"risk <= {args.max_risk:g} on {args.risk_curve}, {direction}")
     return out
+
+
+def _check_risk_curve(args: argparse.Namespace, index: Any) -> None:
+    """--risk-curve must come from an evaluation of this index's model on its gallery (the fingerprint
+    the evaluation stores beside the curve)."""
+    if args.risk_curve is None or args.max_risk is None:
+        return
+    if index.model is None:
+        raise ValueError(f"--risk-curve: {args.index} holds no model, so its curve cannot be checked against it")
+    current = gallery_fingerprint(index.model, index.meta.get("dataset"), index.meta.get("split"),
+                                  index.images.num, index.captions.num)
+    check_curve_fingerprint(args.risk_curve, current)
 
 
 def _block_text(entry: dict[str, Any]) -> str:
     if entry.get("abstained"):
         return f"{entry['query']}  [{entry['similarity']}, {entry['rerank']}]\nuncertain: {entry['reason']}"
     kind = "images" if entry["results"] and entry["results"][0].get("text") is not None else "captions"
+    if "coverage" in entry:  # answered under --answer-coverage / --max-risk: the share chosen, and why
+        return entries_text(entry["query"], f"{entry['similarity']}, {entry['rerank']}", entry["results"], [],
+                            entry["query_uncertainty_percentile"], kind) + f"\n{entry['reason']}"
     return entries_text(entry["query"], f"{entry['similarity']}, {entry['rerank']}", entry["results"], [],
                         entry["query_uncertainty_percentile"], kind)
 
@@ -439,6 +505,7 @@ def run(args: argparse.Namespace) -> int:
     if args.similarity is None:
         args.similarity = _default_similarity(args)
     coverage = _coverages(args)  # checked before any work
+    _check_milvus_target(args)
     index = None
     if args.build:
         index = _build(args)
@@ -454,20 +521,25 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if index is None:
         index = GalleryIndex.load(args.index, device=args.device)
+    _check_risk_curve(args, index)
     options = _rerank_options(args.option)
     blocks: list[list[dict[str, Any]]] = []
     notes: list[str] = []
     for queries, modality, function in ((list(args.text), "image", index.search_text),
                                         (list(args.image), "caption", index.search_image)):
         if queries:
-            fetch = fetch_size(args.k, index.gallery(modality).num, modality, args.rerank)
-            results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
-                               rerank_options=options, backend=args.backend, candidates=args.candidates)
+            results, fetch = _distinct_results(function, queries, args, options, index.gallery(modality).num,
+                                               modality)
             shown = _shown(index, results, queries, args.k)
+            for entry in shown:
+                fewer = fewer_lines_warning(len(entry["results"]), args.k, fetch, index.gallery(modality).num,
+                                            get_reranker(args.rerank).returns_scores)
+                if fewer:
+                    entry["warnings"].append(fewer)
             if coverage is not None:
                 share, why = coverage[results.query_modality]
                 shown = [abstention_entry(entry, share, why) if abstains(entry["query_uncertainty_percentile"], share)
-                         else entry for entry in shown]
+                         else answered_entry(entry, share, why) for entry in shown]
             blocks.append(shown)
             notes += results.notes
     if args.json:

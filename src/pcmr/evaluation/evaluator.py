@@ -39,6 +39,7 @@ from pcmr.evaluation.evaluate import (
     evaluate_embeddings,
 )
 from pcmr.evaluation.figures import corruption_series
+from pcmr.evaluation.fingerprint import gallery_fingerprint
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import get_reranker, list_rerankers
@@ -180,6 +181,10 @@ class RetrievalEvaluator:
         """The merged table of every relevance mode (saved under ``out_dir`` when given)."""
         reports, encoded = self._evaluate(model, vocab, similarity_options)
         result = merge_relevance_results(list(reports.items()))
+        if "risk_coverage" in result.figures:  # what the curve belongs to (pcmr search --risk-curve checks it)
+            result.figures["risk_coverage"]["fingerprint"] = gallery_fingerprint(
+                model, getattr(self.split, "name", None), getattr(self.split, "split", None),
+                encoded.images.num, encoded.captions.num)
         if self.corruption and not (encoded.images.is_point and encoded.captions.is_point):
             with phase("uncertainty under occlusion and word erasure (9 ratios x 256 items)", self.progress):
                 series = corruption_series(model, self.split, vocab, self.uncertainty_measure,

@@ -89,8 +89,27 @@ def inverted_softmax(scores: Tensor, beta: float = IS_BETA) -> Tensor:
         block = out[start : start + step]
         torch.add(neg_total, scores[start : start + step], alpha=beta, out=block)  # t
         block.sub_(torch.exp(block).neg_().log1p_())
-    out[best_row, columns] = beta * scores[best_row, columns] - rest
+    # the row holding a column's maximum reads its own normaliser; where the maximum is tied, the general
+    # formula is as exact and keeps tied entries bit-equal (a tie must not become an order)
+    alone = second < best  # [G]
+    rows, cols = best_row[alone], columns[alone]
+    out[rows, cols] = beta * scores[rows, cols] - rest[alone]
     return out
+
+
+def _mean_of_sorted(top: Tensor, valid: Tensor | None = None) -> Tensor:
+    """Mean of each row of ``top [N, k]`` (sorted the same way in every row), summed column by column in
+    a fixed order: rows holding the same values get bit-identical means. A reduction kernel may
+    accumulate some rows (or columns, along ``dim=0``) in another order than others, and the last-bit
+    differences it leaves would turn a tie into an order -- a constant score would rank by position.
+    ``valid [N, k]`` (optional) marks the entries counted; the others add nothing."""
+    if valid is not None:
+        top = top.where(valid, torch.zeros((), dtype=top.dtype, device=top.device))
+    total = top[:, 0].clone()
+    for j in range(1, top.shape[1]):
+        total += top[:, j]
+    count = top.new_full((top.shape[0],), float(top.shape[1])) if valid is None else valid.sum(1).clamp_min(1)
+    return total / count
 
 
 def csls_statistics(scores: Tensor, k: int = CSLS_K) -> tuple[Tensor, Tensor]:
@@ -106,7 +125,7 @@ def csls_statistics(scores: Tensor, k: int = CSLS_K) -> tuple[Tensor, Tensor]:
     step = block_rows(num_cols)
     row_mean = torch.empty(num_rows, dtype=scores.dtype, device=scores.device)  # [Q], r_G
     for start in range(0, num_rows, step):
-        row_mean[start : start + step] = scores[start : start + step].topk(k, dim=1, sorted=False).values.mean(dim=1)
+        row_mean[start : start + step] = _mean_of_sorted(scores[start : start + step].topk(k, dim=1).values)
     return row_mean, csls_gallery_statistic(scores, k)
 
 
@@ -120,9 +139,8 @@ def csls_from_statistics(scores: Tensor, row_mean: Tensor, col_mean: Tensor) -> 
 def row_top_mean(scores: Tensor, k: int) -> Tensor:
     """``r_G [Q]``: the mean of the ``k`` largest finite entries of each row of ``scores [Q, C]``
     (``-inf`` marks an unfilled candidate slot and is skipped)."""
-    top = scores.topk(min(k, scores.shape[1]), dim=1).values  # [Q, k]
-    valid = torch.isfinite(top)
-    return top.where(valid, 0.0).sum(1) / valid.sum(1).clamp_min(1)
+    top = scores.topk(min(k, scores.shape[1]), dim=1).values  # [Q, k], descending
+    return _mean_of_sorted(top, torch.isfinite(top))
 
 
 def inverted_softmax_gallery_statistic(scores: Tensor, beta: float = IS_BETA) -> Tensor:
@@ -153,7 +171,7 @@ def csls_gallery_statistic(scores: Tensor, k: int = CSLS_K) -> Tensor:
     for start in range(0, num_rows, step):
         merged = torch.cat([col_top, scores[start : start + step]], dim=0)  # [k + R, G]
         col_top = merged.topk(min(k, merged.shape[0]), dim=0, sorted=False).values
-    return col_top.mean(dim=0)
+    return _mean_of_sorted(col_top.t().sort(dim=1, descending=True).values)
 
 
 def csls(scores: Tensor, k: int = CSLS_K) -> Tensor:

@@ -18,20 +18,28 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AbstentionError", "abstains", "abstention_entry", "coverage_for_risk", "read_risk_curve"]
+from pcmr.evaluation.fingerprint import fingerprint_mismatches
+
+__all__ = ["AbstentionError", "abstains", "abstention_entry", "answered_entry", "check_curve_fingerprint",
+           "coverage_for_risk", "read_risk_curve"]
 
 
 class AbstentionError(ValueError):
     """A risk-coverage source that cannot give a coverage; the message names the file and what is missing."""
 
 
-def read_risk_curve(path: str | Path, similarity: str, direction: str) -> tuple[list[float], list[float]]:
-    """``(coverage, risk)`` of ``similarity`` and ``direction`` (``"t2i"`` for text queries, ``"i2t"``
-    for image queries) from an evaluation folder or its ``results.json``."""
+def _results_file(path: str | Path) -> Path:
     path = Path(path)
     file = path / "results.json" if path.is_dir() else path
     if not file.is_file():
         raise AbstentionError(f"{file}: not found; expected the results.json of `pcmr evaluate --out DIR`")
+    return file
+
+
+def read_risk_curve(path: str | Path, similarity: str, direction: str) -> tuple[list[float], list[float]]:
+    """``(coverage, risk)`` of ``similarity`` and ``direction`` (``"t2i"`` for text queries, ``"i2t"``
+    for image queries) from an evaluation folder or its ``results.json``."""
+    file = _results_file(path)
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -49,15 +57,44 @@ def read_risk_curve(path: str | Path, similarity: str, direction: str) -> tuple[
     return [float(c) for c in side["coverage"]], [float(r) for r in side["risk"]]
 
 
-def coverage_for_risk(coverage: list[float], risk: list[float], max_risk: float) -> float:
-    """The largest coverage whose risk is at most ``max_risk`` (0.0 when even the least uncertain
-    queries are above it). ``coverage`` ascending in (0, 1], ``risk`` in [0, 1], one per point."""
+def check_curve_fingerprint(path: str | Path, current: Mapping[str, Any]) -> None:
+    """AbstentionError unless the risk-coverage curve of the evaluation at ``path`` was measured with the
+    model and gallery of ``current`` (:func:`pcmr.evaluation.fingerprint.gallery_fingerprint` of the index):
+    a curve of another model or gallery maps a risk to a share that means nothing here."""
+    file = _results_file(path)
+    data = json.loads(file.read_text(encoding="utf-8"))
+    stored = ((data.get("figures") or {}).get("risk_coverage") or {}).get("fingerprint")
+    if not isinstance(stored, Mapping):
+        raise AbstentionError(f"{file}: the risk-coverage curve records no model and gallery fingerprint (written by "
+                              f"an older pcmr); evaluate again with `pcmr evaluate RUN --out DIR`")
+    differ = fingerprint_mismatches(stored, current)
+    if differ:
+        raise AbstentionError(f"{file}: the risk-coverage curve belongs to another model or gallery than this "
+                              f"index ({'; '.join(differ)}); evaluate the index's model on its gallery split and "
+                              f"pass that folder to --risk-curve")
+
+
+def coverage_for_risk(coverage: list[float], risk: list[float], max_risk: float, where: str = "") -> float:
+    """The largest coverage whose risk is at most ``max_risk``. ``coverage`` ascending in (0, 1], ``risk``
+    in [0, 1], one per point. AbstentionError, naming the lowest risk the curve reaches (and ``where``,
+    the curve's file and direction), when even the least uncertain queries are above it."""
     if not 0.0 <= max_risk <= 1.0 or math.isnan(max_risk):
         raise AbstentionError(f"the risk must lie in [0, 1] (1 - R-Precision of the answered), got {max_risk!r}")
     if len(coverage) != len(risk) or not coverage:
         raise AbstentionError("a risk-coverage curve needs one risk per coverage point")
     allowed = [c for c, r in zip(coverage, risk) if r <= max_risk + 1e-12]
-    return max(allowed, default=0.0)
+    if not allowed:
+        lowest = min(risk)
+        at = max(c for c, r in zip(coverage, risk) if r == lowest)
+        raise AbstentionError(f"a risk of at most {max_risk:g} cannot be reached{f' ({where})' if where else ''}: the "
+                              f"lowest risk of the curve is {lowest:.4g}, answering {100 * at:.0f}% of the queries; "
+                              f"give --max-risk {_round_up(lowest)} or more")
+    return max(allowed)
+
+
+def _round_up(value: float) -> str:
+    """``value`` rounded up to 3 decimals, as text (a --max-risk that reaches it)."""
+    return f"{math.ceil(value * 1000 - 1e-9) / 1000:g}"
 
 
 def abstains(query_percentile: float | None, coverage: float) -> bool:
@@ -68,8 +105,24 @@ def abstains(query_percentile: float | None, coverage: float) -> bool:
     return query_percentile > 100.0 * coverage
 
 
+def answered_entry(entry: dict[str, Any], coverage: float, why: str) -> dict[str, Any]:
+    """``entry`` (one query's result block) answered under abstention: the answered share ``coverage``
+    and why (``--answer-coverage`` or the risk curve) kept beside the results."""
+    percentile = entry["query_uncertainty_percentile"]
+    where = "" if percentile is None else f"query uncertainty at the {_ordinal(percentile)} percentile, "
+    return {**entry, "abstained": False, "coverage": coverage,
+            "reason": f"answered: {where}within the answered share {100 * coverage:.0f}% ({why})"}
+
+
 def abstention_entry(entry: dict[str, Any], coverage: float, why: str) -> dict[str, Any]:
     """``entry`` (one query's result block) answered "uncertain": no results, the reason kept."""
-    return {**entry, "results": [], "abstained": True,
-            "reason": f"query uncertainty at the {entry['query_uncertainty_percentile']:.0f}th percentile is above "
+    return {**entry, "results": [], "abstained": True, "coverage": coverage,
+            "reason": f"query uncertainty at the {_ordinal(entry['query_uncertainty_percentile'])} percentile is above "
                       f"the answered share {100 * coverage:.0f}% ({why})"}
+
+
+def _ordinal(value: float) -> str:
+    """``21.4`` -> ``"21st"``: a percentile as the search output writes it."""
+    number = int(round(value))
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"

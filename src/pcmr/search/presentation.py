@@ -8,6 +8,9 @@ the JSON API of ``pcmr serve`` and its page.
 - :func:`uncertainty_percentile`: an item's raw uncertainty (e.g. ``log det Sigma``, a sum over D
   dimensions, so values like ``-1012.5`` are normal) placed as a percentile among the gallery's items
   (0 = the most certain item, 100 = the most uncertain). The raw value stays in the JSON output.
+- :func:`fetch_size` / :func:`needs_more` / :func:`next_fetch_size`: how many results to ask for so
+  that ``k`` distinct lines remain once identical captions are merged (asked again, for more, until
+  they do or the whole gallery was read); :func:`fewer_lines_warning` says when fewer remain.
 - :func:`collapsed_score_warning` / :func:`collapsed_recall_warning`: a model whose scores barely
   differ between items (a collapsed embedding) ranks by ties and noise; both say so.
 """
@@ -36,6 +39,9 @@ __all__ = [
     "collapsed_score_warning",
     "collapsed_recall_warning",
     "fetch_size",
+    "needs_more",
+    "next_fetch_size",
+    "fewer_lines_warning",
     "shown_entries",
     "result_warnings",
     "entries_text",
@@ -167,6 +173,36 @@ def fetch_size(k: int, gallery_size: int, gallery_modality: str, rerank: str) ->
     if gallery_modality != "caption" or not get_reranker(rerank).returns_scores:
         return k
     return max(k, min(gallery_size, MERGE_FETCH_FACTOR * k))
+
+
+def needs_more(hits: Sequence[Any], k: int, fetched: int, gallery_size: int) -> bool:
+    """True when a query's ``hits`` (``fetched`` were asked for) merge into fewer than ``k`` lines and the
+    gallery (``gallery_size`` items) holds more to fetch: ask again for more."""
+    return fetched < gallery_size and len(merge_identical_texts(hits, limit=k)) < k
+
+
+def next_fetch_size(fetched: int, gallery_size: int) -> int:
+    """The next, larger request after :func:`needs_more`: ``MERGE_FETCH_FACTOR`` times as many, at most
+    the whole gallery (so a few rounds reach every item)."""
+    return min(gallery_size, max(fetched + 1, MERGE_FETCH_FACTOR * fetched))
+
+
+def fewer_lines_warning(shown: int, k: int, fetched: int, gallery_size: int, prefix_lists: bool) -> str | None:
+    """A warning when a query shows ``shown < k`` lines (identical captions merged into one line each),
+    else None. ``prefix_lists``: the re-ranker's top-k is a prefix of its longer lists, so more were
+    fetched until the ``gallery_size`` items were all read (``fetched``); a matching returns exactly the
+    ``fetched`` items asked for."""
+    if shown >= k:
+        return None
+    if prefix_lists and fetched >= gallery_size:
+        why = f"the {gallery_size} gallery items hold only {shown} distinct items"
+    elif prefix_lists:
+        why = f"the first {fetched} results hold only {shown} distinct items"
+    else:
+        why = f"the re-ranker's {fetched} results (a matching's lists are not cut from longer ones) hold only " \
+              f"{shown} distinct items"
+    return f"only {shown} distinct results of the {k} asked for: {why}; identical captions are shown once, with " \
+           f"their count and ids"
 
 
 def shown_entries(hits: Sequence[Any], k: int, gallery_uncertainty: Tensor | None) -> list[dict[str, Any]]:

@@ -120,6 +120,27 @@ def resume_run(run_dir: str | Path, overrides: Sequence[str] = ()) -> dict[str, 
         return Trainer(config, run_dir, resume=True).fit()
 
 
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first: the folders that
+    creating it makes."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_empty(folders: Sequence[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty; a folder holding anything stays, and so
+    do the ones above it."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs",
               name: str | None = None) -> tuple[dict[str, Any], Path]:
     """Train ``recipe`` (a shipped recipe name or a YAML path) with ``overrides`` into a new run
@@ -130,6 +151,7 @@ def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs"
     context = init_distributed(config.train.device)
     run_dir = Path(out) / (name or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     error = None
+    created = _missing_folders(run_dir) if context.is_main else []  # what a failure may take away again
     if context.is_main:  # rank 0 makes the folder; the others learn its name (or the error)
         if run_dir.exists() and any(run_dir.iterdir()):
             error = f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
@@ -146,6 +168,7 @@ def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs"
         except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
             if context.is_main:
                 shutil.rmtree(run_dir, ignore_errors=True)
+                _remove_empty(created[1:])  # nor an empty --out made for it
             raise
         if context.is_main:
             where = f" in {context.world_size} processes" if context.enabled else ""

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pcmr.config import ConfigError
 from pcmr.suggest import unknown_name
-from pcmr.train.config import ConfigError
 
 __all__ = ["REAL_DATA_DIR", "find_recipe", "list_recipes", "recipe_dirs", "shipped_recipe_dir"]
 

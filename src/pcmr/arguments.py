@@ -1,0 +1,40 @@
+"""Values of command-line arguments shared by the commands: ``--option NAME=VALUE`` (``pcmr search``) and ``--option NAME.OPTION=VALUE`` (``pcmr
+evaluate``), and the argparse types of the commands' numeric flags, checked when the command line is
+read, before any model is loaded or data encoded. Light: argparse and the standard library only."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+__all__ = ["option_value", "positive_int"]
+
+_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+
+
+def option_value(flag: str, value: Any, example: str) -> Any:
+    """``value`` as read from ``flag`` (``"--option is.beta=..."``, parsed as in ``--set``), with the
+    spellings ``nan``/``inf`` read as the floats they name. ValueError naming the flag for an empty value
+    (``is.beta=``: it would silently mean the default) and for NaN (never a valid option); infinity is
+    passed on to the owner, which accepts it where it means something (``rgm.lam=inf``: plain top-k)."""
+    if value is None:
+        raise ValueError(f"{flag}: VALUE is empty; give a value after '=', e.g. {example}, or leave the option "
+                         f"out for its default")
+    if isinstance(value, str) and value.strip().lower() in _NON_FINITE:
+        value = float(value.strip())
+    if isinstance(value, float) and math.isnan(value):
+        raise ValueError(f"{flag}: VALUE must be a finite number, got nan")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a count that must be at least 1 (``--batch-size``, ``-k``): an error at parse
+    time, before any work, for ``0``, ``-5`` or ``abc``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (1 or more), got {value}")
+    return value
