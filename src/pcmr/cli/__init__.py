@@ -163,9 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     try:
         if getattr(args, "device", None) is not None:  # every command's --device, checked one way
-            from pcmr.device import resolve_device  # imports torch: only for a command that takes --device
-
-            resolve_device(args.device, what="--device")
+            # pcmr.device imports torch: loaded here, for a command that takes --device, never at start-up
+            importlib.import_module("pcmr.device").resolve_device(args.device, what="--device")
         status = args._run(args)
         sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
     except BrokenPipeError:  # `pcmr search ... | head`: the reader has what it wanted
