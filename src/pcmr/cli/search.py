@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pcmr.atomic import write_folder
+from pcmr.atomic import write_folder, writing_folder
+from pcmr.cli.termination import run_until_terminated
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
@@ -33,6 +34,7 @@ from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, r
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
+from pcmr.search.manifest import milvus_entries
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
@@ -43,6 +45,7 @@ from pcmr.search.presentation import (
     word_vocabulary,
 )
 from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
+from pcmr.search.vectordb import drop_collection
 from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
@@ -210,8 +213,13 @@ def _check_target(args: argparse.Namespace) -> None:
 
 
 def _save_new(index: Any, args: argparse.Namespace) -> None:
-    """Write a newly built index; the folder is swapped in whole, so a replaced one leaves no file behind."""
+    """Write a newly built index; the folder is swapped in whole, so a replaced one leaves no file behind.
+    The Milvus collections of a replaced index are dropped once the new one is in place."""
+    replaced = milvus_entries(args.index)
     write_folder(args.index, index.save)
+    index.commit_sources()
+    for entry in replaced:
+        drop_collection(entry["uri"], entry["collection"], entry.get("build_id"))
 
 
 def _build(args: argparse.Namespace) -> Any:
@@ -303,7 +311,8 @@ def _add(args: argparse.Namespace) -> Any:
     if saved.captions is not None:
         index.add_captions(saved.captions, saved.caption_ids, saved.caption_texts, shard_size=args.shard_size,
                            progress=None)
-    index.save(args.index)
+    write_folder(args.index, index.save)  # a new folder swapped in whole: the old index or the new, never a mix
+    index.commit_sources()  # Milvus: the replaced collections are dropped once the new folder is in place
     print(f"added to {args.index}: now {index.images.num} images, {index.captions.num} captions")
     return index
 
@@ -325,6 +334,7 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
         extra = {k: v for k, v in (("nlist", args.nlist), ("nprobe", args.nprobe)) if v is not None}
         built = index.build_milvus(args.uri, score, modalities, kinds[args.index_type],
                                    collection_prefix=args.collection_prefix, shard_size=args.shard_size,
+                                   owner=args.index,
                                    reference_sample=args.reference_sample, **extra)
         for modality, source in built.items():
             print(f"milvus collection {source.collection} at {source.uri}: {source.ntotal} {modality}s, "
@@ -413,6 +423,10 @@ def _block_text(entry: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_until_terminated("search", _run, args, args.index)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
     empty = [t for t in args.text if not t.strip()]
@@ -426,12 +440,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--store-dtype sets the precision of an --on-disk gallery; add --on-disk")
     coverage = _coverages(args)  # checked before any work
     index = None
-    if args.build:
-        index = _build(args)
-    elif args.from_embeddings:
-        index = _from_embeddings(args)
-    elif args.add:
-        index = _add(args)
+    if args.build or args.from_embeddings or args.add:
+        with writing_folder(args.index, "writing this index"):  # one writer per index; a killed one's copies put right
+            if args.build:
+                index = _build(args)
+            elif args.from_embeddings:
+                index = _from_embeddings(args)
+            else:
+                index = _add(args)
     if not args.text and not args.image:
         if index is None:
             raise ValueError(
