@@ -165,6 +165,9 @@ class FolderWriteError(OSError):
     """Writing a folder with :func:`write_folder` failed on an OS error (a full disk, a quota); the
     message names the file being written and says that the previous folder is intact."""
 
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]"
+        return str(self.strerror)
+
 
 def _leftover_pattern(path: Path) -> re.Pattern[str]:
     """Names of the temporary (``.tmp``) and set-aside (``.old``) copies :func:`write_folder` makes

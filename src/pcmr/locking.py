@@ -6,8 +6,8 @@ writer of the same path is refused at once with :class:`PathLockedError` (naming
 process that holds it) instead of silently replacing the first one's result or losing its items.
 
 The lock is an ``flock`` on the lock file, which the operating system drops when its process ends
-(``kill -9`` included): a lock is never left stale. The file records the holder's PID for the
-message and is removed on release (a process that waited on a file removed meanwhile locks the new
+(``kill -9`` included): a lock is never left stale. The file records the holder's PID and work for
+the message and is removed on release (a process that waited on a file removed meanwhile locks the new
 one). Within one process the lock is re-entrant (a command that holds it may call
 :func:`~pcmr.atomic.write_folder` on the same path). On platforms without ``fcntl`` the lock is a
 no-op.
@@ -43,16 +43,18 @@ def lock_file_for(path: str | os.PathLike[str]) -> Path:
 
 
 def _holder(lock: Path) -> str:
+    """Who holds ``lock`` and what it does, as its lock file records them."""
     try:
-        pid = lock.read_text(encoding="utf-8").strip()
+        pid, _, what = lock.read_text(encoding="utf-8").strip().partition(" ")
     except (OSError, UnicodeDecodeError):
-        pid = ""
-    return f"process {pid}" if pid.isdigit() else "another process"
+        pid, what = "", ""
+    return f"process {pid} is {what or 'writing it'}" if pid.isdigit() else "another process is writing it"
 
 
 class PathLock:
-    """Hold the lock of ``path`` (a context manager): ``what`` names the work in the refusal, e.g.
-    ``"writing the index"``. Raises :class:`PathLockedError` when another process holds it."""
+    """Hold the lock of ``path`` (a context manager): ``what`` names the work, recorded in the lock
+    file for the refusal another process gets, e.g. ``"writing this index"``. Raises
+    :class:`PathLockedError` when another process holds it."""
 
     def __init__(self, path: str | os.PathLike[str], what: str = "writing it") -> None:
         self.path = Path(path)
@@ -76,7 +78,7 @@ class PathLock:
                 except BlockingIOError:
                     os.close(fd)
                     raise PathLockedError(
-                        f"{self.path} is in use: {_holder(self.lock)} is {self.what} (lock file {self.lock}); "
+                        f"{self.path} is in use: {_holder(self.lock)} (lock file {self.lock}); "
                         "wait for it to finish, or choose another path") from None
                 except BaseException:
                     os.close(fd)
@@ -90,7 +92,7 @@ class PathLock:
                 os.close(fd)  # the file was removed by its previous holder while we locked it: retry
             with contextlib.suppress(OSError):  # the PID only serves the message; a full disk may refuse it
                 os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
+                os.write(fd, f"{os.getpid()} {self.what}\n".encode())
             _HELD[self.key] = [fd, 1]
         return self
 
