@@ -1,7 +1,8 @@
 """Run ``pcmr`` in this process and stop it at a chosen step of a folder write; used by the fault tests
 of ``pcmr search`` and ``pcmr evaluate`` as a subprocess (nothing in pcmr itself has a test hook).
 
-Usage: ``python tests/kill_runner.py STEP -- pcmr arguments...`` where STEP is
+Usage: ``python tests/_kill_runner.py STEP -- pcmr arguments...`` (or :func:`pcmr_process` from a
+test) where STEP is
 
 - ``file:N``: SIGKILL just before the N-th file is moved into place (``os.replace`` of a file: the
   N-th file of the new folder, written inside its temporary folder);
@@ -19,8 +20,10 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 OLD = re.compile(r"\.[a-z0-9_]{8}\.old$")
 
@@ -53,6 +56,17 @@ def install(step: str) -> None:
 
     os.replace = patched_replace
     shutil.rmtree = patched_rmtree
+
+
+def pcmr_process(step: str, *args: str, wait: bool = True) -> subprocess.CompletedProcess | subprocess.Popen:
+    """``pcmr ARGS`` in a child process stopped at ``step``; ``wait=False`` returns the running process."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(Path(__file__).resolve()), step, "--", *args]
+    if not wait:
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
 def main(argv: list[str]) -> int:
