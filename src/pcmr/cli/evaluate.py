@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pcmr.atomic import write_folder
+from pcmr.atomic import write_folder, writing_folder
+from pcmr.cli.termination import run_until_terminated
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
@@ -196,6 +197,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_until_terminated("evaluate", _run, args, args.out or "the report folder")
+
+
+def _run(args: argparse.Namespace) -> int:
     model = load(args.run_or_model, device=args.device or "cpu", vocabulary=args.vocab)
     config = run_config(model)
     eval_cfg = config.eval if config is not None else None
@@ -218,6 +223,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
                          f"{split.num_images} images, got {args.folds}")
     out = Path(args.out) if args.out else (model.run_dir or Path(".")) / f"eval-{split_name}"
+    with writing_folder(out, "writing this evaluation report"):  # one writer per report, a killed one's copies removed
+        return _evaluate(args, model, split, out, similarities, rerankers, rerank_options)
+
+
+def _evaluate(args: argparse.Namespace, model: Any, split: Any, out: Path, similarities: list[str],
+              rerankers: list[str], rerank_options: dict[str, dict[str, Any]]) -> int:
     prepare_out(out, args.overwrite)
     result = evaluate_run(model, split, val_split=args.val_split, data=args.data, data_name=args.data_name,
                           similarities=similarities, rerankers=rerankers, rerank_options=rerank_options,
