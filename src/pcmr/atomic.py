@@ -168,6 +168,11 @@ class FolderWriteError(OSError):
     def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]"
         return str(self.strerror)
 
+    @property
+    def detail(self) -> str:
+        """The message without its closing hint (what failed and what is intact)."""
+        return str(self.strerror).split("; free disk space")[0]
+
 
 def _leftover_pattern(path: Path) -> re.Pattern[str]:
     """Names of the temporary (``.tmp``) and set-aside (``.old``) copies :func:`write_folder` makes
