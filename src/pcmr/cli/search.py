@@ -311,7 +311,10 @@ def _add(args: argparse.Namespace) -> Any:
     if saved.captions is not None:
         index.add_captions(saved.captions, saved.caption_ids, saved.caption_texts, shard_size=args.shard_size,
                            progress=None)
-    write_folder(args.index, index.save)  # a new folder swapped in whole: the old index or the new, never a mix
+    def save(folder: Path) -> None:
+        index.save(folder)
+
+    write_folder(args.index, save)  # a new folder swapped in whole: the old index or the new, never a mix
     index.commit_sources()  # Milvus: the replaced collections are dropped once the new folder is in place
     print(f"added to {args.index}: now {index.images.num} images, {index.captions.num} captions")
     return index
