@@ -142,6 +142,8 @@ def add_items(index: StoredGallery, modality: str, items: Gaussian, ids: Sequenc
         # the new folder is in place (commit_sources drops it then)
         build_id = new_build_id()
         owner = (source.settings.get("owner") or {}).get("index")
+        drop_unfinished(source.uri, collection_prefix(source.collection),  # of a killed --add or build
+                        keep={s.collection for s in index.ann.values() if s.engine == "milvus"})
         _replace_source(index, modality, _milvus_source(
             source.uri, collection_name(collection_prefix(source.collection), modality, build_id), source.score,
             merged, source.index_type, shard_size, build_id, owner,

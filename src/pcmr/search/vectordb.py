@@ -98,16 +98,17 @@ def _being_written(index_dir: str) -> bool:
         return True
 
 
-def drop_unfinished(uri: str, prefix: str) -> list[str]:
+def drop_unfinished(uri: str, prefix: str, keep: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Drop the collections ``PREFIX_*_<build id>`` at ``uri`` left by a build killed before its index
     folder was saved: not committed, written from this host, whose index folder is not being written
-    and does not name them. Returns the names dropped. Collections of saved indexes, of other hosts
-    and of other prefixes are never touched."""
+    by another process and does not name them, and not in ``keep`` (those the caller is building).
+    Returns the names dropped. Collections of saved indexes, of other hosts and of other prefixes are
+    never touched."""
     client = milvus_client(uri, create=True)
     pattern = re.compile(rf"^{re.escape(prefix)}_(image|caption)_[0-9a-f]{{{BUILD_ID_HEX}}}$")
     dropped = []
     for name in client.list_collections():
-        if not pattern.match(name):
+        if not pattern.match(name) or name in keep:
             continue
         info = _settings(client, name)
         owner = (info or {}).get("owner") or {}
