@@ -149,3 +149,18 @@ def test_the_lock_is_reentrant_within_a_process(tmp_path):
         write_folder(tmp_path / "x", fill("one"))  # a command holding the lock writes the folder
         assert lock_file_for(tmp_path / "x").exists()
     assert not lock_file_for(tmp_path / "x").exists()
+
+
+def test_a_library_writer_that_reports_a_full_disk_in_its_message_gives_an_os_error(tmp_path):
+    from pcmr.atomic import atomic_write_via_path
+
+    def faiss_like(path):  # faiss.write_index raises RuntimeError with the C library's text
+        path.write_bytes(b"half")
+        raise RuntimeError(f"Error: 'ret == (size * 4)' failed: write error in {path}: 4 != 512 (No space left on "
+                           "device)")
+
+    with pytest.raises(FolderWriteError) as caught:
+        write_folder(tmp_path / "index", lambda folder: atomic_write_via_path(folder / "ann.faiss", faiss_like))
+    assert str(caught.value).startswith(f"writing {tmp_path / 'index' / 'ann.faiss'} failed (No space left on "
+                                        f"device); nothing was written to {tmp_path / 'index'}; free disk space")
+    assert list(tmp_path.iterdir()) == []

@@ -49,6 +49,8 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+#: errors of a full disk or quota, or a file-size limit: reported with the file and a hint
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def fsync_dir(path: PathLike) -> None:
@@ -116,6 +118,9 @@ def atomic_write_via_path(path: PathLike, write: Callable[[Path], None]) -> Path
             tmp.unlink()
         if isinstance(err, OSError) and err.filename is None:
             err.filename = str(path)
+        full = next((code for code in sorted(DISK_FULL_ERRNOS) if f"({os.strerror(code)})" in str(err)), None)
+        if isinstance(err, RuntimeError) and full is not None:  # a library's own writer, e.g. faiss
+            raise OSError(full, os.strerror(full), str(path)) from err
         raise
 
 
@@ -155,10 +160,6 @@ def atomic_write_safetensors(path: PathLike, tensors: Mapping[str, torch.Tensor]
     """Write ``tensors`` (contiguous, CPU or not) as a safetensors file atomically."""
     data = safetensors_save(dict(tensors), metadata=dict(metadata) if metadata is not None else None)
     return atomic_write_bytes(path, data)
-
-
-#: errors of a full disk or quota, or a file-size limit: reported with the file and a hint
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 class FolderWriteError(OSError):

@@ -116,6 +116,29 @@ def test_add_killed_at_a_step_leaves_the_old_or_the_new_index_and_the_next_add_c
     assert sizes(index_dir) == ((19, 75) if step == "cleanup" else (16, 70))
 
 
+def test_add_beyond_a_real_file_size_limit_keeps_the_old_index(built, tmp_path):
+    """No injection: the child process may write files of at most half the size of the index's largest
+    file (``ulimit -f``), so writing the new index fails with EFBIG as on a full disk."""
+    import resource
+    import subprocess
+    import sys
+
+    index_dir, more = fresh(built, tmp_path)
+    before = snapshot(index_dir)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    limit = max(p.stat().st_size for p in index_dir.rglob("*") if p.is_file()) // 2
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run([sys.executable, "-m", "pcmr", "search", str(index_dir), "--add", str(more)],
+                          env={**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=300, preexec_fn=small_files)
+    assert done.returncode == 1
+    assert f"failed (File too large); the previous {index_dir} is intact; free disk space" in done.stderr
+    assert snapshot(index_dir) == before and sorted(p.name for p in tmp_path.iterdir()) == ["index"]
+
+
 def test_two_adds_at_once_the_second_is_refused_and_nothing_is_lost(built, tmp_path, capsys):
     index_dir, more = fresh(built, tmp_path)
     first = pcmr_process("hold:3", "search", str(index_dir), "--add", str(more), wait=False)
