@@ -164,3 +164,15 @@ def test_a_library_writer_that_reports_a_full_disk_in_its_message_gives_an_os_er
     assert str(caught.value).startswith(f"writing {tmp_path / 'index' / 'ann.faiss'} failed (No space left on "
                                         f"device); nothing was written to {tmp_path / 'index'}; free disk space")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_whose_model_swap_was_killed_loads_its_previous_model(tiny_run_factory, tmp_path):
+    import pcmr
+
+    run = tiny_run_factory(tmp_path / "run")
+    # killed after the old model/ was set aside, before the new one was renamed in
+    os.rename(run / "model", run / ".model.abcd1234.old")
+    (run / ".model.abcd1234.tmp").mkdir()
+    model = pcmr.load(run)
+    assert model.source is not None and (run / "model" / "model.safetensors").is_file()
+    assert not [p for p in run.iterdir() if p.name.startswith(".model.")]
