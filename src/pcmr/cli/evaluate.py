@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import write_folder, writing_folder
-from pcmr.cli.termination import run_until_terminated
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
@@ -26,6 +25,7 @@ from pcmr.progress import phase
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.similarity import check_similarity_option_values, get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
+from pcmr.termination import run_until_terminated
 from pcmr.train.evaluation import evaluate_run
 from pcmr.train.loading import load_split, run_config
 

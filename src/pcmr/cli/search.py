@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import write_folder, writing_folder
-from pcmr.cli.termination import run_until_terminated
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
@@ -46,6 +45,7 @@ from pcmr.search.presentation import (
 )
 from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
 from pcmr.search.vectordb import drop_collection
+from pcmr.termination import run_until_terminated
 from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
