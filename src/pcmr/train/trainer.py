@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from pcmr.atomic import FolderWriteError
+from pcmr.atomic import DISK_FULL_ERRNOS, FolderWriteError
 from pcmr.config import ConfigError
 from pcmr.data.batching import train_loader
 from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
@@ -459,8 +459,9 @@ class Trainer:
                  "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split))}
         try:
             save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
-        except FolderWriteError as exc:  # a full disk: the hint is the resume command
-            raise FolderWriteError(exc.errno, f"{exc.detail}; free disk space and continue with: "
+        except FolderWriteError as exc:  # e.g. a full disk: the hint is the resume command
+            free = "free disk space and " if exc.errno in DISK_FULL_ERRNOS else ""
+            raise FolderWriteError(exc.errno, f"{exc.detail}; {free}continue with: "
                                               f"{resume_command(self.run_dir, self.context.world_size)}") from exc
         if which == "model":
             write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
