@@ -1,7 +1,8 @@
 """SIGTERM in the commands that write outputs (``pcmr search``, ``pcmr evaluate``): the signal raises
 :class:`Terminated` in the main thread, so the write in progress removes its temporary files and
 releases its lock (``pcmr.atomic.write_folder``) before the command prints one line and exits
-with ``128 + 15``."""
+with ``128 + 15``. Python runs the handler between bytecodes, so a signal that arrives inside a long
+library call (a faiss k-means) takes effect when that call returns."""
 
 from __future__ import annotations
 
