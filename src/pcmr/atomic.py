@@ -187,7 +187,7 @@ def folder_leftovers(path: PathLike) -> list[Path]:
     pattern = _leftover_pattern(path)
     try:
         return sorted(p for p in path.parent.iterdir() if pattern.match(p.name))
-    except FileNotFoundError:
+    except OSError:  # no such folder, a file, no permission: nothing to put right
         return []
 
 
