@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
-from pcmr.locking import PathLock, PathLockedError
+from pcmr.locking import PathLock
 from pcmr.search.ann import gallery_layout, gallery_vectors, query_vectors, scores_from_distances
 
 __all__ = ["MilvusCandidates", "collection_name", "drop_collection", "drop_unfinished", "milvus_client",
@@ -91,10 +91,13 @@ def _referenced(index_dir: str, collection: str, build_id: str) -> bool:
 
 
 def _being_written(index_dir: str) -> bool:
+    """Whether another process holds the lock of ``index_dir`` (True when that cannot be checked)."""
+    if not Path(index_dir).parent.is_dir():  # its folder is gone: nobody writes there
+        return False
     try:
         with PathLock(index_dir):
             return False
-    except PathLockedError:
+    except OSError:  # PathLockedError, or a folder where no lock file can be made: keep its collections
         return True
 
 
