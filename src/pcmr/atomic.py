@@ -5,23 +5,29 @@ Every writer here puts the data into a temporary file in the destination's folde
 (atomic on POSIX and Windows within one file system) and then ``fsync``s the folder, so the
 rename itself survives a power cut. A failed write removes its temporary file and leaves the
 destination untouched. :func:`write_folder` does the same for a folder that must appear whole
-(a saved model): written under a temporary name, then swapped in by renames.
+(a saved model, a gallery index, an evaluation report): written under a temporary name, then swapped
+in by renames, under the folder's lock (:mod:`pcmr.locking`); the copies a killed swap leaves are
+put back or removed by the next writer or reader (:func:`recover_folder`, :func:`repair_folder`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import torch
 from safetensors.torch import save as safetensors_save
+
+from pcmr.locking import PathLock, PathLockedError
 
 __all__ = [
     "atomic_write",
@@ -31,13 +37,21 @@ __all__ = [
     "atomic_write_safetensors",
     "atomic_write_text",
     "atomic_write_via_path",
+    "DISK_FULL_ERRNOS",
+    "folder_leftovers",
+    "FolderWriteError",
     "fsync_dir",
     "move_into_place",
     "normal_permissions",
+    "recover_folder",
+    "repair_folder",
     "write_folder",
+    "writing_folder",
 ]
 
 PathLike = str | os.PathLike[str]
+#: errors of a full disk or quota, or a file-size limit: reported with the file and a hint
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def fsync_dir(path: PathLike) -> None:
@@ -101,9 +115,11 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         return move_into_place(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename is None:
+            err.filename = str(path)  # a failed handle write names no file: name the one being written
         raise
 
 
@@ -122,9 +138,14 @@ def atomic_write_via_path(path: PathLike, write: Callable[[Path], None]) -> Path
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         return move_into_place(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(err, OSError) and err.filename is None:
+            err.filename = str(path)
+        full = next((code for code in sorted(DISK_FULL_ERRNOS) if f"({os.strerror(code)})" in str(err)), None)
+        if isinstance(err, RuntimeError) and full is not None:  # a library's own writer, e.g. faiss
+            raise OSError(full, os.strerror(full), str(path)) from err
         raise
 
 
@@ -166,28 +187,131 @@ def atomic_write_safetensors(path: PathLike, tensors: Mapping[str, torch.Tensor]
     return atomic_write_bytes(path, data)
 
 
+class FolderWriteError(OSError):
+    """Writing a folder with :func:`write_folder` failed on an OS error (a full disk, a quota); the
+    message names the file being written and says that the previous folder is intact."""
+
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]"
+        return str(self.strerror)
+
+    @property
+    def detail(self) -> str:
+        """The message without its closing hint (what failed and what is intact)."""
+        return str(self.strerror).split("; free disk space")[0]
+
+
+def _leftover_pattern(path: Path) -> re.Pattern[str]:
+    """Names of the temporary (``.tmp``) and set-aside (``.old``) copies :func:`write_folder` makes
+    for ``path``: ``.NAME.<8 random characters of tempfile>.tmp|old``."""
+    return re.compile(rf"^\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.(tmp|old)$")
+
+
+def folder_leftovers(path: PathLike) -> list[Path]:
+    """The copies of ``path`` left by a :func:`write_folder` that was killed (``kill -9``, a power cut)."""
+    path = Path(os.path.abspath(path))
+    pattern = _leftover_pattern(path)
+    try:
+        return sorted(p for p in path.parent.iterdir() if pattern.match(p.name))
+    except OSError:  # no such folder, a file, no permission: nothing to put right
+        return []
+
+
+def recover_folder(path: PathLike) -> list[Path]:
+    """Put back or remove the copies of ``path`` left by a killed :func:`write_folder`; the caller
+    holds ``path``'s :class:`~pcmr.locking.PathLock` (no live writer). Returns what it found.
+
+    A writer killed between "old folder renamed aside" and "new folder renamed in" leaves ``path``
+    missing and the old folder as ``.NAME.X.old``: it is renamed back (the newest one, should there
+    be several), so the old state loads again. Every other leftover (``.NAME.X.tmp``: a partial or
+    unswapped new folder; ``.NAME.X.old``: an old folder whose removal did not finish) is deleted.
+    """
+    path = Path(path)
+    found = folder_leftovers(path)
+    if not found:
+        return found
+    aside = [p for p in found if p.name.endswith(".old")]
+    if aside and not os.path.lexists(path):
+        newest = max(aside, key=lambda p: p.stat().st_mtime_ns)
+        move_into_place(newest, path)
+    for leftover in found:
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        elif os.path.lexists(leftover):
+            leftover.unlink()
+    return found
+
+
+def repair_folder(path: PathLike) -> None:
+    """Before reading ``path``: when a killed writer left copies of it (:func:`recover_folder`) and no
+    live process is writing it, put them right. Nothing happens while another process holds its lock."""
+    if not folder_leftovers(path):
+        return
+    with contextlib.suppress(PathLockedError, OSError), PathLock(path, "writing it"):
+        recover_folder(path)
+
+
+@contextlib.contextmanager
+def writing_folder(path: PathLike, what: str = "writing it") -> Iterator[Path]:
+    """Hold ``path``'s lock (:class:`~pcmr.locking.PathLock`; another writer is refused with
+    :class:`~pcmr.locking.PathLockedError`) and recover the leftovers of a killed writer before the
+    caller checks or writes ``path`` (e.g. a whole ``pcmr search --build``: check, encode, write)."""
+    with PathLock(path, what):
+        recover_folder(path)
+        yield Path(path)
+
+
+def _written_file(err: OSError, tmp: Path, path: Path) -> str:
+    """The file an error names, with the temporary folder replaced by the final one."""
+    name = err.filename if isinstance(err.filename, str) else None
+    if not name:
+        return str(path)
+    if name.startswith(str(tmp)):
+        name = str(path) + name[len(str(tmp)):]
+    return re.sub(r"/\.([^/]+)\.[a-z0-9_]{8}\.tmp$", r"/\1", name)  # an atomic_write temp file: its target
+
+
+def _folder_error(err: OSError, tmp: Path, path: Path, existed: bool) -> FolderWriteError:
+    kept = f"the previous {path} is intact" if existed else f"nothing was written to {path}"
+    hint = "; free disk space (or raise the quota / file-size limit) and run it again" \
+        if err.errno in DISK_FULL_ERRNOS else ""
+    return FolderWriteError(err.errno or errno.EIO,
+                            f"writing {_written_file(err, tmp, path)} failed ({err.strerror or err}); {kept}{hint}")
+
+
 def write_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
     """Call ``write(temp_folder)``, then move the folder to ``path``, replacing an existing one.
 
-    ``path`` always holds a complete folder: the old one until the new one is in place (the old is
-    renamed aside, the new renamed in, then the old removed). A failed ``write`` removes its
-    temporary folder and leaves ``path`` untouched.
+    ``path`` always holds a complete folder, the old one until the new one is in place: the new
+    folder is written as ``.NAME.X.tmp`` beside it, the old one renamed aside to ``.NAME.X.old``, the
+    new one renamed in, then the old one removed. A failure at any step (a full disk, a signal)
+    removes the temporary folder and puts the old one back; a process killed between the two renames
+    leaves the old folder aside, which the next writer (or reader, :func:`repair_folder`) renames
+    back. The whole write holds ``path``'s lock (:class:`~pcmr.locking.PathLock`), so a second writer
+    of the same path is refused. An OS error is raised as :class:`FolderWriteError` naming the file
+    being written and saying that the previous folder is intact.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        normal_permissions(tmp, folder=True)
-        write(tmp)
-        fsync_dir(tmp)
-        old = None
-        if path.exists():
-            old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old")  # unique: named after the temp folder
-            move_into_place(path, old)
-        move_into_place(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    with PathLock(path, "writing it"):
+        recover_folder(path)
+        existed = os.path.lexists(path)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old")  # unique: named after the temp folder
+        try:
+            normal_permissions(tmp, folder=True)
+            write(tmp)
+            fsync_dir(tmp)
+            if existed:
+                move_into_place(path, old)
+            move_into_place(tmp, path)
+        except BaseException as err:
+            if os.path.lexists(old) and not os.path.lexists(path):
+                with contextlib.suppress(OSError):
+                    move_into_place(old, path)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(err, OSError) and not isinstance(err, FolderWriteError):
+                raise _folder_error(err, tmp, path, existed) from err
+            raise
+        if existed:
+            shutil.rmtree(old, ignore_errors=True)
     return path

@@ -35,7 +35,7 @@ import yaml
 from huggingface_hub import ModelCard, ModelHubMixin, snapshot_download
 from torch import Tensor, nn
 
-from pcmr.atomic import atomic_write_text
+from pcmr.atomic import atomic_write_text, repair_folder
 from pcmr.data import Vocabulary, load_dataset
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
 from pcmr.device import resolve_device
@@ -529,6 +529,8 @@ def load(path: str | os.PathLike[str], *, which: str = "model", device: str | to
     expected = "a run folder from `pcmr train`, its model/ folder or a folder written by Model.save_pretrained"
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"{str(path)!r} is a file, not a run or model folder (expected {expected})")
+    for written in (folder, folder / which):  # a model folder write killed between its renames: put it back
+        repair_folder(written)
     if not folder.is_dir():
         raise FileNotFoundError(f"folder not found: {str(path)!r} (expected {expected})")
     if (folder / _RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():

@@ -30,8 +30,11 @@ def test_cli_build_writes_collections_and_the_index_names_them(built, capsys):
     index_dir, uri = built
     info = json.loads((index_dir / "index.json").read_text())
     assert info["backend"] == "milvus"
+    build_id = info["ann"]["image"]["build_id"]
+    assert len(build_id) == 16 and info["ann"]["caption"]["build_id"] == build_id
     assert info["ann"]["image"] == {**info["ann"]["image"], "engine": "milvus", "uri": uri,
-                                    "collection": "pcmr_image", "score": "wasserstein", "index_type": "FLAT"}
+                                    "collection": f"pcmr_image_{build_id}", "score": "wasserstein",
+                                    "index_type": "FLAT"}
     assert "ann-image.faiss" not in info["checksums"]
     index = GalleryIndex.load(index_dir)
     assert index.ann["image"].ntotal == 13 and index.ann["caption"].ntotal == 65

@@ -144,6 +144,13 @@ def _is_bad_input(exc: BaseException) -> bool:
     return checkpoint is not None and isinstance(exc, checkpoint.CheckpointError)
 
 
+def _says_what_to_do(exc: BaseException) -> bool:
+    """A failed folder write (a full disk, a file-size limit) names the file and what to do; a traceback
+    adds nothing to it."""
+    atomic = sys.modules.get("pcmr.atomic")  # imported by whatever raised one
+    return atomic is not None and isinstance(exc, atomic.FolderWriteError)
+
+
 def _quiet_stdout() -> None:
     """After a broken pipe: point stdout at /dev/null, so flushing it at exit raises nothing more."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -178,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        hint = "" if _is_bad_input(exc) else " (run with --debug for the traceback)"
+        hint = "" if _is_bad_input(exc) or _says_what_to_do(exc) else " (run with --debug for the traceback)"
         print(f"pcmr {args.command}: error: {_one_line(exc)}{hint}", file=sys.stderr)
         return EXIT_BAD_INPUT if _is_bad_input(exc) else EXIT_FAILURE
     return int(status or 0)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.arguments import option_value, positive_int
-from pcmr.atomic import write_folder
+from pcmr.atomic import write_folder, writing_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
@@ -26,6 +26,7 @@ from pcmr.progress import phase
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.similarity import check_similarity_option_values, get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
+from pcmr.termination import run_until_terminated
 from pcmr.train.evaluation import evaluate_run
 from pcmr.train.loading import load_split, run_config
 
@@ -197,6 +198,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_until_terminated("evaluate", _run, args, args.out or "the report folder")
+
+
+def _run(args: argparse.Namespace) -> int:
     model = load(args.run_or_model, device=args.device or "cpu", vocabulary=args.vocab)
     config = run_config(model)
     eval_cfg = config.eval if config is not None else None
@@ -219,6 +224,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
                          f"{split.num_images} images, got {args.folds}")
     out = Path(args.out) if args.out else (model.run_dir or Path(".")) / f"eval-{split_name}"
+    with writing_folder(out, "writing this evaluation report"):  # one writer per report, a killed one's copies removed
+        return _evaluate(args, model, split, out, similarities, rerankers, rerank_options)
+
+
+def _evaluate(args: argparse.Namespace, model: Any, split: Any, out: Path, similarities: list[str],
+              rerankers: list[str], rerank_options: dict[str, dict[str, Any]]) -> int:
     prepare_out(out, args.overwrite)
     result = evaluate_run(model, split, val_split=args.val_split, data=args.data, data_name=args.data_name,
                           similarities=similarities, rerankers=rerankers, rerank_options=rerank_options,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.arguments import option_value, positive_int
-from pcmr.atomic import write_folder
+from pcmr.atomic import write_folder, writing_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.evaluation.fingerprint import gallery_fingerprint
@@ -43,7 +43,7 @@ from pcmr.search.abstain import (
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
 from pcmr.search.embeddings import read_embeddings
-from pcmr.search.manifest import stored_similarity
+from pcmr.search.manifest import milvus_entries, stored_similarity
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
@@ -57,7 +57,8 @@ from pcmr.search.presentation import (
     word_vocabulary,
 )
 from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
-from pcmr.search.vectordb import resolve_uri
+from pcmr.search.vectordb import drop_collection, resolve_uri
+from pcmr.termination import run_until_terminated
 from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
@@ -250,8 +251,13 @@ def _check_milvus_target(args: argparse.Namespace) -> None:
 
 
 def _save_new(index: Any, args: argparse.Namespace) -> None:
-    """Write a newly built index; the folder is swapped in whole, so a replaced one leaves no file behind."""
+    """Write a newly built index; the folder is swapped in whole, so a replaced one leaves no file behind.
+    The Milvus collections of a replaced index are dropped once the new one is in place."""
+    replaced = milvus_entries(args.index)
     write_folder(args.index, index.save)
+    index.commit_sources()
+    for entry in replaced:
+        drop_collection(entry["uri"], entry["collection"], entry.get("build_id"))
 
 
 def _build(args: argparse.Namespace) -> Any:
@@ -343,7 +349,11 @@ def _add(args: argparse.Namespace) -> Any:
     if saved.captions is not None:
         index.add_captions(saved.captions, saved.caption_ids, saved.caption_texts, shard_size=args.shard_size,
                            progress=None)
-    index.save(args.index)
+    def save(folder: Path) -> None:
+        index.save(folder)
+
+    write_folder(args.index, save)  # a new folder swapped in whole: the old index or the new, never a mix
+    index.commit_sources()  # Milvus: the replaced collections are dropped once the new folder is in place
     print(f"added to {args.index}: now {index.images.num} images, {index.captions.num} captions")
     return index
 
@@ -361,6 +371,7 @@ def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
         extra = {k: v for k, v in (("nlist", args.nlist), ("nprobe", args.nprobe)) if v is not None}
         built = index.build_milvus(args.uri, score, modalities, kinds[args.index_type],
                                    collection_prefix=args.collection_prefix, shard_size=args.shard_size,
+                                   owner=args.index,
                                    reference_sample=args.reference_sample, **extra)
         for modality, source in built.items():
             print(f"milvus collection {source.collection} at {source.uri}: {source.ntotal} {modality}s, "
@@ -491,6 +502,10 @@ def _default_similarity(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_until_terminated("search", _run, args, args.index)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
     empty = [t for t in args.text if not t.strip()]
@@ -507,12 +522,14 @@ def run(args: argparse.Namespace) -> int:
     coverage = _coverages(args)  # checked before any work
     _check_milvus_target(args)
     index = None
-    if args.build:
-        index = _build(args)
-    elif args.from_embeddings:
-        index = _from_embeddings(args)
-    elif args.add:
-        index = _add(args)
+    if args.build or args.from_embeddings or args.add:
+        with writing_folder(args.index, "writing this index"):  # one writer per index; a killed one's copies put right
+            if args.build:
+                index = _build(args)
+            elif args.from_embeddings:
+                index = _from_embeddings(args)
+            else:
+                index = _add(args)
     if not args.text and not args.image:
         if index is None:
             raise ValueError(

@@ -108,6 +108,8 @@ class GalleryIndex:
         self.vocab = vocab
         #: gallery modality -> candidate source (pcmr.search.ann.AnnIndex or a Milvus collection)
         self.ann: dict[str, Any] = {}
+        #: Milvus candidate sources replaced by a rebuild or ``add_*``, dropped by :meth:`commit_sources`
+        self.replaced_sources: list[Any] = []
         #: the re-rankers' gallery statistics (CSLS, inverted softmax), saved with the index
         self.statistics = GalleryStatistics(self.gallery)
         #: scores of the stored items of one modality against the other (matchings' reference rows)
@@ -165,11 +167,19 @@ class GalleryIndex:
 
     def build_milvus(self, uri: str, score: str = "cosine", modalities: Sequence[str] = MODALITIES,
                      index_type: str = "auto", *, collection_prefix: str = "pcmr", shard_size: int = 65_536,
-                     reference_sample: int = DEFAULT_REFERENCE_SAMPLE, **params: Any) -> dict[str, Any]:
-        """Milvus collections ``<collection_prefix>_<modality>`` at ``uri`` as the candidate sources
-        (:func:`pcmr.search.backends.build_milvus`)."""
+                     reference_sample: int = DEFAULT_REFERENCE_SAMPLE, owner: str | os.PathLike[str] | None = None,
+                     **params: Any) -> dict[str, Any]:
+        """New Milvus collections ``<collection_prefix>_<modality>_<build id>`` at ``uri`` as the candidate
+        sources (:func:`pcmr.search.backends.build_milvus`); ``owner``: the folder the index will be
+        saved to. Call :meth:`commit_sources` once it is saved."""
         return backends.build_milvus(self, uri, score, modalities, index_type, collection_prefix=collection_prefix,
-                                     shard_size=shard_size, reference_sample=reference_sample, **params)
+                                     shard_size=shard_size, reference_sample=reference_sample,
+                                     owner=None if owner is None else os.path.abspath(owner), **params)
+
+    def commit_sources(self) -> None:
+        """After the index is saved: mark its Milvus collections as saved and drop those that a rebuild or
+        ``add_*`` replaced (:func:`pcmr.search.backends.commit_sources`); nothing to do for faiss."""
+        backends.commit_sources(self)
 
     def add_images(self, images: Gaussian, image_ids: Sequence[Any],
                    image_metadata: Sequence[dict[str, Any]] | None = None, *, shard_size: int = 65_536,

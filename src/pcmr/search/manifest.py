@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
-from pcmr.atomic import atomic_write_json, atomic_write_safetensors, atomic_write_via_path
+from pcmr.atomic import atomic_write_json, atomic_write_safetensors, atomic_write_via_path, repair_folder
 from pcmr.data import Vocabulary
 from pcmr.gaussian import Gaussian
 from pcmr.models import load_model as load_pcmr_model
@@ -46,7 +46,7 @@ from pcmr.search.vectordb import MilvusCandidates
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "save_index", "stored_similarity"]
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "milvus_entries", "save_index", "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
 INDEX_VERSION = 2
@@ -151,6 +151,7 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
 
     root = Path(directory)
     meta_path, emb_path = root / META_FILE, root / EMBEDDINGS_FILE
+    repair_folder(root)  # a writer killed mid-swap left the old folder aside: put it back
     if not root.is_dir():
         raise FileNotFoundError(f"index folder not found: {root} (build one with "
                                 f"`pcmr search {root} --build RUN_OR_MODEL`)")
@@ -213,6 +214,17 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
     index.statistics.load(root, statistics, meta_path)
     _load_uncertainty(index, root, info, meta_path)
     return index
+
+
+def milvus_entries(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The Milvus collections (``uri``, ``collection``, ``build_id``) the index folder ``directory``
+    names; none when it holds no readable index."""
+    try:
+        info = json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
+        entries = list((info.get("ann") or {}).values())
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [e for e in entries if isinstance(e, dict) and e.get("engine") == "milvus" and "collection" in e]
 
 
 def _read_embeddings(path: Path) -> dict[str, Tensor]:
@@ -317,6 +329,11 @@ def _open_milvus(entry: dict[str, Any], gallery: Gallery, meta_path: Path) -> An
         source = MilvusCandidates.open(entry["uri"], entry["collection"])
     except KeyError as err:
         raise ValueError(f"{meta_path}: a milvus entry of field 'ann' lacks {err}") from None
+    if entry.get("build_id") != source.build_id:
+        raise ValueError(f"{entry['uri']}: collection {entry['collection']!r} holds build "
+                         f"{source.build_id or '(none recorded)'} but {meta_path} was saved with build "
+                         f"{entry.get('build_id') or '(none recorded)'}; the collection was replaced by another "
+                         "index, rebuild this one")
     if source.ntotal != gallery.num or source.dim != gallery.dim:
         raise ValueError(f"{entry['uri']}: collection {entry['collection']!r} holds {source.ntotal} items of "
                          f"D={source.dim} but the gallery has {gallery.num} of D={gallery.dim}; rebuild it")

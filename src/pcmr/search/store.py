@@ -75,9 +75,14 @@ class StoreWriter:
         if stop > self.num:
             raise ValueError(f"the store holds {self.num} rows; this chunk would end at row {stop}")
         dtype = DTYPES[self.dtype]
-        self.mean.write(np.ascontiguousarray(chunk.mean.detach().cpu().float().numpy(), dtype=dtype).tobytes())
-        if self.logvar is not None and chunk.logvar is not None:
-            self.logvar.write(np.ascontiguousarray(chunk.logvar.detach().cpu().float().numpy(), dtype=dtype).tobytes())
+        for handle, tensor in ((self.mean, chunk.mean), (self.logvar, chunk.logvar)):
+            if handle is None or tensor is None:
+                continue
+            try:
+                handle.write(np.ascontiguousarray(tensor.detach().cpu().float().numpy(), dtype=dtype).tobytes())
+            except OSError as err:  # a full disk: name the file being written
+                err.filename = err.filename or handle.name
+                raise
         self.filled = stop
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ class StoredGallery(Protocol):
     model: RetrievalModel | None
     vocab: Vocabulary | None
     ann: dict[str, Any]
+    replaced_sources: list[Any]
     statistics: GalleryStatistics
     reference_cache: dict[tuple[str, str, str], Tensor]
     uncertainty_cache: dict[str, Tensor]

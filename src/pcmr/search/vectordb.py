@@ -14,12 +14,26 @@ which Milvus reports as the squared distance). Each row's primary key is its gal
 'pcmr[vectordb]'``; Linux and macOS); ``http://host:19530`` a Milvus server or cluster (token from the
 environment variable ``PCMR_MILVUS_TOKEN``, e.g. ``user:password``). pcmr's settings (score, layout,
 dimension) are kept in a collection property, so a collection is self-describing.
+
+Build ids: every build of a gallery's collections draws a fresh id, which names the collections
+(``PREFIX_image_<id>``, ``PREFIX_caption_<id>``) and is recorded in their settings and in the
+index's ``index.json``; loading checks that they agree. So a second index built at the same uri
+with the same prefix makes its own collections and never replaces another index's, and an index
+rebuilt with ``--overwrite`` (or grown with ``--add``) keeps pointing at its old collections until
+its new folder is in place; the collections it replaced are dropped only then
+(:func:`drop_collection`). The settings also name the index folder being written (its ``owner``) and
+whether that folder was saved (``committed``): collections of a build that was killed before its
+folder was saved are dropped by the next build with the same prefix (:func:`drop_unfinished`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
+import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,14 +41,101 @@ import torch
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
+from pcmr.locking import PathLock
 from pcmr.search.ann import gallery_layout, gallery_vectors, query_vectors, scores_from_distances
 
-__all__ = ["MilvusCandidates", "milvus_client", "resolve_uri"]
+__all__ = ["MilvusCandidates", "collection_name", "drop_collection", "drop_unfinished", "milvus_client",
+           "new_build_id", "resolve_uri"]
 
 DESCRIPTION_FORMAT = "pcmr-candidates"
 SETTINGS_PROPERTY = "pcmr.settings"  # collection property holding pcmr's settings as JSON
 INSERT_ROWS = 10_000  # rows per insert request (Milvus caps a request at 64 MiB)
 MILVUS_MAX_TOPK = 16_384
+BUILD_ID_HEX = 16
+
+
+def new_build_id() -> str:
+    """A fresh build id: 16 random hexadecimal digits."""
+    return uuid.uuid4().hex[:BUILD_ID_HEX]
+
+
+def collection_name(prefix: str, modality: str, build_id: str) -> str:
+    """The collection of one modality of one build: ``PREFIX_MODALITY_BUILDID``."""
+    return f"{prefix}_{modality}_{build_id}"
+
+
+def collection_prefix(name: str) -> str:
+    """The prefix of a collection named by :func:`collection_name` (or ``PREFIX_MODALITY`` by older pcmr)."""
+    match = re.match(rf"^(.*)_(image|caption)(_[0-9a-f]{{{BUILD_ID_HEX}}})?$", name)
+    return match.group(1) if match else name
+
+
+def _settings(client: Any, collection: str) -> dict[str, Any] | None:
+    try:
+        properties = client.describe_collection(collection).get("properties") or {}
+        info = json.loads(properties.get(SETTINGS_PROPERTY) or "")
+    except json.JSONDecodeError:
+        return None
+    return info if isinstance(info, dict) and info.get("format") == DESCRIPTION_FORMAT else None
+
+
+def _referenced(index_dir: str, collection: str, build_id: str) -> bool:
+    """Whether the index folder ``index_dir`` names collection ``collection`` of build ``build_id``."""
+    try:
+        info = json.loads((Path(index_dir) / "index.json").read_text(encoding="utf-8"))
+        entries = list((info.get("ann") or {}).values())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(isinstance(e, dict) and e.get("collection") == collection and e.get("build_id") == build_id
+               for e in entries)
+
+
+def _being_written(index_dir: str) -> bool:
+    """Whether another process holds the lock of ``index_dir`` (True when that cannot be checked)."""
+    if not Path(index_dir).parent.is_dir():  # its folder is gone: nobody writes there
+        return False
+    try:
+        with PathLock(index_dir):
+            return False
+    except OSError:  # PathLockedError, or a folder where no lock file can be made: keep its collections
+        return True
+
+
+def drop_unfinished(uri: str, prefix: str, keep: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Drop the collections ``PREFIX_*_<build id>`` at ``uri`` left by a build killed before its index
+    folder was saved: not committed, written from this host, whose index folder is not being written
+    by another process and does not name them, and not in ``keep`` (those the caller is building).
+    Returns the names dropped. Collections of saved indexes, of other hosts and of other prefixes are
+    never touched."""
+    client = milvus_client(uri, create=True)
+    pattern = re.compile(rf"^{re.escape(prefix)}_(image|caption)_[0-9a-f]{{{BUILD_ID_HEX}}}$")
+    dropped = []
+    for name in client.list_collections():
+        if not pattern.match(name) or name in keep:
+            continue
+        info = _settings(client, name)
+        owner = (info or {}).get("owner") or {}
+        if (info is None or info.get("committed") or owner.get("host") != socket.gethostname()
+                or not owner.get("index")):
+            continue
+        if _referenced(owner["index"], name, str(info.get("build_id"))) or _being_written(owner["index"]):
+            continue
+        client.drop_collection(name)
+        dropped.append(name)
+    return dropped
+
+
+def drop_collection(uri: str, collection: str, build_id: str | None) -> bool:
+    """Drop ``collection`` at ``uri`` if it still holds build ``build_id`` (an index that replaced its
+    collections calls this once its new folder is in place). Returns whether it was dropped."""
+    client = milvus_client(uri, create=True)
+    if not client.has_collection(collection):
+        return False
+    info = _settings(client, collection)
+    if info is None or info.get("build_id") != build_id:
+        return False
+    client.drop_collection(collection)
+    return True
 
 
 def resolve_uri(uri: str) -> str:
@@ -76,18 +177,24 @@ class MilvusCandidates:
     exact = False
 
     def __init__(self, client: Any, uri: str, collection: str, score: str, layout: str, dim: int,
-                 index_type: str, params: dict[str, Any]) -> None:
+                 index_type: str, params: dict[str, Any], build_id: str | None = None,
+                 settings: dict[str, Any] | None = None) -> None:
         self.client, self.uri, self.collection = client, uri, collection
         self.score, self.layout, self.dim, self.index_type = score, layout, dim, index_type
         self.params = dict(params)
+        self.build_id = build_id
+        self.settings = dict(settings or {})
 
     # ----------------------------------------------------------------- building
     @classmethod
     def create(cls, uri: str, collection: str, score: str, sample: Gaussian, num_items: int,
-               index_type: str = "auto", *, nlist: int | None = None, nprobe: int = 32) -> MilvusCandidates:
-        """A new, empty collection (an existing one of that name is replaced) for galleries laid out
-        like ``sample``; fill it with :meth:`add`, then call :meth:`finish` to build its index.
-        ``index_type``: ``FLAT`` (exact), ``IVF_FLAT`` or ``auto`` (FLAT up to 50,000 items)."""
+               index_type: str = "auto", *, nlist: int | None = None, nprobe: int = 32,
+               build_id: str | None = None, owner: str | None = None) -> MilvusCandidates:
+        """A new, empty collection for galleries laid out like ``sample`` (an existing collection of
+        that name is an error: pcmr never replaces one silently); fill it with :meth:`add`, then call
+        :meth:`finish` to build its index. ``index_type``: ``FLAT`` (exact), ``IVF_FLAT`` or ``auto``
+        (FLAT up to 50,000 items). ``build_id`` and ``owner`` (the index folder being written) are
+        recorded in its settings (module docstring)."""
         from pymilvus import DataType
 
         if not collection.replace("_", "a").isalnum() or not collection[:1].isalpha():
@@ -104,15 +211,18 @@ class MilvusCandidates:
         uri = resolve_uri(uri)
         client = milvus_client(uri, create=True)
         if client.has_collection(collection):
-            client.drop_collection(collection)
-        description = json.dumps({"format": DESCRIPTION_FORMAT, "score": score, "layout": layout, "dim": sample.dim,
-                                  "index_type": kind, "params": params})
+            raise FileExistsError(f"{uri}: Milvus collection {collection!r} already exists; pcmr does not replace "
+                                  "it (drop it, or choose another name or --collection-prefix)")
+        settings = {"format": DESCRIPTION_FORMAT, "score": score, "layout": layout, "dim": sample.dim,
+                    "index_type": kind, "params": params, "build_id": build_id,
+                    "owner": {"index": owner, "host": socket.gethostname()} if owner else None, "committed": False}
+        description = json.dumps(settings)
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.INT64, is_primary=True)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=width)
         client.create_collection(collection, schema=schema)
         client.alter_collection_properties(collection, properties={SETTINGS_PROPERTY: description})
-        return cls(client, uri, collection, score, layout, sample.dim, kind, params)
+        return cls(client, uri, collection, score, layout, sample.dim, kind, params, build_id, settings)
 
     def add(self, items: Gaussian, first_id: int | None = None, *, shard_size: int = INSERT_ROWS,
             progress: Any = None) -> None:
@@ -154,17 +264,22 @@ class MilvusCandidates:
         if not client.has_collection(collection):
             raise ValueError(f"{uri}: no Milvus collection {collection!r}; build it with "
                              "`pcmr search INDEX --build ... --backend milvus --uri URI`")
-        try:
-            properties = client.describe_collection(collection).get("properties") or {}
-            info = json.loads(properties.get(SETTINGS_PROPERTY) or "")
-        except json.JSONDecodeError:
-            info = None
-        if not isinstance(info, dict) or info.get("format") != DESCRIPTION_FORMAT:
+        info = _settings(client, collection)
+        if info is None:
             raise ValueError(f"{uri}: collection {collection!r} was not written by pcmr (its property "
                              f"{SETTINGS_PROPERTY!r} does not hold {DESCRIPTION_FORMAT!r} settings)")
         client.load_collection(collection)
         return cls(client, uri, collection, info["score"], info["layout"], int(info["dim"]), info["index_type"],
-                   info.get("params") or {})
+                   info.get("params") or {}, info.get("build_id"), info)
+
+    def commit(self) -> None:
+        """Record that an index folder naming this collection was saved (it is then never taken for
+        the leftover of a killed build)."""
+        if self.settings.get("committed") or not self.settings:
+            return
+        self.settings["committed"] = True
+        self.client.alter_collection_properties(self.collection,
+                                                properties={SETTINGS_PROPERTY: json.dumps(self.settings)})
 
     @property
     def exhaustive(self) -> bool:
@@ -204,5 +319,6 @@ class MilvusCandidates:
 
     def describe(self) -> dict[str, Any]:
         """What the gallery index stores to reconnect (``index.json``)."""
-        return {"engine": self.engine, "uri": self.uri, "collection": self.collection, "score": self.score,
-                "index_type": self.index_type, "layout": self.layout, "dim": self.dim, "params": self.params}
+        return {"engine": self.engine, "uri": self.uri, "collection": self.collection, "build_id": self.build_id,
+                "score": self.score, "index_type": self.index_type, "layout": self.layout, "dim": self.dim,
+                "params": self.params}

@@ -6,6 +6,10 @@ A run is finished when its marker ``OUT/runs/<name>/study.json`` (the run's resu
 it is written atomically after training and evaluation, so a study killed at any moment resumes
 where it stopped (an interrupted training continues from its newest checkpoint).
 
+One study process works on an ``OUT`` folder at a time: a second ``pcmr study`` with the same
+``--out`` is refused (:class:`pcmr.locking.PathLock` on ``OUT``) instead of marking the first one's
+runs failed; the runs' own child processes work under their study's lock.
+
 Every run is a fresh child process ``pcmr study FILE --out OUT --only I`` (``workers`` of them at a
 time, each with ``OMP_NUM_THREADS`` and torch's thread count set to its share of the cores), so its
 numbers depend only on its config and thread count, never on the runs that happened before it in
@@ -32,6 +36,7 @@ from typing import Any
 import torch
 
 from pcmr.evaluation.columns import uncertainty_agreement
+from pcmr.locking import PathLock
 from pcmr.study import backend
 from pcmr.study.analysis import mean_pairwise_spearman
 from pcmr.study.benchmark import apply_benchmark, check_benchmark
@@ -224,6 +229,14 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
     threads = threads if threads is not None else threads_per_worker(workers)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    # one study process per --out (its own child processes run under its lock): a second is refused
+    child = only is not None and os.environ.get(PARENT_ENV) is not None
+    with contextlib.nullcontext() if child else PathLock(out, "running a study into it"):
+        return _run_locked(spec, out, runs, workers, threads, only, echo)
+
+
+def _run_locked(spec: StudySpec, out: Path, runs: list[StudyRun], workers: int, threads: int, only: int | None,
+                echo: Callable[[str], None]) -> StudyOutcome:
     selected = [runs[only]] if only is not None else runs
     outcome = StudyOutcome()
     pending = []

@@ -26,6 +26,7 @@ on the step) rank 0 writes a checkpoint and every process raises
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from pcmr.atomic import DISK_FULL_ERRNOS, FolderWriteError
 from pcmr.config import ConfigError
 from pcmr.data.batching import FinishBatch, finish_batch, train_loader
 from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
@@ -500,15 +502,29 @@ class Trainer:
         extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options,
                  "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split),
                                                             **image_input_transform(self.parts.train_split))}
-        save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
+        try:
+            save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
+        except FolderWriteError as exc:  # e.g. a full disk: the hint is the resume command
+            free = "free disk space and " if exc.errno in DISK_FULL_ERRNOS else ""
+            raise FolderWriteError(exc.errno, f"{exc.detail}; {free}continue with: "
+                                              f"{resume_command(self.run_dir, self.context.world_size)}") from exc
         if which == "model":
             write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
 
-    def _write_summary(self, status: str) -> None:
+    def _mark_failed(self, exc: BaseException) -> None:
+        """``run.json`` says ``failed`` with the error's first line (best effort: the disk may be full)."""
+        if not self.context.is_main or not (self.run_dir / RUN_FILE).is_file():
+            return
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        with contextlib.suppress(OSError):
+            self._write_summary("failed", error=f"{type(exc).__name__}: {reason}")
+
+    def _write_summary(self, status: str, error: str | None = None) -> None:
         if not self.context.is_main:
             return
         summary = {
             "status": status,
+            **({"error": error} if error is not None else {}),
             "trained_similarity": self.loss_fn.similarity_name,
             "validation_similarity": self.similarity,
             "select_on": self.config.train.select_on,
@@ -554,6 +570,11 @@ class Trainer:
         try:
             with self.stop:
                 self._fit(train)
+        except TrainingInterrupted:
+            raise
+        except Exception as exc:  # a full disk, a non-finite loss ...: run.json must not stay at "running"
+            self._mark_failed(exc)
+            raise
         finally:
             self.log.close()
         self.context.barrier()
