@@ -72,9 +72,12 @@ def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
     relevance = shapes_relevance(scenes.objects, preds, count)
     texts = [caption_text(p, int(c), str(config.caption_style)) for p, c in zip(preds, count)]
     if config.distinct_captions and split != "train":
-        keep = distinct_caption_rows(texts, relevance.bits, len(scenes))
+        bits = relevance.bits
+        if bits is None:  # shapes_relevance stores packed bits
+            raise RuntimeError("shapes relevance without packed bits")
+        keep = distinct_caption_rows(texts, bits, len(scenes))
         preds, count, caption_image = preds[keep], count[keep], caption_image[keep]
-        relevance = Relevance.from_bits(len(scenes), len(keep), relevance.bits[keep])
+        relevance = Relevance.from_bits(len(scenes), len(keep), bits[keep])
         texts = [texts[i] for i in keep]
     pixels = render_scenes(scenes, config.image_size)
     pixel_noise = float(cast(float, config.pixel_noise))
