@@ -117,9 +117,9 @@ def test_uncertainty_study_checks_the_benchmark_and_judges_exact_relevance_only(
     assert spec.benchmark == BenchmarkCheck(recipe="pcme_mu_only", variant="exact_long", similarity="cosine",
                                             rerank="nns", relevance="exact", min_t2i_r_precision=60.0,
                                             min_i2t_skill=0.5)
-    assert spec.overrides["data.options.preset"] == "multiplicity_simple"
-    assert spec.default_variants == ("source",) and spec.relevance == ("exact",)
-    assert {"exact", "exact_long"} <= set(next(e for e in spec.recipes if e.label == "pcme_mu_only").variants)
+    assert spec.overrides["data.options.preset"] == "multiplicity_distinct"
+    assert spec.default_variants == ("source", "source_lr3", "source_long") and spec.relevance == ("exact",)
+    assert "exact_long" in next(e for e in spec.recipes if e.label == "pcme_mu_only").variants
     baseline = next(r for r in spec.runs() if r.label == "pcme_mu_only" and r.variant == "exact_long")
     config = resolve_config(baseline.recipe, baseline.overrides)
     assert config.data.train_relevance == "exact" and "cosine" in config.eval.similarities
