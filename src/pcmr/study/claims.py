@@ -47,7 +47,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pcmr.config import ConfigError, build_dataclass
-from pcmr.evaluation.columns import uncertainty_agreement, uncertainty_signal
+from pcmr.evaluation.columns import (
+    query_blind_r_precision,
+    r_precision,
+    uncertainty_agreement,
+    uncertainty_signal,
+)
 from pcmr.study.stats import (
     EXPECTATIONS,
     Interval,
@@ -316,8 +321,8 @@ class JudgeOptions:
 def _side_skill(rows: Sequence[dict[str, Any]], side: Selector, direction: str, claim_id: str) -> float:
     """Skill ``(R-P - QB) / (100 - QB)`` of the rows of ``side`` in ``direction``, on the means over
     seeds (NaN where either column is missing)."""
-    rp = _values_by_seed(rows, side, f"{direction}_r_precision", claim_id)
-    qb = _values_by_seed(rows, side, f"{direction}_query_blind_r_precision", claim_id)
+    rp = _values_by_seed(rows, side, r_precision(direction), claim_id)
+    qb = _values_by_seed(rows, side, query_blind_r_precision(direction), claim_id)
     seeds = sorted(set(rp) & set(qb))
     if not seeds:
         return math.nan

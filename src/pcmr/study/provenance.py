@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import PIL
 import torch
 
 __all__ = ["cpu_model", "provenance", "provenance_markdown"]
@@ -32,15 +33,6 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _pillow_version() -> str:
-    try:
-        import PIL
-
-        return str(PIL.__version__)
-    except ImportError:  # pragma: no cover - Pillow is a dependency
-        return "absent"
-
-
 def provenance(threads: int, data_digest: str) -> dict[str, Any]:
     """``{"cpu", "cores", "threads", "device", "python", "torch", "numpy", "pillow", "platform", "data"}``:
     the CPU model, the logical cores, torch's thread count, the accelerator (``cpu`` or the CUDA device's
@@ -48,7 +40,7 @@ def provenance(threads: int, data_digest: str) -> dict[str, Any]:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     return {"cpu": cpu_model(), "cores": os.cpu_count() or 0, "threads": int(threads), "device": device,
             "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "pillow": _pillow_version(), "platform": platform.platform(), "data": data_digest}
+            "pillow": PIL.__version__, "platform": platform.platform(), "data": data_digest}
 
 
 def provenance_markdown(markers: list[dict[str, Any]], *, title: str) -> list[str]:

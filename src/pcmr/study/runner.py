@@ -284,7 +284,11 @@ def _design_steps(spec: StudySpec, out: Path, workers: int, threads: int, outcom
             _run_children(spec, pending, out / DRIFT_DIR, workers, drift.threads, outcome, echo)
     if spec.design.null is not None:
         torch.set_num_threads(threads)
-        run_null(spec, out, echo)
+        sources: dict[str, Path] = {}
+        for run in spec.runs():  # the first finished run of each recipe: its configuration and vocabulary
+            if run.label not in sources and read_marker(run_folder(out, run)) is not None:
+                sources[run.label] = run_folder(out, run)
+        run_null(spec, out, sources, echo)
 
 
 def _finished_by_group(spec: StudySpec, out: Path) -> dict[tuple[str, str], list[StudyRun]]:

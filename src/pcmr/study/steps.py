@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pcmr.atomic import atomic_write_text
 from pcmr.study import backend
 from pcmr.study.report import read_results_csv
 from pcmr.study.spec import StudyError, StudyRun, StudySpec
@@ -77,19 +78,18 @@ def _csv(rows: Sequence[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def run_null(spec: StudySpec, out: str | Path, echo: Callable[[str], None] = print) -> list[Path]:
+def run_null(spec: StudySpec, out: str | Path, sources: dict[str, Path],
+             echo: Callable[[str], None] = print) -> list[Path]:
     """Evaluate the untrained initialisations of every null recipe that are not yet in ``OUT/null``, from the
-    configuration of its first finished run (any variant: the learning rate and budget do not change an
-    untrained model). Returns the files written; a recipe without a finished run is left for later."""
-    from pcmr.study.runner import read_marker, run_folder
-
+    configuration of a finished run of it (``sources``: recipe -> run folder; any variant: the learning rate
+    and budget do not change an untrained model). Returns the files written; a recipe without a finished
+    run is left for later."""
     null = spec.design.null
     if null is None:
         return []
     written = []
     for recipe in null_recipes(spec):
-        source = next((run for run in spec.runs() if run.label == recipe
-                       and read_marker(run_folder(Path(out), run)) is not None), None)
+        source = sources.get(recipe)
         if source is None:
             echo(f"null of {recipe}: no finished run yet; left for later")
             continue
@@ -100,12 +100,12 @@ def run_null(spec: StudySpec, out: str | Path, echo: Callable[[str], None] = pri
         missing = [seed for seed in wanted if seed not in done]
         for start in range(0, len(missing), NULL_CHUNK):
             chunk = missing[start:start + NULL_CHUNK]
-            new = backend.null_statistics(run_folder(Path(out), source), spec.relevance, spec.analysis, chunk)
+            new = backend.null_statistics(source, spec.relevance, spec.analysis, chunk)
             rows.extend({"recipe": recipe, **row} for row in new)
-            backend.write_text(path, _csv(rows))
+            atomic_write_text(path, _csv(rows))
             echo(f"null of {recipe}: {len({int(r['init']) for r in rows})} of {null.inits} initialisations")
         if missing or not path.is_file():
-            backend.write_text(path, _csv(rows))
+            atomic_write_text(path, _csv(rows))
         written.append(path)
     return written
 
