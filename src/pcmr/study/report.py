@@ -277,7 +277,8 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
                       "mean b": _fmt(j.mean_b), "mean a-b": _fmt(interval.mean), "CI": ci, "p": p,
                       "verdict": j.verdict, "Holm": j.holm or j.verdict, "cells": cells, "without the gate": j.ungated,
                       "family": j.family, "gate": j.gate, "null pct": "; ".join(f"{c.condition.get('variant', '?')}: {_percentiles(c.null_percentiles)}"
-                                    for c in j.cells) if j.cells else _percentiles(j.null_percentiles),
+                                    for c in j.cells if c.null_percentiles) if j.cells
+                      else _percentiles(j.null_percentiles),
                       "null n": j.null_size or "", "drift": "" if math.isnan(j.drift) else f"{j.drift:.3f}"})
     gated = any(j.verdict in (NO_SIGNAL, NOT_LEARNED) for j in judgements)
     swept = any(j.cells for j in judgements)

@@ -155,8 +155,8 @@ def drift_markdown(spec: StudySpec, pairs: Sequence[tuple[str, Sequence[dict[str
     lines += [f"The runs {spec.design.drift.recipe}-{spec.design.drift.variant} (seeds "
               f"{', '.join(map(str, spec.design.drift.seeds))}) trained again with {spec.design.drift.threads} "
               f"torch threads (the study's own runs: {threads}). `max |diff|`: the largest difference over the "
-              "runs and their rows; a claim whose mean effect is smaller than the drift of its metric reads "
-              "`equal`.", ""]
+              "runs and all their rows (every similarity); the runs' columns show their first `nns` row. A claim "
+              "whose mean effect is smaller than the drift of its metric reads `equal`.", ""]
     if not pairs:
         return "\n".join([*lines, "(no drift run finished)", ""])
     lines += ["| metric | max |diff| | " + " | ".join(f"{name} (study / drift)" for name, _, _ in pairs) + " |",
