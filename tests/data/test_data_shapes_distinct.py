@@ -59,3 +59,19 @@ def test_cached_split_reads_back_the_same(tmp_path, split):
     first, again = _split(tmp_path, split), _split(tmp_path, split)
     assert first.caption_texts == again.caption_texts
     np.testing.assert_array_equal(first.caption_image, again.caption_image)
+
+
+def test_committed_split_stats_are_what_the_data_give(capsys):
+    """docs/dataset_stats/test_splits.md (quoted by docs/datasets.md) is `tools/split_stats.py`'s output."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("split_stats", root / "tools" / "split_stats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, capsys.readouterr().err
+    text = (root / "docs" / "dataset_stats" / "test_splits.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| uncertainty |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == cells[4] and cells[5] == cells[6] == "0"  # distinct texts only, nothing fits everything

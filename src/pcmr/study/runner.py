@@ -7,9 +7,11 @@ it is written atomically after training and evaluation, so a study killed at any
 where it stopped (an interrupted training continues from its newest checkpoint).
 
 Every run is a fresh child process ``pcmr study FILE --out OUT --only I`` (``workers`` of them at a
-time, each with ``OMP_NUM_THREADS`` and torch's thread count set to its share of the cores), so its
-numbers depend only on its config and thread count, never on the runs that happened before it in
-the same process; a child dies with its parent (Linux).
+time, each with ``OMP_NUM_THREADS`` and torch's thread count set to its share of the cores), so on one
+machine its numbers depend only on its config and thread count, never on the runs that happened before
+it in the same process (across machines they may differ: each run records its provenance,
+:mod:`pcmr.study.provenance`); a child dies with its parent (Linux). After the runs, a study with a
+design (:mod:`pcmr.study.design`) trains its drift runs and evaluates its null (:mod:`pcmr.study.steps`).
 """
 
 from __future__ import annotations
@@ -275,7 +277,8 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
 def _design_steps(spec: StudySpec, out: Path, workers: int, threads: int, outcome: StudyOutcome,
                   echo: Callable[[str], None]) -> None:
     """After the runs: the drift runs (``OUT/drift``, the drift's thread count) and the null of untrained
-    models (``OUT/null``, in this process with ``threads`` threads); see :mod:`pcmr.study.steps`."""
+    models (``OUT/null``, in this process, alone: with the threads of every worker); see
+    :mod:`pcmr.study.steps`."""
     drift = spec.design.drift
     if drift is not None:
         pending = [run for run in drift_runs(spec) if read_marker(run_folder(out / DRIFT_DIR, run)) is None]
@@ -283,7 +286,7 @@ def _design_steps(spec: StudySpec, out: Path, workers: int, threads: int, outcom
             echo(f"drift: {len(pending)} runs again with {drift.threads} threads")
             _run_children(spec, pending, out / DRIFT_DIR, workers, drift.threads, outcome, echo)
     if spec.design.null is not None:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads * workers)
         sources: dict[str, Path] = {}
         for run in spec.runs():  # the first finished run of each recipe: its configuration and vocabulary
             if run.label not in sources and read_marker(run_folder(out, run)) is not None:
