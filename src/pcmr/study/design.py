@@ -39,8 +39,8 @@ class GateSpec:
 @dataclass(frozen=True)
 class NullSpec:
     """``untrained_null``: untrained initialisations per recipe (head configuration), drawn from seeds
-    ``first_seed .. first_seed + inits - 1`` (distinct from any training seed's stream: torch's seed of an
-    untrained model is ``null_seed(first_seed + i)``)."""
+    ``first_seed .. first_seed + inits - 1`` (torch is seeded with ``pcmr.train.trainer.torch_seed`` of
+    each, as a training run is with its own seed; the default start keeps clear of the study's seeds)."""
 
     inits: int = 200
     first_seed: int = 100_000
