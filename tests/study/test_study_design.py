@@ -203,6 +203,7 @@ def test_design_sections_parse() -> None:
     ({"drift": {"recipe": "nope", "variant": "base", "seeds": [0]}}, "drift.recipe"),
     ({"untrained_null": None}, "untrained_null"),
     ({"untrained_null": {"inits": 1}}, "at least 2"),
+    ({"untrained_null": {"inits": 5, "first_seed": 0}}, "include the study's seeds"),
     ({"gate": {"min_skill": 2}}, "gate.min_skill"),
     ({"distinct_test_split": "yes"}, "distinct_test_split"),
 ])

@@ -107,6 +107,11 @@ def parse_design(raw: dict[str, Any], where: str, claim_ids: tuple[str, ...], re
         if null.inits < MIN_NULL_INITS:
             raise ValueError(f"{where}: untrained_null.inits: expected at least {MIN_NULL_INITS} initialisations, "
                              f"got {null.inits!r}")
+        shared = [s for s in seeds if null.first_seed <= s < null.first_seed + null.inits]
+        if shared:
+            raise ValueError(f"{where}: untrained_null.first_seed: the initialisations "
+                             f"{null.first_seed}..{null.first_seed + null.inits - 1} include the study's seeds "
+                             f"{shared}; the null must not hold the trained runs' own starts")
     if null_claims and null is None:
         raise ValueError(f"{where}: claims {', '.join(null_claims)} read the null of untrained models; add an "
                          "'untrained_null: {inits: N}' section")
