@@ -138,7 +138,11 @@ def test_a_point_model_reports_the_deterministic_references(tmp_path: Path) -> N
     scores = torch.nn.functional.normalize(images.mean, dim=1) @ torch.nn.functional.normalize(captions.mean, dim=1).T
     expected = abstention_columns(reference_abstention_series(scores, relevance))
     assert set(expected) == {f"{d}_{c}" for d in ("i2t", "t2i") for c in (
-        "aurc_margin", "aurc_multiplicity", "aurc_margin_within", "random_within")}
+        "aurc_margin", "aurc_multiplicity", "aurc_margin_within", "random_within", "aurc_random",
+        "excess_aurc_margin")}
+    for d in ("i2t", "t2i"):  # the excess over no abstention: the margin's AURC minus the mean risk
+        assert expected[f"{d}_excess_aurc_margin"] == pytest.approx(
+            expected[f"{d}_aurc_margin"] - expected[f"{d}_aurc_random"], abs=1e-9)
     for column, value in expected.items():
         assert nns[column] == pytest.approx(value, abs=1e-6)
     assert "i2t_aurc" not in nns and "t2i_uncertainty_S" not in nns

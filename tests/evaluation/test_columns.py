@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "pcmr"
 METRIC_KEY = re.compile(r"(?:^|_)(?:r_precision|map_at_r|pmrp(?:_\w+)?|rsum|hs_sum|r1_(?:least|most)_uncertain"
                         r"|uncertainty_(?:signal|spread|spread_init|floor|relevant_rho(?:_strata)?|occlusion_slope"
                         r"|erasure_slope|agreement|S|R2))(?:_untrained)?$"
-                        r"|_R@\d*$|_aurc(?:_margin|_multiplicity)?(?:_within)?$|_random_within$|^(?:i2t|t2i)?_lambda$|^binsel_|^match_[ab]$")
+                        r"|_R@\d*$|_aurc(?:_margin|_multiplicity|_random)?(?:_within)?$|_excess_aurc(?:_margin)?$|_random_within$|^(?:i2t|t2i)?_lambda$|^binsel_|^match_[ab]$")
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:

@@ -116,12 +116,29 @@ def test_uncertainty_study_checks_the_benchmark_and_judges_exact_relevance_only(
     spec = load_study(find_study("uncertainty"))
     assert spec.benchmark == BenchmarkCheck(recipe="pcme_mu_only", variant="exact_long", similarity="cosine",
                                             rerank="nns", relevance="exact", min_t2i_r_precision=60.0,
-                                            min_i2t_skill=0.5)
-    assert spec.overrides["data.options.preset"] == "multiplicity_simple"
-    assert spec.default_variants == ("source",) and spec.relevance == ("exact",)
-    assert {"exact", "exact_long"} <= set(next(e for e in spec.recipes if e.label == "pcme_mu_only").variants)
+                                            min_i2t_skill=0.5, blocking=False)
+    assert spec.overrides["data.options.preset"] == "multiplicity_distinct"
+    assert spec.default_variants == ("source", "source_lr3", "source_long") and spec.relevance == ("exact",)
+    assert "exact_long" in next(e for e in spec.recipes if e.label == "pcme_mu_only").variants
     baseline = next(r for r in spec.runs() if r.label == "pcme_mu_only" and r.variant == "exact_long")
     config = resolve_config(baseline.recipe, baseline.overrides)
     assert config.data.train_relevance == "exact" and "cosine" in config.eval.similarities
     assert config.train.epochs == max(resolve_config(r.recipe, r.overrides).train.epochs for r in spec.runs()[::3])
     assert all(claim.a.relevance in (None, "exact") for claim in spec.claims)
+
+
+def test_a_non_blocking_check_is_reported_and_withholds_no_verdict() -> None:
+    from pcmr.study.benchmark import apply_benchmark, benchmark_markdown
+    from pcmr.study.claims import judge_claims, parse_claims
+
+    check = BenchmarkCheck(recipe="mu", variant="exact", relevance="exact", blocking=False)
+    rows = _rows([40.0, 41.0], [85.0, 86.0])
+    result = check_benchmark(check, rows)
+    assert not result.passed
+    claims = parse_claims([{"id": "c", "paper": "p", "statement": "s", "metric": "t2i_r_precision",
+                            "a": {"recipe": "pcme", "variant": "exact", "relevance": "exact"},
+                            "b": {"recipe": "mu"}, "expect": "greater"}])
+    judgements, _ = judge_claims(claims, rows)
+    assert [j.verdict for j in apply_benchmark(judgements, result)] == [j.verdict for j in judgements]
+    text = "\n".join(benchmark_markdown(result))
+    assert "Data learnable" in text and "reported only" in text and BENCHMARK_NOT_LEARNED not in text

@@ -143,38 +143,56 @@ def test_a_bad_override_stops_the_study_before_any_training(tmp_path: Path) -> N
     assert main(["study", str(study), "--out", str(tmp_path / "out"), "--workers", "0"]) == 2
 
 
-def test_shipped_uncertainty_study_resolves_every_run_and_judges_every_uncertainty_claim_behind_the_gate() -> None:
+def test_shipped_uncertainty_study_resolves_every_run_and_fixes_its_design_before_the_runs() -> None:
     spec = load_study(find_study("uncertainty"))
-    assert len(spec.seeds) == 3 and spec.overrides["data.options.preset"] == "multiplicity_simple"
+    assert len(spec.seeds) >= 5 and spec.overrides["data.options.preset"] == "multiplicity_distinct"
+    assert spec.design.distinct_test_split
     assert [e.label for e in spec.recipes] == ["pcme", "pcme_small_init", "pcme_mu_only"]
-    # every recipe on source pairs; the exact-relation ablation for the mu-only baseline (the benchmark check)
+    # every recipe on source pairs; the exact relation only for the data-learnable line of the mu-only twin
     assert {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("exact")} == {
-        ("pcme_mu_only", "exact"), ("pcme_mu_only", "exact_long")}
+        ("pcme_mu_only", "exact_long")}
     assert spec.benchmark is not None and (spec.benchmark.recipe, spec.benchmark.variant) == ("pcme_mu_only", "exact_long")
-    # the PCME recipes also run the sweep cells: 3x the learning rate, 2x the budget
-    swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source_")}
-    assert swept == {(label, cell) for label in ("pcme", "pcme_small_init") for cell in ("source_lr3", "source_long")}
-    assert len(spec.runs()) == 27
-    for run in spec.runs()[::3]:  # every recipe and variant (3 seeds each)
+    # the twin runs in the same cells as PCME: 3x the learning rate, 2x the budget
+    cells = ("source", "source_lr3", "source_long")
+    swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source")}
+    assert swept == {(label, cell) for label in ("pcme", "pcme_small_init", "pcme_mu_only") for cell in cells}
+    assert len(spec.runs()) == 10 * len(spec.seeds)
+    for run in spec.runs()[::len(spec.seeds)]:  # every recipe and variant
         config = resolve_config(run.recipe, run.overrides)
         assert config.train.epochs == (16 if run.variant.endswith("_long") else 8)
-        assert config.data.options["preset"] == "multiplicity_simple"
+        assert config.data.options["preset"] == "multiplicity_distinct"
         assert config.data.train_relevance == ("exact" if run.variant.startswith("exact") else "source")
         assert config.train.lr == (9e-4 if run.variant == "source_lr3" else 3e-4)
         if run.label == "pcme_small_init":
             assert config.model.options["image_head"]["logvar_init"] == -8
             assert config.model.options["caption_head"]["logvar_init"] == -8
-    # every claim has a minimum effect; every uncertainty claim reads a gated head, and those about what
-    # the uncertainty means are judged against the same seed's untrained model in every sweep cell
-    assert all(c.min_effect > 0 for c in spec.claims)
-    uncertainty = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "_strata", "_aurc", "_within"))]
-    assert len(uncertainty) == 18 and all(c.signal in ("image", "caption") for c in uncertainty)
-    nulls = [c for c in uncertainty if c.b is not None and (c.b.metric or "").endswith("_untrained")]
-    assert len(nulls) == 10 and all(c.cells == ("source", "source_lr3", "source_long") for c in nulls)
+    design = spec.design
+    assert design.gate is not None and design.gate.min_skill == 0.3
+    assert design.null is not None and design.null.inits >= 200
+    assert design.drift is not None and len(design.drift.seeds) >= 3 and design.drift.threads != 1
+    # the primary family: at most 10 claims, each reading only recipes with >= 5 seeds
+    assert design.primary is not None and 0 < len(design.primary) <= 10
+    # claims the data cannot test are removed with their reason; PMRP is one
+    removed = {entry.id for entry in design.removed}
+    assert {f"{m}-vs-mu-only-pmrp-{d}" for m in ("pcme", "pcme_small_init") for d in ("i2t", "t2i")} <= removed
+    assert not any("pmrp" in c.metric for c in spec.claims)
+    # every claim has a minimum effect and is judged in the three cells; no claim pairs a trained seed with
+    # its own untrained model: every uncertainty statistic is read against the null of many inits
+    assert all(c.min_effect > 0 and c.cells == cells for c in spec.claims)
+    assert not any(s is not None and (s.metric or c.metric).endswith("_untrained")
+                   for c in spec.claims for s in (c.a, c.b))
+    statistics = [c for c in spec.claims if c.metric.endswith(("_slope", "_rho", "_strata"))]
+    assert len(statistics) == 10 and all(c.null and c.b is None for c in statistics)
+    # abstention: the excess AURC of sigma against the same model's own top-1 margin, lower expected
+    margin = [c for c in spec.claims if c.id.endswith("-vs-margin")]
+    assert len(margin) == 4 and all(c.metric.endswith("_excess_aurc") and c.expect == "less"
+                                    and c.b is not None and c.b.recipe is None
+                                    and c.b.metric == c.metric + "_margin" for c in margin)
+    # the gate reads each claim's own direction(s)
+    assert all(c.directions() == (c.metric[:3],) for c in spec.claims if c.metric[:3] in ("i2t", "t2i"))
+    assert all(c.directions() == ("t2i" if c.signal == "caption" else "i2t",) for c in statistics)
     ablation = {c.id for c in spec.claims if c.b is not None and c.b.recipe == "pcme_mu_only"}
-    assert ablation == {f"{label}-vs-mu-only-{m}-{d}" for label in ("pcme", "pcme_small_init")
-                        for m in ("rp", "pmrp") for d in ("i2t", "t2i")} | {
-        f"{label}-abstention-{d}-vs-margin" for label in ("pcme", "pcme_small_init") for d in ("i2t", "t2i")}
+    assert ablation == {f"{label}-vs-mu-only-rp-{d}" for label in ("pcme", "pcme_small_init") for d in ("i2t", "t2i")}
 
 
 def test_select_recipes_keeps_the_part_and_the_claims_that_read_it_alone() -> None:
@@ -217,8 +235,13 @@ def test_shipped_uncertainty_study_judges_each_claim_once_on_complete_results() 
             rows.append({"run": run.name, "recipe": run.label, "variant": run.variant, "seed": run.seed,
                          "similarity": similarity, "rerank": "nns", "relevance": "exact",
                          **{m: rng.uniform(0, 1) for m in metrics}})
-    judgements, errors = judge_claims(spec.claims, rows)
+    from pcmr.study.claims import JudgeOptions
+
+    null = [{"recipe": label, "init": i, "relevance": "exact", **{m: rng.uniform(0, 1) for m in metrics}}
+            for label in ("pcme", "pcme_small_init") for i in range(20)]
+    judgements, errors = judge_claims(spec.claims, rows, options=JudgeOptions(null_rows=null, primary=spec.design.primary))
     assert errors == {}
+    assert sum(j.family == "primary" for j in judgements) == len(spec.design.primary)
     assert sorted(j.claim.id for j in judgements) == sorted(c.id for c in spec.claims)
     for judgement in judgements:
         assert len(judgement.cells) == len(judgement.claim.cells)

@@ -107,7 +107,8 @@ def abstention_series(scores: Tensor, relevance: Tensor, images: Gaussian, capti
 def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
     """``{d}_aurc``, ``{d}_aurc_margin``, ``{d}_aurc_multiplicity``, and within multiplicity strata
     ``{d}_aurc_within``, ``{d}_aurc_margin_within``, ``{d}_random_within`` (percent: 100 x AURC, lower is
-    better), and ``{d}_uncertainty_S``, ``{d}_uncertainty_R2`` for each direction ``d``."""
+    better); no abstention ``{d}_aurc_random`` (the mean risk) and the excess of the uncertainty's and the
+    margin's AURC over it, ``{d}_excess_aurc``, ``{d}_excess_aurc_margin``; and ``{d}_uncertainty_S``, ``{d}_uncertainty_R2`` for each direction ``d``."""
     out: dict[str, float] = {}
     for direction, side in series.items():
         columns = {schema.aurc(direction): "aurc", schema.aurc(direction, "margin"): "aurc_margin",
@@ -118,6 +119,11 @@ def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
         for column, key in columns.items():
             if key in side:  # a point model has the references only
                 out[column] = 100.0 * float(side[key])
+        if "random" in side:  # no abstention: the mean risk, and each ordering's AURC above it
+            out[schema.aurc(direction, "random")] = 100.0 * float(side["random"])
+            for ranked_by, key in ((None, "aurc"), ("margin", "aurc_margin")):
+                if key in side:
+                    out[schema.excess_aurc(direction, ranked_by)] = 100.0 * (float(side[key]) - float(side["random"]))
         for key in ("S", "R2"):
             if key in side:
                 out[schema.uncertainty_fit(direction, key)] = float(side[key])

@@ -24,7 +24,7 @@ from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.report import GENERIC_COLUMNS, Column, ColumnPattern, ColumnSchema, Report
 
 __all__ = ["ALL_COLUMNS", "ANALYSIS_COLUMNS", "CORRUPTION_SLOPE", "DIRECTIONS", "EVALUATION_COLUMNS", "HS_SUM", "MEAN_R_PRECISION", "RSUM",
-           "SELECTION_METRICS", "SIGNAL_KEYS", "aurc", "random_aurc_within", "selection_value", "binary_selection", "format_number", "learned_option", "map_at_r",
+           "SELECTION_METRICS", "SIGNAL_KEYS", "aurc", "excess_aurc", "random_aurc_within", "selection_value", "binary_selection", "format_number", "learned_option", "map_at_r",
            "metric_bounds", "of_untrained", "ordered", "pmrp", "r1_by_uncertainty", "r_precision", "recall",
            "relevant_count_rho", "table_row", "tuned_value", "uncertainty_agreement", "uncertainty_fit",
            "uncertainty_signal", "validation_metrics"]
@@ -74,6 +74,13 @@ def aurc(direction: str, ranked_by: str | None = None, *, within: bool = False) 
     (``"multiplicity"``, the oracle); ``within``: averaged within multiplicity strata. Lower is better."""
     key = f"{direction}_aurc_{ranked_by}" if ranked_by else f"{direction}_aurc"
     return f"{key}_within" if within else key
+
+
+def excess_aurc(direction: str, ranked_by: str | None = None) -> str:
+    """100 x (the AURC of an ordering minus that of no abstention, the mean risk): below 0 the ordering
+    withholds the failing queries first, above 0 it withholds the successful ones (``ranked_by``: None
+    for the uncertainty, ``"margin"`` for the top-1 margin)."""
+    return f"{direction}_excess_aurc_{ranked_by}" if ranked_by else f"{direction}_excess_aurc"
 
 
 def random_aurc_within(direction: str) -> str:
@@ -164,6 +171,9 @@ def _direction_columns(d: str) -> list[Column]:
         Column(aurc(d, within=True), f"{d} AURC within", bounds=_PERCENT, higher_is_better=False),
         Column(aurc(d, "margin", within=True), f"{d} AURC margin within", bounds=_PERCENT, higher_is_better=False),
         Column(random_aurc_within(d), f"{d} AURC random within", bounds=_PERCENT, higher_is_better=False),
+        Column(aurc(d, "random"), f"{d} AURC none", bounds=_PERCENT, higher_is_better=False),
+        Column(excess_aurc(d), f"{d} excess AURC", bounds=(-100.0, 100.0), higher_is_better=False),
+        Column(excess_aurc(d, "margin"), f"{d} excess AURC margin", bounds=(-100.0, 100.0), higher_is_better=False),
         Column(uncertainty_fit(d, "S"), f"{d} unc. S"), Column(uncertainty_fit(d, "R2"), f"{d} unc. R²"),
     ]
 

@@ -8,6 +8,7 @@ only, so a change in those APIs touches one file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -15,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
 from pcmr.atomic import atomic_write_text
-from pcmr.data import offers_split
+from pcmr.data import Vocabulary, offers_split
 from pcmr.evaluation import EncodedEvaluation, encode_split, score_matrix, unsupported_reason
 from pcmr.evaluation import columns as schema
 from pcmr.evaluation.encode import model_device
@@ -48,8 +50,9 @@ from pcmr.train.recipes import find_recipe
 from pcmr.train.run import load_run_split
 from pcmr.train.trainer import torch_seed
 
-__all__ = ["ITEM_UNCERTAINTY", "UNCERTAINTY_MEASURE", "evaluate_run", "override_items", "read_item_uncertainty",
-           "resolve_config", "schedule_text", "train_run", "write_item_uncertainty", "write_text"]
+__all__ = ["ITEM_UNCERTAINTY", "UNCERTAINTY_MEASURE", "evaluate_run", "null_statistics", "override_items",
+           "read_item_uncertainty", "record_provenance", "resolve_config", "schedule_text", "split_digest", "split_faults", "train_run",
+           "write_item_uncertainty", "write_text"]
 
 UNCERTAINTY_MEASURE = DEFAULT_UNCERTAINTY_MEASURE
 #: the controlled split of the binary-selection analysis (ProbVSE Sec. 5; offered by shapes)
@@ -372,3 +375,92 @@ def schedule_text(summary: Mapping[str, Any]) -> str:
         text += (f", lr x {summary['plateau_factor']:g} at epochs 1 + {summary['plateau_patience'] + 1}k, k >= 1"
                  f" (ReduceLROnPlateau in mode 'min' fed a rising rsum)")
     return text
+
+
+def null_statistics(run_dir: Path, relevance_modes: Sequence[str], analysis: AnalysisOptions,
+                    seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """The uncertainty statistics of untrained models of ``run_dir``'s configuration (its model options and
+    vocabulary), one initialisation per seed in ``seeds`` (torch seeded with ``torch_seed(seed)``), on its test
+    split: one row per seed and relevance mode with the columns the trained runs carry under the same names
+    (``<side>_uncertainty_relevant_rho``, ``..._rho_strata``, the corruption slopes). The split, its relevance
+    and strata are loaded once; only these statistics are computed."""
+    trained = load(run_dir)
+    config = run_config(trained)
+    if config is None:
+        raise StudyError(f"{run_dir} records no run config (config.yaml); it is not a run of this study")
+    split = load_run_split(config, config.eval.split)
+    vocab = trained.vocabulary if trained.vocabulary is not None else Vocabulary([])
+    relevance = {mode: split.relevance_by_mode(mode).matrix() for mode in relevance_modes}
+    strata = caption_wildcard_counts(split)
+    options = {**config.model.options, "vocab_size": len(vocab)}
+    batch_size = config.eval.batch_size
+    rows: list[dict[str, Any]] = []
+    for seed in seeds:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(torch_seed(seed))
+            model = create_model(config.model.name, **options)
+        device = trained.device
+        model.to(device)
+        images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device)
+        shared: dict[str, Any] = {}
+        if analysis.corruption:
+            shared.update(_corruption_columns(model, split, vocab, device, batch_size, analysis))
+        for mode, matrix in relevance.items():
+            row = {"init": int(seed), "relevance": mode, **shared}
+            if analysis.relevant_count:
+                row.update(_relevant_rho_columns(matrix, images, captions, strata, untrained=False))
+            rows.append(row)
+    return rows
+
+
+def split_faults(recipe: str, overrides: Mapping[str, Any]) -> tuple[list[str], str]:
+    """``(faults, digest)`` of the test split a run of ``recipe`` with ``overrides`` is evaluated on:
+    caption texts written more than once, captions relevant to every image, images relevant to every
+    caption (each fault one line naming the split and the counts; empty when it has none), and the
+    split's :func:`split_digest`."""
+    config = resolve_config(recipe, overrides)
+    split = load_run_split(config, config.eval.split)
+    relevance = split.relevance_matrix()  # [N_img, N_cap]
+    where = f"{config.data.name} {config.eval.split} split"
+    faults = []
+    repeated = split.num_captions - len(set(split.caption_texts))
+    if repeated:
+        faults.append(f"{where}: {repeated} of its {split.num_captions} captions repeat a text written before "
+                      f"({len(set(split.caption_texts))} distinct)")
+    for count, what in ((int(relevance.all(dim=0).sum()), "captions are relevant to every image"),
+                        (int(relevance.all(dim=1).sum()), "images are relevant to every caption")):
+        if count:
+            faults.append(f"{where}: {count} {what}")
+    return faults, split_digest(split)
+
+
+def split_digest(split: Any) -> str:
+    """SHA-256 (hex, first 16 characters) of a split's images (their pixels or features), caption texts,
+    written pairs and relevance: two machines that generate the same data give the same digest."""
+    digest = hashlib.sha256()
+    images = getattr(split.images, "pixels", None)
+    if images is None:
+        images = getattr(split.images, "features", None)
+    if images is not None:
+        array = np.ascontiguousarray(np.asarray(images))
+        digest.update(str(array.shape).encode() + str(array.dtype).encode() + array.tobytes())
+    for text in split.caption_texts:
+        digest.update(text.encode("utf-8") + b"\n")
+    digest.update(np.ascontiguousarray(np.asarray(split.caption_image, dtype=np.int64)).tobytes())
+    digest.update(np.packbits(split.relevance_matrix().cpu().numpy(), axis=1).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def record_provenance(run_dir: Path, record: Mapping[str, Any]) -> None:
+    """Add ``record`` (``pcmr.study.provenance.provenance``) to the run's summary ``run.json`` as its
+    ``provenance`` key (atomically; nothing when the run has no summary)."""
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        return
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise StudyError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(summary, dict):
+        summary["provenance"] = dict(record)
+        atomic_write_text(path, json.dumps(summary, indent=2) + "\n")

@@ -10,7 +10,9 @@ variant, re-ranker and relevance mode) and requires, on the mean over seeds:
   ``i2t_query_blind_r_precision`` of every study row).
 
 When either fails, or the rows to decide it are missing, every verdict reads
-:data:`BENCHMARK_NOT_LEARNED` (the intervals are still shown). See ``docs/study.md``.
+:data:`BENCHMARK_NOT_LEARNED` (the intervals are still shown), unless the check is not ``blocking``:
+then it is only reported, as the line that says whether the data can be learned at all (a study whose
+claims carry their own skill gate). See ``docs/study.md``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class BenchmarkCheck:
     relevance: str = "exact"
     min_t2i_r_precision: float = 60.0  # percent
     min_i2t_skill: float = 0.5  # (R-P - QB) / (100 - QB)
+    #: True: a failed check withholds every verdict; False: the check is a reported "data learnable" line
+    #: (for a study whose claims carry their own skill gate)
+    blocking: bool = True
 
     def describe(self) -> str:
         """``recipe/variant/similarity/re-ranker/relevance`` of the pinned fields."""
@@ -128,13 +133,17 @@ def check_benchmark(check: BenchmarkCheck, rows: Sequence[dict[str, Any]]) -> Be
 def benchmark_markdown(result: BenchmarkResult) -> list[str]:
     """Lines of ``claims.md`` that state the check and its outcome."""
     check = result.check
-    lines = ["## Benchmark check", "",
+    heading = "## Benchmark check" if check.blocking else "## Data learnable (benchmark check, reported)"
+    lines = [heading, "",
              f"Baseline {check.describe()}, mean over seeds {', '.join(map(str, result.seeds)) or '-'}: "
              f"t2i R-Precision {result.t2i_r_precision:.1f} (needs >= {check.min_t2i_r_precision:g}); "
              f"i2t R-Precision {result.i2t_r_precision:.1f} against the query-blind ranking's "
              f"{result.i2t_query_blind:.1f}, skill (R-P - QB) / (100 - QB) = {result.i2t_skill:.2f} "
              f"(needs >= {check.min_i2t_skill:g}).", ""]
-    if result.passed:
+    if not check.blocking:
+        lines += [("Passed" if result.passed else f"Not passed ({result.reason})")
+                  + ": reported only; each claim is gated on the skill of the models it reads.", ""]
+    elif result.passed:
         lines += ["Passed: the claims below are judged.", ""]
     else:
         lines += [f"**Benchmark not learned** ({result.reason}): no claim is judged; every verdict reads "
@@ -146,7 +155,7 @@ def apply_benchmark(judgements: Sequence[Judgement], result: BenchmarkResult | N
     """``judgements`` as judged when the check passed (or there is none); otherwise each, and each of its
     sweep cells, with the verdict and the Holm verdict :data:`BENCHMARK_NOT_LEARNED` (its interval and
     p-value kept, the gate's reading dropped)."""
-    if result is None or result.passed:
+    if result is None or result.passed or not result.check.blocking:
         return list(judgements)
 
     def withheld(j: Judgement) -> Judgement:

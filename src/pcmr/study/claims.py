@@ -20,6 +20,18 @@ Two rules keep the table honest (docs/study.md):
 - **Family-wise error.** :func:`judge_claims` adds Holm's correction over the whole table: a
   ``holds`` / ``reversed`` whose p-value Holm's procedure does not reject reads ``inconclusive`` in
   the ``holm`` column.
+- **Models that learned.** With a skill gate (:func:`judge_claims`'s ``min_skill``, the study file's
+  ``gate``), every model a claim reads (each side's rows, under the claim's condition and cell) must
+  reach skill ``(R-P - QB) / (100 - QB)`` of at least ``min_skill`` on the mean over seeds in every
+  direction the claim reads (its ``reads``; by default the direction its metric names, else both);
+  otherwise it reads ``not learned``, naming the model and the direction.
+- **The null of many untrained models.** A claim with ``vs_null: true`` compares side ``a``'s seeds with a
+  sample of the same statistic from many untrained initialisations of ``a``'s recipe (no pairing by
+  seed): Welch's interval of the difference of means, and each seed's percentile in the null.
+- **Drift.** Where a thread-count drift is given per metric, a ``holds`` or ``reversed`` whose mean
+  difference is smaller than the drift of its metric reads ``equal``.
+- **Primary family.** With a list of primary claims, Holm's correction runs over them alone; the
+  others are secondary and read uncorrected.
 - **The gate reads agreement across seeds.** A claim about an uncertainty head (``signal``) is judged
   ``no signal`` where that head's per-item uncertainty ranks agree too little across seeds (column
   ``<side>_uncertainty_agreement``, the mean pairwise Spearman rho, below :data:`AGREEMENT_MIN`); results
@@ -31,15 +43,29 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pcmr.config import ConfigError, build_dataclass
-from pcmr.evaluation.columns import uncertainty_agreement, uncertainty_signal
-from pcmr.study.stats import EXPECTATIONS, Interval, holm_rejections, paired_interval, paired_p_value, verdict
+from pcmr.evaluation.columns import (
+    query_blind_r_precision,
+    r_precision,
+    uncertainty_agreement,
+    uncertainty_signal,
+)
+from pcmr.study.stats import (
+    EXPECTATIONS,
+    Interval,
+    holm_rejections,
+    null_percentile,
+    paired_interval,
+    paired_p_value,
+    verdict,
+    welch_interval,
+)
 
-__all__ = ["AGREEMENT_MIN", "ANY_RELEVANCE", "Claim", "Judgement", "Selector", "judge_claim", "judge_claims",
-           "parse_claims", "NO_DATA", "NO_SIGNAL", "SIGNAL_SIDES", "UNSTABLE"]
+__all__ = ["AGREEMENT_MIN", "ANY_RELEVANCE", "Claim", "DIRECTIONS", "JudgeOptions", "Judgement", "NOT_LEARNED", "Selector",
+           "judge_claim", "judge_claims", "parse_claims", "NO_DATA", "NO_SIGNAL", "SIGNAL_SIDES", "UNSTABLE"]
 
 SELECT_FIELDS = ("recipe", "variant", "similarity", "rerank", "relevance")
 EXPANDED_FIELDS = ("variant", "relevance")
@@ -50,6 +76,10 @@ NO_DATA = "no data"
 NO_SIGNAL = "no signal"
 #: verdict of a swept claim whose cells disagree (some hold or reverse, others do not agree)
 UNSTABLE = "unstable"
+#: verdict of a claim one of whose models ranks no better than the query-blind list (the skill gate)
+NOT_LEARNED = "not learned"
+#: retrieval directions a claim may read (its ``reads`` field)
+DIRECTIONS = ("i2t", "t2i")
 #: condition value of a claim judged once because the relevance mode does not change its values
 ANY_RELEVANCE = "any"
 #: a head's per-item uncertainty ranks must agree across seeds at least this much (mean pairwise
@@ -92,6 +122,15 @@ class Claim:
     signal: str = ""  # the uncertainty head(s) the claim reads: "", image, caption or both (gated)
     min_effect: float = 0.0  # the smallest mean difference that counts as an effect (0: any)
     cells: tuple[str, ...] = ()  # variants the claim is judged in, all of which must agree
+    reads: tuple[str, ...] = ()  # directions the skill gate checks (() = from the metric's prefix, else both)
+    null: bool = False  # compare side a with the null of many untrained models (no side b)
+
+    def directions(self) -> tuple[str, ...]:
+        """The directions the skill gate reads: ``reads``, else the metric's prefix, else both."""
+        if self.reads:
+            return self.reads
+        prefix = self.metric.split("_", 1)[0]
+        return (prefix,) if prefix in DIRECTIONS else DIRECTIONS
 
 
 @dataclass(frozen=True)
@@ -117,6 +156,15 @@ class Judgement:
     #: means of side a and side b over the paired seeds (b: 0 for a claim against zero)
     mean_a: float = math.nan
     mean_b: float = math.nan
+    #: the skill gate's reading per model and direction ("" without a gate); why it failed, if it did
+    gate: str = ""
+    #: a null claim: each seed's percentile in the null sample, and the null's size
+    null_percentiles: tuple[float, ...] = ()
+    null_size: int = 0
+    #: the thread-count drift of the claim's metric where given (NaN: none)
+    drift: float = math.nan
+    #: "primary" or "secondary" where the study lists its primary claims, else ""
+    family: str = ""
 
 
 @dataclass
@@ -134,6 +182,8 @@ class _ClaimFields:
     signal: str = ""
     min_effect: float = 0.0
     cells: list[str] | None = None
+    reads: list[str] | None = None
+    vs_null: bool = False
 
 
 def _check_selector(selector: Selector | None, where: str) -> Selector:
@@ -191,8 +241,19 @@ def parse_claims(raw: Any, where: str = "claims") -> tuple[Claim, ...]:
             if a.variant is not None or (b is not None and b.variant is not None):
                 raise ValueError(f"{here}.cells: a claim judged over cells must not pin a variant")
             cells = tuple(fields.cells)
+        reads: tuple[str, ...] = ()
+        if fields.reads is not None:
+            if not fields.reads or any(d not in DIRECTIONS for d in fields.reads) \
+                    or len(set(fields.reads)) != len(fields.reads):
+                raise ValueError(f"{here}.reads: expected a list of distinct directions among i2t, t2i, "
+                                 f"got {fields.reads!r}")
+            reads = tuple(fields.reads)
+        if fields.vs_null and b is not None:
+            raise ValueError(f"{here}.vs_null: a claim against the null of untrained models has no side b")
+        if fields.vs_null and fields.expect == "equal":
+            raise ValueError(f"{here}.vs_null: a claim against the null needs expect greater or less")
         claims.append(Claim(fields.id, fields.paper, fields.statement, fields.metric, a, b, fields.expect,
-                            float(margin), fields.signal, float(min_effect), cells))
+                            float(margin), fields.signal, float(min_effect), cells, reads, bool(fields.vs_null)))
     return tuple(claims)
 
 
@@ -245,31 +306,122 @@ def _without_signal(rows: Sequence[dict[str, Any]], selector: Selector, claim: C
     return False
 
 
+@dataclass(frozen=True)
+class JudgeOptions:
+    """What a study adds to the paired rule (all optional): the skill gate's ``min_skill``, the null
+    sample rows (``recipe``, ``relevance``, statistic columns; one row per untrained initialisation), the
+    thread-count drift per metric, and the ids of the primary claims (Holm runs over them alone)."""
+
+    min_skill: float | None = None
+    null_rows: Sequence[dict[str, Any]] = ()
+    drift: dict[str, float] = field(default_factory=dict)
+    primary: tuple[str, ...] | None = None
+
+
+def _side_skill(rows: Sequence[dict[str, Any]], side: Selector, direction: str, claim_id: str) -> float:
+    """Skill ``(R-P - QB) / (100 - QB)`` of the rows of ``side`` in ``direction``, on the means over
+    seeds (NaN where either column is missing)."""
+    rp = _values_by_seed(rows, side, r_precision(direction), claim_id)
+    qb = _values_by_seed(rows, side, query_blind_r_precision(direction), claim_id)
+    seeds = sorted(set(rp) & set(qb))
+    if not seeds:
+        return math.nan
+    mean_rp = math.fsum(rp[s] for s in seeds) / len(seeds)
+    mean_qb = math.fsum(qb[s] for s in seeds) / len(seeds)
+    return math.nan if mean_qb >= 100.0 else (mean_rp - mean_qb) / (100.0 - mean_qb)
+
+
+def _skill_gate(claim: Claim, rows: Sequence[dict[str, Any]], sides: Sequence[Selector],
+                min_skill: float) -> tuple[bool, str]:
+    """``(passed, text)``: every model of ``sides`` (their pinned fields, metric aside) in every direction
+    the claim reads; the text names each model and direction with its skill, failures first."""
+    failed: list[str] = []
+    passed: list[str] = []
+    seen: set[Selector] = set()
+    for side in sides:
+        model = replace(side, metric=None)
+        if model in seen:
+            continue
+        seen.add(model)
+        for direction in claim.directions():
+            skill = _side_skill(rows, model, direction, claim.id)
+            text = f"{model.describe()} {direction} skill {skill:.2f}"
+            (passed if skill >= min_skill else failed).append(text)
+    if failed:
+        return False, "; ".join(f"{t} < {min_skill:g}" for t in failed)
+    return True, "; ".join(passed)
+
+
+def _null_values(claim: Claim, a: Selector, options: JudgeOptions) -> list[float]:
+    """The null sample of ``claim``'s metric for side ``a``'s recipe (and relevance, where pinned)."""
+    metric = a.metric or claim.metric
+    out = []
+    for row in options.null_rows:
+        if str(row.get("recipe")) != a.recipe:
+            continue
+        if a.relevance is not None and row.get("relevance") not in (None, "", a.relevance):
+            continue
+        value = _number(row.get(metric))
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def _drift_of(claim: Claim, a: Selector, b: Selector | None, options: JudgeOptions) -> float:
+    metrics = {a.metric or claim.metric} | ({b.metric or claim.metric} if b is not None else set())
+    values = [options.drift[m] for m in metrics if m in options.drift]
+    return max(values) if values else math.nan
+
+
 def _judge_condition(claim: Claim, rows: Sequence[dict[str, Any]], a: Selector, b: Selector | None,
-                     condition: dict[str, str], level: float) -> tuple[Judgement, tuple[Any, ...]]:
-    """One judgement, and the paired values it was made from (to find duplicates)."""
+                     condition: dict[str, str], level: float,
+                     options: JudgeOptions = JudgeOptions()) -> tuple[Judgement, tuple[Any, ...]]:
+    """One judgement, and the values it was made from (to find duplicates)."""
     a_values = _values_by_seed(rows, a, a.metric or claim.metric, claim.id)
-    b_values = dict.fromkeys(a_values, 0.0) if b is None else _values_by_seed(rows, b, b.metric or claim.metric,
-                                                                               claim.id)
-    seeds = tuple(sorted(set(a_values) & set(b_values)))
-    pairs = tuple((s, a_values[s], b_values[s]) for s in seeds)
-    interval = paired_interval([a_values[s] for s in seeds], [b_values[s] for s in seeds], level)
+    percentiles: tuple[float, ...] = ()
+    null_size = 0
+    if claim.null:
+        null = _null_values(claim, a, options)
+        seeds = tuple(sorted(a_values)) if null else ()
+        interval, p_value = welch_interval([a_values[s] for s in seeds], null, level) if null else \
+            (paired_interval([], [], level), math.nan)
+        percentiles = tuple(null_percentile(a_values[s], null) for s in seeds)
+        null_size = len(null)
+        pairs: tuple[Any, ...] = tuple((s, a_values[s]) for s in seeds)
+        mean_b = math.fsum(null) / len(null) if null else math.nan
+    else:
+        b_values = dict.fromkeys(a_values, 0.0) if b is None else _values_by_seed(rows, b, b.metric or claim.metric,
+                                                                                   claim.id)
+        seeds = tuple(sorted(set(a_values) & set(b_values)))
+        pairs = tuple((s, a_values[s], b_values[s]) for s in seeds)
+        interval = paired_interval([a_values[s] for s in seeds], [b_values[s] for s in seeds], level)
+        p_value = paired_p_value(interval)
+        mean_b = math.fsum(b_values[s] for s in seeds) / len(seeds) if seeds else math.nan
     outcome = NO_DATA if not seeds else verdict(interval, claim.expect, claim.margin, claim.min_effect)
-    ungated = ""
+    drift = _drift_of(claim, a, b, options)
+    if outcome in ("holds", "reversed") and abs(interval.mean) < drift:
+        outcome = "equal"  # an effect inside the thread-count drift is no effect
+    ungated, gate_text = "", ""
     if seeds and _without_signal(rows, a, claim, seeds):
         outcome, ungated = NO_SIGNAL, outcome
+    if options.min_skill is not None and seeds:
+        passed, gate_text = _skill_gate(claim, rows, [a] if b is None or claim.null else [a, b], options.min_skill)
+        if not passed:
+            outcome, ungated = NOT_LEARNED, ungated or outcome
     mean_a = math.fsum(a_values[s] for s in seeds) / len(seeds) if seeds else math.nan
-    mean_b = math.fsum(b_values[s] for s in seeds) / len(seeds) if seeds else math.nan
-    judgement = Judgement(claim, condition, a, b, interval, outcome, seeds, ungated, paired_p_value(interval),
-                          mean_a=mean_a, mean_b=mean_b)
+    judgement = Judgement(claim, condition, a, b, interval, outcome, seeds, ungated, p_value,
+                          mean_a=mean_a, mean_b=mean_b, gate=gate_text, null_percentiles=percentiles,
+                          null_size=null_size, drift=drift)
     return judgement, pairs
 
 
 def _combine_cells(claim: Claim, condition: dict[str, str], cells: list[Judgement]) -> Judgement:
     """A swept claim's judgement from its cells (see the module docstring); the interval shown is
-    the weakest cell's."""
+    the weakest cell's. A model that did not learn in any cell makes the claim ``not learned``."""
     verdicts = {j.verdict for j in cells}
-    if len(verdicts) == 1:
+    if NOT_LEARNED in verdicts:
+        outcome = NOT_LEARNED
+    elif len(verdicts) == 1:
         outcome = cells[0].verdict
     elif verdicts & {"holds", "reversed"}:
         outcome = UNSTABLE
@@ -280,12 +432,18 @@ def _combine_cells(claim: Claim, condition: dict[str, str], cells: list[Judgemen
     # the interval and means shown are the weakest cell's (its largest p-value)
     first = cells[0] if math.isnan(p_value) else cells[p_values.index(p_value)]
     seeds = tuple(sorted(set.intersection(*(set(j.seeds) for j in cells))))
+    failed = [f"{j.condition.get('variant', '?')}: {j.gate}" for j in cells if j.verdict == NOT_LEARNED]
+    gate = "; ".join(failed) if failed else "; ".join(f"{j.condition.get('variant', '?')}: {j.gate}"
+                                                     for j in cells if j.gate)
     return Judgement(claim, {**condition, "cells": "+".join(claim.cells)}, replace(first.a, variant=None),
                      None if first.b is None else replace(first.b, variant=None), first.interval, outcome, seeds,
-                     p_value=p_value, cells=tuple(cells), mean_a=first.mean_a, mean_b=first.mean_b)
+                     p_value=p_value, cells=tuple(cells), mean_a=first.mean_a, mean_b=first.mean_b, gate=gate,
+                     null_percentiles=tuple(p for j in cells for p in j.null_percentiles),
+                     null_size=first.null_size, drift=first.drift)
 
 
-def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.95) -> list[Judgement]:
+def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.95,
+                options: JudgeOptions = JudgeOptions()) -> list[Judgement]:
     """Judge ``claim`` on result rows (dicts with ``seed``, the selector fields and metrics)."""
     side_b = claim.b
     if side_b is not None:  # fields b leaves out come from a
@@ -311,7 +469,7 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
             cell_condition = condition if cell is None else {**condition, "variant": cell}
             a = replace(claim.a, **cell_condition)
             b = replace(side_b, **cell_condition) if side_b is not None else None
-            judgement, pairs = _judge_condition(claim, rows, a, b, cell_condition, level)
+            judgement, pairs = _judge_condition(claim, rows, a, b, cell_condition, level, options)
             cell_judgements.append(judgement)
             cell_pairs.append(pairs)
         judgement = cell_judgements[0] if not claim.cells else _combine_cells(claim, condition, cell_judgements)
@@ -326,29 +484,36 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
     return out
 
 
-def _with_holm(judgements: list[Judgement], level: float) -> list[Judgement]:
-    """Each judgement with its verdict after Holm's correction over all directional judgements."""
-    family = [i for i, j in enumerate(judgements) if j.claim.expect != "equal" and j.verdict not in (NO_DATA,)]
-    rejected = holm_rejections([judgements[i].p_value for i in family], alpha=1.0 - level)
-    keeps = dict(zip(family, rejected))
+def _with_holm(judgements: list[Judgement], level: float, primary: tuple[str, ...] | None = None) -> list[Judgement]:
+    """Each judgement with its verdict after Holm's correction: over every directional judgement, or,
+    with ``primary``, over the primary claims' judgements alone (the others read uncorrected, marked
+    secondary). A judgement that was not learned or has no data counts in the family with no rejection."""
+    if primary is None:
+        family = [i for i, j in enumerate(judgements) if j.claim.expect != "equal" and j.verdict not in (NO_DATA,)]
+    else:
+        family = [i for i, j in enumerate(judgements) if j.claim.id in primary]
+    p_values = [math.nan if judgements[i].verdict in (NOT_LEARNED, NO_DATA) else judgements[i].p_value
+                for i in family]
+    keeps = dict(zip(family, holm_rejections(p_values, alpha=1.0 - level)))
     out = []
     for i, j in enumerate(judgements):
         holm = j.verdict
-        if j.verdict in ("holds", "reversed") and not keeps.get(i, False):
+        if (primary is None or i in keeps) and j.verdict in ("holds", "reversed") and not keeps.get(i, False):
             holm = "inconclusive"
-        out.append(replace(j, holm=holm))
+        family_name = "" if primary is None else ("primary" if i in keeps else "secondary")
+        out.append(replace(j, holm=holm, family=family_name))
     return out
 
 
-def judge_claims(claims: Sequence[Claim], rows: Sequence[dict[str, Any]],
-                 level: float = 0.95) -> tuple[list[Judgement], dict[str, str]]:
+def judge_claims(claims: Sequence[Claim], rows: Sequence[dict[str, Any]], level: float = 0.95,
+                 options: JudgeOptions = JudgeOptions()) -> tuple[list[Judgement], dict[str, str]]:
     """Every claim judged under every condition (see :func:`judge_claim`); a claim that cannot be
     judged on these rows (an ambiguous side) is left out and its reason returned by claim id."""
     judgements: list[Judgement] = []
     errors: dict[str, str] = {}
     for claim in claims:
         try:
-            judgements.extend(judge_claim(claim, rows, level))
+            judgements.extend(judge_claim(claim, rows, level, options))
         except ValueError as err:
             errors[claim.id] = str(err)
-    return _with_holm(judgements, level), errors
+    return _with_holm(judgements, level, options.primary), errors

@@ -20,7 +20,8 @@ from typing import Any
 from pcmr.evaluation.columns import ALL_COLUMNS, uncertainty_agreement
 from pcmr.report import Column, ColumnSchema, Report, format_table
 from pcmr.study.benchmark import BENCHMARK_NOT_LEARNED, BenchmarkResult, benchmark_markdown
-from pcmr.study.claims import AGREEMENT_MIN, NO_DATA, NO_SIGNAL, UNSTABLE, Judgement
+from pcmr.study.claims import AGREEMENT_MIN, NO_DATA, NO_SIGNAL, NOT_LEARNED, UNSTABLE, Judgement
+from pcmr.study.design import StudyDesign
 from pcmr.study.stats import VERDICTS, mean_interval
 
 __all__ = ["ID_COLUMNS", "agreement_markdown", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
@@ -184,15 +185,52 @@ def _fmt(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:+.2f}"
 
 
+def _design_lines(design: StudyDesign | None) -> list[str]:
+    """The pre-registered design of ``claims.md``: the skill gate, the null, the drift step, the primary
+    family and the claims removed (with why)."""
+    if design is None or design == StudyDesign():
+        return []
+    lines = ["## Design (fixed in the study file before the runs)", ""]
+    if design.gate is not None:
+        lines.append(f"- Skill gate: every model a claim reads reaches skill (R-P - QB) / (100 - QB) >= "
+                     f"{design.gate.min_skill:g} on the mean over seeds, in each direction the claim reads, "
+                     f"under the claim's own training relevance, evaluation relevance and cell; otherwise "
+                     f"`{NOT_LEARNED}` (column `gate`).")
+    if design.null is not None:
+        lines.append(f"- Null: {design.null.inits} untrained initialisations per recipe (`null.md`); a claim "
+                     "against the null compares the trained seeds' mean with the null's (Welch) and gives each "
+                     "seed's percentile in it (column `null pct`).")
+    if design.drift is not None:
+        lines.append(f"- Drift: {design.drift.recipe}-{design.drift.variant}, seeds "
+                     f"{', '.join(map(str, design.drift.seeds))}, trained again with {design.drift.threads} "
+                     "threads (`drift.md`); a `holds` or `reversed` whose effect is smaller than its metric's "
+                     "drift reads `equal`.")
+    if design.primary is not None:
+        lines.append(f"- Primary family ({len(design.primary)} claims; Holm's correction over them alone): "
+                     f"{', '.join(design.primary)}. Every other claim is secondary, uncorrected.")
+    if design.distinct_test_split:
+        lines.append("- The test split holds each caption text once and no item relevant to the whole other "
+                     "side (checked before training).")
+    lines.append("")
+    if design.removed:
+        lines += ["Claims removed because the data cannot test them:", ""]
+        lines += [f"- {entry.id}: {entry.reason}" for entry in design.removed] + [""]
+    return lines
+
+
+def _percentiles(values: Sequence[float]) -> str:
+    return ", ".join("-" if math.isnan(v) else f"{v:.0f}" for v in values)
+
+
 def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float = 0.95,
-                    errors: dict[str, str] | None = None, benchmark: BenchmarkResult | None = None) -> str:
+                    errors: dict[str, str] | None = None, benchmark: BenchmarkResult | None = None,
+                    design: StudyDesign | None = None) -> str:
     """The claims table: one line per claim and condition with the mean difference, its paired
     t-interval and the verdict; first the benchmark check (``pcmr.study.benchmark``) where the study has one."""
     pct = f"{100 * level:g} %"
-    counts = {v: sum(j.verdict == v for j in judgements) for v in (*VERDICTS, UNSTABLE, NO_SIGNAL, NO_DATA,
-                                                             BENCHMARK_NOT_LEARNED)}
-    holm_counts = {v: sum(j.holm == v for j in judgements)
-                   for v in (*VERDICTS, UNSTABLE, NO_SIGNAL, NO_DATA, BENCHMARK_NOT_LEARNED)}
+    kinds = (*VERDICTS, UNSTABLE, NOT_LEARNED, NO_SIGNAL, NO_DATA, BENCHMARK_NOT_LEARNED)
+    counts = {v: sum(j.verdict == v for j in judgements) for v in kinds}
+    holm_counts = {v: sum(j.holm == v for j in judgements) for v in kinds}
     lines = [f"# {title}: claims", "",
              f"Each claim compares a metric between conditions a and b on paired seeds: the mean of "
              f"a - b and its two-sided {pct} paired t-interval [low, high]. Verdict (margin m, 0 unless "
@@ -204,12 +242,15 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
              f"interval lies inside (-e, e). `{UNSTABLE}`: a claim judged in several cells (learning rates, "
              f"budgets) whose cells disagree; `{NO_SIGNAL}`: a claim about an uncertainty head that learned "
              f"nothing (its per-item ranks agree across seeds less than rho {AGREEMENT_MIN:g}, or, in results "
-             f"without that column, its per-run gate failed); `{NO_DATA}`: no seed was measured on both sides. "
+             f"without that column, its per-run gate failed); `{NOT_LEARNED}`: a model the claim reads ranks no "
+             "better than the skill gate asks in a direction the claim reads (column `gate`); "
+             f"`{NO_DATA}`: no seed was measured on both sides. "
              "`p`: two-sided paired t-test (the largest over a claim's cells); `Holm`: the verdict after "
              "Holm's correction over every directional judgement of this table (a `holds` or `reversed` "
              "whose p-value is not rejected reads `inconclusive`). `relevance=any`: values identical under "
              f"every relevance mode, judged once. Where some verdict is `{NO_SIGNAL}`, the column "
              "`without the gate` gives the verdict its interval alone would give. See docs/study.md.", "",
+             *_design_lines(design),
              *(benchmark_markdown(benchmark) if benchmark is not None else []),
              "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n or v in VERDICTS),
              "",
@@ -218,7 +259,8 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
     for j in judgements:
         claim = j.claim
         a = j.a.describe(claim.metric)
-        b = "0" if j.b is None else j.b.describe(claim.metric)
+        b = (f"null of untrained {j.a.recipe}" if claim.null else
+             "0" if j.b is None else j.b.describe(claim.metric))
         expect = {"greater": ">", "less": "<", "equal": "~"}[claim.expect]
         if claim.margin:
             expect += f" (m={claim.margin:g})"
@@ -233,10 +275,19 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
         table.append({"claim": claim.id, "paper": claim.paper, "statement": claim.statement, "condition": condition,
                       "a": a, "b": b, "expect": expect, "n": interval.n, "mean a": _fmt(j.mean_a),
                       "mean b": _fmt(j.mean_b), "mean a-b": _fmt(interval.mean), "CI": ci, "p": p,
-                      "verdict": j.verdict, "Holm": j.holm or j.verdict, "cells": cells, "without the gate": j.ungated})
-    gated = any(j.verdict == NO_SIGNAL for j in judgements)
+                      "verdict": j.verdict, "Holm": j.holm or j.verdict, "cells": cells, "without the gate": j.ungated,
+                      "family": j.family, "gate": j.gate, "null pct": "; ".join(f"{c.condition.get('variant', '?')}: {_percentiles(c.null_percentiles)}"
+                                    for c in j.cells if c.null_percentiles) if j.cells
+                      else _percentiles(j.null_percentiles),
+                      "null n": j.null_size or "", "drift": "" if math.isnan(j.drift) else f"{j.drift:.3f}"})
+    gated = any(j.verdict in (NO_SIGNAL, NOT_LEARNED) for j in judgements)
     swept = any(j.cells for j in judgements)
-    lines += [format_table(table, CLAIM_COLUMNS + (("cells",) if swept else ())
+    extra = tuple(name for name, shown in (("family", any(j.family for j in judgements)),
+                                           ("gate", any(j.gate for j in judgements)),
+                                           ("null pct", any(j.null_percentiles for j in judgements)),
+                                           ("null n", any(j.null_size for j in judgements)),
+                                           ("drift", any(not math.isnan(j.drift) for j in judgements))) if shown)
+    lines += [format_table(table, CLAIM_COLUMNS + (("cells",) if swept else ()) + extra
                            + (("without the gate",) if gated else ())), ""]
     if errors:
         lines += ["Claims not judged:", ""] + [f"- {claim_id}: {reason}" for claim_id, reason in errors.items()] + [""]

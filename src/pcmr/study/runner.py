@@ -11,9 +11,11 @@ One study process works on an ``OUT`` folder at a time: a second ``pcmr study`` 
 runs failed; the runs' own child processes work under their study's lock.
 
 Every run is a fresh child process ``pcmr study FILE --out OUT --only I`` (``workers`` of them at a
-time, each with ``OMP_NUM_THREADS`` and torch's thread count set to its share of the cores), so its
-numbers depend only on its config and thread count, never on the runs that happened before it in
-the same process; a child dies with its parent (Linux).
+time, each with ``OMP_NUM_THREADS`` and torch's thread count set to its share of the cores), so on one
+machine its numbers depend only on its config and thread count, never on the runs that happened before
+it in the same process (across machines they may differ: each run records its provenance,
+:mod:`pcmr.study.provenance`); a child dies with its parent (Linux). After the runs, a study with a
+design (:mod:`pcmr.study.design`) trains its drift runs and evaluates its null (:mod:`pcmr.study.steps`).
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ from pcmr.locking import PathLock
 from pcmr.study import backend
 from pcmr.study.analysis import mean_pairwise_spearman
 from pcmr.study.benchmark import apply_benchmark, check_benchmark
-from pcmr.study.claims import judge_claims
+from pcmr.study.claims import JudgeOptions, judge_claims
 from pcmr.study.curves import Curves, curves_markdown, plot_validation_curves, read_curve
+from pcmr.study.design import StudyDesign
 from pcmr.study.plots import plot_claims, plot_recipes
+from pcmr.study.provenance import provenance, provenance_markdown
 from pcmr.study.report import (
     agreement_markdown,
     claims_markdown,
@@ -52,6 +56,16 @@ from pcmr.study.report import (
     times_markdown,
 )
 from pcmr.study.spec import StudyError, StudyRun, StudySpec
+from pcmr.study.steps import (
+    DRIFT_DIR,
+    check_test_split,
+    drift_by_metric,
+    drift_markdown,
+    drift_runs,
+    null_markdown,
+    read_null,
+    run_null,
+)
 
 __all__ = ["MARKER", "StudyOutcome", "collect", "execute_run", "read_marker", "run_study", "threads_per_worker"]
 
@@ -111,13 +125,17 @@ def _json_safe(value: Any) -> Any:
 def execute_run(spec: StudySpec, run: StudyRun, out: Path) -> dict[str, Any]:
     """Train (or resume) and evaluate one run, then write its marker; returns the marker."""
     run_dir = run_folder(out, run)
+    digest = check_test_split(spec, run)  # refused before training where the study asks for distinct captions
     train_seconds = backend.train_run(run.recipe, run.overrides, run_dir)
+    record = provenance(torch.get_num_threads(), digest)
+    backend.record_provenance(run_dir, record)
     start = time.perf_counter()
     rows = backend.evaluate_run(run_dir, run.similarities, run.rerankers, spec.relevance, spec.analysis)
     ids = {"run": run.name, "recipe": run.label, "variant": run.variant, "seed": run.seed}
     marker = {"format": MARKER_FORMAT, "index": run.index, **ids, "recipe_file": run.recipe,
               "overrides": run.overrides, "train_seconds": train_seconds,
-              "eval_seconds": time.perf_counter() - start, "rows": [{**ids, **row} for row in rows]}
+              "eval_seconds": time.perf_counter() - start, "provenance": record,
+              "rows": [{**ids, **row} for row in rows]}
     marker = _json_safe(marker)
     if not _parent_alive():  # the study that started this child was killed: leave the run unfinished
         os._exit(1)
@@ -253,7 +271,10 @@ def _run_locked(spec: StudySpec, out: Path, runs: list[StudyRun], workers: int, 
                 backend.resolve_config(run.recipe, run.overrides)
             except (ValueError, TypeError, KeyError, FileNotFoundError) as err:
                 raise StudyError(f"run {run.index} ({run.name}): {err}") from err
+        if spec.design.distinct_test_split and runs:
+            check_test_split(spec, runs[0])  # one clear error before anything trains
         _run_children(spec, pending, out, workers, threads, outcome, echo)
+        _design_steps(spec, out, workers, threads, outcome, echo)
     else:
         _die_with_parent()
         torch.set_num_threads(threads)
@@ -264,6 +285,26 @@ def _run_locked(spec: StudySpec, out: Path, runs: list[StudyRun], workers: int, 
     if only is None:
         outcome.written = collect(spec, out)
     return outcome
+
+
+def _design_steps(spec: StudySpec, out: Path, workers: int, threads: int, outcome: StudyOutcome,
+                  echo: Callable[[str], None]) -> None:
+    """After the runs: the drift runs (``OUT/drift``, the drift's thread count) and the null of untrained
+    models (``OUT/null``, in this process, alone: with the threads of every worker); see
+    :mod:`pcmr.study.steps`."""
+    drift = spec.design.drift
+    if drift is not None:
+        pending = [run for run in drift_runs(spec) if read_marker(run_folder(out / DRIFT_DIR, run)) is None]
+        if pending:
+            echo(f"drift: {len(pending)} runs again with {drift.threads} threads")
+            _run_children(spec, pending, out / DRIFT_DIR, workers, drift.threads, outcome, echo)
+    if spec.design.null is not None:
+        torch.set_num_threads(threads * workers)
+        sources: dict[str, Path] = {}
+        for run in spec.runs():  # the first finished run of each recipe: its configuration and vocabulary
+            if run.label not in sources and read_marker(run_folder(out, run)) is not None:
+                sources[run.label] = run_folder(out, run)
+        run_null(spec, out, sources, echo)
 
 
 def _finished_by_group(spec: StudySpec, out: Path) -> dict[tuple[str, str], list[StudyRun]]:
@@ -328,10 +369,28 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     backend.write_text(written["recipes"], recipes_markdown(rows, spec.summary_metrics, title=spec.name,
                                                             level=spec.level, headline=headline))
     benchmark = check_benchmark(spec.benchmark, rows) if spec.benchmark is not None else None
-    judgements, errors = judge_claims(spec.claims, rows, spec.level)
+    null_rows = read_null(spec, out)
+    drift_pairs = []
+    for run in drift_runs(spec):
+        first, second = read_marker(run_folder(out, run)), read_marker(run_folder(out / DRIFT_DIR, run))
+        if first is not None and second is not None:
+            drift_pairs.append((run.name, first["rows"], second["rows"]))
+    drift = drift_by_metric([(a, b) for _, a, b in drift_pairs]) if drift_pairs else {}
+    design = spec.design
+    options = JudgeOptions(min_skill=design.gate.min_skill if design.gate is not None else None,
+                           null_rows=null_rows, drift=drift, primary=design.primary)
+    judgements, errors = judge_claims(spec.claims, rows, spec.level, options)
     judgements = apply_benchmark(judgements, benchmark)
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
-                                                          errors=errors, benchmark=benchmark))
+                                                          errors=errors, benchmark=benchmark, design=design))
+    if design != StudyDesign():
+        claim_metrics = list(dict.fromkeys(c.metric for c in spec.claims))
+        extra = {"null": out / "null.md", "drift": out / "drift.md", "provenance": out / "provenance.md"}
+        backend.write_text(extra["null"], null_markdown(spec, null_rows, claim_metrics))
+        study_threads = ", ".join(sorted({str((m.get("provenance") or {}).get("threads", "?")) for m in markers}))
+        backend.write_text(extra["drift"], drift_markdown(spec, drift_pairs, drift, claim_metrics, study_threads))
+        backend.write_text(extra["provenance"], "\n".join(provenance_markdown(markers, title=spec.name)))
+        written.update(extra)
     backend.write_text(written["agreement"], agreement_markdown(agreement, title=spec.name))
     backend.write_text(written["times"], times_markdown(markers, title=spec.name))
     backend.write_text(written["curves"], curves_markdown(curves, title=spec.name))

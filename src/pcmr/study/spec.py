@@ -20,6 +20,7 @@ from pcmr.evaluation.columns import HS_SUM, RSUM, r_precision, recall
 from pcmr.relevance import RELEVANCE_MODES
 from pcmr.study.benchmark import BenchmarkCheck, parse_benchmark
 from pcmr.study.claims import Claim, parse_claims
+from pcmr.study.design import StudyDesign, parse_design
 from pcmr.suggest import unknown_name
 
 __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
@@ -75,6 +76,12 @@ class _StudyFields:
     level: float = 0.95
     claims: list[Any] | None = None
     benchmark: dict[str, Any] | None = None
+    gate: dict[str, Any] | None = None
+    untrained_null: dict[str, Any] | None = None
+    drift: dict[str, Any] | None = None
+    primary: list[Any] | None = None
+    removed: list[Any] | None = None
+    distinct_test_split: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,7 @@ class StudySpec:
     default_variants: tuple[str, ...] = ()  # the variants of a recipe that lists none
     benchmark: BenchmarkCheck | None = None  # checked before any claim is judged (pcmr.study.benchmark)
     part: tuple[str, ...] = ()  # the recipes a part of the study keeps (select_recipes); () = the whole study
+    design: StudyDesign = field(default_factory=StudyDesign)  # gate, null, drift, primary family (design.py)
 
     def runs(self) -> list[StudyRun]:
         """The numbered runs: recipes in file order, then variants, then seeds."""
@@ -243,6 +251,12 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
     except ValueError as err:
         raise StudyError(str(err)) from None
     labels = [e.label for e in recipes]
+    try:
+        spec.design = parse_design(raw, where, tuple(c.id for c in spec.claims),
+                                   {e.label: e.variants for e in recipes}, spec.seeds,
+                                   tuple(c.id for c in spec.claims if c.null))
+    except ValueError as err:
+        raise StudyError(str(err)) from None
     if spec.benchmark is not None:
         _check_benchmark_rows(spec.benchmark, spec, labels, where)
     for claim in spec.claims:
@@ -308,8 +322,13 @@ def select_recipes(spec: StudySpec, labels: list[str] | tuple[str, ...]) -> Stud
         return all(side is None or side.recipe is None or side.recipe in chosen for side in (claim.a, claim.b))
 
     benchmark = spec.benchmark if spec.benchmark is not None and spec.benchmark.recipe in chosen else None
+    claims = tuple(claim for claim in spec.claims if reads_only_chosen(claim))
+    design = spec.design
+    design = replace(design, drift=design.drift if design.drift is not None and design.drift.recipe in chosen else None,
+                     primary=None if design.primary is None else
+                     tuple(c for c in design.primary if c in {claim.id for claim in claims}))
     return replace(spec, recipes=tuple(entry for entry in spec.recipes if entry.label in chosen),
-                   claims=tuple(claim for claim in spec.claims if reads_only_chosen(claim)), benchmark=benchmark,
+                   claims=claims, benchmark=benchmark, design=design,
                    part=tuple(entry.label for entry in spec.recipes if entry.label in chosen))
 
 

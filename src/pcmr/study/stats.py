@@ -10,6 +10,9 @@
   expected direction, a margin and a minimum effect (the rule is written out in ``docs/study.md``).
 - :func:`paired_p_value`: the two-sided p-value of the paired t-test behind an interval.
 - :func:`holm_rejections`: Holm's step-down procedure over a family of p-values.
+- :func:`welch_interval`: the difference of two independent means (trained seeds against the null of
+  many untrained models) with Welch's t-interval and its two-sided p-value.
+- :func:`null_percentile`: where one value falls in a sample of the null (mid-rank percent).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Interval", "EXPECTATIONS", "VERDICTS", "holm_rejections", "mean_interval", "paired_interval",
-           "paired_p_value", "t_cdf", "t_quantile", "verdict"]
+__all__ = ["Interval", "EXPECTATIONS", "VERDICTS", "holm_rejections", "mean_interval", "null_percentile",
+           "paired_interval", "paired_p_value", "t_cdf", "t_quantile", "verdict", "welch_interval"]
 
 #: expected relation of condition a to condition b: a > b, a < b, a ~ b (within the margin)
 EXPECTATIONS = ("greater", "less", "equal")
@@ -238,3 +241,43 @@ def verdict(interval: Interval, expect: str, margin: float = 0.0, min_effect: fl
     if -margin < low and high < margin:
         return "holds"
     return "reversed" if (low > margin or high < -margin) else "inconclusive"
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[Interval, float]:
+    """``(interval, p)``: the difference ``mean(a) - mean(b)`` of two independent samples with Welch's
+    t-interval, ``d ± t_{(1+level)/2, nu} · se``, ``se² = s_a²/n_a + s_b²/n_b`` and the
+    Welch-Satterthwaite degrees of freedom ``nu = se⁴ / ((s_a²/n_a)²/(n_a-1) + (s_b²/n_b)²/(n_b-1))``,
+    and the two-sided p-value ``2 P(T_nu >= |d| / se)`` (Welch 1947).
+
+    The interval's ``n`` is ``len(a)`` (the trained seeds) and its ``std`` is ``se · sqrt(n)``; with
+    fewer than two values on a side the interval is undefined and ``p`` NaN; with ``se = 0``, ``p`` is
+    0 for a non-zero difference and 1 for none."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
+    a_values, b_values = _clean(a, "a"), _clean(b, "b")
+    n_a, n_b = len(a_values), len(b_values)
+    if n_a == 0 or n_b == 0:
+        return Interval(n_a, math.nan, math.nan, math.nan, level), math.nan
+    mean = math.fsum(a_values) / n_a - math.fsum(b_values) / n_b
+    if n_a < 2 or n_b < 2:
+        return Interval(n_a, mean, math.nan, math.nan, level), math.nan
+    var_a = math.fsum((v - math.fsum(a_values) / n_a) ** 2 for v in a_values) / (n_a - 1) / n_a
+    var_b = math.fsum((v - math.fsum(b_values) / n_b) ** 2 for v in b_values) / (n_b - 1) / n_b
+    se = math.sqrt(var_a + var_b)
+    if se == 0:
+        return Interval(n_a, mean, 0.0, 0.0, level), (1.0 if mean == 0 else 0.0)
+    df = se ** 4 / ((var_a ** 2 / (n_a - 1) if var_a else 0.0) + (var_b ** 2 / (n_b - 1) if var_b else 0.0))
+    half = t_quantile(0.5 + level / 2.0, df) * se
+    p = min(1.0, 2.0 * (1.0 - t_cdf(abs(mean) / se, df)))
+    return Interval(n_a, mean, se * math.sqrt(n_a), half, level), p
+
+
+def null_percentile(value: float, null: Sequence[float]) -> float:
+    """Percent of the ``null`` sample below ``value``, ties counted half (the mid-rank percentile):
+    ``100 (#{x < v} + #{x = v} / 2) / N``; NaN for an empty sample or a non-finite value."""
+    data = _clean(null, "null")
+    if not data or math.isnan(value) or math.isinf(value):
+        return math.nan
+    below = sum(x < value for x in data)
+    tied = sum(x == value for x in data)
+    return 100.0 * (below + 0.5 * tied) / len(data)

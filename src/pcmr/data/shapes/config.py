@@ -24,15 +24,24 @@ GENERATOR_VERSION = 1
 #: "multiplicity_simple" keeps the fixed-length slots and the 0-5 named attributes but makes the images
 #: learnable by a small CNN trained from scratch: 1-2 objects per scene, one description per caption
 #: (7 words) and clean renders; an image with two objects fits more captions than one with one.
+#: "multiplicity_distinct" is "multiplicity_simple" with at least one named slot per description (no
+#: caption fits every image) and evaluation splits that hold each caption text once (``distinct_captions``).
 SHAPES_PRESETS: dict[str, dict[str, Any]] = {
     "standard": {"min_objects": 1, "max_objects": 4, "min_attributes": 1, "count_caption_rate": 0.1,
-                 "pixel_noise": 0.0, "caption_style": "natural", "descriptions_per_caption": 0},
+                 "pixel_noise": 0.0, "caption_style": "natural", "descriptions_per_caption": 0,
+                 "distinct_captions": False},
     "hard": {"min_objects": 3, "max_objects": 4, "min_attributes": 3, "count_caption_rate": 0.0,
-             "pixel_noise": 24.0, "caption_style": "natural", "descriptions_per_caption": 0},
+             "pixel_noise": 24.0, "caption_style": "natural", "descriptions_per_caption": 0,
+             "distinct_captions": False},
     "multiplicity": {"min_objects": 3, "max_objects": 3, "min_attributes": 0, "count_caption_rate": 0.0,
-                     "pixel_noise": 24.0, "caption_style": "slots", "descriptions_per_caption": 2},
+                     "pixel_noise": 24.0, "caption_style": "slots", "descriptions_per_caption": 2,
+                     "distinct_captions": False},
     "multiplicity_simple": {"min_objects": 1, "max_objects": 2, "min_attributes": 0, "count_caption_rate": 0.0,
-                            "pixel_noise": 0.0, "caption_style": "slots", "descriptions_per_caption": 1},
+                            "pixel_noise": 0.0, "caption_style": "slots", "descriptions_per_caption": 1,
+                            "distinct_captions": False},
+    "multiplicity_distinct": {"min_objects": 1, "max_objects": 2, "min_attributes": 1, "count_caption_rate": 0.0,
+                              "pixel_noise": 0.0, "caption_style": "slots", "descriptions_per_caption": 1,
+                              "distinct_captions": True},
 }
 SHAPES_SPLITS = {"train": 1, "val": 2, "test": 3, "test_unseen": 4, "binary_selection": 5}
 
@@ -59,6 +68,9 @@ class ShapesConfig:
     caption_style: str | None = None  # "natural" noun phrases or fixed-length "slots" (multiplicity preset)
     # descriptions in every caption, 1-3 (0: 1-3 at random, the natural mixture; "slots" needs 1-3)
     descriptions_per_caption: int | None = None
+    # evaluation splits (all but "train") keep the first written copy of each caption text and drop any
+    # caption that fits every image (standard, hard, multiplicity, multiplicity_simple: False)
+    distinct_captions: bool | None = None
     # (colour, shape) combinations that appear only in "test_unseen"
     unseen_combinations: tuple[str, ...] = ("yellow circle", "purple square", "cyan triangle", "red diamond",
                                             "green cross")
@@ -75,6 +87,7 @@ class ShapesConfig:
         for name, value in SHAPES_PRESETS[self.preset].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        self.distinct_captions = bool(self.distinct_captions)
         self.count_caption_rate = float(self.count_caption_rate or 0.0)
         self.pixel_noise = float(self.pixel_noise or 0.0)
         if not 0.0 <= self.count_caption_rate <= 1.0:
@@ -140,6 +153,8 @@ class ShapesConfig:
         out.pop("cache_dir")
         out["unseen_combinations"] = list(self.unseen_combinations)
         out["version"] = GENERATOR_VERSION
+        if not out["distinct_captions"]:  # the data (and cache key) of every split written before the option
+            out.pop("distinct_captions")
         return out
 
 

@@ -42,7 +42,7 @@ from pcmr.data.split import RetrievalSplit
 from pcmr.relevance import Relevance
 from pcmr.suggest import unknown_name
 
-__all__ = ["ShapesConfig", "SHAPES_SPLITS", "load_shapes", "generate_shapes_split", "split_seed"]
+__all__ = ["ShapesConfig", "SHAPES_SPLITS", "distinct_caption_rows", "load_shapes", "generate_shapes_split", "split_seed"]
 
 
 def _split_size(config: ShapesConfig, split: str) -> int:
@@ -68,7 +68,17 @@ def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
                                    count_caption_rate=float(cast(float, config.count_caption_rate)),
                                    style=str(config.caption_style),
                                    descriptions=config.descriptions_per_caption or None)
+    caption_image = np.repeat(np.arange(len(scenes), dtype=np.int64), config.captions_per_image)
     relevance = shapes_relevance(scenes.objects, preds, count)
+    texts = [caption_text(p, int(c), str(config.caption_style)) for p, c in zip(preds, count)]
+    if config.distinct_captions and split != "train":
+        bits = relevance.bits
+        if bits is None:  # shapes_relevance stores packed bits
+            raise RuntimeError("shapes relevance without packed bits")
+        keep = distinct_caption_rows(texts, bits, len(scenes))
+        preds, count, caption_image = preds[keep], count[keep], caption_image[keep]
+        relevance = Relevance.from_bits(len(scenes), len(keep), bits[keep])
+        texts = [texts[i] for i in keep]
     pixels = render_scenes(scenes, config.image_size)
     pixel_noise = float(cast(float, config.pixel_noise))
     if pixel_noise > 0:  # from its own stream: the scenes and captions are those of the noiseless data
@@ -78,10 +88,25 @@ def generate_shapes_split(config: ShapesConfig, split: str) -> dict[str, Any]:
         "pixels": pixels,
         "objects": scenes.objects, "jitter": scenes.jitter, "background": scenes.background,
         "caption_preds": preds, "caption_count": count,
-        "caption_image": np.repeat(np.arange(len(scenes), dtype=np.int64), config.captions_per_image),
+        "caption_image": caption_image,
         "relevance_bits": relevance.bits,
-        "caption_texts": [caption_text(p, int(c), str(config.caption_style)) for p, c in zip(preds, count)],
+        "caption_texts": texts,
     }
+
+
+def distinct_caption_rows(texts: list[str], bits: np.ndarray, num_images: int) -> np.ndarray:
+    """int64 ``[K]``: the captions an evaluation split keeps under ``distinct_captions``, in written order:
+    the first written copy of each text, without any caption relevant to every one of the ``num_images``
+    images (``bits``: the packed relevance ``[N_cap, ceil(N_img / 8)]``). A query that fits the whole
+    gallery scores R-Precision 100 under any ranking, and a text written many times counts many times."""
+    seen: set[str] = set()
+    fits = np.unpackbits(bits, axis=1, count=num_images).sum(axis=1) if num_images else np.zeros(len(texts))
+    keep = []
+    for index, text in enumerate(texts):
+        if text not in seen and not (num_images and fits[index] == num_images):
+            keep.append(index)
+        seen.add(text)
+    return np.asarray(keep, dtype=np.int64)
 
 
 def _cache_paths(config: ShapesConfig, split: str) -> tuple[Path, Path]:

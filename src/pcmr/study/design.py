@@ -1,0 +1,156 @@
+"""The parts of a study file fixed before its runs that decide how claims are judged.
+
+- ``gate: {min_skill: 0.3}``: every model a claim reads must rank better than the query-blind list
+  by this skill, ``(R-P - QB) / (100 - QB)``, in each direction the claim reads (``pcmr.study.claims``).
+- ``untrained_null: {inits: 200}``: per recipe with uncertainty heads, this many untrained initialisations
+  evaluated on the test split; claims with ``vs_null: true`` test the trained seeds against them.
+- ``drift: {recipe, variant, seeds, threads}``: these runs are trained again under a second thread
+  count; an effect smaller than the drift of its metric reads ``equal``.
+- ``primary: [claim ids]``: the pre-registered family (at most :data:`MAX_PRIMARY`) Holm's correction
+  runs over; every other claim is secondary and read uncorrected.
+- ``removed: [{id, reason}]``: claims the data cannot test, kept in the file with the reason.
+- ``distinct_test_split: true``: the study refuses a test split that repeats a caption text or holds an
+  item relevant to the whole other side (``pcmr.study.backend.split_faults``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pcmr.config import ConfigError, build_dataclass
+
+__all__ = ["DriftSpec", "GateSpec", "MAX_PRIMARY", "NullSpec", "RemovedClaim", "StudyDesign", "parse_design"]
+
+#: the most claims a pre-registered primary family may hold
+MAX_PRIMARY = 10
+#: the fewest untrained initialisations a null may be built from
+MIN_NULL_INITS = 2
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """``gate``: the skill every model a claim reads must reach in each direction the claim reads."""
+
+    min_skill: float = 0.3
+
+
+@dataclass(frozen=True)
+class NullSpec:
+    """``untrained_null``: untrained initialisations per recipe (head configuration), drawn from seeds
+    ``first_seed .. first_seed + inits - 1`` (torch is seeded with ``pcmr.train.trainer.torch_seed`` of
+    each, as a training run is with its own seed; the default start keeps clear of the study's seeds)."""
+
+    inits: int = 200
+    first_seed: int = 100_000
+
+
+@dataclass(frozen=True)
+class DriftSpec:
+    """``drift``: the runs ``recipe``-``variant``-s``seed`` trained again with ``threads`` torch threads."""
+
+    recipe: str = ""
+    variant: str = ""
+    seeds: tuple[int, ...] = ()
+    threads: int = 2
+
+
+@dataclass(frozen=True)
+class RemovedClaim:
+    """A claim the data cannot test, and why."""
+
+    id: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class StudyDesign:
+    """Every design section of a study file (each None / empty when absent)."""
+
+    gate: GateSpec | None = None
+    null: NullSpec | None = None
+    drift: DriftSpec | None = None
+    primary: tuple[str, ...] | None = None
+    removed: tuple[RemovedClaim, ...] = ()
+    distinct_test_split: bool = False
+
+
+@dataclass
+class _DriftFields:
+    recipe: str = ""
+    variant: str = ""
+    seeds: list[int] | None = None
+    threads: int = 2
+
+
+def _build(cls: type, raw: Any, where: str, section: str) -> Any:
+    try:
+        return build_dataclass(cls, raw, where=section, label="study file")
+    except ConfigError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def parse_design(raw: dict[str, Any], where: str, claim_ids: tuple[str, ...], recipes: dict[str, tuple[str, ...]],
+                 seeds: tuple[int, ...], null_claims: tuple[str, ...]) -> StudyDesign:
+    """The design sections of a study file's mapping ``raw`` (keys ``gate``, ``null``, ``drift``,
+    ``primary``, ``removed``, ``distinct_test_split``), checked against the study's claims, recipes
+    (label -> variants) and seeds; ``null_claims``: ids of the claims with ``vs_null: true``."""
+    gate = None
+    if raw.get("gate") is not None:
+        gate = _build(GateSpec, raw["gate"], where, "gate")
+        if not -math.inf < gate.min_skill <= 1.0:
+            raise ValueError(f"{where}: gate.min_skill: expected a number <= 1, got {gate.min_skill!r}")
+    null = None
+    if raw.get("untrained_null") is not None:
+        null = _build(NullSpec, raw["untrained_null"], where, "untrained_null")
+        if null.inits < MIN_NULL_INITS:
+            raise ValueError(f"{where}: untrained_null.inits: expected at least {MIN_NULL_INITS} initialisations, "
+                             f"got {null.inits!r}")
+        shared = [s for s in seeds if null.first_seed <= s < null.first_seed + null.inits]
+        if shared:
+            raise ValueError(f"{where}: untrained_null.first_seed: the initialisations "
+                             f"{null.first_seed}..{null.first_seed + null.inits - 1} include the study's seeds "
+                             f"{shared}; the null must not hold the trained runs' own starts")
+    if null_claims and null is None:
+        raise ValueError(f"{where}: claims {', '.join(null_claims)} read the null of untrained models; add an "
+                         "'untrained_null: {inits: N}' section")
+    drift = None
+    if raw.get("drift") is not None:
+        fields = _build(_DriftFields, raw["drift"], where, "drift")
+        if fields.recipe not in recipes:
+            raise ValueError(f"{where}: drift.recipe: {fields.recipe!r} is not in the study's recipes "
+                             f"({', '.join(recipes)})")
+        if fields.variant not in recipes[fields.recipe]:
+            raise ValueError(f"{where}: drift.variant: recipe {fields.recipe!r} runs "
+                             f"{', '.join(recipes[fields.recipe])}, not {fields.variant!r}")
+        chosen = tuple(fields.seeds or ())
+        if not chosen or any(s not in seeds for s in chosen) or len(set(chosen)) != len(chosen):
+            raise ValueError(f"{where}: drift.seeds: expected distinct seeds of the study {list(seeds)}, "
+                             f"got {fields.seeds!r}")
+        if isinstance(fields.threads, bool) or fields.threads < 1:
+            raise ValueError(f"{where}: drift.threads: expected a positive integer, got {fields.threads!r}")
+        drift = DriftSpec(fields.recipe, fields.variant, chosen, int(fields.threads))
+    primary = None
+    if raw.get("primary") is not None:
+        listed = raw["primary"]
+        if not isinstance(listed, list) or not listed or len(set(listed)) != len(listed):
+            raise ValueError(f"{where}: primary: expected a list of distinct claim ids, got {listed!r}")
+        if len(listed) > MAX_PRIMARY:
+            raise ValueError(f"{where}: primary: at most {MAX_PRIMARY} primary claims, got {len(listed)}")
+        unknown = [c for c in listed if c not in claim_ids]
+        if unknown:
+            raise ValueError(f"{where}: primary: {', '.join(map(str, unknown))} not among the claims")
+        primary = tuple(str(c) for c in listed)
+    removed = []
+    for i, item in enumerate(raw.get("removed") or ()):
+        entry = _build(RemovedClaim, item, where, f"removed[{i}]")
+        if not entry.id or not entry.reason:
+            raise ValueError(f"{where}: removed[{i}]: expected an id and the reason the data cannot test it")
+        if entry.id in claim_ids:
+            raise ValueError(f"{where}: removed[{i}]: {entry.id!r} is still among the claims")
+        removed.append(entry)
+    distinct = raw.get("distinct_test_split", False)
+    if not isinstance(distinct, bool):
+        raise ValueError(f"{where}: distinct_test_split: expected true or false, got {distinct!r}")
+    return StudyDesign(gate, null, drift, primary, tuple(removed), distinct)
