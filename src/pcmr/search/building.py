@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import torch
 
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
+from pcmr.data.registry import renders_images
 from pcmr.data.split import RetrievalSplit
 from pcmr.evaluation.encode import (
     encode_image_files,
@@ -86,11 +87,13 @@ def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: Retrieval
 
 
 def _image_source(split: Any) -> dict[str, Any]:
-    """How ``pcmr serve`` can show the gallery's images: the shapes generator config (re-rendered
-    from the cache), else nothing (file datasets carry a ``path`` per image in the metadata)."""
-    if getattr(split, "name", None) == "shapes" and "config" in getattr(split, "info", {}):
+    """How ``pcmr serve`` can show the gallery's images: the generator config of a dataset that renders
+    its images (``DatasetSpec.renders_images``: shapes), else nothing (file datasets carry a ``path``
+    per image in the metadata)."""
+    name = getattr(split, "name", None)
+    if isinstance(name, str) and renders_images(name) and "config" in getattr(split, "info", {}):
         config = {k: v for k, v in split.info["config"].items() if k != "version"}
-        return {"image_source": {"kind": "shapes", "split": split.split, "config": config}}
+        return {"image_source": {"kind": name, "split": split.split, "config": config}}
     return {}
 
 

@@ -204,8 +204,8 @@ class ReweightingRanker:
 
     @property
     def neighbourhood(self) -> int:
-        """Candidates the re-weighting reads per query besides the top-k (CSLS's ``csls_k``)."""
-        return int(self.reranker.parameters().get("csls_k", 1))
+        """Candidates the re-weighting reads per query besides the top-k (its ``neighbourhood``: CSLS's ``csls_k``)."""
+        return int(self.reranker.neighbourhood)
 
     def rank(self, scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]:
         statistic = None if self.statistic is None else self.statistic[indices.clamp_min(0)]

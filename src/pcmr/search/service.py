@@ -26,7 +26,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages
-from pcmr.data.shapes.dataset import load_shapes
+from pcmr.data.registry import load_dataset, renders_images
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker
 from pcmr.search.compose import DEFAULT_TOP_K
@@ -62,23 +62,28 @@ class _Images:
         self._lock = threading.Lock()
 
     def available(self) -> bool:
-        if self.source.get("kind") == "shapes":
+        if self._rendered():
             return True
         return bool(self.index.image_metadata) and "path" in (self.index.image_metadata[0] or {})
 
-    def _shapes_pixels(self) -> Any:
+    def _rendered(self) -> bool:
+        """Whether the gallery's images are rendered by its dataset (``DatasetSpec.renders_images``)."""
+        return renders_images(str(self.source.get("kind")))
+
+    def _rendered_pixels(self) -> Any:
         with self._lock:
             if self._pixels is None:
                 # deterministic generator: re-rendered in memory, nothing written by the server
-                split = load_shapes(self.source["split"], **{**self.source.get("config", {}), "cache": False})
+                split = load_dataset(self.source["kind"], self.source["split"],
+                                     **{**self.source.get("config", {}), "cache": False})
                 self._pixels = cast(ArrayImages, split.images).pixels  # uint8 [N, H, W, 3]: shapes are in memory
         return self._pixels
 
     def response(self, i: int) -> Any:
         from fastapi.responses import FileResponse, Response
 
-        if self.source.get("kind") == "shapes":
-            pixels = self._shapes_pixels()
+        if self._rendered():
+            pixels = self._rendered_pixels()
             if i >= len(pixels):
                 raise _BadRequest(404, f"image {i} is not in the rendered shapes split")
             buffer = io.BytesIO()
