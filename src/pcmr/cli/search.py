@@ -28,6 +28,7 @@ from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
 from pcmr.hub import load
 from pcmr.progress import phase
+from pcmr.relevance import I2T, T2I
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, read_risk_curve
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
@@ -397,7 +398,7 @@ def _coverages(args: argparse.Namespace) -> dict[str, tuple[float, str]] | None:
         raise ValueError("--max-risk needs --risk-curve EVAL_DIR: the evaluation whose risk-coverage curve maps a "
                          "risk to the share of queries answered")
     out = {}
-    for modality, direction in (("caption", "t2i"), ("image", "i2t")):
+    for modality, direction in (("caption", T2I), ("image", I2T)):
         curve = read_risk_curve(args.risk_curve, args.similarity, direction)
         share = coverage_for_risk(*curve, args.max_risk)
         out[modality] = (share, f"risk <= {args.max_risk:g} on {args.risk_curve}, {direction}")

@@ -47,7 +47,8 @@ from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS
 from pcmr.point_set import uncertainty_measure_for
 from pcmr.progress import status_line
-from pcmr.report import Report
+from pcmr.relevance import I2T, T2I
+from pcmr.report import Report, figure_keys
 from pcmr.similarity import list_similarities
 
 __all__ = ["evaluate_embeddings", "SharedWork", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
@@ -231,7 +232,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         val_dirs = None
         if val_scores is not None and val is not None:
             val_relevance = val[2].to(device)
-            val_dirs = {"i2t": (val_scores, val_relevance), "t2i": (val_scores.T, val_relevance.T)}
+            val_dirs = {I2T: (val_scores, val_relevance), T2I: (val_scores.T, val_relevance.T)}
         for rerank in rerankers:
             rerank_started = time.perf_counter()
             params = dict(rerank_options.get(rerank, {}))
@@ -280,19 +281,19 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                 if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
                     row.update(columns)
     if decile_data:
-        result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
+        result.figures[figure_keys.UNCERTAINTY_R1] = {"measure": measure, "series": decile_data}
     if abstention_data:
-        result.figures["risk_coverage"] = {"measure": measure, "series": abstention_data}
+        result.figures[figure_keys.RISK_COVERAGE] = {"measure": measure, "series": abstention_data}
     if figures and all(isinstance(g, Gaussian) and g.logvar is not None for g in (images, captions)) \
             and images.dim > 2:
-        result.figures["embeddings_pca"] = pca_ellipse_series(images, captions, relevance)
+        result.figures[figure_keys.EMBEDDINGS_PCA] = pca_ellipse_series(images, captions, relevance)
     if hub_data and min(images.num, captions.num) > figure_k:
-        result.figures["k_occurrence"] = {"k": figure_k, "series": hub_data}
+        result.figures[figure_keys.K_OCCURRENCE] = {"k": figure_k, "series": hub_data}
     if figures and images.dim == 2:
-        result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
+        result.figures[figure_keys.EMBEDDINGS_2D] = embeddings_2d_series(images, captions, relevance)
     multiplicity_measure = uncertainty_measure_for((images, captions), uncertainty_measure)
     if figures and multiplicity_measure is not None:
-        result.figures["uncertainty_multiplicity"] = multiplicity_series(images, captions, relevance,
+        result.figures[figure_keys.UNCERTAINTY_MULTIPLICITY] = multiplicity_series(images, captions, relevance,
                                                                          multiplicity_measure)
     result.meta["about"] = [f"lambda selected on the validation split for {name}: {format_number(value, 3)}"
                             for name, value in result.meta["selected_lambda"].items()]

@@ -46,6 +46,7 @@ from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_posi
 from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.progress import phase, status_line
 from pcmr.report import Report
+from pcmr.report.figure_keys import UNCERTAINTY_VS_CORRUPTION
 
 __all__ = ["EncodedEvaluation", "ExtraColumns", "PRIMARY_METRIC", "RetrievalEvaluator", "SELECTION_METRICS",
            "evaluate_model", "needs_validation", "selection_value"]
@@ -197,7 +198,7 @@ class RetrievalEvaluator:
                 series = corruption_series(model, self.split, vocab, self.uncertainty_measure,
                                            batch_size=self.batch_size, device=self.device)
             if series:
-                result.figures["uncertainty_vs_corruption"] = series
+                result.figures[UNCERTAINTY_VS_CORRUPTION] = series
         if out_dir is not None:
             with phase(f"writing the report and figures to {out_dir}", self.progress):
                 result.save(out_dir)

@@ -30,13 +30,13 @@ from pcmr.search.results import SearchResults, hits_of
 from pcmr.search.searcher import (
     DEFAULT_CANDIDATES,
     DEFAULT_REFERENCE_SAMPLE,
+    CandidateSearcher,
     CandidateSource,
     ExactCandidates,
     ExactRescorer,
     ExactSearcher,
     Gallery,
     MatchingRanker,
-    ReweightingRanker,
     Scoring,
     Search,
 )
@@ -147,9 +147,7 @@ def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, r
         # ANN source for all of them and re-scoring each, and complete where an approximate index may
         # leave slots empty (galleries within the default count keep the source's list)
         generator = ExactCandidates(gallery, scoring)
-    search = Search(generator, ExactRescorer(gallery, scoring), ReweightingRanker(reranker, statistic), gallery.num,
-                    width)
-    return search, [note] if note else []
+    return CandidateSearcher(generator, gallery, scoring, statistic, candidates=width), [note] if note else []
 
 
 def search_index(index: StoredGallery, query: Gaussian, k: int = DEFAULT_TOP_K, similarity: str = "cosine",
@@ -179,7 +177,7 @@ def search_index(index: StoredGallery, query: Gaussian, k: int = DEFAULT_TOP_K, 
     check_similarity_supported(similarity, images, captions, opts)
     search, notes = plan_search(index, gallery_modality, Scoring(similarity, modality, opts, reranker), params,
                                 backend=backend, candidates=candidates)
-    indices, scores = search.search(query, k)
+    scores, indices = search.search(query, k)
     uncertainty = None
     if not gallery.is_point:
         uncertainty = index.item_uncertainty(gallery_modality)[indices.clamp_min(0)]  # [Q, k]
