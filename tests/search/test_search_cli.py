@@ -141,3 +141,28 @@ def test_ivf_on_a_tiny_gallery_prints_one_line_per_cause(tmp_path, capfd):
     assert lines == ["warning: image and caption indexes: IVF trained its 2-centroid k-means on fewer items than faiss "
                      "asks for (78), so its candidates are coarse; for a gallery this small use --index-type flat "
                      "(exact) or hnsw"]
+
+
+def test_option_takes_the_evaluate_form_and_the_older_one(run_dir, tmp_path, capsys):
+    """``--option NAME.OPTION=VALUE`` as ``pcmr evaluate`` takes it (the re-ranker's or the score's), the
+    deprecated ``OPTION=VALUE`` giving the same results; an option of an unselected owner is refused."""
+    index = str(tmp_path / "idx")
+    assert main(["search", index, "--build", str(run_dir)]) == 0
+    capsys.readouterr()
+
+    def results(*extra):
+        assert main(["search", index, "--text", "a red circle", "-k", "4", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)[0]["results"]
+
+    assert results("--rerank", "csls", "--option", "csls.csls_k=2") == results("--rerank", "csls", "--option", "csls_k=2")
+    assert results("--rerank", "is", "--option", "is.beta=7") == results("--rerank", "is", "--option", "beta=7")
+    scaled = results("--similarity", "match_prob", "--option", "match_prob.a=9.0", "--option", "match_prob.b=2.0")
+    index_object = GalleryIndex.load(index)
+    direct = index_object.search_text("a red circle", k=4, similarity="match_prob", a=9.0, b=2.0)
+    assert [h["index"] for h in scaled] == direct.indices[0].tolist()
+    for extra, message in ((["--option", "is.beta=30"], "re-ranker 'is' is not evaluated (selected: nns)"),
+                           (["--rerank", "is", "--option", "is.beta=abc"], "beta must be a finite number > 0"),
+                           (["--option", "a.b.c=1"], "expected NAME.OPTION=VALUE"),
+                           (["--option", "beta=abc"], "VALUE must be a number")):
+        assert main(["search", index, "--text", "a red circle", *extra]) == 2
+        assert message in capsys.readouterr().err, extra

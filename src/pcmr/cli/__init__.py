@@ -3,9 +3,10 @@
 
 Each subcommand lives in its own module of this package, imported by name from
 :data:`COMMANDS`, and exposes ``add_parser(subparsers)`` (registers its parser)
-and ``run(args) -> int`` (does the work). Modules keep their top-level imports
-light (argparse only) so ``pcmr --help`` is fast; the library is imported inside
-``run``.
+and ``run(args) -> int`` (does the work). Building the parser imports every command
+module, and a module imports the parts of the library it uses at its top (their
+registries give the parsers' choices), so ``pcmr --help`` loads the library; a module
+that is not installed leaves its command listed as unavailable.
 
 Errors a user can cause end the program with one line on stderr saying what is
 wrong and what is accepted, and a non-zero exit status (2 for bad input, 1 for

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import write_folder
+from pcmr.cli.evaluate import check_option_owners, check_option_values
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
@@ -158,8 +159,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--option",
         action="append",
         default=[],
-        metavar="NAME=VALUE",
-        help="re-ranker option, e.g. beta=30 (is), csls_k=10 (csls), lam=2 (rgm); repeatable",
+        metavar="NAME.OPTION=VALUE",
+        help="an option of the --rerank re-ranker or the --similarity score, as in pcmr evaluate: e.g. "
+        "is.beta=30, csls.csls_k=10, rgm.lam=2, match_prob.a=12.5 (YAML value); repeatable. The older "
+        "OPTION=VALUE (a number, for the re-ranker) is deprecated",
     )
     query.add_argument("--json", action="store_true", help="print the results as JSON")
     query.add_argument("--answer-coverage", type=float, default=None, metavar="SHARE",
@@ -187,19 +190,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _rerank_options(items: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+def _query_options(items: list[str], similarity: str, rerank: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--option`` items as ``(re-ranker options, similarity options)``. Every command's form is
+    ``NAME.OPTION=VALUE`` with a YAML value, ``NAME`` the ``--rerank`` re-ranker or the ``--similarity``
+    score (checked as ``pcmr evaluate`` checks it); the deprecated ``OPTION=VALUE`` (a number, for the
+    re-ranker) is still read."""
+    rerank_options: dict[str, Any] = {}
+    similarity_options: dict[str, Any] = {}
+    owned: list[tuple[str, str, Any]] = []
     for item in items:
         try:
             path, value = parse_override(item)
         except ConfigError:
             path, value = [], None
-        if len(path) != 1:
-            raise ValueError(f"--option {item!r}: expected NAME=VALUE, e.g. beta=30, csls_k=10 or lam=2")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"--option {item!r}: VALUE must be a number")
-        options[path[0]] = value
-    return options
+        if len(path) == 1:  # the deprecated form: a re-ranker parameter, a number
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"--option {item!r}: VALUE must be a number (or write NAME.OPTION=VALUE)")
+            rerank_options[path[0]] = value
+            continue
+        if len(path) != 2:
+            raise ValueError(f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. is.beta=30, csls.csls_k=10, "
+                             "rgm.lam=2 or match_prob.a=12.5")
+        owned.append((path[0], path[1], value))
+    check_option_owners(owned, [similarity], [rerank])
+    for owner, option, value in owned:
+        (similarity_options if owner == similarity else rerank_options)[option] = value
+    check_option_values(owned, {similarity: similarity_options}, {rerank: rerank_options})
+    return rerank_options, similarity_options
 
 
 def _check_target(args: argparse.Namespace) -> None:
@@ -441,7 +458,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if index is None:
         index = GalleryIndex.load(args.index, device=args.device)
-    options = _rerank_options(args.option)
+    options, similarity_options = _query_options(args.option, args.similarity, args.rerank)
     blocks: list[list[dict[str, Any]]] = []
     notes: list[str] = []
     for queries, modality, function in ((list(args.text), "image", index.search_text),
@@ -449,7 +466,8 @@ def run(args: argparse.Namespace) -> int:
         if queries:
             fetch = fetch_size(args.k, index.gallery(modality).num, modality, args.rerank)
             results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
-                               rerank_options=options, backend=args.backend, candidates=args.candidates)
+                               rerank_options=options, backend=args.backend, candidates=args.candidates,
+                               **similarity_options)
             shown = _shown(index, results, queries, args.k)
             if coverage is not None:
                 share, why = coverage[results.query_modality]
