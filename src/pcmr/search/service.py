@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, TextIO, cast
 
-import torch
 from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages
@@ -31,7 +30,13 @@ from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker
 from pcmr.search.compose import DEFAULT_TOP_K
 from pcmr.search.gallery import GalleryIndex
-from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
+from pcmr.search.presentation import (
+    fetch_size,
+    result_warnings,
+    shown_entries,
+    uncertainty_percentile,
+    word_vocabulary,
+)
 
 __all__ = ["ServiceLimits", "create_app"]
 
@@ -95,11 +100,6 @@ class _Images:
         return FileResponse(path)
 
 
-def _relative_levels(values: torch.Tensor | None) -> torch.Tensor | None:
-    """Sorted uncertainties of a gallery, to place an item's uncertainty as a fraction in [0, 1]."""
-    return None if values is None else values.float().sort().values
-
-
 def access_line(client: str, method: str, target: str, status: int, seconds: float) -> str:
     """One access-log line: UTC time, client address, request, status and duration."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -125,8 +125,6 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
     images = _Images(index)
     measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
-    levels = {m: _relative_levels(None if index.gallery(m).is_point else index.item_uncertainty(m))
-              for m in ("image", "caption")}
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
 
     if access_log is not None:
@@ -167,16 +165,14 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         if index.model is None or index.vocab is None:
             raise _BadRequest(409, "this index holds no model, so it cannot encode queries")
 
-    def level(modality: str, value: float | None) -> float | None:
-        sorted_values = levels[modality]
-        if value is None or sorted_values is None or len(sorted_values) < 2:
-            return None
-        rank = torch.searchsorted(sorted_values, torch.tensor([value], dtype=torch.float32)).item()
-        return round(rank / (len(sorted_values) - 1), 4)
+    def percentile(modality: str, value: float | None) -> float | None:
+        """The one uncertainty rank of the API: an item's percentile among its gallery's items (0-100)."""
+        gallery = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
+        return uncertainty_percentile(value, gallery)
 
     def hit_json(entry: dict[str, Any], modality: str) -> dict[str, Any]:
         """A shown result line (pcmr.search.presentation.shown_entries) for the page."""
-        out = {**entry, "uncertainty_level": level(modality, entry["uncertainty"])}
+        out = dict(entry)  # its uncertainty_percentile is the one rank the API gives
         if modality == "image":
             out.pop("text", None)
             out["image_url"] = f"/images/{entry['index']}" if images.available() else None
@@ -240,7 +236,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         unc = None if index.images.is_point else float(index.item("image", item).uncertainty(measure))
         out = {"index": item, "id": index.image_ids[item],
                "metadata": index.image_metadata[item] if index.image_metadata else {},
-               "uncertainty": unc, "uncertainty_level": level("image", unc),
+               "uncertainty": unc, "uncertainty_percentile": percentile("image", unc),
                "image_url": f"/images/{item}" if images.available() else None, "captions": []}
         if index.captions.num:
             check_k(k, "caption")
@@ -253,7 +249,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
         check_item(item, "caption")
         unc = None if index.captions.is_point else float(index.item("caption", item).uncertainty(measure))
         return {"index": item, "id": index.caption_ids[item], "text": index.caption_texts[item],
-                "uncertainty": unc, "uncertainty_level": level("caption", unc)}
+                "uncertainty": unc, "uncertainty_percentile": percentile("caption", unc)}
 
     @app.get("/images/{item}")
     def image_file(item: int) -> Response:
