@@ -1,4 +1,6 @@
-"""``evaluate_model``: the evaluation table for every requested similarity x re-ranker.
+"""``evaluate_embeddings``: the evaluation table of encoded images and captions for every requested
+similarity x re-ranker (the model-level entries, ``RetrievalEvaluator`` and its shorthand
+``evaluate_model`` in :mod:`pcmr.evaluation.evaluator`, encode a split and call it).
 
 For each similarity the ``[N_img, N_cap]`` score matrix is computed once (sampled scores with a
 fixed seed). Each (similarity, re-ranker) row is one call of the bidirectional driver
