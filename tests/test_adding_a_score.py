@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import pytest
-import torch
 from torch import Tensor
 
 import pcmr.similarity._registry as registry

@@ -33,7 +33,7 @@ from pcmr.relevance import I2T, T2I
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import abstains, abstention_entry, coverage_for_risk, read_risk_curve
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
-from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
+from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, get_backend
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
@@ -329,7 +329,7 @@ def _add(args: argparse.Namespace) -> Any:
 def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
     """With ``--backend faiss``, build the ANN index(es) and print the structure chosen."""
 
-    if args.backend not in ("faiss", "milvus"):
+    if get_backend(args.backend).engine is None:  # exact or auto: no candidate source to build
         return
     score = args.ann_score or ann_score_for(args.similarity, index.images)
     modalities = tuple(args.modalities or ("image", "caption"))

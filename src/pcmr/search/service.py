@@ -28,7 +28,7 @@ from pcmr.data.images import ArrayImages
 from pcmr.data.registry import load_dataset, renders_images
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker
-from pcmr.search.compose import DEFAULT_TOP_K
+from pcmr.search.compose import DEFAULT_TOP_K, get_backend
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.presentation import (
     fetch_size,
@@ -118,7 +118,7 @@ def create_app(index: GalleryIndex, *, similarity: str = "cosine", rerank: str =
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     limits = limits or ServiceLimits()
-    if index.on_disk and backend == "exact":
+    if index.on_disk and get_backend(backend).exact:
         index.refuse_on_disk("the exact backend")
     if index.on_disk and not get_reranker(rerank).works_on_candidates:
         index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
