@@ -295,8 +295,8 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         result.figures[figure_keys.EMBEDDINGS_2D] = embeddings_2d_series(images, captions, relevance)
     multiplicity_measure = uncertainty_measure_for((images, captions), uncertainty_measure)
     if figures and multiplicity_measure is not None:
-        result.figures[figure_keys.UNCERTAINTY_MULTIPLICITY] = multiplicity_series(images, captions, relevance,
-                                                                         multiplicity_measure)
+        result.figures[figure_keys.UNCERTAINTY_MULTIPLICITY] = multiplicity_series(
+            images, captions, relevance, multiplicity_measure)
     result.meta["about"] = [f"lambda selected on the validation split for {name}: {format_number(value, 3)}"
                             for name, value in result.meta["selected_lambda"].items()]
     if not result.rows:
