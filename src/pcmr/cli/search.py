@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.atomic import write_folder
-from pcmr.cli.evaluate import check_option_owners, check_option_values
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.gaussian import Gaussian
 from pcmr.hub import load
+from pcmr.inference import get_reranker
 from pcmr.progress import phase
 from pcmr.relevance import I2T, T2I
 from pcmr.search import GalleryIndex
@@ -45,6 +45,8 @@ from pcmr.search.presentation import (
     word_vocabulary,
 )
 from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
+from pcmr.similarity import check_similarity_option_values, get_similarity
+from pcmr.suggest import did_you_mean, name_list
 from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
@@ -193,8 +195,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _query_options(items: list[str], similarity: str, rerank: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``--option`` items as ``(re-ranker options, similarity options)``. Every command's form is
     ``NAME.OPTION=VALUE`` with a YAML value, ``NAME`` the ``--rerank`` re-ranker or the ``--similarity``
-    score (checked as ``pcmr evaluate`` checks it); the deprecated ``OPTION=VALUE`` (a number, for the
-    re-ranker) is still read."""
+    score; the deprecated ``OPTION=VALUE`` (a number, for the re-ranker) is still read."""
     rerank_options: dict[str, Any] = {}
     similarity_options: dict[str, Any] = {}
     owned: list[tuple[str, str, Any]] = []
@@ -212,10 +213,21 @@ def _query_options(items: list[str], similarity: str, rerank: str) -> tuple[dict
             raise ValueError(f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. is.beta=30, csls.csls_k=10, "
                              "rgm.lam=2 or match_prob.a=12.5")
         owned.append((path[0], path[1], value))
-    check_option_owners(owned, [similarity], [rerank])
     for owner, option, value in owned:
-        (similarity_options if owner == similarity else rerank_options)[option] = value
-    check_option_values(owned, {similarity: similarity_options}, {rerank: rerank_options})
+        flag = f"--option {owner}.{option}={value}"
+        if owner not in (rerank, similarity):
+            raise ValueError(f"{flag}: '{owner}' is neither the --rerank re-ranker ({rerank}) nor the --similarity "
+                             f"score ({similarity})")
+        accepted = sorted(get_reranker(rerank).parameters() if owner == rerank else get_similarity(similarity).options)
+        if option not in accepted:
+            raise ValueError(f"{flag}: '{owner}' has no option '{option}'{did_you_mean(option, accepted)}; expected "
+                             f"one of: {name_list(accepted) if accepted else 'none'}")
+        (rerank_options if owner == rerank else similarity_options)[option] = value
+    try:  # the values, before anything is encoded
+        get_reranker(rerank, **rerank_options)
+        check_similarity_option_values(similarity, similarity_options)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"--option {' '.join(items)}: {err}") from None
     return rerank_options, similarity_options
 
 
