@@ -89,3 +89,29 @@ def test_the_scan_finds_a_comparison_of_a_registered_name(tmp_path):
     (tmp_path / "search" / "fine.py").write_text('def f(modality):\n    return modality != "image"\n')
     assert name_comparisons(tmp_path) == ["search/bad.py:2: 'cosine' (similarity)", "search/bad.py:2: 'kl' (similarity)"]
     assert set(ALLOWED) and all(reason for reason in ALLOWED.values())
+
+
+def test_the_properties_that_replace_the_names():
+    """What used to be read from a name: the encoder's word ids, the re-weighting's neighbourhood, the
+    dataset's rendered images, the score's ANN vectors, the backend's exactness."""
+    from types import SimpleNamespace
+
+    from pcmr.data.registry import renders_images
+    from pcmr.inference import get_reranker
+    from pcmr.models.config import TextEncoderConfig
+    from pcmr.search.ann import ANN_SCORES, vector_form
+    from pcmr.search.compose import BACKENDS, get_backend
+    from pcmr.search.presentation import word_vocabulary
+    from pcmr.similarity import get_similarity
+
+    assert [TextEncoderConfig(kind=k).reads_word_ids for k in TEXT_ENCODER_KINDS] == [k == "gru" for k in TEXT_ENCODER_KINDS]
+    for kind in TEXT_ENCODER_KINDS:  # the search's word check and the hub agree on every encoder kind
+        model = SimpleNamespace(config=SimpleNamespace(text_encoder=TextEncoderConfig(kind=kind)))
+        assert (word_vocabulary(model, "vocab") is not None) == TextEncoderConfig(kind=kind).reads_word_ids
+    assert get_reranker("csls", csls_k=7).neighbourhood == get_reranker("csls+rgm", csls_k=7).neighbourhood == 7
+    assert get_reranker("is").neighbourhood == get_reranker("nns").neighbourhood == 1
+    assert [name for name in list_datasets() if renders_images(name)] == ["shapes"] and not renders_images("nope")
+    assert ANN_SCORES == ("cosine", "l2", "wasserstein", "csd")
+    assert all(get_similarity(name).ann_vectors == vector_form(name) for name in ANN_SCORES)
+    assert [b for b in BACKENDS if get_backend(b).exact] == ["exact"]
+    assert [get_backend(b).engine for b in BACKENDS] == [None, None, "faiss", "milvus"]
