@@ -99,7 +99,7 @@ def stage_truth(root: Path, size: int, args: argparse.Namespace) -> None:
     store = GalleryStore.open(root / f"gallery-{size}")
     sub = queries(args)[:args.truth_queries]
     start = time.perf_counter()
-    indices, _ = ExactSearcher(store, Scoring(SCORE), chunk=250_000).search(sub, 10)
+    _, indices = ExactSearcher(store, Scoring(SCORE), chunk=250_000).search(sub, 10)
     elapsed = time.perf_counter() - start
     np.save(path, indices.numpy())
     emit(root, {"stage": "truth", "size": size, "queries": sub.num, "seconds": round(elapsed, 1),
@@ -137,7 +137,7 @@ def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
 def measure(searcher, sub: Gaussian, truth: np.ndarray) -> tuple[float, float]:
     searcher.search(sub[:20], 10)  # warm-up
     start = time.perf_counter()
-    found = torch.cat([searcher.search(sub[i:i + 100], 10)[0] for i in range(0, sub.num, 100)])
+    found = torch.cat([searcher.search(sub[i:i + 100], 10)[1] for i in range(0, sub.num, 100)])
     elapsed = time.perf_counter() - start
     return sub.num / elapsed, recall_at(found[:len(truth)].numpy(), truth)
 

@@ -252,7 +252,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         super().__init__()
         if not isinstance(network, RetrievalModel):
             raise TypeError(f"network must be a model made by pcmr.create_model, got {type(network).__name__}")
-        if vocabulary is None and network.config.text_encoder.kind == "gru":
+        if vocabulary is None and network.config.text_encoder.reads_word_ids:
             raise ValueError("a GRU text tower needs its training vocabulary (vocabulary=Vocabulary.load(...))")
         self.network = network
         self.vocabulary = vocabulary
@@ -460,7 +460,7 @@ def _load_folder(directory: Path, map_location: str | torch.device,
     vocab = Vocabulary.load(vocab_path) if vocab_path is not None else None
     if vocab is not None and vocab_path is not None:
         check_model_vocabulary(network, vocab, directory, vocab_path)
-    elif network.config.text_encoder.kind == "gru":
+    elif network.config.text_encoder.reads_word_ids:
         raise FileNotFoundError(f"{str(directory)!r} has no vocabulary (looked for {VOCABULARY_FILE} in it and "
                                 f"{RUN_VOCAB_FILE} beside it); pass the vocab.json of the run that trained it")
     options_path = _companion(directory, SIMILARITY_OPTIONS_FILE)

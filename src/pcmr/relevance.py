@@ -28,7 +28,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-__all__ = ["Relevance", "RELEVANCE_MODES", "RelevanceMode", "relevance_mode"]
+__all__ = ["DIRECTIONS", "I2T", "Relevance", "RELEVANCE_MODES", "RelevanceMode", "T2I", "relevance_mode"]
+
+#: the two retrieval directions: images query the captions (``i2t``), captions query the images (``t2i``)
+I2T, T2I = "i2t", "t2i"
+DIRECTIONS = (I2T, T2I)
 
 #: Which pairs count as relevant, in training (``data.train_relevance``), in evaluation reports
 #: (the ``relevance`` column) and in study files:

@@ -15,12 +15,15 @@ from pcmr.evaluation.columns import ALL_COLUMNS, EVALUATION_COLUMNS, metric_boun
 from pcmr.metrics.driver import DIRECTIONS
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "pcmr"
+#: the modules that spell metric keys: the schema and the abstention series keys below it
+SCHEMA_MODULES = ("evaluation/columns.py", "report/figure_keys.py")
 
 # a metric key of an evaluation row or of the study's analysis columns, or a piece of one in an f-string
 METRIC_KEY = re.compile(r"(?:^|_)(?:r_precision|map_at_r|pmrp(?:_\w+)?|rsum|hs_sum|r1_(?:least|most)_uncertain"
                         r"|uncertainty_(?:signal|spread|spread_init|floor|relevant_rho(?:_strata)?|occlusion_slope"
                         r"|erasure_slope|agreement|S|R2))(?:_untrained)?$"
-                        r"|_R@\d*$|_aurc(?:_margin|_multiplicity|_random)?(?:_within)?$|_excess_aurc(?:_margin)?$|_random_within$|^(?:i2t|t2i)?_lambda$|^binsel_|^match_[ab]$")
+                        r"|_R@\d*$|(?:^|_)aurc(?:_margin|_multiplicity|_random)?(?:_within)?$|_excess_aurc(?:_margin)?$"
+                        r"|(?:^|_)random_within$|^(?:i2t|t2i)?_lambda$|^binsel_|^match_[ab]$")
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:
@@ -33,14 +36,23 @@ def _literals(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
 
 
+def _exported(path: Path) -> set[str]:
+    """The names in a module's ``__all__`` (a function called like a figure is not its name)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)}
+    return set()
+
+
 def test_no_metric_key_is_spelled_outside_the_schema():
-    """Only pcmr.evaluation.columns spells the keys of evaluation rows and analysis columns. The
+    """Only pcmr.evaluation.columns spells the keys of evaluation rows and analysis columns (with
+    pcmr.report.figure_keys, the abstention series' keys its AURC columns are made of). The
     metrics layer below it names the values it computes (``R@K``, ``r_precision``, its ``total``
     row's ``rsum``), which the schema maps to the row's columns."""
     offenders = {}
     for path in sorted(SRC.rglob("*.py")):
         relative = path.relative_to(SRC).as_posix()
-        if relative == "evaluation/columns.py" or relative.startswith("metrics/"):
+        if relative in SCHEMA_MODULES or relative.startswith("metrics/"):
             continue
         found = [f"{line}: {value!r}" for line, value in _literals(path) if METRIC_KEY.search(value)]
         if found:
@@ -56,6 +68,18 @@ def test_the_scan_recognises_every_key_of_the_schema():
     for fragment in ("_R@", "_r_precision", "_map_at_r", "_pmrp_", "_r1_least_uncertain", "_uncertainty_signal",
                      "_aurc", "_aurc_within", "_random_within", "_uncertainty_agreement", "_uncertainty_relevant_rho"):
         assert METRIC_KEY.search(fragment) or METRIC_KEY.search(fragment.rstrip("_")), fragment
+    # the keys of one direction's abstention series, spelled without a leading direction
+    for key in ("aurc", "aurc_margin", "aurc_multiplicity", "aurc_within", "aurc_margin_within", "random_within"):
+        assert METRIC_KEY.search(key), key
+
+
+def test_the_directions_are_spelled_once():
+    """``i2t`` and ``t2i`` are spelled in code only by pcmr.relevance (``I2T``, ``T2I``, ``DIRECTIONS``); the
+    others import them (docstrings may name them)."""
+    offenders = [f"{path.relative_to(SRC).as_posix()}:{line}" for path in sorted(SRC.rglob("*.py"))
+                 if path.relative_to(SRC).as_posix() != "relevance.py"
+                 for line, value in _literals(path) if value in DIRECTIONS]
+    assert offenders == [] and DIRECTIONS == ("i2t", "t2i")
 
 
 def test_bounds_and_direction_of_every_percentage():
@@ -85,3 +109,15 @@ def test_hubness_ks_without_ten():
     assert any("k = 1, 5 over both" in note for note in report.meta["notes"])
     default = evaluate_embeddings(images, captions, relevance, similarities=["cosine"], rerankers=["nns"])
     assert default.figures["k_occurrence"]["k"] == 10
+
+
+def test_figure_names_are_spelled_once():
+    """The figure names are spelled in code only by pcmr.report.figure_keys; the evaluation that stores a
+    figure, the plots that draw it and the readers (``pcmr search --risk-curve``, the study) import them."""
+    from pcmr.report.plots import FIGURES
+
+    names = set(FIGURES)
+    offenders = [f"{path.relative_to(SRC).as_posix()}:{line}: {value}" for path in sorted(SRC.rglob("*.py"))
+                 if path.relative_to(SRC).as_posix() != "report/figure_keys.py"
+                 for line, value in _literals(path) if value in names and value not in _exported(path)]
+    assert offenders == [] and len(names) == 7

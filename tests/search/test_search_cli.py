@@ -158,3 +158,30 @@ def test_the_trained_similarity_is_the_default(run_dir, tmp_path, capsys):
     assert [h["score"] for h in shown["results"]] == pytest.approx(expected.scores[0].tolist())
     assert main(["search", str(index_dir), "--text", "a red circle", "--similarity", "cosine", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["similarity"] == "cosine"
+
+
+def test_option_takes_the_evaluate_form_and_the_older_one(run_dir, tmp_path, capsys):
+    """``--option NAME.OPTION=VALUE`` as ``pcmr evaluate`` takes it (the re-ranker's or the score's), the
+    deprecated ``OPTION=VALUE`` giving the same results; an option of an unselected owner is refused."""
+    index = str(tmp_path / "idx")
+    assert main(["search", index, "--build", str(run_dir)]) == 0
+    capsys.readouterr()
+
+    def results(*extra):
+        assert main(["search", index, "--text", "a red circle", "-k", "4", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)[0]["results"]
+
+    assert results("--rerank", "csls", "--option", "csls.csls_k=2") == results("--rerank", "csls", "--option", "csls_k=2")
+    assert results("--rerank", "is", "--option", "is.beta=7") == results("--rerank", "is", "--option", "beta=7")
+    scaled = results("--similarity", "match_prob", "--option", "match_prob.a=9.0", "--option", "match_prob.b=2.0")
+    index_object = GalleryIndex.load(index)
+    direct = index_object.search_text("a red circle", k=4, similarity="match_prob", a=9.0, b=2.0)
+    assert [h["index"] for h in scaled] == direct.indices[0].tolist()
+    for extra, message in ((["--option", "is.beta=30"], "'is' is neither the --rerank re-ranker (nns) nor the "
+                                                         "--similarity score (cosine)"),
+                           (["--rerank", "csls", "--option", "csls.csl_k=3"], "has no option 'csl_k' (did you mean"),
+                           (["--rerank", "is", "--option", "is.beta=abc"], "beta must be a finite number > 0"),
+                           (["--option", "a.b.c=1"], "expected NAME.OPTION=VALUE"),
+                           (["--option", "beta=abc"], "VALUE must be a number")):
+        assert main(["search", index, "--text", "a red circle", *extra]) == 2
+        assert message in capsys.readouterr().err, extra

@@ -84,7 +84,7 @@ def test_matching_ranker_equals_the_reranker_on_the_reference_plus_query_rows(re
     reference = oriented_scores("kl", stored, gallery, query_modality, {}).double()  # [R, G]
     search = Search(ExactCandidates(gallery, scoring), ExactRescorer(gallery, scoring),
                     MatchingRanker(rerank, {}, reference), gallery.num)
-    indices, _ = search.search(query, 4)
+    _, indices = search.search(query, 4)
     rows = torch.cat([reference, oriented_scores("kl", query, gallery, query_modality, {}).double()])
     expected, _ = rerank_topk(rerank, rows, 4)
     assert torch.equal(indices, expected[stored.num:])
@@ -112,7 +112,7 @@ def test_reweighting_ranker_over_every_candidate_equals_the_whole_matrix(rerank)
     ann = AnnIndex.create("wasserstein", gallery, "flat")
     ann.add(gallery)
     for generator in (ExactCandidates(gallery, scoring, chunk=7), ann):
-        indices, scores = Search(generator, ExactRescorer(gallery, scoring), ranker, 30, 30).search(query, 5)
+        scores, indices = Search(generator, ExactRescorer(gallery, scoring), ranker, 30, 30).search(query, 5)
         top = torch.sort(expected, dim=1, descending=True, stable=True)
         assert torch.equal(indices, top.indices[:, :5])
         torch.testing.assert_close(scores.double(), top.values[:, :5], rtol=1e-4, atol=1e-4)

@@ -121,8 +121,8 @@ def test_ivfpq_candidates_refined_from_disk_match_exact_search(tmp_path, similar
     reranker = get_reranker(rerank, **({"beta": 5.0} if rerank == "is" else {}))
     scoring = Scoring(similarity, "caption", {}, reranker)
     statistic = gallery_statistic(scoring, reference, store, block_items=1000)
-    fast_idx, fast_scores = CandidateSearcher(ann, store, scoring, statistic, candidates=150).search(query, 10)
-    exact_idx, exact_scores = ExactSearcher(gallery, scoring, statistic, chunk=999).search(query, 10)
+    fast_scores, fast_idx = CandidateSearcher(ann, store, scoring, statistic, candidates=150).search(query, 10)
+    exact_scores, exact_idx = ExactSearcher(gallery, scoring, statistic, chunk=999).search(query, 10)
     assert _recall(fast_idx, exact_idx) >= 0.95
     raw = oriented_scores(similarity, query, gallery, "caption", {}).double()  # [Q, G]
     if rerank == "nns":
@@ -140,10 +140,10 @@ def test_refine_codes_reorder_candidates_and_survive_a_round_trip(tmp_path, refi
     gallery, query = _clustered(3000, 14), _clustered(20, 15)
     ann = build_ann(gallery, "wasserstein", "ivfpq", nlist=16, nprobe=16, pq_m=4, refine=refine, refine_factor=10)
     assert ann.params["refine"] == refine and ann.params["refine_factor"] == 10
-    exact_idx, _ = ExactSearcher(gallery, Scoring("wasserstein")).search(query, 10)
-    refined_idx, _ = CandidateSearcher(ann, gallery, Scoring("wasserstein"), candidates=20).search(query, 10)
+    _, exact_idx = ExactSearcher(gallery, Scoring("wasserstein")).search(query, 10)
+    _, refined_idx = CandidateSearcher(ann, gallery, Scoring("wasserstein"), candidates=20).search(query, 10)
     ann.set_search_params(refine_factor=1)
-    coarse_idx, _ = CandidateSearcher(ann, gallery, Scoring("wasserstein"), candidates=20).search(query, 10)
+    _, coarse_idx = CandidateSearcher(ann, gallery, Scoring("wasserstein"), candidates=20).search(query, 10)
     assert _recall(refined_idx, exact_idx) >= 0.95 and _recall(refined_idx, exact_idx) >= _recall(coarse_idx, exact_idx)
     ann.set_search_params(refine_factor=10)
     ann.write(str(tmp_path / "a.faiss"))
@@ -159,7 +159,7 @@ def test_exact_searcher_streams_a_store_like_the_whole_matrix(tmp_path):
     gallery, query = _clustered(1000, 7, spherical=True), _clustered(9, 8)
     store = _store(tmp_path, gallery)
     for similarity in ("cosine", "wasserstein"):
-        idx, scores = ExactSearcher(store, Scoring(similarity), chunk=97).search(query, 7)
+        scores, idx = ExactSearcher(store, Scoring(similarity), chunk=97).search(query, 7)
         full = oriented_scores(similarity, query, gallery, "caption", {})
         top = torch.sort(full, dim=1, descending=True, stable=True)
         assert torch.equal(idx, top.indices[:, :7])
@@ -170,9 +170,9 @@ def test_ties_go_to_the_lower_gallery_index_on_both_searchers(tmp_path):
     mean = torch.tensor([[1.0, 0.0]] * 6 + [[0.0, 1.0]] * 4)
     gallery = Gaussian.point(mean)
     query = Gaussian.point(torch.tensor([[1.0, 0.1]]))
-    exact_idx, _ = ExactSearcher(gallery, Scoring("cosine"), chunk=4).search(query, 3)
+    _, exact_idx = ExactSearcher(gallery, Scoring("cosine"), chunk=4).search(query, 3)
     ann = build_ann(gallery, "cosine", "flat")
-    fast_idx, _ = CandidateSearcher(ann, gallery, Scoring("cosine"), candidates=10).search(query, 3)
+    _, fast_idx = CandidateSearcher(ann, gallery, Scoring("cosine"), candidates=10).search(query, 3)
     assert exact_idx.tolist() == fast_idx.tolist() == [[0, 1, 2]]
 
 

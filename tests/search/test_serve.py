@@ -42,7 +42,8 @@ def test_health_and_text_search_match_the_library(client, index):
     assert [r["index"] for r in body["results"]] == expected.indices[0].tolist()
     assert [r["score"] for r in body["results"]] == pytest.approx(expected.scores[0].tolist())
     first = body["results"][0]
-    assert first["image_url"] == f"/images/{first['index']}" and 0.0 <= first["uncertainty_level"] <= 1.0
+    assert first["image_url"] == f"/images/{first['index']}" and 0.0 <= first["uncertainty_percentile"] <= 100.0
+    assert "uncertainty_level" not in first  # one uncertainty rank
     assert first["metadata"]["labels"]
 
 
@@ -56,6 +57,12 @@ def test_items_images_and_captions(tiny_shapes, client, index):
     assert item["captions"][0]["text"] == index.caption_texts[expected.indices[0, 0]]
     caption = client.get("/api/captions/7").json()
     assert caption["text"] == index.caption_texts[7] and caption["uncertainty"] is not None
+    from pcmr.search.presentation import uncertainty_percentile
+
+    for modality, entry in (("image", item), ("caption", caption)):  # the one rank, as pcmr search gives it
+        assert "uncertainty_level" not in entry
+        assert entry["uncertainty_percentile"] == uncertainty_percentile(entry["uncertainty"],
+                                                                         index.item_uncertainty(modality))
     picture = client.get("/images/4")
     assert picture.status_code == 200 and picture.headers["content-type"] == "image/png"
     pixels = np.asarray(Image.open(io.BytesIO(picture.content)))

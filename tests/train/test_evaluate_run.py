@@ -122,8 +122,46 @@ def test_the_evaluator_names_its_primary_metric_and_selection_uses_it(tiny_shape
     assert metrics["r_precision"] == pytest.approx(0.5 * (metrics["i2t_r_precision"] + metrics["t2i_r_precision"]))
     with pytest.raises(ValueError, match="primary_metric"):
         validate(model.network, split, model.vocabulary, similarity="cosine", primary_metric="map")
-    trainer = (SRC / "train" / "trainer.py").read_text()
-    assert "primary_metric=train.select_on" in trainer
+    assert evaluator.greater_is_better and evaluator.improves(36.0, 35.0) and not evaluator.improves(35.0, 35.0)
+
+
+#: scripted validation metrics of three epochs: rsum peaks at epoch 1, the mean R-Precision at epoch 2
+_SCRIPT = [{"rsum": 300.0, "r_precision": 10.0}, {"rsum": 200.0, "r_precision": 30.0},
+           {"rsum": 250.0, "r_precision": 20.0}]
+
+
+class _LowerIsBetter(RetrievalEvaluator):
+    """An evaluator whose primary metric ranks lower values first."""
+
+    @property
+    def greater_is_better(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(("select_on", "lower", "epoch"), [("rsum", False, 1), ("r_precision", False, 2),
+                                                            ("rsum", True, 2), ("r_precision", True, 1)])
+def test_model_selection_follows_the_evaluators_primary_metric_and_direction(
+        tmp_path, monkeypatch, tiny_training, as_set_args, select_on, lower, epoch):
+    """The epoch training selects is the one the evaluator ranks first: its primary metric, its direction."""
+    import json
+
+    import pcmr.train.trainer as trainer
+    from pcmr.cli import main
+    from pcmr.train.validation import validation_evaluator
+
+    rows = iter([{**row, "i2t_r_precision": row["r_precision"], "t2i_r_precision": row["r_precision"],
+                  "fallback": 0.0} for row in _SCRIPT])  # the mean R-Precision is read from both directions
+    monkeypatch.setattr(trainer, "validate_with", lambda *args: next(rows))
+    if lower:
+        def lower_is_better(*args, **kwargs):
+            base = validation_evaluator(*args, **kwargs)
+            return _LowerIsBetter(base.split, primary_metric=base.primary_metric)
+        monkeypatch.setattr(trainer, "validation_evaluator", lower_is_better)
+    items = [*tiny_training, "train.epochs=3", "train.max_steps_per_epoch=1", f"train.select_on={select_on}"]
+    assert main(["train", "vsepp_max", "--out", str(tmp_path), "--name", "run", *as_set_args(items),
+                 "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert summary["best_epoch"] == epoch
 
 
 def test_run_config_errors_name_the_file(run_dir):

@@ -13,6 +13,7 @@ from pcmr.atomic import atomic_write_text
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, HS_SUM, RSUM, r_precision, recall
 from pcmr.hub import load
 from pcmr.inference import get_reranker
+from pcmr.relevance import I2T, T2I
 from pcmr.report import format_table, merge_rows
 from pcmr.search.presentation import collapsed_recall_warning
 from pcmr.train.evaluation import evaluate_run
@@ -41,11 +42,11 @@ DEMO_COLUMNS = [
     "similarity",
     "rerank",
     "relevance",
-    recall("i2t", 1),
-    recall("t2i", 1),
+    recall(I2T, 1),
+    recall(T2I, 1),
     RSUM,
-    r_precision("i2t"),
-    r_precision("t2i"),
+    r_precision(I2T),
+    r_precision(T2I),
     HS_SUM,
 ]
 

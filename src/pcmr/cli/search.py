@@ -31,6 +31,7 @@ from pcmr.gaussian import Gaussian
 from pcmr.hub import load, trained_similarity
 from pcmr.inference import get_reranker
 from pcmr.progress import phase
+from pcmr.relevance import I2T, T2I
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import (
     abstains,
@@ -41,7 +42,7 @@ from pcmr.search.abstain import (
     read_risk_curve,
 )
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
-from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
+from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, get_backend
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.manifest import milvus_entries, stored_similarity
 from pcmr.search.presentation import (
@@ -58,6 +59,8 @@ from pcmr.search.presentation import (
 )
 from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
 from pcmr.search.vectordb import drop_collection, resolve_uri
+from pcmr.similarity import check_similarity_option_values, get_similarity
+from pcmr.suggest import did_you_mean, name_list
 from pcmr.termination import run_until_terminated
 from pcmr.train.loading import load_split, run_config
 
@@ -177,8 +180,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--option",
         action="append",
         default=[],
-        metavar="NAME=VALUE",
-        help="re-ranker option, e.g. beta=30 (is), csls_k=10 (csls), lam=2 (rgm); repeatable",
+        metavar="NAME.OPTION=VALUE",
+        help="an option of the --rerank re-ranker or the --similarity score, as in pcmr evaluate: e.g. "
+        "is.beta=30, csls.csls_k=10, rgm.lam=2, match_prob.a=12.5 (YAML value); repeatable. The older "
+        "OPTION=VALUE (a number, for the re-ranker) is deprecated",
     )
     query.add_argument("--json", action="store_true", help="print the results as JSON")
     query.add_argument("--answer-coverage", type=float, default=None, metavar="SHARE",
@@ -206,20 +211,44 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _rerank_options(items: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+def _query_options(items: list[str], similarity: str, rerank: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--option`` items as ``(re-ranker options, similarity options)``. Every command's form is
+    ``NAME.OPTION=VALUE`` with a YAML value, ``NAME`` the ``--rerank`` re-ranker or the ``--similarity``
+    score; the deprecated ``OPTION=VALUE`` (a number, for the re-ranker) is still read."""
+    rerank_options: dict[str, Any] = {}
+    similarity_options: dict[str, Any] = {}
+    owned: list[tuple[str, str, Any]] = []
     for item in items:
         try:
             path, value = parse_override(item)
         except ConfigError:
             path, value = [], None
-        if len(path) != 1:
-            raise ValueError(f"--option {item!r}: expected NAME=VALUE, e.g. beta=30, csls_k=10 or lam=2")
-        value = option_value(f"--option {item}", value, "beta=30, csls_k=10 or lam=2")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"--option {item!r}: VALUE must be a number")
-        options[path[0]] = value
-    return options
+        value = option_value(f"--option {item}", value, "is.beta=30, csls.csls_k=10 or rgm.lam=2")
+        if len(path) == 1:  # the deprecated form: a re-ranker parameter, a number
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"--option {item!r}: VALUE must be a number (or write NAME.OPTION=VALUE)")
+            rerank_options[path[0]] = value
+            continue
+        if len(path) != 2:
+            raise ValueError(f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. is.beta=30, csls.csls_k=10, "
+                             "rgm.lam=2 or match_prob.a=12.5")
+        owned.append((path[0], path[1], value))
+    for owner, option, value in owned:
+        flag = f"--option {owner}.{option}={value}"
+        if owner not in (rerank, similarity):
+            raise ValueError(f"{flag}: '{owner}' is neither the --rerank re-ranker ({rerank}) nor the --similarity "
+                             f"score ({similarity})")
+        accepted = sorted(get_reranker(rerank).parameters() if owner == rerank else get_similarity(similarity).options)
+        if option not in accepted:
+            raise ValueError(f"{flag}: '{owner}' has no option '{option}'{did_you_mean(option, accepted)}; expected "
+                             f"one of: {name_list(accepted) if accepted else 'none'}")
+        (rerank_options if owner == rerank else similarity_options)[option] = value
+    try:  # the values, before anything is encoded
+        get_reranker(rerank, **rerank_options)
+        check_similarity_option_values(similarity, similarity_options)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"--option {' '.join(items)}: {err}") from None
+    return rerank_options, similarity_options
 
 
 def _check_target(args: argparse.Namespace) -> None:
@@ -361,7 +390,7 @@ def _add(args: argparse.Namespace) -> Any:
 def _maybe_build_ann(index: Any, args: argparse.Namespace) -> None:
     """With ``--backend faiss``, build the ANN index(es) and print the structure chosen."""
 
-    if args.backend not in ("faiss", "milvus"):
+    if get_backend(args.backend).engine is None:  # exact or auto: no candidate source to build
         return
     score = args.ann_score or ann_score_for(args.similarity, index.images)
     modalities = tuple(args.modalities or ("image", "caption"))
@@ -427,7 +456,7 @@ def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[st
 
 
 def _distinct_results(function: Any, queries: list[str], args: argparse.Namespace, options: dict[str, Any],
-                      gallery_size: int, modality: str) -> tuple[Any, int]:
+                      similarity_options: dict[str, Any], gallery_size: int, modality: str) -> tuple[Any, int]:
     """Search ``queries`` asking for enough results that ``-k`` distinct lines remain once identical
     captions are merged: ``fetch_size`` first, then more (:func:`next_fetch_size`) while a query falls
     short and the gallery holds more. Returns the results and how many were fetched per query."""
@@ -435,7 +464,8 @@ def _distinct_results(function: Any, queries: list[str], args: argparse.Namespac
     prefix_lists = modality == "caption" and get_reranker(args.rerank).returns_scores  # more = a longer prefix
     while True:
         results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
-                           rerank_options=options, backend=args.backend, candidates=args.candidates)
+                           rerank_options=options, backend=args.backend, candidates=args.candidates,
+                           **similarity_options)
         if not prefix_lists or not any(needs_more(hits, args.k, fetch, gallery_size) for hits in results.hits):
             return results, fetch
         fetch = next_fetch_size(fetch, gallery_size)
@@ -459,7 +489,7 @@ def _coverages(args: argparse.Namespace) -> dict[str, tuple[float, str]] | None:
         raise ValueError("--max-risk needs --risk-curve EVAL_DIR: the evaluation whose risk-coverage curve maps a "
                          "risk to the share of queries answered")
     out = {}
-    for modality, direction, queries in (("caption", "t2i", args.text), ("image", "i2t", args.image)):
+    for modality, direction, queries in (("caption", T2I, args.text), ("image", I2T, args.image)):
         if not queries:
             continue
         curve = read_risk_curve(args.risk_curve, args.similarity, direction)
@@ -539,13 +569,14 @@ def _run(args: argparse.Namespace) -> int:
     if index is None:
         index = GalleryIndex.load(args.index, device=args.device)
     _check_risk_curve(args, index)
-    options = _rerank_options(args.option)
+    options, similarity_options = _query_options(args.option, args.similarity, args.rerank)
     blocks: list[list[dict[str, Any]]] = []
     notes: list[str] = []
     for queries, modality, function in ((list(args.text), "image", index.search_text),
                                         (list(args.image), "caption", index.search_image)):
         if queries:
-            results, fetch = _distinct_results(function, queries, args, options, index.gallery(modality).num,
+            results, fetch = _distinct_results(function, queries, args, options, similarity_options,
+                                               index.gallery(modality).num,
                                                modality)
             shown = _shown(index, results, queries, args.k)
             for entry in shown:

@@ -190,20 +190,24 @@ def load_cub(
                             expected="the class of the image's folder in classes.txt")
         image_path = cub / "images" / relative
         text_path = text_dir / (os.path.splitext(relative)[0] + ".txt")
-        problem = ("image file not found" if check_images and not image_path.is_file() else
-                   "caption file not found" if not text_path.is_file() else None)
+        problem: str | None = None
+        error: type[DataError] = MissingDataError  # a missing file; a file without a caption: DataError
+        where = text_path
+        if check_images and not image_path.is_file():
+            problem, where = "image file not found", image_path
+        elif not text_path.is_file():
+            problem = "caption file not found"
         lines: list[str] = []
         if problem is None:
             lines = read_text_lines(text_path, "one UTF-8 caption per line")
             if not any(tokenize(line) for line in lines):
-                problem = "caption file has no caption"
+                problem, error = "caption file has no caption", DataError
             elif len(lines) > 100:  # caption ids are image id * 100 + line
                 raise DataError(f"{len(lines)} lines", path=text_path, location="captions",
                                 expected="at most 100 captions per image (text_c10 has 10)")
         if problem:
             if on_error == "raise":
-                error = MissingDataError if problem.endswith("not found") else DataError
-                raise error(problem, path=image_path if "image" in problem else text_path,
+                raise error(problem, path=where,
                             location=f"images.txt id {image_id}", expected="an image and its text_c10 captions")
             skipped.append(SkippedItem(str(images_file), f"image id {image_id}", problem))
             continue

@@ -28,12 +28,15 @@ __all__ = ["DatasetSpec", "load_dataset", "list_datasets", "detect_format", "off
 @dataclass(frozen=True)
 class DatasetSpec:
     """A named dataset: its loader ``(split, **config) -> RetrievalSplit``, a one-line description and
-    the splits it offers beyond train / val / test (``extra_splits``, e.g. shapes' ``binary_selection``)."""
+    the splits it offers beyond train / val / test (``extra_splits``, e.g. shapes' ``binary_selection``),
+    and whether its images are rendered from the split's generator settings rather than read from
+    files (``renders_images``: the split's ``info["config"]`` loads them again, ``cache=False``)."""
 
     name: str
     loader: Callable[..., RetrievalSplit]
     description: str
     extra_splits: tuple[str, ...] = ()
+    renders_images: bool = False
 
 
 def _shapes(split: str, **config: Any) -> RetrievalSplit:
@@ -64,7 +67,7 @@ _REGISTRY: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in (
         DatasetSpec("shapes", _shapes, "built-in synthetic many-to-many benchmark with exact relevance",
-                    extra_splits=("test_unseen", "binary_selection")),
+                    extra_splits=("test_unseen", "binary_selection"), renders_images=True),
         DatasetSpec("coco", _karpathy("coco"), "MS-COCO, Karpathy split JSON + image folder"),
         DatasetSpec("flickr30k", _karpathy("flickr30k"), "Flickr30k, Karpathy split JSON + image folder"),
         DatasetSpec("karpathy", _karpathy(None), "any Karpathy split JSON + image folder"),
@@ -79,6 +82,13 @@ def offers_split(name: str | os.PathLike, split: str) -> bool:
     extra split ``split`` (:attr:`DatasetSpec.extra_splits`)."""
     spec = _REGISTRY.get(os.fspath(name))
     return spec is not None and split in spec.extra_splits
+
+
+def renders_images(name: str) -> bool:
+    """Whether the registered dataset ``name`` renders its images from a split's generator settings
+    (:attr:`DatasetSpec.renders_images`); False for a name that is not registered."""
+    spec = _REGISTRY.get(name)
+    return spec is not None and spec.renders_images
 
 
 def list_datasets() -> list[str]:

@@ -27,6 +27,8 @@ from pcmr.evaluation import columns as schema
 from pcmr.gaussian import Gaussian
 from pcmr.metrics.ranking import per_query_metrics
 from pcmr.metrics.risk_coverage import risk_coverage, top1_margin, uncertainty_recall_agreement
+from pcmr.relevance import I2T, T2I
+from pcmr.report.figure_keys import RANDOM_WITHIN, aurc_key
 
 __all__ = ["abstention_columns", "abstention_series", "pca_ellipse_series", "reference_abstention_series"]
 
@@ -69,17 +71,17 @@ def _direction(scores: Tensor, relevant: Tensor, uncertainty: Tensor | None) -> 
     strata = multiplicity_strata(multiplicity.numpy())
     out: dict[str, Any] = {
         "random": by_margin.random, "oracle": by_margin.oracle,
-        "aurc_margin": by_margin.aurc, "aurc_multiplicity": by_multiplicity.aurc,
+        aurc_key("margin"): by_margin.aurc, aurc_key("multiplicity"): by_multiplicity.aurc,
         "margin_risk": by_margin.risk[::stride].tolist(), "multiplicity_risk": by_multiplicity.risk[::stride].tolist(),
-        "aurc_margin_within": _within_strata(risk.numpy(), margin.numpy(), strata),
-        "random_within": _within_strata(risk.numpy(), np.zeros(len(strata)), strata),
+        aurc_key("margin", within=True): _within_strata(risk.numpy(), margin.numpy(), strata),
+        RANDOM_WITHIN: _within_strata(risk.numpy(), np.zeros(len(strata)), strata),
     }
     if uncertainty is None:
         return out
     sigma = uncertainty.detach().double().cpu()[valid]
     curve = risk_coverage(risk, sigma)
     out.update({"coverage": curve.coverage[::stride].tolist(), "risk": curve.risk[::stride].tolist(),
-                "aurc": curve.aurc, "aurc_within": _within_strata(risk.numpy(), sigma.numpy(), strata)})
+                aurc_key(): curve.aurc, aurc_key(within=True): _within_strata(risk.numpy(), sigma.numpy(), strata)})
     bins = min(10, int(valid.sum()))
     if bins >= 2:
         hits = per_query.hit_probability(1).cpu()[valid]  # expected over the orders of tied scores
@@ -91,7 +93,7 @@ def reference_abstention_series(scores: Tensor, relevance: Tensor) -> dict[str, 
     """The deterministic references of :func:`abstention_series` for a model without an uncertainty
     (a point model): per direction ``aurc_margin``, ``aurc_multiplicity``, ``aurc_margin_within``,
     ``random_within`` and the curves. What a probabilistic model's sigma is compared against."""
-    return {"i2t": _direction(scores, relevance, None), "t2i": _direction(scores.T, relevance.T, None)}
+    return {I2T: _direction(scores, relevance, None), T2I: _direction(scores.T, relevance.T, None)}
 
 
 def abstention_series(scores: Tensor, relevance: Tensor, images: Gaussian, captions: Gaussian,
@@ -100,8 +102,8 @@ def abstention_series(scores: Tensor, relevance: Tensor, images: Gaussian, capti
     queries are ranked by ``Gaussian.uncertainty(measure)``. Each side: ``coverage``, ``risk`` (the curve),
     ``aurc``, ``random``, ``oracle``, ``aurc_margin``, ``aurc_multiplicity``, ``margin_risk``,
     ``multiplicity_risk``, ``S``, ``R2`` (see the module docstring; risks in [0, 1])."""
-    return {"i2t": _direction(scores, relevance, images.uncertainty(measure)),
-            "t2i": _direction(scores.T, relevance.T, captions.uncertainty(measure))}
+    return {I2T: _direction(scores, relevance, images.uncertainty(measure)),
+            T2I: _direction(scores.T, relevance.T, captions.uncertainty(measure))}
 
 
 def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -111,11 +113,11 @@ def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
     margin's AURC over it, ``{d}_excess_aurc``, ``{d}_excess_aurc_margin``; and ``{d}_uncertainty_S``, ``{d}_uncertainty_R2`` for each direction ``d``."""
     out: dict[str, float] = {}
     for direction, side in series.items():
-        columns = {schema.aurc(direction): "aurc", schema.aurc(direction, "margin"): "aurc_margin",
-                   schema.aurc(direction, "multiplicity"): "aurc_multiplicity",
-                   schema.aurc(direction, within=True): "aurc_within",
-                   schema.aurc(direction, "margin", within=True): "aurc_margin_within",
-                   schema.random_aurc_within(direction): "random_within"}
+        columns = {schema.aurc(direction): aurc_key(), schema.aurc(direction, "margin"): aurc_key("margin"),
+                   schema.aurc(direction, "multiplicity"): aurc_key("multiplicity"),
+                   schema.aurc(direction, within=True): aurc_key(within=True),
+                   schema.aurc(direction, "margin", within=True): aurc_key("margin", within=True),
+                   schema.random_aurc_within(direction): RANDOM_WITHIN}
         for column, key in columns.items():
             if key in side:  # a point model has the references only
                 out[column] = 100.0 * float(side[key])

@@ -58,7 +58,7 @@ def check_model_vocabulary(model: RetrievalModel, vocab: Vocabulary, model_dir: 
     ``model_dir`` was trained with: its size differs from the model's ``vocab_size`` (word-embedding
     text encoders), or it differs from the ``vocabulary.json`` saved with the model."""
     config = getattr(model, "config", None)
-    uses_vocabulary = config is not None and getattr(config.text_encoder, "kind", None) == "gru"
+    uses_vocabulary = config is not None and bool(getattr(config.text_encoder, "reads_word_ids", False))
     if uses_vocabulary and config is not None and config.vocab_size != len(vocab):
         raise ValueError(f"{os.fspath(vocab_path)} holds {len(vocab)} words but the model in {os.fspath(model_dir)} "
                          f"embeds {config.vocab_size} token ids; expected the vocabulary of the run that trained "

@@ -22,6 +22,7 @@ from pcmr.metrics import DEFAULT_KS
 from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS, hubness_skew_or_zero
 from pcmr.report import GENERIC_COLUMNS, Column, ColumnPattern, ColumnSchema, Report
+from pcmr.report.figure_keys import RANDOM_WITHIN, aurc_key
 
 __all__ = ["ALL_COLUMNS", "ANALYSIS_COLUMNS", "CORRUPTION_SLOPE", "DIRECTIONS", "EVALUATION_COLUMNS", "HS_SUM", "MEAN_R_PRECISION", "RSUM",
            "SELECTION_METRICS", "SIGNAL_KEYS", "aurc", "excess_aurc", "random_aurc_within", "selection_value", "binary_selection", "format_number", "learned_option", "map_at_r",
@@ -72,8 +73,7 @@ def aurc(direction: str, ranked_by: str | None = None, *, within: bool = False) 
     """100 x the area under the risk-coverage curve of one direction, queries ranked by their
     uncertainty (``ranked_by`` None), by the top-1 margin (``"margin"``) or by the true multiplicity
     (``"multiplicity"``, the oracle); ``within``: averaged within multiplicity strata. Lower is better."""
-    key = f"{direction}_aurc_{ranked_by}" if ranked_by else f"{direction}_aurc"
-    return f"{key}_within" if within else key
+    return f"{direction}_{aurc_key(ranked_by, within=within)}"
 
 
 def excess_aurc(direction: str, ranked_by: str | None = None) -> str:
@@ -86,7 +86,7 @@ def excess_aurc(direction: str, ranked_by: str | None = None) -> str:
 def random_aurc_within(direction: str) -> str:
     """100 x the AURC of a random ranking within multiplicity strata (the chance level of
     ``aurc(direction, within=True)``)."""
-    return f"{direction}_random_within"
+    return f"{direction}_{RANDOM_WITHIN}"
 
 
 def uncertainty_fit(direction: str, statistic: str) -> str:

@@ -1,4 +1,6 @@
-"""``evaluate_model``: the evaluation table for every requested similarity x re-ranker.
+"""``evaluate_embeddings``: the evaluation table of encoded images and captions for every requested
+similarity x re-ranker (the model-level entries, ``RetrievalEvaluator`` and its shorthand
+``evaluate_model`` in :mod:`pcmr.evaluation.evaluator`, encode a split and call it).
 
 For each similarity the ``[N_img, N_cap]`` score matrix is computed once (sampled scores with a
 fixed seed). Each (similarity, re-ranker) row is one call of the bidirectional driver
@@ -47,7 +49,8 @@ from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS
 from pcmr.point_set import uncertainty_measure_for
 from pcmr.progress import status_line
-from pcmr.report import Report
+from pcmr.relevance import I2T, T2I
+from pcmr.report import Report, figure_keys
 from pcmr.similarity import list_similarities
 
 __all__ = ["evaluate_embeddings", "SharedWork", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
@@ -231,7 +234,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         val_dirs = None
         if val_scores is not None and val is not None:
             val_relevance = val[2].to(device)
-            val_dirs = {"i2t": (val_scores, val_relevance), "t2i": (val_scores.T, val_relevance.T)}
+            val_dirs = {I2T: (val_scores, val_relevance), T2I: (val_scores.T, val_relevance.T)}
         for rerank in rerankers:
             rerank_started = time.perf_counter()
             params = dict(rerank_options.get(rerank, {}))
@@ -284,22 +287,22 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
         return next((name for name in [*similarity_options, *similarities] if name in data), None)
 
     if decile_data:
-        result.figures["uncertainty_r1"] = {"measure": measure, "series": decile_data}
+        result.figures[figure_keys.UNCERTAINTY_R1] = {"measure": measure, "series": decile_data}
     if abstention_data:  # the model's own score first: the margin and multiplicity references are drawn for it
-        result.figures["risk_coverage"] = {"measure": measure, "series": {
+        result.figures[figure_keys.RISK_COVERAGE] = {"measure": measure, "series": {
             name: abstention_data[name] for name in sorted(abstention_data, key=lambda n: n != own(abstention_data))}}
     if figures and all(isinstance(g, Gaussian) and g.logvar is not None for g in (images, captions)) \
             and images.dim > 2:
-        result.figures["embeddings_pca"] = pca_ellipse_series(images, captions, relevance)
+        result.figures[figure_keys.EMBEDDINGS_PCA] = pca_ellipse_series(images, captions, relevance)
     hub_similarity = own(hub_data)
     if hub_similarity is not None and min(images.num, captions.num) > figure_k:
-        result.figures["k_occurrence"] = {"k": figure_k, "series": hub_data[hub_similarity]}
+        result.figures[figure_keys.K_OCCURRENCE] = {"k": figure_k, "series": hub_data[hub_similarity]}
     if figures and images.dim == 2:
-        result.figures["embeddings_2d"] = embeddings_2d_series(images, captions, relevance)
+        result.figures[figure_keys.EMBEDDINGS_2D] = embeddings_2d_series(images, captions, relevance)
     multiplicity_measure = uncertainty_measure_for((images, captions), uncertainty_measure)
     if figures and multiplicity_measure is not None:
-        result.figures["uncertainty_multiplicity"] = multiplicity_series(images, captions, relevance,
-                                                                         multiplicity_measure)
+        result.figures[figure_keys.UNCERTAINTY_MULTIPLICITY] = multiplicity_series(
+            images, captions, relevance, multiplicity_measure)
     result.meta["about"] = [f"lambda selected on the validation split for {name}: {format_number(value, 3)}"
                             for name, value in result.meta["selected_lambda"].items()]
     if not result.rows:

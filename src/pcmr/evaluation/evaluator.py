@@ -29,7 +29,7 @@ from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.checks import coco_id_problem, naming_source
-from pcmr.evaluation.columns import SELECTION_METRICS, selection_value
+from pcmr.evaluation.columns import EVALUATION_COLUMNS, SELECTION_METRICS, selection_value
 from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.evaluate import (
     DEFAULT_LAMBDA_GRID,
@@ -47,6 +47,7 @@ from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_posi
 from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.progress import phase, status_line
 from pcmr.report import Report
+from pcmr.report.figure_keys import UNCERTAINTY_VS_CORRUPTION
 
 __all__ = ["EncodedEvaluation", "ExtraColumns", "PRIMARY_METRIC", "RetrievalEvaluator", "SELECTION_METRICS",
            "evaluate_model", "needs_validation", "selection_value"]
@@ -168,8 +169,20 @@ class RetrievalEvaluator:
             raise ValueError(f"primary_metric {self.primary_metric!r}: expected one of {', '.join(SELECTION_METRICS)}")
 
     def primary_value(self, row: Mapping[str, Any]) -> float:
-        """The :attr:`primary_metric` of one report row (higher is better)."""
+        """The :attr:`primary_metric` of one report row (or of training's validation metrics)."""
         return selection_value(row, self.primary_metric)
+
+    @property
+    def greater_is_better(self) -> bool:
+        """Whether a higher :attr:`primary_metric` ranks a model higher (the schema's direction of the
+        column, :data:`EVALUATION_COLUMNS`)."""
+        return EVALUATION_COLUMNS.column(self.primary_metric).higher_is_better is not False
+
+    def improves(self, value: float, best: float | None) -> bool:
+        """Whether a primary value ``value`` beats ``best`` (None: nothing yet) in the metric's direction."""
+        if best is None:
+            return True
+        return value > best if self.greater_is_better else value < best
 
     @property
     def needs_validation(self) -> bool:
@@ -190,7 +203,7 @@ class RetrievalEvaluator:
                 series = corruption_series(model, self.split, vocab, self.uncertainty_measure,
                                            batch_size=self.batch_size, device=self.device)
             if series:
-                result.figures["uncertainty_vs_corruption"] = series
+                result.figures[UNCERTAINTY_VS_CORRUPTION] = series
         if out_dir is not None:
             with phase(f"writing the report and figures to {out_dir}", self.progress):
                 result.save(out_dir)

@@ -18,6 +18,7 @@ from pcmr.metrics.correlation import spearman
 from pcmr.metrics.hubness import k_occurrence
 from pcmr.metrics.uncertainty import recall_by_uncertainty
 from pcmr.models.model import RetrievalModel
+from pcmr.relevance import I2T, T2I
 
 __all__ = ["decile_series", "k_occurrence_histogram", "embeddings_2d_series", "corruption_series",
            "multiplicity_series"]
@@ -34,8 +35,8 @@ def decile_series(scores: Tensor, relevance: Tensor, images: Gaussian, captions:
                   measure: str) -> dict[str, list[float]]:
     """R@1 per uncertainty decile of the queries (PCME Fig. 6) for both directions of
     ``scores [N_img, N_cap]``: ``{"i2t": [10 values], "t2i": [10 values]}``."""
-    return {"i2t": _r1_by_decile(scores, relevance, images.uncertainty(measure)),
-            "t2i": _r1_by_decile(scores.T, relevance.T, captions.uncertainty(measure))}
+    return {I2T: _r1_by_decile(scores, relevance, images.uncertainty(measure)),
+            T2I: _r1_by_decile(scores.T, relevance.T, captions.uncertainty(measure))}
 
 
 def k_occurrence_histogram(scores: Tensor, k: int) -> dict[str, list[int]]:

@@ -88,6 +88,12 @@ class Reweighting(abc.ABC):
         """This re-weighting for a problem of ``size = (Q, G)`` (e.g. a neighbourhood clamped to it)."""
         return self
 
+    @property
+    def neighbourhood(self) -> int:
+        """Scores each query's re-weighting reads besides its own (a candidate list must hold that many:
+        CSLS's ``csls_k``); 1 for a re-weighting of each score alone."""
+        return 1
+
 
 class Matching(abc.ABC):
     """Ranked lists ``[Q, k]`` from (re-weighted) scores ``[Q, G]``; subclasses are frozen dataclasses."""
@@ -195,6 +201,10 @@ class CSLS(Reweighting):
         out = csls_from_statistics(scores, row_top_mean(scores, self.csls_k), statistic)
         return out.masked_fill(torch.isneginf(scores), float("-inf"))
 
+    @property
+    def neighbourhood(self) -> int:
+        return self.csls_k
+
     def fitted(self, size: tuple[int, ...]) -> CSLS:
         """The neighbourhood clamped to ``min(Q, G)``, so tiny galleries (or folds) still work."""
         return dataclasses.replace(self, csls_k=min(self.csls_k, *size))
@@ -280,6 +290,11 @@ class Reranker:
     def needs_gallery_statistic(self) -> bool:
         """True when the re-weighting needs a statistic of a reference query set per gallery item."""
         return self.weighting.needs_gallery_statistic
+
+    @property
+    def neighbourhood(self) -> int:
+        """Scores per query the re-weighting reads (:attr:`Reweighting.neighbourhood`; CSLS's ``csls_k``)."""
+        return self.weighting.neighbourhood
 
     @property
     def tuned_parameter(self) -> str | None:

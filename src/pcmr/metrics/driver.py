@@ -34,12 +34,12 @@ from pcmr.metrics.ranking import check_ks, summarize
 from pcmr.metrics.scan import Target, scan
 from pcmr.metrics.topk import recall_at_k_from_topk
 from pcmr.ranking.checks import check_scores
+from pcmr.relevance import DIRECTIONS, I2T, T2I
 from pcmr.report import Report
 
 #: cut-offs K of R@K (rsum sums them over both directions) and of the hubness skewness (hs-sum)
 #: PMRP's Hamming thresholds (PCME App. C.1)
 PMRP_ZETAS: tuple[int, ...] = (0, 1, 2)
-DIRECTIONS = ("i2t", "t2i")
 
 
 class RerankerLike(Protocol):
@@ -174,8 +174,8 @@ def evaluate_directions(
             raise ValueError(
                 f"extra positives {extra.name!r} are for [{extra.i2t.num_queries}, {extra.i2t.num_gallery}] "
                 f"images x captions, but scores have shape [{num_images}, {num_captions}]")
-    labels = {"i2t": (image_labels, caption_labels), "t2i": (caption_labels, image_labels)}
-    directions = {"i2t": (scores, i2t_rel), "t2i": (scores.T, i2t_rel.transpose())}
+    labels = {I2T: (image_labels, caption_labels), T2I: (caption_labels, image_labels)}
+    directions = {I2T: (scores, i2t_rel), T2I: (scores.T, i2t_rel.transpose())}
     report = Report(title=title)
     result = DirectionsResult(report)
     skews: dict[str, dict[str, float]] = {}
@@ -190,7 +190,7 @@ def evaluate_directions(
         else:
             targets = [Target(rel)]
             for extra in extra_positives:
-                extra_rel, absent = (extra.i2t, extra.i2t_missing) if key == "i2t" else (extra.t2i, extra.t2i_missing)
+                extra_rel, absent = (extra.i2t, extra.i2t_missing) if key == I2T else (extra.t2i, extra.t2i_missing)
                 targets.append(Target(extra_rel.to(device), absent.to(device), exact_ranks=False,
                                       rank_limit=max(ks)))
             scanned = scan(weighted, targets, hubness_ks=hubness_ks, block_size=block_size)
@@ -201,14 +201,14 @@ def evaluate_directions(
             query_labels, gallery_labels = labels[key]
             if query_labels is not None and gallery_labels is not None:
                 values = pmrp(weighted, query_labels, gallery_labels, zetas=PMRP_ZETAS, block_size=block_size,
-                              directions=("i2t",))  # rows = this direction's queries
-                row.update({k: v for k, v in values["i2t"].items() if k != "num_skipped"})  # rows = queries
+                              directions=(I2T,))  # rows = this direction's queries
+                row.update({k: v for k, v in values[I2T].items() if k != "num_skipped"})  # rows = queries
         result.k_occurrence[key] = occurrences
         skews[key] = skewness_by_k(occurrences)
         report.add(key, {**row, **skews[key]})
-    total = {"rsum": rsum(report["i2t"], report["t2i"], ks)}
+    total = {"rsum": rsum(report[I2T], report[T2I], ks)}
     if hubness_ks:
-        total["hs_sum"] = sum(skews["i2t"].values()) + sum(skews["t2i"].values())
+        total["hs_sum"] = sum(skews[I2T].values()) + sum(skews[T2I].values())
     report.add("total", total)
     if num_folds is not None and all_scores:
         _folds(report, scores, i2t_rel, reranker, num_folds, caption_folds, ks, block_size)
@@ -256,17 +256,17 @@ def _folds(report: Report, scores: Tensor, i2t_rel: SparseRelevance,
            reranker: RerankerLike | Mapping[str, RerankerLike] | None, num_folds: int,
            caption_folds: Tensor | None, ks: Sequence[int], block_size: int | None) -> None:
     """Rows ``"folds i2t"``, ``"folds t2i"``, ``"folds total"``: metrics averaged over the folds."""
-    fold_rows: dict[str, list[dict[str, float]]] = {"i2t": [], "t2i": []}
+    fold_rows: dict[str, list[dict[str, float]]] = {I2T: [], T2I: []}
     for images, captions in fold_indices(i2t_rel, num_folds, caption_folds):
         sub = scores[images[0]:images[-1] + 1].index_select(1, captions)  # [fold images, fold captions]
         sub_rel = i2t_rel.submatrix(images, captions)
-        for key, matrix, rel in (("i2t", sub, sub_rel), ("t2i", sub.T, sub_rel.transpose())):
+        for key, matrix, rel in ((I2T, sub, sub_rel), (T2I, sub.T, sub_rel.transpose())):
             method = _per_direction(reranker, key, tuple(matrix.shape))
             weighted = matrix if method is None else method.rescore(matrix)
             fold_rows[key].append(summarize(scan(weighted, [Target(rel)], block_size=block_size).per_query[0], ks))
-    report.add("folds i2t", _mean_rows(fold_rows["i2t"]))
-    report.add("folds t2i", _mean_rows(fold_rows["t2i"]))
-    report.add("folds total", {"rsum": rsum(report["folds i2t"], report["folds t2i"], ks)})
+    report.add(f"folds {I2T}", _mean_rows(fold_rows[I2T]))
+    report.add(f"folds {T2I}", _mean_rows(fold_rows[T2I]))
+    report.add("folds total", {"rsum": rsum(report[f"folds {I2T}"], report[f"folds {T2I}"], ks)})
 
 
 def hubness_skew_or_zero(value: float) -> float:

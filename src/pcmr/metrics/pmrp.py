@@ -20,6 +20,7 @@ from pcmr.metrics.ties import expected_precision_at_r
 from pcmr.ranking.blocks import block_rows, query_blocks, width_blocks
 from pcmr.ranking.checks import check_scores
 from pcmr.ranking.topk import ordered_topk_block
+from pcmr.relevance import DIRECTIONS, I2T, T2I
 
 
 def _check_labels(labels: Tensor, num: int, name: str, other: int | None = None) -> Tensor:
@@ -97,7 +98,7 @@ def pmrp(
     *,
     zetas: Sequence[int] = (0, 1, 2),
     block_size: int | None = None,
-    directions: Sequence[str] = ("i2t", "t2i"),
+    directions: Sequence[str] = DIRECTIONS,
 ) -> dict[str, dict[str, float]]:
     """PMRP of both directions of ``scores [N_img, N_cap]`` (PCME §4.1.1, App. C.1).
 
@@ -118,8 +119,8 @@ def pmrp(
     zetas = tuple(zetas)
     if not zetas or any(isinstance(z, bool) or not isinstance(z, int) or z < 0 for z in zetas):
         raise ValueError(f"zetas must be non-negative integers, got {zetas!r}")
-    unknown = [d for d in directions if d not in ("i2t", "t2i")]
+    unknown = [d for d in directions if d not in DIRECTIONS]
     if unknown:
-        raise ValueError(f"directions must be among 'i2t', 't2i', got {unknown}")
-    sides = {"i2t": (scores, image_labels, caption_labels), "t2i": (scores.T, caption_labels, image_labels)}
+        raise ValueError(f"directions must be among {', '.join(map(repr, DIRECTIONS))}, got {unknown}")
+    sides = {I2T: (scores, image_labels, caption_labels), T2I: (scores.T, caption_labels, image_labels)}
     return {d: _pmrp_direction(*sides[d], zetas, block_size) for d in dict.fromkeys(directions)}

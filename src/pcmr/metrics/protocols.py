@@ -16,6 +16,7 @@ from pcmr.metrics._relevance import RelevanceInput, SparseRelevance, check_score
 from pcmr.metrics.defaults import COCO_NUM_FOLDS
 from pcmr.metrics.driver import DEFAULT_KS, HUBNESS_KS, RerankerLike, evaluate_directions, fold_indices
 from pcmr.metrics.extra_positives import ExtraPositives, coco_5k_test_ids, load_extra_positives
+from pcmr.relevance import I2T, T2I
 from pcmr.report import Report
 
 __all__ = ["evaluate_coco", "evaluate_retrieval", "fold_indices"]
@@ -99,7 +100,7 @@ def evaluate_coco(
     fold_size = len(image_ids) // num_folds
     big = f"{len(image_ids) // 1000}K" if len(image_ids) % 1000 == 0 else f"{len(image_ids)} images"
     small = f"{fold_size // 1000}K" if fold_size % 1000 == 0 else f"{fold_size} images"
-    names = {"i2t": f"COCO {big} i2t", "t2i": f"COCO {big} t2i", "total": f"COCO {big}",
-             "folds i2t": f"COCO {small} i2t", "folds t2i": f"COCO {small} t2i", "folds total": f"COCO {small}"}
+    names = {I2T: f"COCO {big} {I2T}", T2I: f"COCO {big} {T2I}", "total": f"COCO {big}",
+             f"folds {I2T}": f"COCO {small} {I2T}", f"folds {T2I}": f"COCO {small} {T2I}", "folds total": f"COCO {small}"}
     report.rows = [{**row, "name": names.get(row["name"], row["name"])} for row in report.rows]
     return report

@@ -49,6 +49,8 @@ __all__ = [
 IMAGE_ENCODER_KINDS = ("global_features", "local_features", "cnn", "efficientnet_lite0")
 IMAGE_REASONING_KINDS = ("none", "vsrn")
 TEXT_ENCODER_KINDS = ("gru", "minilm")
+#: the text encoder kinds that read word ids of a pcmr Vocabulary (``TextEncoderConfig.reads_word_ids``)
+WORD_ID_TEXT_ENCODERS = ("gru",)
 HEAD_KINDS = ("linear", "identity", "pcme", "pvse")
 COVARIANCE_KINDS = ("ellipsoidal", "spherical_avgpool_variance", "spherical_avgpool_logvar", "spherical_one_value")
 VARIANCE_SOURCES = ("shared", "duplicate", "word_gru")
@@ -114,6 +116,12 @@ class TextEncoderConfig:
     finetune: bool = False
     # minilm: longest token sequence kept (the tokenizer truncates)
     max_length: int = 64
+
+    @property
+    def reads_word_ids(self) -> bool:
+        """Whether the encoder reads word ids of a pcmr ``Vocabulary`` (gru) rather than raw texts that
+        it tokenises itself (minilm): only then does a model need its training vocabulary."""
+        return self.kind in WORD_ID_TEXT_ENCODERS
 
 
 @dataclass

@@ -27,6 +27,9 @@ from typing import Any, Literal
 import numpy as np
 
 from pcmr.atomic import atomic_write
+from pcmr.relevance import DIRECTIONS, I2T, T2I
+from pcmr.report import figure_keys
+from pcmr.report.figure_keys import aurc_key
 from pcmr.suggest import unknown_name
 
 __all__ = [
@@ -70,7 +73,7 @@ def save_figure(figure, path: str | os.PathLike[str]) -> Path:
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _DASHES = ("-", "--", ":", "-.")
-_DIRECTIONS = (("i2t", "image → text (queries: images)"), ("t2i", "text → image (queries: captions)"))
+_DIRECTIONS = ((I2T, "image → text (queries: images)"), (T2I, "text → image (queries: captions)"))
 
 
 def plot_uncertainty_deciles(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -144,7 +147,7 @@ def plot_k_occurrence(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
     """
     figure = new_figure(10.0, 5.6, layout="constrained")
     axes = figure.subplots(1, 2)
-    galleries = {"i2t": "gallery: captions", "t2i": "gallery: images"}
+    galleries = {I2T: "gallery: captions", T2I: "gallery: images"}
     for ax, (direction, title) in zip(axes, _DIRECTIONS):
         for number, (label, series) in enumerate(data["series"].items()):
             hist = series.get(direction)
@@ -386,25 +389,25 @@ def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Pa
     series = data.get("series", {})
     figure = new_figure(10.0, 5.4, layout="constrained")
     axes = figure.subplots(1, 2, squeeze=False)[0]
-    for ax, direction in zip(axes, ("i2t", "t2i")):
+    for ax, direction in zip(axes, DIRECTIONS):
         drawn: list[float] = []
         for index, (name, sides) in enumerate(series.items()):
             side = sides[direction]
             ax.plot(side["coverage"], side["risk"], color=f"C{index}", linewidth=1.6,
-                    label=f"{name} uncertainty (AURC {100 * side['aurc']:.1f})")
+                    label=f"{name} uncertainty (AURC {100 * side[aurc_key()]:.1f})")
             drawn += side["risk"]
             if index == 0:
                 ax.plot(side["coverage"], side["margin_risk"], color="0.45", linestyle="--", linewidth=1.2,
-                        label=f"top-1 margin of {name} (AURC {100 * side['aurc_margin']:.1f})")
+                        label=f"top-1 margin of {name} (AURC {100 * side[aurc_key('margin')]:.1f})")
                 ax.plot(side["coverage"], side["multiplicity_risk"], color="0.2", linestyle=":", linewidth=1.2,
-                        label=f"true multiplicity (AURC {100 * side['aurc_multiplicity']:.1f})")
+                        label=f"true multiplicity (AURC {100 * side[aurc_key('multiplicity')]:.1f})")
                 ax.axhline(side["random"], color="0.7", linewidth=0.8, label="no abstention")
                 drawn += side["margin_risk"] + side["multiplicity_risk"] + [side["random"]]
         ax.set_xlim(0.0, 1.0)
         ax.set_ylim(*_data_range(drawn, 0.0, 1.0))
         ax.set_xlabel("coverage (share of queries answered, least uncertain first)", fontsize=9)
         ax.set_ylabel("risk (1 - R-Precision of the answered)", fontsize=9)
-        ax.set_title({"i2t": "image -> text", "t2i": "text -> image"}[direction], fontsize=10)
+        ax.set_title({I2T: "image -> text", T2I: "text -> image"}[direction], fontsize=10)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[1]:
             legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
@@ -443,13 +446,13 @@ def plot_pca_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Pat
 
 #: figure name -> drawing function; the PNG is saved as ``<name>.png``.
 FIGURES: dict[str, Callable[[dict[str, Any], str | os.PathLike[str]], Path]] = {
-    "uncertainty_r1": plot_uncertainty_deciles,
-    "k_occurrence": plot_k_occurrence,
-    "uncertainty_vs_corruption": plot_uncertainty_vs_corruption,
-    "embeddings_2d": plot_embedding_ellipses,
-    "uncertainty_multiplicity": plot_uncertainty_multiplicity,
-    "risk_coverage": plot_risk_coverage,
-    "embeddings_pca": plot_pca_ellipses,
+    figure_keys.UNCERTAINTY_R1: plot_uncertainty_deciles,
+    figure_keys.K_OCCURRENCE: plot_k_occurrence,
+    figure_keys.UNCERTAINTY_VS_CORRUPTION: plot_uncertainty_vs_corruption,
+    figure_keys.EMBEDDINGS_2D: plot_embedding_ellipses,
+    figure_keys.UNCERTAINTY_MULTIPLICITY: plot_uncertainty_multiplicity,
+    figure_keys.RISK_COVERAGE: plot_risk_coverage,
+    figure_keys.EMBEDDINGS_PCA: plot_pca_ellipses,
 }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.evaluation.fingerprint import fingerprint_mismatches
+from pcmr.report.figure_keys import RISK_COVERAGE
 
 __all__ = ["AbstentionError", "abstains", "abstention_entry", "answered_entry", "check_curve_fingerprint",
            "coverage_for_risk", "read_risk_curve"]
@@ -44,7 +45,7 @@ def read_risk_curve(path: str | Path, similarity: str, direction: str) -> tuple[
         data = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise AbstentionError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    series = ((data.get("figures") or {}).get("risk_coverage") or {}).get("series") if isinstance(data, dict) else None
+    series = ((data.get("figures") or {}).get(RISK_COVERAGE) or {}).get("series") if isinstance(data, dict) else None
     if not isinstance(series, Mapping) or not series:
         raise AbstentionError(f"{file}: holds no risk-coverage curve (figures.risk_coverage); evaluate a model "
                               "with an uncertainty, figures on")

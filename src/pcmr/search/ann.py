@@ -13,8 +13,10 @@ Three scores are *exactly* nearest-neighbour problems on fixed vectors (docs/sea
   expected squared distance of two samples): the squared Euclidean distance of ``x = [m, sqrt(sum_d v)]``
   (gallery) and ``y = [m, 0]`` (query) plus the query-only ``sum_d v_q``.
 
-Every other score uses one of these as a candidate generator followed by exact re-scoring
-(:mod:`pcmr.search.gallery`). faiss structures are written with ``faiss.write_index`` (faiss's own
+Each of the four says how its vectors are built in its registry entry (``Similarity.ann_vectors``,
+:class:`pcmr.similarity.AnnVectors`); this module reads that, never the score's name. Every other
+score uses one of these as a candidate generator (its ``ann_score``) followed by exact re-scoring
+(:mod:`pcmr.search.searcher`, :mod:`pcmr.search.rescoring`). faiss structures are written with ``faiss.write_index`` (faiss's own
 binary format, not pickle).
 """
 
@@ -33,12 +35,17 @@ from torch import Tensor
 from pcmr.gaussian import Gaussian
 from pcmr.progress import progress_bar
 from pcmr.search.store import GalleryStore
-from pcmr.similarity import get_similarity
+from pcmr.similarity import AnnVectors, get_similarity, list_similarities
 
-__all__ = ["ANN_SCORES", "ProgressCounter", "ann_score_for", "build_ann", "INDEX_TYPES", "AnnIndex", "choose_index_type", "compressed_params", "gallery_layout",
+__all__ = ["ANN_SCORES", "POINT_GALLERY_ANN_SCORE", "SUMMED_LAYOUT", "vector_form", "ProgressCounter", "ann_score_for", "build_ann", "INDEX_TYPES", "AnnIndex", "choose_index_type", "compressed_params", "gallery_layout",
            "gallery_vectors", "parse_memory", "query_vectors", "scores_from_distances"]
 
-ANN_SCORES = ("cosine", "l2", "wasserstein", "csd")
+#: the scores an ANN index ranks by exactly: those whose registry entry gives its vectors (``ann_vectors``)
+ANN_SCORES = tuple(name for name in list_similarities() if get_similarity(name).ann_vectors is not None)
+#: the layout of a gallery whose summed variance joins its means (the stored name of an index file's layout)
+SUMMED_LAYOUT = "csd"
+#: the ANN score of a point gallery for a score that no ANN index ranks by exactly (no spread to index)
+POINT_GALLERY_ANN_SCORE = "cosine"
 INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
 PQ_CHOICES = (8, 16, 32, 64, 128)  # bytes per item of an IVF-PQ code (8 bits per sub-quantizer)
 ID_BYTES = 8  # faiss stores one int64 id per item in an inverted list
@@ -88,14 +95,22 @@ def _faiss() -> Any:
     return faiss
 
 
+def vector_form(score: str) -> AnnVectors:
+    """The vectors of ANN score ``score`` (its registry entry's :class:`~pcmr.similarity.AnnVectors`)."""
+    form = get_similarity(score).ann_vectors if score in ANN_SCORES else None
+    if form is None:
+        raise ValueError(f"ANN score must be one of {list(ANN_SCORES)}, got {score!r}")
+    return form
+
+
 def gallery_layout(score: str, gallery: Gaussian) -> str:
     """How the standard deviations enter the vectors: ``"none"`` (cosine, l2, or a point gallery
-    under W2), ``"spherical"`` (one ``sqrt(D) * s`` column) or ``"diagonal"`` (``D`` columns)."""
-    if score not in ANN_SCORES:
-        raise ValueError(f"ANN score must be one of {list(ANN_SCORES)}, got {score!r}")
-    if score == "csd":
-        return "csd"
-    if score != "wasserstein" or gallery.is_point:
+    under W2), ``"spherical"`` (one ``sqrt(D) * s`` column), ``"diagonal"`` (``D`` columns) or
+    :data:`SUMMED_LAYOUT` (one column, the root of the summed variance: csd)."""
+    form = vector_form(score)
+    if form.spread == "variance":
+        return SUMMED_LAYOUT
+    if form.spread == "none" or gallery.is_point:
         return "none"
     return "spherical" if gallery.is_spherical else "diagonal"
 
@@ -103,11 +118,11 @@ def gallery_layout(score: str, gallery: Gaussian) -> str:
 def gallery_vectors(score: str, gallery: Gaussian, layout: str) -> np.ndarray:
     """float32 ``[N, D']`` vectors of gallery items (``D' = D``, ``D + 1`` or ``2D``)."""
     mean = gallery.mean.detach().float().cpu()
-    if score == "cosine":
+    if vector_form(score).normalised:
         out = F.normalize(mean, dim=1, eps=_NORM_EPS)
     elif layout == "none":
         out = mean
-    elif layout == "csd":
+    elif layout == SUMMED_LAYOUT:
         total = gallery.var.detach().float().cpu().sum(1, keepdim=True)
         total = total * (gallery.dim if gallery.var.shape[1] == 1 and not gallery.is_point else 1)
         out = torch.cat([mean, total.sqrt()], dim=1)
@@ -123,12 +138,13 @@ def query_vectors(score: str, query: Gaussian, layout: str) -> tuple[np.ndarray,
     completes the squared distance (zero except under W2; see the module docstring)."""
     mean = query.mean.detach().float().cpu()
     zero = torch.zeros(query.num)
-    if score == "cosine":
+    form = vector_form(score)
+    if form.normalised:
         return np.ascontiguousarray(F.normalize(mean, dim=1, eps=_NORM_EPS).numpy()), zero
-    if score == "l2":
+    if form.spread == "none":
         return np.ascontiguousarray(mean.numpy()), zero
     dim = query.dim
-    if score == "csd":
+    if form.spread == "variance":
         var = query.var.detach().float().cpu()  # [Q, D] | [Q, 1] (zeros for points)
         total = var.sum(1) * (dim if var.shape[1] == 1 and not query.is_point else 1)
         return np.ascontiguousarray(torch.cat([mean, torch.zeros(query.num, 1)], dim=1).numpy()), total
@@ -147,9 +163,10 @@ def scores_from_distances(score: str, distances: np.ndarray, constant: Tensor) -
     """pcmr scores (higher = closer) from faiss results: inner products for cosine, ``-sqrt(d + c)``
     for the squared L2 distances ``d`` of l2/W2, ``-(d + c)`` for csd."""
     values = torch.from_numpy(np.ascontiguousarray(distances, dtype=np.float32))
-    if score == "cosine":
+    form = vector_form(score)
+    if form.normalised:
         return values
-    if score == "csd":
+    if form.squared:
         return -(values + constant.unsqueeze(1))
     return -(values + constant.unsqueeze(1)).clamp_min(0.0).sqrt()
 
@@ -209,7 +226,7 @@ def ann_score_for(similarity: str, gallery: Gaussian) -> str:
     spec = get_similarity(similarity)
     if spec.ann_exact or not gallery.is_point:
         return spec.ann_score
-    return "cosine"
+    return POINT_GALLERY_ANN_SCORE
 
 
 def choose_index_type(num_items: int) -> str:
@@ -269,7 +286,7 @@ class AnnIndex:
         if kind not in INDEX_TYPES:
             raise ValueError(f"index type must be 'auto' or one of {list(INDEX_TYPES)}, got {index_type!r}")
         layout = gallery_layout(score, gallery)
-        metric = faiss.METRIC_INNER_PRODUCT if score == "cosine" else faiss.METRIC_L2
+        metric = faiss.METRIC_INNER_PRODUCT if vector_form(score).normalised else faiss.METRIC_L2
         width = gallery_vectors(score, gallery[:1], layout).shape[1]
         params: dict[str, Any] = {}
         notes: list[str] = []

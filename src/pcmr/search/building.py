@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import torch
 
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
+from pcmr.data.registry import renders_images
 from pcmr.data.split import RetrievalSplit
 from pcmr.evaluation.encode import (
     encode_image_files,
@@ -90,13 +91,14 @@ def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: Retrieval
 
 
 def _image_source(split: Any) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
-    """How ``pcmr serve`` can show the gallery's images, and the per-image metadata: the shapes generator
-    config (re-rendered in memory); for image files the folder holding them all
+    """How ``pcmr serve`` can show the gallery's images, and the per-image metadata: the generator config of
+    a dataset that renders its images (``DatasetSpec.renders_images``: shapes); for image files the folder holding them all
     (:func:`pcmr.search.image_files.files_source`), each ``path`` relative to it; else nothing."""
     metadata = split_image_metadata(split)
-    if getattr(split, "name", None) == "shapes" and "config" in getattr(split, "info", {}):
+    name = getattr(split, "name", None)
+    if isinstance(name, str) and renders_images(name) and "config" in getattr(split, "info", {}):
         config = {k: v for k, v in split.info["config"].items() if k != "version"}
-        return {"image_source": {"kind": "shapes", "split": split.split, "config": config}}, metadata
+        return {"image_source": {"kind": name, "split": split.split, "config": config}}, metadata
     if metadata and all("path" in m for m in metadata):
         source, relative = files_source([m["path"] for m in metadata])
         return {"image_source": source}, [{**m, "path": p} for m, p in zip(metadata, relative)]

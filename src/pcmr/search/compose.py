@@ -18,6 +18,7 @@ generator (exact, faiss or Milvus), the exact re-scorer and the re-ranker of
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,26 +31,52 @@ from pcmr.search.results import SearchResults, hits_of
 from pcmr.search.searcher import (
     DEFAULT_CANDIDATES,
     DEFAULT_REFERENCE_SAMPLE,
+    CandidateSearcher,
     CandidateSource,
     ExactCandidates,
     ExactRescorer,
     ExactSearcher,
     Gallery,
     MatchingRanker,
-    ReweightingRanker,
     Scoring,
     Search,
 )
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
 
-__all__ = ["BACKENDS", "DEFAULT_TOP_K", "RESCORE_ALL_MAX", "candidate_count", "plan_search", "search_index", "search_notes",
-           "trained_similarity"]
+__all__ = ["BACKENDS", "Backend", "DEFAULT_TOP_K", "get_backend", "RESCORE_ALL_MAX", "candidate_count", "plan_search",
+           "search_index", "search_notes", "trained_similarity"]
 
 #: results per query when a search names no k (the library, pcmr search and pcmr serve)
 DEFAULT_TOP_K = 10
 
-BACKENDS = ("auto", "exact", "faiss", "milvus")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A search backend: ``engine``, the engine of the candidate source it requires (``faiss``, ``milvus``;
+    None: none required), ``exact``: every item is scored exactly, no candidate source read."""
+
+    name: str
+    engine: str | None = None
+    exact: bool = False
+
+
+_BACKENDS = {backend.name: backend for backend in (
+    Backend("auto"),  # the index's candidate source for the gallery modality when it has one, else exact
+    Backend("exact", exact=True),
+    Backend("faiss", engine="faiss"),
+    Backend("milvus", engine="milvus"),
+)}
+#: the names of the search backends (``--backend``)
+BACKENDS = tuple(_BACKENDS)
+
+
+def get_backend(name: str) -> Backend:
+    """The :class:`Backend` called ``name`` (ValueError naming the accepted ones otherwise)."""
+    if name not in _BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {name!r}")
+    return _BACKENDS[name]
 #: galleries up to this size are re-scored whole under a re-weighting with a gallery statistic
 RESCORE_ALL_MAX = 50_000
 
@@ -94,13 +121,12 @@ def search_notes(index: StoredGallery, rerank: str, *, backend: str = "auto", ca
 def _ann_source(index: StoredGallery, backend: str, gallery_modality: str) -> CandidateSource | None:
     """The ANN source (faiss or Milvus) that proposes candidates over ``gallery_modality``, or None for
     the exact generator."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    spec = get_backend(backend)
     source = index.ann.get(gallery_modality)
-    if backend in ("faiss", "milvus") and (source is None or source.engine != backend):
+    if spec.engine is not None and (source is None or source.engine != spec.engine):
         raise ValueError(f"backend {backend!r}: this index has no {backend} candidates over its "
                          f"{gallery_modality}s; build them with `pcmr search INDEX --build ... --backend {backend}`")
-    return source if backend in ("faiss", "milvus") or (backend == "auto" and source is not None) else None
+    return None if spec.exact else source
 
 
 def _reference_scores(index: StoredGallery, similarity: str, modality: str, opts: dict[str, Any]) -> Tensor:
@@ -127,7 +153,7 @@ def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, r
     reranker = scoring.reranker
     source = _ann_source(index, backend, gallery_modality)
     on_disk = isinstance(gallery, GalleryStore)
-    if on_disk and backend == "exact":
+    if on_disk and get_backend(backend).exact:
         index.refuse_on_disk("the exact backend")
     if not reranker.works_on_candidates:
         if on_disk:
@@ -155,9 +181,7 @@ def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, r
         # ANN source for all of them and re-scoring each, and complete where an approximate index may
         # leave slots empty (galleries within the default count keep the source's list)
         generator = ExactCandidates(gallery, scoring)
-    search = Search(generator, ExactRescorer(gallery, scoring), ReweightingRanker(reranker, statistic), gallery.num,
-                    width)
-    return search, [note] if note else []
+    return CandidateSearcher(generator, gallery, scoring, statistic, candidates=width), [note] if note else []
 
 
 def search_index(index: StoredGallery, query: Gaussian, k: int = DEFAULT_TOP_K, similarity: str = "cosine",
@@ -187,7 +211,7 @@ def search_index(index: StoredGallery, query: Gaussian, k: int = DEFAULT_TOP_K, 
     check_similarity_supported(similarity, images, captions, opts)
     search, notes = plan_search(index, gallery_modality, Scoring(similarity, modality, opts, reranker), params,
                                 backend=backend, candidates=candidates)
-    indices, scores = search.search(query, k)
+    scores, indices = search.search(query, k)
     uncertainty = None
     if not gallery.is_point:
         uncertainty = index.item_uncertainty(gallery_modality)[indices.clamp_min(0)]  # [Q, k]

@@ -279,6 +279,6 @@ def word_vocabulary(model: Any, vocab: Any) -> Any | None:
     config = getattr(model, "config", None)
     if model is None or vocab is None:
         return None
-    if config is not None and getattr(getattr(config, "text_encoder", None), "kind", None) == "minilm":
+    if config is not None and not getattr(getattr(config, "text_encoder", None), "reads_word_ids", True):
         return None
     return vocab

@@ -1,5 +1,6 @@
 """A search as a composition (as faiss's ``IndexRefine``): a candidate generator, an exact re-scorer,
-a re-ranker. Every search answers ``search(queries, k) -> (indices [Q, k], scores [Q, k])``.
+a re-ranker. Every search answers ``search(queries, k) -> (scores [Q, k], indices [Q, k])``, the order
+of every candidate generator (and of faiss).
 
 - candidate generators (``search(queries, width) -> (scores [Q, w], indices [Q, w])``, index ``-1``
   for an unfilled slot): :class:`ExactCandidates` (every item scored exactly, streamed in row chunks),
@@ -12,8 +13,9 @@ a re-ranker. Every search answers ``search(queries, k) -> (indices [Q, k], score
   list) and :class:`MatchingRanker` (gm, rgm and their compositions: all queries together, the stored
   items of the query modality as extra reference rows; HAL/RGM section 3.3.3).
 
-:class:`Search` chains the three; :class:`ExactSearcher` and :class:`CandidateSearcher` are the two
-usual chains. A re-weighting that needs a statistic of a reference query set per gallery item (CSLS's
+:class:`Search` chains the three; :class:`ExactSearcher` (every item) and :class:`CandidateSearcher`
+(an ANN source's candidates, re-weighted per query) are the chains ``pcmr.search.compose.plan_search``
+builds, beside a matching over the whole gallery. A re-weighting that needs a statistic of a reference query set per gallery item (CSLS's
 ``r_Q``, the inverted softmax's normaliser; HAL/RGM eqs. 5-6) gets it from :func:`gallery_statistic`,
 the one function that computes it. New queries are never part of that reference set, so a query's
 results do not depend on the other queries of the same call.
@@ -123,12 +125,12 @@ def gallery_statistic(scoring: Scoring, reference: Gaussian, gallery: Gallery,
 
 def topk_of_candidates(scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Top-k of candidate lists ``scores, indices [Q, C]`` under the tie rule (descending score, then
-    lower gallery index; unfilled slots ``-1`` last): ``(indices [Q, k], scores [Q, k])``."""
+    lower gallery index; unfilled slots ``-1`` last): ``(scores [Q, k], indices [Q, k])``."""
     key = torch.where(indices < 0, torch.iinfo(torch.long).max, indices)
     order = torch.argsort(key, dim=1, stable=True)
     scores, indices = scores.gather(1, order), indices.gather(1, order)
     values, cols = ordered_topk_block(scores, k)
-    return indices.gather(1, cols), values
+    return values, indices.gather(1, cols)
 
 
 # ----------------------------------------------------------------- candidate generators
@@ -156,7 +158,7 @@ class ExactCandidates:
         for start, block in chunks:
             scores = oriented_scores(s.similarity, query, block, s.query_modality, s.options).float()  # [Q, B]
             top_scores, top_cols = ordered_topk_block(scores, k)  # columns are in gallery order
-            best_indices, best_scores = topk_of_candidates(torch.cat([best_scores, top_scores], 1),
+            best_scores, best_indices = topk_of_candidates(torch.cat([best_scores, top_scores], 1),
                                                            torch.cat([best_indices, top_cols + start], 1), k)
         return best_scores, best_indices
 
@@ -179,7 +181,7 @@ class ExactRescorer:
 
 # ----------------------------------------------------------------- re-rankers
 class Ranker(Protocol):
-    """The last stage: ``rank(scores [Q, C], indices [Q, C], k) -> (indices [Q, k], scores [Q, k])``."""
+    """The last stage: ``rank(scores [Q, C], indices [Q, C], k) -> (scores [Q, k], indices [Q, k])``."""
 
     #: whether each query is ranked from its own candidate list (False: the whole gallery in order)
     works_on_candidates: bool
@@ -204,8 +206,8 @@ class ReweightingRanker:
 
     @property
     def neighbourhood(self) -> int:
-        """Candidates the re-weighting reads per query besides the top-k (CSLS's ``csls_k``)."""
-        return int(self.reranker.parameters().get("csls_k", 1))
+        """Candidates the re-weighting reads per query besides the top-k (its ``neighbourhood``: CSLS's ``csls_k``)."""
+        return int(self.reranker.neighbourhood)
 
     def rank(self, scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]:
         statistic = None if self.statistic is None else self.statistic[indices.clamp_min(0)]
@@ -230,7 +232,7 @@ class MatchingRanker:
                              f"lists of {scores.shape[1]}")
         offset = self.reference.shape[0]
         found, values = rerank_topk(self.name, torch.cat([self.reference, scores], dim=0), k, **self.params)
-        return found[offset:], values[offset:]  # [Q, k]
+        return values[offset:], found[offset:]  # [Q, k]
 
 
 # ----------------------------------------------------------------- the composition
@@ -256,6 +258,8 @@ class Search:
         return min(max(k, self.candidates, neighbourhood), self.gallery_size)
 
     def search(self, queries: Gaussian, k: int) -> tuple[Tensor, Tensor]:
+        """``(scores [Q, k], indices [Q, k])`` of the ``k`` best gallery items per query (the order of a
+        :class:`CandidateSource` and of faiss)."""
         if not 1 <= k <= self.gallery_size:
             raise ValueError(f"k must be in [1, {self.gallery_size}] (the gallery size), got {k}")
         source_scores, indices = self.generator.search(queries, self.width(k))

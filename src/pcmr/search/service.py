@@ -31,14 +31,20 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages, pil_to_pixels
-from pcmr.data.shapes.dataset import load_shapes
+from pcmr.data.registry import load_dataset, renders_images
 from pcmr.evaluation.encode import encode_image_inputs
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker, list_rerankers
-from pcmr.search.compose import DEFAULT_TOP_K, trained_similarity
+from pcmr.search.compose import DEFAULT_TOP_K, get_backend, trained_similarity
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.image_files import confined_file, image_root, public_metadata
-from pcmr.search.presentation import fetch_size, result_warnings, shown_entries, word_vocabulary
+from pcmr.search.presentation import (
+    fetch_size,
+    result_warnings,
+    shown_entries,
+    uncertainty_percentile,
+    word_vocabulary,
+)
 from pcmr.similarity import get_similarity, list_similarities
 from pcmr.suggest import unknown_name
 
@@ -82,7 +88,7 @@ class _Images:
         self._lock = threading.Lock()
 
     def available(self) -> bool:
-        if self.source.get("kind") == "shapes":
+        if self._rendered():
             return True
         return self.root is not None and bool(self.index.image_metadata) and "path" in (
             self.index.image_metadata[0] or {})
@@ -91,19 +97,24 @@ class _Images:
         """Item ``i``'s metadata as shown: its path relative to the image folder, never a server path."""
         return public_metadata(self.index.image_metadata[i] if self.index.image_metadata else None, self.root)
 
-    def _shapes_pixels(self) -> Any:
+    def _rendered(self) -> bool:
+        """Whether the gallery's images are rendered by its dataset (``DatasetSpec.renders_images``)."""
+        return renders_images(str(self.source.get("kind")))
+
+    def _rendered_pixels(self) -> Any:
         with self._lock:
             if self._pixels is None:
                 # deterministic generator: re-rendered in memory, nothing written by the server
-                split = load_shapes(self.source["split"], **{**self.source.get("config", {}), "cache": False})
+                split = load_dataset(self.source["kind"], self.source["split"],
+                                     **{**self.source.get("config", {}), "cache": False})
                 self._pixels = cast(ArrayImages, split.images).pixels  # uint8 [N, H, W, 3]: shapes are in memory
         return self._pixels
 
     def response(self, i: int) -> Any:
         from fastapi.responses import FileResponse, Response
 
-        if self.source.get("kind") == "shapes":
-            pixels = self._shapes_pixels()
+        if self._rendered():
+            pixels = self._rendered_pixels()
             if i >= len(pixels):
                 raise _BadRequest(404, f"image {i} is not in the rendered shapes split")
             buffer = io.BytesIO()
@@ -114,11 +125,6 @@ class _Images:
         if file is None:  # no file, or one outside the gallery's image folder: never sent
             raise _BadRequest(404, f"image {i} has no image file to serve")
         return FileResponse(file)
-
-
-def _relative_levels(values: torch.Tensor | None) -> torch.Tensor | None:
-    """Sorted uncertainties of a gallery, to place an item's uncertainty as a fraction in [0, 1]."""
-    return None if values is None else values.float().sort().values
 
 
 def log_safe(text: str) -> str:
@@ -159,15 +165,13 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
     limits = limits or ServiceLimits()
     similarity = similarity or trained_similarity(index)
     get_similarity(similarity)  # an unknown name: ValueError before serving
-    if index.on_disk and backend == "exact":
+    if index.on_disk and get_backend(backend).exact:
         index.refuse_on_disk("the exact backend")
     if index.on_disk and not get_reranker(rerank).works_on_candidates:
         index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
     images = _Images(index)
     measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
-    levels = {m: _relative_levels(None if index.gallery(m).is_point else index.item_uncertainty(m))
-              for m in ("image", "caption")}
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
 
     if access_log is not None:
@@ -208,16 +212,14 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         if index.model is None or index.vocab is None:
             raise _BadRequest(409, "this index holds no model, so it cannot encode queries")
 
-    def level(modality: str, value: float | None) -> float | None:
-        sorted_values = levels[modality]
-        if value is None or sorted_values is None or len(sorted_values) < 2:
-            return None
-        rank = torch.searchsorted(sorted_values, torch.tensor([value], dtype=torch.float32)).item()
-        return round(rank / (len(sorted_values) - 1), 4)
+    def percentile(modality: str, value: float | None) -> float | None:
+        """The one uncertainty rank of the API: an item's percentile among its gallery's items (0-100)."""
+        gallery = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
+        return uncertainty_percentile(value, gallery)
 
     def hit_json(entry: dict[str, Any], modality: str) -> dict[str, Any]:
         """A shown result line (pcmr.search.presentation.shown_entries) for the page."""
-        out = {**entry, "uncertainty_level": level(modality, entry["uncertainty"])}
+        out = dict(entry)  # its uncertainty_percentile is the one rank the API gives
         if modality == "image":
             out.pop("text", None)
             out["metadata"] = images.metadata(entry["index"])
@@ -305,7 +307,7 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         check_item(item, "image")
         unc = None if index.images.is_point else float(index.item("image", item).uncertainty(measure))
         out = {"index": item, "id": index.image_ids[item], "metadata": images.metadata(item),
-               "uncertainty": unc, "uncertainty_level": level("image", unc),
+               "uncertainty": unc, "uncertainty_percentile": percentile("image", unc),
                "image_url": f"/images/{item}" if images.available() else None, "captions": []}
         if index.captions.num:
             check_k(k, "caption")
@@ -319,7 +321,7 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         check_item(item, "caption")
         unc = None if index.captions.is_point else float(index.item("caption", item).uncertainty(measure))
         return {"index": item, "id": index.caption_ids[item], "text": index.caption_texts[item],
-                "uncertainty": unc, "uncertainty_level": level("caption", unc)}
+                "uncertainty": unc, "uncertainty_percentile": percentile("caption", unc)}
 
     @app.get("/images/{item}")
     def image_file(item: int) -> Response:

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 from pcmr.locking import PathLock
-from pcmr.search.ann import gallery_layout, gallery_vectors, query_vectors, scores_from_distances
+from pcmr.search.ann import gallery_layout, gallery_vectors, query_vectors, scores_from_distances, vector_form
 
 __all__ = ["MilvusCandidates", "collection_name", "drop_collection", "drop_unfinished", "milvus_client",
            "new_build_id", "resolve_uri"]
@@ -205,7 +205,7 @@ class MilvusCandidates:
             raise ValueError(f"milvus index type must be auto, FLAT or IVF_FLAT, got {index_type!r}")
         layout = gallery_layout(score, sample)
         width = gallery_vectors(score, sample[:1], layout).shape[1]
-        params: dict[str, Any] = {"metric": "IP" if score == "cosine" else "L2"}
+        params: dict[str, Any] = {"metric": "IP" if vector_form(score).normalised else "L2"}
         if kind == "IVF_FLAT":
             params.update(nlist=int(nlist or max(1, min(4 * int(num_items ** 0.5), 65_536))), nprobe=int(nprobe))
         uri = resolve_uri(uri)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from pcmr.gaussian import Gaussian
 from pcmr.point_set import PointSet
 from pcmr.suggest import unknown_name
 
-__all__ = ["Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity",
+__all__ = ["AnnVectors", "Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity",
            "check_similarity_option_values"]
 
 # Memory for one block's temporaries when ``block_size`` is not given (bytes).
@@ -32,6 +33,23 @@ _LISTING_ORDER = (
     "cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
     "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob", "max_cosine",
 )
+
+
+@dataclass(frozen=True)
+class AnnVectors:
+    """How a score that is exactly a nearest-neighbour problem on fixed vectors builds them
+    (``pcmr.search.ann``, docs/search.md).
+
+    Attributes:
+        normalised: unit means under the inner product (cosine); otherwise the Euclidean distance.
+        spread: what joins the means: ``"none"``, ``"std"`` (the standard deviations, 2-Wasserstein)
+            or ``"variance"`` (the root of the summed variance on the gallery side, csd).
+        squared: the score is minus the squared distance (csd), not minus the distance.
+    """
+
+    normalised: bool = False
+    spread: str = "none"
+    squared: bool = False
 
 
 class Similarity(ABC):
@@ -54,6 +72,8 @@ class Similarity(ABC):
         ann_score: the score of a nearest-neighbour index (``pcmr.search.ann.ANN_SCORES``) whose
             candidates the search re-scores with this score: the score itself when an ANN index
             ranks by it exactly (``ann_exact``), else the closest one that ranks by fixed vectors.
+        ann_vectors: the vectors of a nearest-neighbour index that ranks by this score exactly
+            (:class:`AnnVectors`); None for a score that no fixed vectors rank by.
     """
 
     name: str = ""
@@ -66,6 +86,7 @@ class Similarity(ABC):
     reference: str = ""
     means_only: bool = False
     ann_score: str = "wasserstein"
+    ann_vectors: AnnVectors | None = None
     batched_candidates: bool = False  # candidate_scores has a batched form (the search's fast re-scoring)
 
     @property

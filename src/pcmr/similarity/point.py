@@ -14,7 +14,7 @@ from torch import Tensor
 from pcmr.gaussian import Gaussian
 from pcmr.similarity._closed_form import ClosedForm, Expansion, centred_means
 from pcmr.similarity._primitives import safe_sqrt, safe_sqrt_
-from pcmr.similarity._registry import register
+from pcmr.similarity._registry import AnnVectors, register
 
 _NORM_EPS = 1e-12
 
@@ -27,6 +27,7 @@ class Cosine(ClosedForm):
     means_only = True
     batched_candidates = True
     ann_score = "cosine"
+    ann_vectors = AnnVectors(normalised=True)
     reference = "cosine of the means (PCME Table 1 'mean only'; VSE++)"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
@@ -56,6 +57,7 @@ class L2(ClosedForm):
     name = "l2"
     means_only = True
     ann_score = "l2"
+    ann_vectors = AnnVectors()
     reference = "negative Euclidean distance of the means"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:

@@ -19,7 +19,7 @@ from torch import Tensor
 from pcmr.gaussian import Gaussian
 from pcmr.similarity._closed_form import ClosedForm, Expansion, centred_means
 from pcmr.similarity._primitives import dim_sum, expansion_features, safe_sqrt, safe_sqrt_
-from pcmr.similarity._registry import register
+from pcmr.similarity._registry import AnnVectors, register
 
 
 @register
@@ -27,6 +27,7 @@ class Wasserstein(ClosedForm):
     """``-W2(p, q)`` between diagonal Gaussians (standard deviations, not variances)."""
 
     name = "wasserstein"
+    ann_vectors = AnnVectors(spread="std")
     reference = "ProbVSE eq.7, GCIE eq.17, CalibPE eq.7 (exact diagonal-Gaussian form)"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:
@@ -54,6 +55,7 @@ class CSD(ClosedForm):
 
     name = "csd"
     ann_score = "csd"
+    ann_vectors = AnnVectors(spread="variance", squared=True)
     reference = "PCME++ closed-form sampled distance (successor of PCME)"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:

@@ -32,6 +32,8 @@ from pcmr.inference import NO_RERANKING, get_reranker
 from pcmr.metrics.query_blind import query_blind_r_precision
 from pcmr.metrics.signal import uncertainty_signal
 from pcmr.models import create_model
+from pcmr.relevance import I2T, T2I
+from pcmr.report.figure_keys import UNCERTAINTY_R1
 from pcmr.similarity import get_similarity
 from pcmr.study.analysis import (
     binary_selection,
@@ -264,7 +266,7 @@ class _AnalysisColumns:
     def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
         columns = dict(self._mode_columns(evaluation, mode))
         if get_reranker(row["rerank"]).is_identity:
-            figure = evaluation.reports[mode].figures.get("uncertainty_r1") or {}
+            figure = evaluation.reports[mode].figures.get(UNCERTAINTY_R1) or {}
             series = figure.get("series", {}).get(row["similarity"]) if self.analysis.deciles else None
             if series:
                 for direction in schema.DIRECTIONS:
@@ -284,8 +286,8 @@ class _QueryBlindColumns:
     def __call__(self, evaluation: EncodedEvaluation, mode: str, row: Mapping[str, Any]) -> dict[str, Any]:
         if mode not in self._modes:
             relevant = evaluation.relevance[mode]  # [N_img, N_cap]
-            self._modes[mode] = {schema.query_blind_r_precision("i2t"): _finite(query_blind_r_precision(relevant)),
-                                 schema.query_blind_r_precision("t2i"): _finite(query_blind_r_precision(relevant.T))}
+            self._modes[mode] = {schema.query_blind_r_precision(I2T): _finite(query_blind_r_precision(relevant)),
+                                 schema.query_blind_r_precision(T2I): _finite(query_blind_r_precision(relevant.T))}
         return dict(self._modes[mode])
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from pcmr.config import ConfigError, build_dataclass
 from pcmr.evaluation import columns
 from pcmr.metrics.query_blind import retrieval_skill
+from pcmr.relevance import I2T, T2I
 from pcmr.study.claims import Judgement
 
 __all__ = ["BENCHMARK_NOT_LEARNED", "BenchmarkCheck", "BenchmarkResult", "apply_benchmark", "benchmark_markdown",
@@ -33,8 +34,8 @@ __all__ = ["BENCHMARK_NOT_LEARNED", "BenchmarkCheck", "BenchmarkResult", "apply_
 
 #: the verdict of every claim of a study whose benchmark check fails
 BENCHMARK_NOT_LEARNED = "benchmark not learned"
-QUERY_BLIND_COLUMN = columns.query_blind_r_precision("i2t")
-_T2I_RP, _I2T_RP = columns.r_precision("t2i"), columns.r_precision("i2t")
+QUERY_BLIND_COLUMN = columns.query_blind_r_precision(I2T)
+_T2I_RP, _I2T_RP = columns.r_precision(T2I), columns.r_precision(I2T)
 _SELECTED = ("recipe", "variant", "similarity", "rerank", "relevance")
 
 

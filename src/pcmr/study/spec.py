@@ -17,7 +17,7 @@ import yaml
 
 from pcmr.config import ConfigError, build_dataclass, yaml_error_text
 from pcmr.evaluation.columns import HS_SUM, RSUM, r_precision, recall
-from pcmr.relevance import RELEVANCE_MODES
+from pcmr.relevance import I2T, RELEVANCE_MODES, T2I
 from pcmr.study.benchmark import BenchmarkCheck, parse_benchmark
 from pcmr.study.claims import Claim, parse_claims
 from pcmr.study.design import StudyDesign, parse_design
@@ -26,7 +26,7 @@ from pcmr.suggest import unknown_name
 __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
            "load_study", "parse_study", "select_recipes", "shipped_study_dir"]
 
-DEFAULT_SUMMARY_METRICS = (RSUM, recall("i2t", 1), recall("t2i", 1), r_precision("i2t"), r_precision("t2i"), HS_SUM)
+DEFAULT_SUMMARY_METRICS = (RSUM, recall(I2T, 1), recall(T2I, 1), r_precision(I2T), r_precision(T2I), HS_SUM)
 _LABEL = re.compile(r"^[A-Za-z0-9_.+]+$")
 
 

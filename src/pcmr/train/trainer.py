@@ -90,7 +90,7 @@ from pcmr.train.schedules import (
     trainable_backbone_parameters,
 )
 from pcmr.train.state import TrainingProgress
-from pcmr.train.validation import FALLBACK_SIMILARITY, validate
+from pcmr.train.validation import FALLBACK_SIMILARITY, validate_with, validation_evaluator
 
 __all__ = ["Trainer", "TrainingInterrupted", "loader_settings", "resume_command", "seed_everything", "torch_seed"]
 
@@ -469,25 +469,18 @@ class Trainer:
         due = train.validate_every > 0 and ((epoch + 1) % train.validate_every == 0 or last)
         if not due or self.parts.val_split is None:
             return None
+        evaluator = validation_evaluator(self.parts.val_split, self.similarity, seed=train.seed,
+                                         batch_size=self.config.data.eval_batch_size,
+                                         primary_metric=train.select_on)
         metrics = None
         if self.context.is_main:
             options = (
                 self.loss_fn.similarity_options() if self.similarity == self.loss_fn.similarity_name else {}
             )
-            metrics = validate(
-                self.model,
-                self.parts.val_split,
-                self.parts.vocab,
-                similarity=self.similarity,
-                similarity_options=options,
-                batch_size=self.config.data.eval_batch_size,
-                seed=train.seed,
-                primary_metric=train.select_on,
-            )
+            metrics = validate_with(self.model, evaluator, self.parts.vocab, options)
         metrics = broadcast_object(self.context, metrics)
-        value = metrics[train.select_on]
-        best = self.progress.best_metric
-        if best is None or value > best:
+        value = evaluator.primary_value(metrics)  # selection reads the evaluator's metric and direction
+        if evaluator.improves(value, self.progress.best_metric):
             self.progress.best_metric = value
             self.progress.best_epoch = epoch + 1
             self._save_selected("model")

@@ -15,6 +15,7 @@ and model selection uses those numbers.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -28,10 +29,21 @@ from pcmr.evaluation.evaluator import PRIMARY_METRIC, RetrievalEvaluator
 from pcmr.evaluation.relevance_modes import relevance_modes
 from pcmr.inference import NO_RERANKING
 
-__all__ = ["validate", "FALLBACK_SIMILARITY"]
+__all__ = ["validate", "validate_with", "validation_evaluator", "FALLBACK_SIMILARITY"]
 
 #: the score validation falls back to when the requested one is degenerate
 FALLBACK_SIMILARITY = "cosine"
+
+
+def validation_evaluator(split: RetrievalSplit, similarity: str, *, batch_size: int = ENCODE_BATCH_SIZE,
+                         seed: int = 0, primary_metric: str = PRIMARY_METRIC) -> RetrievalEvaluator:
+    """The evaluator of training's validation: one similarity, no re-ranking, the split's exact
+    relation, neither figures nor hubness columns; model selection reads its
+    :meth:`~RetrievalEvaluator.primary_value` and :meth:`~RetrievalEvaluator.improves`."""
+    return RetrievalEvaluator(split, similarities=[similarity], rerankers=[NO_RERANKING],
+                              relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
+                              figures=False, corruption=False, hubness=False, extra_positives=[],
+                              primary_metric=primary_metric)
 
 
 def validate(
@@ -54,25 +66,29 @@ def validate(
     Sampled scores (``match_prob``) draw from a generator seeded with ``seed`` so that the
     same weights always give the same numbers; the global RNG is left untouched.
     """
+    evaluator = validation_evaluator(split, similarity, batch_size=batch_size, seed=seed,
+                                     primary_metric=primary_metric)
+    return validate_with(model, evaluator, vocab, similarity_options)
 
-    row = _validation_row(model, split, vocab, similarity, similarity_options, batch_size, seed, primary_metric)
+
+def validate_with(model: nn.Module, evaluator: RetrievalEvaluator, vocab: Vocabulary,
+                  similarity_options: dict[str, Any] | None = None) -> dict[str, float]:
+    """:func:`validate` with the evaluator given (:func:`validation_evaluator`: its one similarity)."""
+    similarity = evaluator.similarities[0]
+    row = _validation_row(model, evaluator, vocab, similarity_options)
     fallback = 0.0
     if row.get("warning") and similarity != FALLBACK_SIMILARITY:
         print(f"warning: validation with {similarity}: {row['warning']}; model selection uses "
               f"{FALLBACK_SIMILARITY} of the means for this validation instead", file=sys.stderr, flush=True)
-        row = _validation_row(model, split, vocab, FALLBACK_SIMILARITY, {}, batch_size, seed, primary_metric)
+        row = _validation_row(model, replace(evaluator, similarities=[FALLBACK_SIMILARITY]), vocab, {})
         fallback = 1.0
     return {**validation_metrics(row), "fallback": fallback}
 
 
-def _validation_row(model: nn.Module, split: RetrievalSplit, vocab: Vocabulary, similarity: str,
-                    similarity_options: dict[str, Any] | None, batch_size: int, seed: int,
-                    primary_metric: str) -> dict[str, Any]:
-    """The one evaluation row of ``similarity`` (no re-ranking, the split's exact relation)."""
-    evaluator = RetrievalEvaluator(split, similarities=[similarity], rerankers=[NO_RERANKING],
-                                   relevance_modes=[_exact_mode(split)], batch_size=batch_size, seed=seed,
-                                   figures=False, corruption=False, hubness=False, extra_positives=[],
-                                   primary_metric=primary_metric)
+def _validation_row(model: nn.Module, evaluator: RetrievalEvaluator, vocab: Vocabulary,
+                    similarity_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The one evaluation row of the evaluator's similarity (no re-ranking, the split's exact relation)."""
+    similarity = evaluator.similarities[0]
     with torch.random.fork_rng(devices=[]):
         report = evaluator.evaluate(model, vocab, {similarity: dict(similarity_options or {})})
     if not report.rows:
