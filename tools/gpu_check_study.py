@@ -15,12 +15,13 @@ import yaml
 
 def gpu_check_study(device: str = "cuda", epochs: int = 2, max_steps: int | None = None) -> dict:
     """The uncertainty study's YAML mapping with ``train.device`` and ``train.epochs`` set (and
-    ``train.max_steps_per_epoch`` when ``max_steps`` is given), seed 0 only."""
+    ``train.max_steps_per_epoch`` when ``max_steps`` is given), seed 0 only, without the drift runs."""
     from pcmr.study import find_study
 
     raw = yaml.safe_load(find_study("uncertainty").read_text(encoding="utf-8"))
     raw["name"] = f"uncertainty_{device.replace(':', '_')}_check"
     raw["seeds"] = [0]
+    raw.pop("drift", None)  # re-runs of other seeds under a second thread count: no part of a device check
     raw["set"] = {**raw.get("set", {}), "train.device": device, "train.epochs": epochs}
     if max_steps is not None:
         raw["set"]["train.max_steps_per_epoch"] = max_steps

@@ -178,7 +178,7 @@ def test_option_takes_the_evaluate_form_and_the_older_one(run_dir, tmp_path, cap
     direct = index_object.search_text("a red circle", k=4, similarity="match_prob", a=9.0, b=2.0)
     assert [h["index"] for h in scaled] == direct.indices[0].tolist()
     for extra, message in ((["--option", "is.beta=30"], "'is' is neither the --rerank re-ranker (nns) nor the "
-                                                         "--similarity score (cosine)"),
+                                                         "--similarity score (match_prob)"),
                            (["--rerank", "csls", "--option", "csls.csl_k=3"], "has no option 'csl_k' (did you mean"),
                            (["--rerank", "is", "--option", "is.beta=abc"], "beta must be a finite number > 0"),
                            (["--option", "a.b.c=1"], "expected NAME.OPTION=VALUE"),

@@ -39,7 +39,7 @@ def test_rows_from_the_table_match_the_judgements(tmp_path: Path) -> None:
     table.write_text(claims_markdown(judgements, title=spec.name, level=spec.level, errors=errors))
     expected, common = forest_rows(judgements)
     read, read_common = _tool().forest_rows_from_table(table.read_text(), table)
-    assert read_common == common == "relevance=exact"
+    assert read_common == common and common.startswith("relevance=exact")
     assert len(read) == len(expected) == len(judgements)
     for got, want in zip(read, expected):
         assert (got.label, got.family, got.unit, got.expect, got.verdict, got.holm) == \

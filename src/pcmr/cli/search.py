@@ -275,8 +275,6 @@ def _check_milvus_target(args: argparse.Namespace) -> None:
         if not folder.is_dir():
             raise FileNotFoundError(f"--uri {args.uri}: the folder {folder} does not exist; create it first "
                                     f"(mkdir -p {folder}) or name a .db file in an existing folder")
-        if Path(uri).is_dir():
-            raise ValueError(f"--uri {args.uri} is a folder; expected a Milvus Lite file name ending in .db")
 
 
 def _save_new(index: Any, args: argparse.Namespace) -> None:

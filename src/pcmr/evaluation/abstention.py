@@ -123,7 +123,7 @@ def abstention_columns(series: dict[str, dict[str, Any]]) -> dict[str, float]:
                 out[column] = 100.0 * float(side[key])
         if "random" in side:  # no abstention: the mean risk, and each ordering's AURC above it
             out[schema.aurc(direction, "random")] = 100.0 * float(side["random"])
-            for ranked_by, key in ((None, "aurc"), ("margin", "aurc_margin")):
+            for ranked_by, key in ((None, aurc_key()), ("margin", aurc_key("margin"))):
                 if key in side:
                     out[schema.excess_aurc(direction, ranked_by)] = 100.0 * (float(side[key]) - float(side["random"]))
         for key in ("S", "R2"):

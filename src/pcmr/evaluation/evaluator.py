@@ -47,7 +47,7 @@ from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_posi
 from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.progress import phase, status_line
 from pcmr.report import Report
-from pcmr.report.figure_keys import UNCERTAINTY_VS_CORRUPTION
+from pcmr.report.figure_keys import RISK_COVERAGE, UNCERTAINTY_VS_CORRUPTION
 
 __all__ = ["EncodedEvaluation", "ExtraColumns", "PRIMARY_METRIC", "RetrievalEvaluator", "SELECTION_METRICS",
            "evaluate_model", "needs_validation", "selection_value"]
@@ -194,8 +194,8 @@ class RetrievalEvaluator:
         """The merged table of every relevance mode (saved under ``out_dir`` when given)."""
         reports, encoded = self._evaluate(model, vocab, similarity_options)
         result = merge_relevance_results(list(reports.items()))
-        if "risk_coverage" in result.figures:  # what the curve belongs to (pcmr search --risk-curve checks it)
-            result.figures["risk_coverage"]["fingerprint"] = gallery_fingerprint(
+        if RISK_COVERAGE in result.figures:  # what the curve belongs to (pcmr search --risk-curve checks it)
+            result.figures[RISK_COVERAGE]["fingerprint"] = gallery_fingerprint(
                 model, getattr(self.split, "name", None), getattr(self.split, "split", None),
                 encoded.images.num, encoded.captions.num)
         if self.corruption and not (encoded.images.is_point and encoded.captions.is_point):

@@ -64,7 +64,7 @@ def check_curve_fingerprint(path: str | Path, current: Mapping[str, Any]) -> Non
     a curve of another model or gallery maps a risk to a share that means nothing here."""
     file = _results_file(path)
     data = json.loads(file.read_text(encoding="utf-8"))
-    stored = ((data.get("figures") or {}).get("risk_coverage") or {}).get("fingerprint")
+    stored = ((data.get("figures") or {}).get(RISK_COVERAGE) or {}).get("fingerprint")
     if not isinstance(stored, Mapping):
         raise AbstentionError(f"{file}: the risk-coverage curve records no model and gallery fingerprint (written by "
                               f"an older pcmr); evaluate again with `pcmr evaluate RUN --out DIR`")

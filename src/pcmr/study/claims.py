@@ -53,6 +53,7 @@ from pcmr.evaluation.columns import (
     uncertainty_agreement,
     uncertainty_signal,
 )
+from pcmr.relevance import I2T, T2I
 from pcmr.study.stats import (
     EXPECTATIONS,
     Interval,
@@ -79,7 +80,7 @@ UNSTABLE = "unstable"
 #: verdict of a claim one of whose models ranks no better than the query-blind list (the skill gate)
 NOT_LEARNED = "not learned"
 #: retrieval directions a claim may read (its ``reads`` field)
-DIRECTIONS = ("i2t", "t2i")
+DIRECTIONS = (I2T, T2I)
 #: condition value of a claim judged once because the relevance mode does not change its values
 ANY_RELEVANCE = "any"
 #: a head's per-item uncertainty ranks must agree across seeds at least this much (mean pairwise

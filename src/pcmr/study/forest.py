@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pcmr.report.figure_keys import RANDOM_WITHIN, aurc_key
 from pcmr.report.plots import new_figure
 from pcmr.study.benchmark import BENCHMARK_NOT_LEARNED
 from pcmr.study.claims import ANY_RELEVANCE, NO_DATA, NO_SIGNAL, UNSTABLE, Judgement
@@ -37,7 +38,7 @@ VERDICT_COLOURS = {"holds": "#2a7f3f", "reversed": "#b8322a", "equal": "#3b6ea8"
 #: claim family of a metric: the first entry whose key occurs in the metric's name
 FAMILIES = (("relevant_rho", "uncertainty vs number of relevant items"),
             ("occlusion", "uncertainty vs corruption"), ("erasure", "uncertainty vs corruption"),
-            ("aurc", "abstention (risk-coverage)"), ("random_within", "abstention (risk-coverage)"),
+            (aurc_key(), "abstention (risk-coverage)"), (RANDOM_WITHIN, "abstention (risk-coverage)"),
             ("uncertain", "R@1 by uncertainty"), ("binsel", "binary selection"), ("hs_", "hubness"))
 #: family of any other metric (R-Precision, PMRP, R@K, rsum)
 RETRIEVAL_FAMILY = "retrieval accuracy"

@@ -146,9 +146,9 @@ def drift_by_metric(pairs: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dic
 
 
 def drift_markdown(spec: StudySpec, pairs: Sequence[tuple[str, Sequence[dict[str, Any]], Sequence[dict[str, Any]]]],
-                   drift: dict[str, float], metrics: Sequence[str], threads: str) -> str:
-    """``drift.md``: each drift run's value of ``metrics`` under both thread counts, then the largest
-    difference per metric (what an effect must exceed to read ``holds``)."""
+                   drift: dict[str, float], metrics: Sequence[str], threads: str, rerank: str = "nns") -> str:
+    """``drift.md``: each drift run's value of ``metrics`` (rows of re-ranker ``rerank``) under both thread
+    counts, then the largest difference per metric (what an effect must exceed to read ``holds``)."""
     lines = [f"# {spec.name}: drift under a second thread count", ""]
     if spec.design.drift is None:
         return "\n".join([*lines, "(the study has no drift step)", ""])
@@ -166,8 +166,8 @@ def drift_markdown(spec: StudySpec, pairs: Sequence[tuple[str, Sequence[dict[str
             continue
         cells = []
         for _, first, second in pairs:
-            a = next((r.get(metric) for r in first if r.get("rerank") == "nns" and r.get(metric) is not None), None)
-            b = next((r.get(metric) for r in second if r.get("rerank") == "nns" and r.get(metric) is not None), None)
+            a = next((r.get(metric) for r in first if r.get("rerank") == rerank and r.get(metric) is not None), None)
+            b = next((r.get(metric) for r in second if r.get("rerank") == rerank and r.get(metric) is not None), None)
             cells.append("-" if a is None or b is None else f"{float(a):.3f} / {float(b):.3f}")
         lines.append(f"| {metric} | {drift[metric]:.3f} | " + " | ".join(cells) + " |")
     return "\n".join([*lines, ""])

@@ -28,6 +28,7 @@ from torch import nn
 
 from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
+from pcmr.data.registry import renders_images
 from pcmr.device import resolve_device
 from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
@@ -90,7 +91,7 @@ def _load_split(config: RunConfig, split: str) -> RetrievalSplit:
                 f"data.root: dataset folder {root} does not exist (dataset {config.data.name!r})"
             )
         options["root"] = str(root)
-    elif config.data.name in list_datasets() and config.data.name != "shapes" and not (
+    elif config.data.name in list_datasets() and not renders_images(config.data.name) and not (
             {"root", "json_path"} & set(options)):
         raise ConfigError(f"data.root: dataset {config.data.name!r} is read from its folder; set it with "
                           f"--set data.root=/path/to/{config.data.name} (layouts: docs/datasets.md)")
@@ -127,7 +128,7 @@ def _load_word_vectors(config: RunConfig, model: RetrievalModel, vocab: Vocabula
     path = config.train.word_vectors
     if path is None:
         return None
-    if model.config.text_encoder.kind != "gru":
+    if not model.config.text_encoder.reads_word_ids:
         raise ConfigError(f"train.word_vectors={path!r}: word vectors need model.text_encoder.kind gru, "
                           f"not {model.config.text_encoder.kind!r}")
     try:
