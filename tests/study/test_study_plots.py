@@ -91,3 +91,18 @@ def test_headline_similarity_replaces_the_first_evaluated_one() -> None:
     assert chosen[("pcme", "exact", "exact")][0] == pytest.approx(plain[("pcme", "exact", "exact")][0] + 5.0)
     assert chosen[("vsepp_sum", "exact", "exact")] == plain[("vsepp_sum", "exact", "exact")]
     assert "| pcme | exact | avg_l2 | 3 |" in recipes_markdown(rows, ["rsum"], title="t", headline={"pcme": "avg_l2"})
+
+
+def test_recipe_rows_keep_one_order_whatever_order_the_rows_came_in() -> None:
+    """Recipes without the first variant tie on it: the next variant, then the name, decide (a set's order,
+    which changes with the hash seed, never does)."""
+    from pcmr.study.plots import recipe_order
+
+    table = {("mu_only", "exact", "exact"): (158.0, 1.0, 5), ("mu_only", "source", "exact"): (210.0, 1.0, 5),
+             ("pcme", "source", "exact"): (87.0, 1.0, 5), ("small", "source", "exact"): (219.0, 1.0, 5),
+             ("pvse", "source", "exact"): (112.0, 1.0, 5), ("zeta", "exact", "exact"): (float("nan"), 1.0, 5),
+             ("alpha", "exact", "exact"): (float("nan"), 1.0, 5)}
+    expected = ["alpha", "zeta", "pcme", "pvse", "small", "mu_only"]  # bottom row first
+    for shuffled in (table, dict(reversed(list(table.items())))):
+        assert recipe_order(shuffled, ("exact", "source"), "exact") == expected
+    assert recipe_order(table, (), "exact") == sorted(expected)

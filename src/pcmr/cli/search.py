@@ -48,11 +48,9 @@ from pcmr.search.manifest import milvus_entries, stored_similarity
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
-    fetch_size,
     fewer_lines_warning,
-    needs_more,
-    next_fetch_size,
     result_warnings,
+    search_distinct,
     shown_entries,
     uncertainty_percentile,
     word_vocabulary,
@@ -456,17 +454,12 @@ def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[st
 def _distinct_results(function: Any, queries: list[str], args: argparse.Namespace, options: dict[str, Any],
                       similarity_options: dict[str, Any], gallery_size: int, modality: str) -> tuple[Any, int]:
     """Search ``queries`` asking for enough results that ``-k`` distinct lines remain once identical
-    captions are merged: ``fetch_size`` first, then more (:func:`next_fetch_size`) while a query falls
-    short and the gallery holds more. Returns the results and how many were fetched per query."""
-    fetch = fetch_size(args.k, gallery_size, modality, args.rerank)
-    prefix_lists = modality == "caption" and get_reranker(args.rerank).returns_scores  # more = a longer prefix
-    while True:
-        results = function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank,
-                           rerank_options=options, backend=args.backend, candidates=args.candidates,
-                           **similarity_options)
-        if not prefix_lists or not any(needs_more(hits, args.k, fetch, gallery_size) for hits in results.hits):
-            return results, fetch
-        fetch = next_fetch_size(fetch, gallery_size)
+    captions are merged (:func:`pcmr.search.presentation.search_distinct`). Returns the results and how
+    many were fetched per query."""
+    def search(fetch: int) -> Any:
+        return function(queries, k=fetch, similarity=args.similarity, rerank=args.rerank, rerank_options=options,
+                        backend=args.backend, candidates=args.candidates, **similarity_options)
+    return search_distinct(search, args.k, gallery_size, modality, args.rerank)
 
 
 def _coverages(args: argparse.Namespace) -> dict[str, tuple[float, str]] | None:

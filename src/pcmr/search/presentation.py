@@ -10,16 +10,17 @@ the JSON API of ``pcmr serve`` and its page.
   (0 = the most certain item, 100 = the most uncertain). The raw value stays in the JSON output.
 - :func:`fetch_size` / :func:`needs_more` / :func:`next_fetch_size`: how many results to ask for so
   that ``k`` distinct lines remain once identical captions are merged (asked again, for more, until
-  they do or the whole gallery was read); :func:`fewer_lines_warning` says when fewer remain.
+  they do or the whole gallery was read); :func:`fewer_lines_warning` says when fewer remain;
+  :func:`search_distinct` runs that loop for ``pcmr search`` and ``pcmr serve`` alike.
 - :func:`collapsed_score_warning` / :func:`collapsed_recall_warning`: a model whose scores barely
   differ between items (a collapsed embedding) ranks by ties and noise; both say so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -42,6 +43,8 @@ __all__ = [
     "needs_more",
     "next_fetch_size",
     "fewer_lines_warning",
+    "prefix_lists",
+    "search_distinct",
     "shown_entries",
     "result_warnings",
     "entries_text",
@@ -203,6 +206,38 @@ def fewer_lines_warning(shown: int, k: int, fetched: int, gallery_size: int, pre
               f"{shown} distinct items"
     return f"only {shown} distinct results of the {k} asked for: {why}; identical captions are shown once, with " \
            f"their count and ids"
+
+
+def prefix_lists(gallery_modality: str, rerank: str) -> bool:
+    """True when asking for more results of a ``rerank`` search over a ``gallery_modality`` gallery gives a
+    longer list that starts with the shorter one (a caption gallery, whose identical texts merge, under a
+    re-ranker that returns scores); a matching's lists are not cut from longer ones."""
+    return gallery_modality == "caption" and get_reranker(rerank).returns_scores
+
+
+class _RankedLists(Protocol):
+    @property
+    def hits(self) -> Sequence[Sequence[Any]]: ...
+
+
+_Results = TypeVar("_Results", bound=_RankedLists)
+
+
+def search_distinct(search: Callable[[int], _Results], k: int, gallery_size: int, gallery_modality: str,
+                    rerank: str) -> tuple[_Results, int]:
+    """Run ``search(n)`` (results with ``hits``: one ranked hit list per query, ``n`` asked for each) until
+    every query's hits merge into ``k`` distinct lines (:func:`merge_identical_texts`) or the whole gallery
+    (``gallery_size`` items) was read: :func:`fetch_size` first, then :func:`next_fetch_size` while
+    :func:`needs_more`. A matching (``rerank`` without scores) is asked once. Returns the last results and
+    how many were asked for per query (for :func:`fewer_lines_warning`)."""
+
+    fetch = fetch_size(k, gallery_size, gallery_modality, rerank)
+    longer_is_prefix = prefix_lists(gallery_modality, rerank)
+    while True:
+        results = search(fetch)
+        if not longer_is_prefix or not any(needs_more(h, k, fetch, gallery_size) for h in results.hits):
+            return results, fetch
+        fetch = next_fetch_size(fetch, gallery_size)
 
 
 def shown_entries(hits: Sequence[Any], k: int, gallery_uncertainty: Tensor | None) -> list[dict[str, Any]]:

@@ -39,8 +39,9 @@ from pcmr.search.compose import DEFAULT_TOP_K, get_backend, trained_similarity
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.image_files import confined_file, image_root, public_metadata
 from pcmr.search.presentation import (
-    fetch_size,
+    fewer_lines_warning,
     result_warnings,
+    search_distinct,
     shown_entries,
     uncertainty_percentile,
     word_vocabulary,
@@ -242,19 +243,28 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
 
     def run_search(function: Any, queries: Any, k: int, modality: str, chosen: tuple[str, str],
                    text: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-        """Result lines (identical captions merged) and warnings of one query."""
+        """Result lines of one query, ``k`` distinct ones when the gallery holds them (identical captions
+        merged, more fetched until ``k`` lines remain: :func:`pcmr.search.presentation.search_distinct`), and
+        warnings, among them one when fewer than ``k`` lines remain."""
         score, reranker = chosen
-        fetch = fetch_size(k, index.gallery(modality).num, modality, reranker)
-        try:
+        gallery_size = index.gallery(modality).num
+
+        def search(fetch: int) -> Any:
             with lock:
-                results = function(queries, k=fetch, similarity=score, rerank=reranker, backend=backend,
-                                   candidates=candidates)
+                return function(queries, k=fetch, similarity=score, rerank=reranker, backend=backend,
+                                candidates=candidates)
+
+        try:
+            results, fetched = search_distinct(search, k, gallery_size, modality, reranker)
         except ValueError as err:
             raise _BadRequest(400, str(err)) from None
         gallery_unc = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
         entries = shown_entries(results.hits[0], k, gallery_unc)
         vocabulary = word_vocabulary(index.model, index.vocab) if text is not None else None
         warnings = result_warnings(entries, text if text is not None else "", vocabulary) + results.notes
+        fewer = fewer_lines_warning(len(entries), k, fetched, gallery_size, get_reranker(reranker).returns_scores)
+        if fewer:
+            warnings.append(fewer)
         return [hit_json(e, modality) for e in entries], warnings
 
     @app.get("/api/health")
@@ -292,10 +302,14 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
                                    "model trained on pixel images")
         pixels = await run_in_threadpool(_decode_upload, data, limits.max_image_pixels, int(image_size))
 
+        encoded: list[Any] = []  # the query's Gaussian, encoded once however many times search_distinct asks
+
         def encoded_search(queries: Any, **kwargs: Any) -> Any:  # under the lock: encoding uses every core
             assert index.model is not None
-            query = encode_image_inputs(index.model, queries, image_size=int(image_size), device=index.device)
-            return index.search(query, modality="image", **kwargs)
+            if not encoded:
+                encoded.append(encode_image_inputs(index.model, queries, image_size=int(image_size),
+                                                   device=index.device))
+            return index.search(encoded[0], modality="image", **kwargs)
 
         results, warnings = await run_in_threadpool(run_search, encoded_search, pixels[None], k, "caption", chosen)
         return {"query": filename, "similarity": chosen[0], "rerank": chosen[1], "results": results,

@@ -21,7 +21,7 @@ from pcmr.study.claims import Judgement
 from pcmr.study.forest import VERDICT_COLOURS, claims_figure, forest_rows
 from pcmr.study.report import recipe_metric_table
 
-__all__ = ["VERDICT_COLOURS", "metric_bounds", "plot_claims", "plot_recipes"]
+__all__ = ["VERDICT_COLOURS", "metric_bounds", "plot_claims", "plot_recipes", "recipe_order"]
 
 
 def plot_claims(judgements: Sequence[Judgement], path: str | os.PathLike[str]) -> Path:
@@ -31,6 +31,18 @@ def plot_claims(judgements: Sequence[Judgement], path: str | os.PathLike[str]) -
     return save_figure(claims_figure(rows, common), path)
 
 
+def recipe_order(table: Mapping[tuple[str, str, str], tuple[float, float, int]], variants: Sequence[str],
+                 mode: str) -> list[str]:
+    """The recipes of ``table`` (``(recipe, variant, relevance) -> (mean, ...)``) from the bottom row of
+    the figure up: ascending by their mean under ``mode`` for ``variants[0]``, a recipe without it
+    below every one with it; ties by the next variant, and so on; last by name (the same order
+    whatever order the rows came in)."""
+    def key(recipe: str) -> tuple[Any, ...]:
+        means = [table.get((recipe, variant, mode), (-math.inf,))[0] for variant in variants]
+        return (*[-math.inf if math.isnan(m) else m for m in means], recipe)
+    return sorted({entry[0] for entry in table}, key=key)
+
+
 def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *, metric: str = RSUM,
                  variants: Sequence[str] = ("exact", "source"), level: float = 0.95,
                  headline: Mapping[str, str] | None = None) -> Path:
@@ -38,11 +50,11 @@ def plot_recipes(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], *
     :func:`pcmr.study.report.first_similarities`; NNS): one panel per evaluation relevance
     mode, one marker per training variant in ``variants``, mean with its interval over seeds.
     Recipes are sorted by the first panel's first variant, so a different order in the next panel
-    is a different ranking of the methods."""
+    is a different ranking of the methods; recipes without that variant (tied) by the next variant,
+    and so on, then by name (:func:`recipe_order`)."""
     table = recipe_metric_table(rows, metric, level, headline=headline)
     modes = list(dict.fromkeys(str(r["relevance"]) for r in rows)) or ["-"]
-    recipes = sorted({key[0] for key in table},
-                     key=lambda r: table.get((r, variants[0] if variants else "", modes[0]), (-math.inf,))[0])
+    recipes = recipe_order(table, variants, modes[0])
     figure = new_figure(4.6 * len(modes) + 2.8, max(2.8, 0.3 * len(recipes) + 1.4))
     axes = figure.subplots(1, len(modes), sharey=True, squeeze=False)[0]
     markers = ("o", "s", "^", "D", "v")
