@@ -1,4 +1,4 @@
-"""The CUDA path, on a machine with a GPU (``@pytest.mark.cuda``: skipped elsewhere, see pyproject).
+"""The CUDA path, on a machine with a GPU (``@pytest.mark.cuda``: deselected elsewhere, see tests/conftest.py).
 
 Every recipe trains one tiny epoch with ``--device cuda`` and its run is evaluated there; every score
 in float64 on CUDA equals the CPU's; the model and its embeddings stay on the GPU. (The float32
