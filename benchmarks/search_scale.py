@@ -14,12 +14,16 @@ files), never whole in memory. Each stage runs in its own child process, whose p
 - ``milvus`` (galleries up to ``--vectordb-max``): the same through a Milvus Lite collection.
 
 Results go to ``DIR/results.jsonl`` (one JSON line per measurement); ``--plot`` draws
-docs/figures/search_scaling.png from it.
+docs/figures/search_scaling.png from it, or, with ``--plot-from FILE``, from the rows of a JSON file
+``{"rows": [...]}`` (docs/benchmark_logs/search_scaling_tables.json: the numbers of the tables in
+docs/benchmarks.md, a null where the docs give none).
 
 Usage (big files outside the repository; nice, logged, resumable):
     nice -n 10 .venv/bin/python benchmarks/search_scale.py /data/pcmr-search-bench --sizes 1000000,10000000 \
         > search_scale.log 2>&1
     .venv/bin/python benchmarks/search_scale.py /data/pcmr-search-bench --plot docs/figures/search_scaling.png
+    .venv/bin/python benchmarks/search_scale.py --plot-from docs/benchmark_logs/search_scaling_tables.json \
+        --plot docs/figures/search_scaling.png
 """
 
 from __future__ import annotations
@@ -186,6 +190,8 @@ def stage_milvus(root: Path, size: int, args: argparse.Namespace) -> None:
 
 STAGES = {"generate": stage_generate, "truth": stage_truth, "build": stage_build, "serve": stage_serve,
           "milvus": stage_milvus}
+#: the ``stage`` of a row of results.jsonl
+ROW_STAGES = ("generate", "truth", "build", "serve", "milvus-build")
 
 
 def _size_axis(ax, sizes: list[int]) -> None:
@@ -206,8 +212,10 @@ def _size_axis(ax, sizes: list[int]) -> None:
 
 def scaling_figure(rows: list[dict]):
     """Three panels against the gallery size: peak resident memory of build and serve (the highest per
-    size over the faiss index kinds), the IVF-PQ build time (the last build per size), and the best
-    queries/s at recall@10 >= 0.9 of each faiss index kind. Returns the matplotlib Figure."""
+    size over the faiss index kinds), the build time (the last build per size of each index kind named
+    by a row's ``backend``; rows without one make one line), and the best queries/s at recall@10 >= 0.9
+    of each faiss index kind. A value that is None (or absent) leaves its row out of that panel.
+    Returns the matplotlib Figure."""
     from pcmr.report.plots import legend_below, new_figure
 
     figure = new_figure(13.0, 4.6, layout="constrained")
@@ -216,25 +224,36 @@ def scaling_figure(rows: list[dict]):
     for stage, marker in (("build", "o"), ("serve", "s")):
         peaks: dict[int, float] = {}
         for r in rows:
-            if r["stage"] == stage and r.get("backend", "faiss").startswith("faiss"):
+            if r["stage"] == stage and r.get("backend", "faiss").startswith("faiss") \
+                    and r.get("peak_rss_gib") is not None:
                 peaks[r["size"]] = max(peaks.get(r["size"], 0.0), r["peak_rss_gib"])
         points = sorted(peaks.items())
         if points:
             ax_mem.plot([p[0] for p in points], [p[1] for p in points], marker=marker, label=f"{stage} peak")
     ax_mem.set(ylabel="peak resident memory (GiB)", title="memory")
     ax_mem.set_ylim(bottom=0)
-    builds = sorted({r["size"]: r["seconds"] for r in rows if r["stage"] == "build"}.items())
-    ax_build.plot([p[0] for p in builds], [p[1] for p in builds], marker="o", color="C2", label="IVF-PQ build")
+    builds: dict[str, dict[int, float]] = {}  # the last build per size of each index kind
+    for r in rows:
+        if r["stage"] == "build" and r.get("seconds") is not None:
+            builds.setdefault(r.get("backend", "IVF-PQ build"), {})[r["size"]] = r["seconds"]
+    backends = sorted({r["backend"] for r in rows if r["stage"] in ("build", "serve")
+                       and str(r.get("backend", "")).startswith("faiss")})
+    colours = {backend: f"C{3 + number}" for number, backend in enumerate(backends)}
+    for backend, line in sorted(builds.items()):
+        points = sorted(line.items())
+        ax_build.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colours.get(backend, "C2"),
+                      label=backend)
     ax_build.set(ylabel="seconds (1 thread)", title="build time")
     ax_build.set_ylim(bottom=0)
     best: dict[str, dict[int, float]] = {}
     for r in rows:
-        if r["stage"] == "serve" and r["backend"].startswith("faiss") and r["recall@10"] >= 0.9:
+        if r["stage"] == "serve" and r["backend"].startswith("faiss") and r.get("qps") is not None \
+                and r.get("recall@10") is not None and r["recall@10"] >= 0.9:
             line = best.setdefault(r["backend"], {})
             line[r["size"]] = max(line.get(r["size"], 0), r["qps"])
-    for number, (backend, line) in enumerate(sorted(best.items())):
+    for backend, line in sorted(best.items()):
         points = sorted(line.items())
-        ax_rate.plot([p[0] for p in points], [p[1] for p in points], marker="s", color=f"C{3 + number}",
+        ax_rate.plot([p[0] for p in points], [p[1] for p in points], marker="s", color=colours[backend],
                      label=backend)
     ax_rate.set(ylabel="queries/s at recall@10 >= 0.9 (2 threads)", title="serving rate")
     ax_rate.set_ylim(bottom=0)
@@ -246,16 +265,37 @@ def scaling_figure(rows: list[dict]):
     return figure
 
 
-def plot(root: Path, out: Path) -> None:
+def plot(rows: list[dict], out: Path) -> None:
     from pcmr.report.plots import save_figure
 
-    rows = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines() if line.strip()]
     print(f"wrote {save_figure(scaling_figure(rows), out)}")
+
+
+def results_rows(root: Path) -> list[dict]:
+    """The rows of ``root/results.jsonl``, one per measurement."""
+    return [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines() if line.strip()]
+
+
+def table_rows(path: Path) -> list[dict]:
+    """The rows of a JSON file ``{"rows": [{"stage": ..., "size": ..., ...}, ...]}`` in the form of
+    results.jsonl (docs/benchmark_logs/search_scaling_tables.json); ValueError naming the file and row
+    when the form is not that."""
+    try:
+        rows = json.loads(Path(path).read_text()).get("rows")
+    except (json.JSONDecodeError, AttributeError) as error:
+        raise ValueError(f"{path}: expected a JSON object with a list 'rows' ({error})") from error
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path}: expected a JSON object with a non-empty list 'rows'")
+    for number, row in enumerate(rows):
+        if not isinstance(row, dict) or row.get("stage") not in ROW_STAGES or not isinstance(row.get("size"), int):
+            raise ValueError(f"{path}: row {number} needs 'stage' (one of {sorted(ROW_STAGES)}) and an integer "
+                             f"'size'; got {row!r}")
+    return rows
 
 
 def table(root: Path) -> None:
     """The results as Markdown tables (docs/benchmarks.md), the last row of each measurement."""
-    rows = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines() if line.strip()]
+    rows = results_rows(root)
     last: dict = {}
     for r in rows:
         last[(r["stage"], r["size"], r.get("backend"), r.get("nprobe"), r.get("C"))] = r
@@ -274,7 +314,8 @@ def table(root: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("root", help="folder for the stores, indexes and results.jsonl (outside the repository)")
+    parser.add_argument("root", nargs="?", help="folder for the stores, indexes and results.jsonl "
+                        "(outside the repository; not needed with --plot-from)")
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--clusters", type=int, default=1000)
@@ -291,13 +332,22 @@ def main() -> int:
     parser.add_argument("--build-threads", type=int, default=1, help="threads of the index build")
     parser.add_argument("--stage", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--plot", default=None, metavar="PNG")
+    parser.add_argument("--plot-from", default=None, metavar="JSON",
+                        help="with --plot: draw from this file's rows instead of ROOT/results.jsonl")
     parser.add_argument("--table", action="store_true", help="print results.jsonl as Markdown tables")
     args = parser.parse_args()
     args.refine_tag = f"-{args.refine.lower()}" if args.refine else ""
+    if args.plot_from:
+        if not args.plot:
+            parser.error("--plot-from needs --plot PNG")
+        plot(table_rows(Path(args.plot_from)), Path(args.plot))
+        return 0
+    if args.root is None:
+        parser.error("the folder ROOT is needed (except with --plot-from)")
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     if args.plot:
-        plot(root, Path(args.plot))
+        plot(results_rows(root), Path(args.plot))
         return 0
     if args.table:
         table(root)

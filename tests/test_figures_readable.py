@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,57 @@ def test_search_scaling_figure_is_readable() -> None:
                 rows.append({"stage": "serve", "size": size, "backend": backend, "C": candidates,
                              "qps": rate / scale / (candidates / 100), "recall@10": recall, "peak_rss_gib": 0.5 * scale})
     assert_readable(bench.scaling_figure(rows), "search_scaling.png")
+
+
+SCALING_TABLES = ROOT / "docs" / "benchmark_logs" / "search_scaling_tables.json"
+
+
+def test_search_scaling_figure_of_the_committed_tables() -> None:
+    """docs/figures/search_scaling.png as drawn by ``--plot-from`` the committed numbers: readable, and
+    each panel shows the highest peak / the last build / the best rate at recall@10 >= 0.9 per size."""
+    bench = _search_scale_module()
+    figure = bench.scaling_figure(bench.table_rows(SCALING_TABLES))
+    assert_readable(figure, "search_scaling.png")
+    memory, build, rate = ([(line.get_label(), list(line.get_ydata())) for line in ax.get_lines()]
+                           for ax in figure.axes)
+    assert memory == [("build peak", [1.76, 5.54]), ("serve peak", [0.71, 3.44])]
+    assert build == [("faiss-ivfpq", [158.0, 553.1]), ("faiss-ivfpq-sq8", [32.6, 366.9])]
+    assert rate == [("faiss-ivfpq", [569.3, 204.0]), ("faiss-ivfpq-sq8", [692.0, 301.6])]
+
+
+def test_search_scaling_tables_file_holds_the_numbers_of_the_docs() -> None:
+    """Every row of the committed data file is written in docs/benchmarks.md (its table row, or the
+    paragraph it names), and every build and serving row of the section's tables is in the file."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    section = text.split("## Search past one machine's memory")[1].split("\n## ")[0]
+    cells = [[c.strip().replace("**", "") for c in line.strip().strip("|").split("|")]
+             for line in section.splitlines() if line.startswith("| ")]
+    paragraph = next(line for line in section.split("\n\n") if line.startswith("At 1M with the same settings"))
+    in_paragraph = {float(v) for v in re.findall(r"\d+(?:\.\d+)?", paragraph)}
+    serving = {"faiss-ivfpq": "faiss IVF-PQ", "faiss-ivfpq-sq8": "faiss IVF-PQ + SQ8",
+               "milvus-lite/IVF_FLAT": "Milvus Lite IVF_FLAT (embedded)"}
+    rows = json.loads(SCALING_TABLES.read_text())["rows"]
+    matched = 0
+    for row in rows:
+        if row["source"].startswith("paragraph"):
+            for key in ("seconds", "peak_rss_gib", "index_gib", "qps", "recall@10"):
+                if row.get(key) is not None:
+                    assert row[key] in in_paragraph, (key, row)
+            continue
+        if row["stage"] == "serve":
+            key = [f"{row['size']:,}", serving[row["backend"]], str(row["nprobe"]), str(row["C"])]
+            found = [c for c in cells if c[:4] == key]
+            assert len(found) == 1, row
+            assert [float(v) for v in found[0][4:7]] == [row["qps"], row["recall@10"], row["peak_rss_gib"]], row
+        else:
+            label = "build " + serving[row["backend"]].removeprefix("faiss ") + " (1 thread)"
+            found = [c for c in cells if c[:2] == [label, f"{row['size']:,}"]]
+            assert len(found) == 1, row
+            assert [float(found[0][2].split()[0]), float(found[0][3])] == [row["seconds"], row["peak_rss_gib"]], row
+            assert f"{row['index_gib']:g} " in " ".join(found[0][4:]) + " ", row
+        matched += 1
+    in_docs = [c for c in cells if c[0] in ("1,000,000", "10,000,000") or c[0].startswith("build IVF-PQ")]
+    assert matched == len(in_docs) == 22  # 3 builds, 13 + 6 serving rows
 
 
 def test_the_checker_fails_the_former_claims_layout() -> None:
