@@ -14,7 +14,7 @@ from _real_layouts import GLOVE_FIXTURE, write_cub_folder
 from pcmr import load
 from pcmr.cli import main
 from pcmr.data.images import FileImages
-from pcmr.evaluation.encode import encode_image_inputs
+from pcmr.encode.inputs import encode_image_inputs
 from pcmr.search import GalleryIndex
 from pcmr.search.building import encode_image_queries
 from pcmr.train.loading import load_split, run_config

@@ -34,7 +34,7 @@ REGISTRIES: dict[str, tuple[list[str], tuple[str, ...]]] = {
 
 #: (module, name): comparisons with a string that is spelled like a registered name but names something else
 ALLOWED = {
-    ("evaluation/checks.py", "coco"): "an id kind of a split's info['image_id_kind'] (COCO image ids), not the dataset",
+    ("encode/checks.py", "coco"): "an id kind of a split's info['image_id_kind'] (COCO image ids), not the dataset",
     ("train/config.py", "cosine"): "the cosine learning-rate schedule, not the score",
 }
 

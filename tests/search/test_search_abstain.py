@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pcmr.cli import main
-from pcmr.evaluation.fingerprint import gallery_fingerprint
+from pcmr.encode.fingerprint import gallery_fingerprint
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import AbstentionError, abstains, coverage_for_risk, read_risk_curve
 

@@ -25,13 +25,14 @@ from typing import Any
 from pcmr.arguments import option_value, positive_int
 from pcmr.atomic import write_folder, writing_folder
 from pcmr.config import ConfigError, parse_override
-from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
-from pcmr.evaluation.fingerprint import gallery_fingerprint
+from pcmr.data import ENCODE_BATCH_SIZE
+from pcmr.encode.fingerprint import gallery_fingerprint
 from pcmr.gaussian import Gaussian
 from pcmr.hub import load, trained_similarity
 from pcmr.inference import get_reranker
 from pcmr.progress import phase
 from pcmr.relevance import I2T, T2I
+from pcmr.run_defaults import load_split, run_defaults
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import (
     abstains,
@@ -62,7 +63,6 @@ from pcmr.search.vectordb import drop_collection, resolve_uri
 from pcmr.similarity import check_similarity_option_values, get_similarity
 from pcmr.suggest import did_you_mean, name_list
 from pcmr.termination import run_until_terminated
-from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
 
@@ -292,16 +292,16 @@ def _save_new(index: Any, args: argparse.Namespace) -> None:
 def _build(args: argparse.Namespace) -> Any:
     _check_target(args)
     model = load(args.build, device=args.device or "cpu", vocabulary=args.vocab)
-    config = run_config(model)
-    args.split = args.split or (config.eval.split if config is not None else "test")
-    split = load_split(args.data, args.split, config, args.data_name, model=model)
+    defaults = run_defaults(model)
+    args.split = args.split or defaults.split
+    split = load_split(args.data, args.split, defaults.data, args.data_name, model=model)
     if args.on_disk:
         return _build_on_disk(args, model, split)
     with phase(f"encoding the gallery ({split.num_images} images, {split.num_captions} captions)"):
         index = GalleryIndex.build(
             model.network,
             split,
-            _vocabulary(model),
+            model.text_vocabulary,
             batch_size=args.batch_size,
             device=args.device,
             similarity_options=model.similarity_options,
@@ -317,11 +317,6 @@ def _build(args: argparse.Namespace) -> Any:
     return index
 
 
-def _vocabulary(model: Any) -> Vocabulary:
-    """The model's vocabulary (an empty one for text towers that read raw text)."""
-    return model.vocabulary if model.vocabulary is not None else Vocabulary([])
-
-
 def _build_on_disk(args: argparse.Namespace, model: Any, split: Any) -> Any:
     """--build --on-disk: the stores, the faiss index and the statistics are written into the new
     index folder (swapped in whole once complete), then the index is opened from there."""
@@ -333,7 +328,7 @@ def _build_on_disk(args: argparse.Namespace, model: Any, split: Any) -> Any:
     def write(folder: Path) -> None:
         with phase(f"encoding the gallery to disk ({split.num_images} images, {split.num_captions} captions)"):
             index = GalleryIndex.build_on_disk(
-                model.network, split, _vocabulary(model), folder, dtype=args.store_dtype or "float16",
+                model.network, split, model.text_vocabulary, folder, dtype=args.store_dtype or "float16",
                 batch_size=args.batch_size, device=args.device, similarity_options=model.similarity_options,
                 meta={"source": str(model.run_dir or model.source), "dataset": split.name, "split": args.split},
                 progress=None)

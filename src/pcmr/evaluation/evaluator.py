@@ -28,9 +28,10 @@ import torch
 from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
-from pcmr.evaluation.checks import coco_id_problem, naming_source
+from pcmr.encode.checks import coco_id_problem, naming_source
+from pcmr.encode.fingerprint import gallery_fingerprint
+from pcmr.encode.inputs import encode_split
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, SELECTION_METRICS, selection_value
-from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.evaluate import (
     DEFAULT_LAMBDA_GRID,
     DEFAULT_RERANKERS,
@@ -39,7 +40,6 @@ from pcmr.evaluation.evaluate import (
     evaluate_embeddings,
 )
 from pcmr.evaluation.figures import corruption_series
-from pcmr.evaluation.fingerprint import gallery_fingerprint
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import get_reranker, list_rerankers

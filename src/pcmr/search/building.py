@@ -14,7 +14,7 @@ import torch
 from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
 from pcmr.data.registry import renders_images
 from pcmr.data.split import RetrievalSplit
-from pcmr.evaluation.encode import (
+from pcmr.encode.inputs import (
     encode_image_files,
     encode_split,
     encode_split_chunks,

@@ -11,8 +11,9 @@ the JSON API of ``pcmr serve`` and its page.
 - :func:`fetch_size` / :func:`needs_more` / :func:`next_fetch_size`: how many results to ask for so
   that ``k`` distinct lines remain once identical captions are merged (asked again, for more, until
   they do or the whole gallery was read); :func:`fewer_lines_warning` says when fewer remain.
-- :func:`collapsed_score_warning` / :func:`collapsed_recall_warning`: a model whose scores barely
-  differ between items (a collapsed embedding) ranks by ties and noise; both say so.
+- :func:`collapsed_score_warning`: a model whose scores barely differ between items (a collapsed
+  embedding) ranks by ties and noise; it says so (an evaluation table's counterpart is
+  ``pcmr.evaluation.degenerate.collapsed_recall_warning``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,7 @@ import torch
 from torch import Tensor
 
 from pcmr.data.text import tokenize
-from pcmr.evaluation import columns as schema
 from pcmr.inference import get_reranker
-from pcmr.metrics import DEFAULT_KS
-from pcmr.metrics.driver import DIRECTIONS
 
 __all__ = [
     "ShownHit",
@@ -37,7 +35,6 @@ __all__ = [
     "query_word_warning",
     "uncertainty_percentile",
     "collapsed_score_warning",
-    "collapsed_recall_warning",
     "fetch_size",
     "needs_more",
     "next_fetch_size",
@@ -138,27 +135,6 @@ def collapsed_score_warning(scores: Tensor | Sequence[float], label: str = "quer
         return None
     return (f"the top {row.numel()} scores of the {label} are all {float(row[0]):.6g}: the model does not tell "
             f"these items apart (collapsed embeddings?), so their order is arbitrary")
-
-
-def collapsed_recall_warning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int] = DEFAULT_KS) -> str | None:
-    """A warning when, in an evaluation table, R@K is the same for every K of ``ks`` in both directions
-    for every row (a model that retrieves everything or nothing at once: collapsed scores), else None."""
-
-    flat: list[list[float]] = []
-    for row in rows:
-        for direction in DIRECTIONS:
-            values = [row.get(schema.recall(direction, k)) for k in ks]
-            numbers = [float(v) for v in values if isinstance(v, (int, float))]
-            if len(numbers) != len(values):
-                return None
-            flat.append(numbers)
-    if not flat or any(max(v) - min(v) > 1e-9 for v in flat):
-        return None
-    recall = ", ".join(f"R@{k}" for k in ks)
-    if all(v[0] >= 100.0 - 1e-9 for v in flat):
-        return None  # every query finds its items at rank 1: a perfect model, not a collapsed one
-    return (f"{recall} are equal in every row and both directions: the model's scores look collapsed "
-            f"(near-constant); check the training run")
 
 
 #: how many more candidates to fetch when identical captions are merged, so k distinct lines remain

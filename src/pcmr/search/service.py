@@ -32,7 +32,7 @@ from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages, pil_to_pixels
 from pcmr.data.registry import load_dataset, renders_images
-from pcmr.evaluation.encode import encode_image_inputs
+from pcmr.encode.inputs import encode_image_inputs
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.search.compose import DEFAULT_TOP_K, get_backend, trained_similarity
