@@ -299,12 +299,10 @@ def _build(args: argparse.Namespace) -> Any:
         return _build_on_disk(args, model, split)
     with phase(f"encoding the gallery ({split.num_images} images, {split.num_captions} captions)"):
         index = GalleryIndex.build(
-            model.network,
+            model,
             split,
-            model.text_vocabulary,
             batch_size=args.batch_size,
             device=args.device,
-            similarity_options=model.similarity_options,
             meta={"source": str(model.run_dir or model.source), "dataset": split.name, "split": args.split},
             progress=None,
         )
@@ -328,8 +326,8 @@ def _build_on_disk(args: argparse.Namespace, model: Any, split: Any) -> Any:
     def write(folder: Path) -> None:
         with phase(f"encoding the gallery to disk ({split.num_images} images, {split.num_captions} captions)"):
             index = GalleryIndex.build_on_disk(
-                model.network, split, model.text_vocabulary, folder, dtype=args.store_dtype or "float16",
-                batch_size=args.batch_size, device=args.device, similarity_options=model.similarity_options,
+                model, split, folder, dtype=args.store_dtype or "float16",
+                batch_size=args.batch_size, device=args.device,
                 meta={"source": str(model.run_dir or model.source), "dataset": split.name, "split": args.split},
                 progress=None)
         _maybe_build_ann(index, args)
@@ -438,7 +436,7 @@ def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[st
         results.gallery_modality)
     query_unc = None if index.gallery(results.query_modality).is_point else index.item_uncertainty(
         results.query_modality)
-    vocabulary = word_vocabulary(index.model, index.vocab) if text_queries else None
+    vocabulary = word_vocabulary(index.model) if text_queries else None
     out = []
     for q, (query, hits) in enumerate(zip(queries, results.hits)):
         entries = shown_entries(hits, k, gallery_unc)
@@ -500,7 +498,7 @@ def _check_risk_curve(args: argparse.Namespace, index: Any) -> None:
         return
     if index.model is None:
         raise ValueError(f"--risk-curve: {args.index} holds no model, so its curve cannot be checked against it")
-    current = gallery_fingerprint(index.model, index.meta.get("dataset"), index.meta.get("split"),
+    current = gallery_fingerprint(index.model.network, index.meta.get("dataset"), index.meta.get("split"),
                                   index.images.num, index.captions.num)
     check_curve_fingerprint(args.risk_curve, current)
 

@@ -248,13 +248,15 @@ def _metadata_text(metadata: Mapping[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in metadata.items()) or "-"
 
 
-def word_vocabulary(model: Any, vocab: Any) -> Any | None:
-    """The word vocabulary that decides which query words a model knows: ``vocab`` for models reading
-    word ids, None for a model that tokenises text itself (pretrained MiniLM) or a missing model."""
+def word_vocabulary(model: Any) -> Any | None:
+    """The word vocabulary that decides which query words a model (a :class:`pcmr.Model`) knows: its
+    ``vocabulary`` when it reads word ids, None for a model that tokenises text itself (pretrained
+    MiniLM) or a missing model."""
 
-    config = getattr(model, "config", None)
+    vocab = getattr(model, "vocabulary", None)
     if model is None or vocab is None:
         return None
+    config = getattr(model, "config", None)
     if config is not None and not getattr(getattr(config, "text_encoder", None), "reads_word_ids", True):
         return None
     return vocab
