@@ -3,7 +3,7 @@
 ``RUN_OR_MODEL`` is anything :func:`pcmr.load` opens: a run folder written by ``pcmr train``, its
 ``model/`` folder, or a folder written by ``Model.save_pretrained`` (which records its run's config).
 Defaults for the data, split, similarities, re-rankers, batch size and device come from that run
-config (:func:`pcmr.train.evaluation.run_evaluator`); flags override them. A model folder that
+config (:func:`pcmr.run_defaults.run_defaults`, used by :func:`pcmr.evaluate`); flags override them. A model folder that
 records no run config (e.g. ``pcmr convert`` output) needs ``--data``.
 """
 
