@@ -35,7 +35,7 @@ from pcmr.metrics.signal import uncertainty_signal
 from pcmr.models import create_model
 from pcmr.relevance import I2T, T2I
 from pcmr.report.figure_keys import UNCERTAINTY_R1
-from pcmr.run_defaults import run_defaults
+from pcmr.run_defaults import load_split, run_defaults
 from pcmr.similarity import get_similarity
 from pcmr.study.analysis import (
     binary_selection,
@@ -392,12 +392,13 @@ def null_statistics(run_dir: Path, relevance_modes: Sequence[str], analysis: Ana
     config = run_config(trained)
     if config is None:
         raise StudyError(f"{run_dir} records no run config (config.yaml); it is not a run of this study")
-    split = load_run_split(config, config.eval.split)
+    defaults = run_defaults(trained)
+    split = load_split(None, defaults.split, defaults.data)
     vocab = trained.text_vocabulary
     relevance = {mode: split.relevance_by_mode(mode).matrix() for mode in relevance_modes}
     strata = caption_wildcard_counts(split)
     options = {**config.model.options, "vocab_size": len(vocab)}
-    batch_size = config.eval.batch_size
+    batch_size = defaults.eval.batch_size
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):
