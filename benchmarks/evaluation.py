@@ -78,8 +78,8 @@ def evaluate(src: Path, run: Path, out: Path) -> tuple[float, float, str]:
 #: phases are contained in their parents: the metrics passes include those of the decile figure).
 PHASES = (
     ("whole command", "pcmr/cli/__init__.py", "main"),
-    ("encoding the test and validation splits", "pcmr/evaluation/encode.py", "encode_split"),
-    ("score matrices", "pcmr/evaluation/scoring.py", "score_matrix"),
+    ("encoding the test and validation splits", "pcmr/encode/inputs.py", "encode_split"),
+    ("score matrices", "pcmr/scoring.py", "score_matrix"),
     ("RGM lambda selection (validation)", "pcmr/inference/lambda_selection.py", "select_lambda"),
     ("evaluate_directions (metrics of every row)", "pcmr/metrics/driver.py", "evaluate_directions"),
     ("  metrics passes (R@K, R-Precision, MAP@R, N_k)", "pcmr/metrics/scan.py", "scan"),

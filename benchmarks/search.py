@@ -158,15 +158,16 @@ def serve_latency(gallery: Gaussian, args: argparse.Namespace) -> dict:
     import uvicorn
 
     from pcmr.data import Vocabulary
+    from pcmr.hub import Model
     from pcmr.models import create_model
     from pcmr.search.service import create_app
 
     vocab = Vocabulary.build(["a red circle on the left", "two blue squares", "a small green triangle"])
     torch.manual_seed(0)
-    model = create_model("pcme", vocab_size=len(vocab), embed_dim=gallery.dim).eval()
+    model = Model(create_model("pcme", vocab_size=len(vocab), embed_dim=gallery.dim), vocab).eval()
     empty = Gaussian(torch.zeros(0, gallery.dim), torch.zeros(0, gallery.dim))
     index = GalleryIndex(gallery, empty, image_ids=range(gallery.num), caption_ids=[], caption_texts=[],
-                         model=model, vocab=vocab)
+                         model=model)
     index.build_ann("cosine", ("image",), "ivf", shard_size=100_000,
                     **({"nlist": args.nlist} if args.nlist else {}))
     index.ann["image"].set_search_params(nprobe=args.serve_nprobe)

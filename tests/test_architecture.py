@@ -182,6 +182,61 @@ def test_library_never_imports_the_trainer_the_study_or_the_cli():
         assert not bad, f"{module} imports {bad}"
 
 
+# The library's layers above the foundations, lowest first (docs/architecture.md, Layers). A module
+# imports modules of its own package, of an earlier layer or of the foundations (every library module
+# not listed: pcmr.gaussian, pcmr.report, ...), never a later layer nor another package of its own
+# layer: encoding and scoring sit below both the evaluation and the search, which import them and
+# never each other; the loaded model (pcmr.hub) and its run's defaults (pcmr.run_defaults) sit
+# between, so both take a pcmr.Model.
+LIBRARY_LAYERS = (
+    ("pcmr.similarity",),
+    ("pcmr.losses", "pcmr.models", "pcmr.data"),
+    ("pcmr.ranking",),
+    ("pcmr.metrics",),
+    ("pcmr.inference",),
+    ("pcmr.encode", "pcmr.scoring"),
+    ("pcmr.hub",),
+    ("pcmr.run_defaults",),
+    ("pcmr.evaluation", "pcmr.search"),
+)
+
+
+def _library_layer(module: str) -> tuple[int, str] | None:
+    """(rank in LIBRARY_LAYERS, package) of a library module; None for a foundation."""
+    for rank, packages in enumerate(LIBRARY_LAYERS):
+        for package in packages:
+            if module == package or module.startswith(package + "."):
+                return rank, package
+    return None
+
+
+def test_library_layers_import_only_downwards():
+    _, every, _ = import_graph()
+    bad = []
+    for module, targets in every.items():
+        if module == "pcmr" or _layer(module) is not None or module == "pcmr.__main__":
+            continue  # the package's lazy front door and the application layers
+        own = _library_layer(module)
+        for target in sorted(targets):
+            theirs = _library_layer(target)
+            if theirs is None or (own is not None and theirs[1] == own[1]):
+                continue
+            if own is None or theirs[0] >= own[0]:
+                bad.append(f"{module} -> {target}")
+    assert not bad, "imports against the library layers: " + "; ".join(bad)
+
+
+def test_evaluation_and_search_share_the_encode_and_score_layer_not_each_other():
+    _, every, _ = import_graph()
+    for module, targets in every.items():
+        for this, other in (("pcmr.evaluation", "pcmr.search"), ("pcmr.search", "pcmr.evaluation")):
+            if module == this or module.startswith(this + "."):
+                assert not [t for t in targets if t == other or t.startswith(other + ".")], f"{module} imports {other}"
+    for lower in ("pcmr.encode", "pcmr.scoring"):
+        assert any(t.startswith(lower) for m in every if m.startswith("pcmr.evaluation.") for t in every[m])
+        assert any(t.startswith(lower) for m in every if m.startswith("pcmr.search.") for t in every[m])
+
+
 # Runtime dependencies of pcmr (pyproject.toml); everything else third-party is optional.
 CORE_PACKAGES = {"torch", "numpy", "yaml", "safetensors", "PIL", "tqdm", "matplotlib"}
 # Core packages still imported inside functions: matplotlib is loaded only when figures are drawn.

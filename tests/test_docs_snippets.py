@@ -84,10 +84,8 @@ import torch
 import pcmr
 from PIL import Image
 from pcmr import Gaussian
-from pcmr.data import Vocabulary, load_dataset
-from pcmr.models import load_model
-model = load_model("runs/demo-tiny/model")
-vocab = Vocabulary.load("runs/demo-tiny/vocab.json")
+from pcmr.data import load_dataset
+model = pcmr.load("runs/demo-tiny")
 test_split = load_dataset("shapes", "test", num_test=20, cache=False)
 Image.new("RGB", (64, 64), "red").save("query.png")
 query_gaussian = pcmr.load("runs/demo-tiny").encode_text(["a red circle"])

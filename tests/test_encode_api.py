@@ -91,7 +91,7 @@ def test_encode_image_paths_pil_and_tensors_agree_with_independent_preprocessing
 
 
 def test_old_encode_functions_give_the_same_embeddings(model, image_files):
-    from pcmr.evaluation import encode
+    from pcmr.encode import inputs as encode
 
     torch.testing.assert_close(encode.encode_texts(model.network, model.vocabulary, ["a red circle"]).mean,
                                model.encode_text(["a red circle"]).mean)
@@ -278,7 +278,7 @@ def test_a_trained_model_folder_opens_on_its_own(tmp_path):
 def test_asking_the_image_size_draws_no_random_number(tiny_shapes):
     """The trainer asks for the image side when it saves a model: no random stream may move."""
     from pcmr.data import load_dataset
-    from pcmr.evaluation.encode import image_input_size
+    from pcmr.encode.inputs import image_input_size
 
     split = load_dataset("shapes", "train", **tiny_shapes)
     torch.manual_seed(3)

@@ -14,7 +14,7 @@ from _real_layouts import GLOVE_FIXTURE, write_cub_folder
 from pcmr import load
 from pcmr.cli import main
 from pcmr.data.images import FileImages
-from pcmr.evaluation.encode import encode_image_inputs
+from pcmr.encode.inputs import encode_image_inputs
 from pcmr.search import GalleryIndex
 from pcmr.search.building import encode_image_queries
 from pcmr.train.loading import load_split, run_config
@@ -71,8 +71,8 @@ def test_evaluate_and_search_read_another_folder_with_the_runs_transform(cub_run
     split = load_split(str(other), "test", run_config(model), model=model)
     images = split.images
     assert (images.image_size, images.image_resize, images.resize_size) == (32, "center_crop", 40)
-    index = GalleryIndex.build(model.network, split, model.vocabulary)
-    assert {k: index.meta[k] for k in ("image_size", "image_resize", "resize_size")} == CROP
+    index = GalleryIndex.build(model, split)
+    assert index.model.image_transform == CROP
     query = encode_image_queries(index, split.images.paths[0])  # cropped as the gallery's images were
     torch.testing.assert_close(query.mean[0], index.images.mean[0], rtol=1e-5, atol=1e-6)
     assert index.search_image(split.images.paths[0], k=2) is not None

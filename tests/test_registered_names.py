@@ -34,7 +34,7 @@ REGISTRIES: dict[str, tuple[list[str], tuple[str, ...]]] = {
 
 #: (module, name): comparisons with a string that is spelled like a registered name but names something else
 ALLOWED = {
-    ("evaluation/checks.py", "coco"): "an id kind of a split's info['image_id_kind'] (COCO image ids), not the dataset",
+    ("encode/checks.py", "coco"): "an id kind of a split's info['image_id_kind'] (COCO image ids), not the dataset",
     ("train/config.py", "cosine"): "the cosine learning-rate schedule, not the score",
 }
 
@@ -106,8 +106,8 @@ def test_the_properties_that_replace_the_names():
 
     assert [TextEncoderConfig(kind=k).reads_word_ids for k in TEXT_ENCODER_KINDS] == [k == "gru" for k in TEXT_ENCODER_KINDS]
     for kind in TEXT_ENCODER_KINDS:  # the search's word check and the hub agree on every encoder kind
-        model = SimpleNamespace(config=SimpleNamespace(text_encoder=TextEncoderConfig(kind=kind)))
-        assert (word_vocabulary(model, "vocab") is not None) == TextEncoderConfig(kind=kind).reads_word_ids
+        model = SimpleNamespace(config=SimpleNamespace(text_encoder=TextEncoderConfig(kind=kind)), vocabulary="vocab")
+        assert (word_vocabulary(model) is not None) == TextEncoderConfig(kind=kind).reads_word_ids
     assert get_reranker("csls", csls_k=7).neighbourhood == get_reranker("csls+rgm", csls_k=7).neighbourhood == 7
     assert get_reranker("is").neighbourhood == get_reranker("nns").neighbourhood == 1
     assert [name for name in list_datasets() if renders_images(name)] == ["shapes"] and not renders_images("nope")

@@ -39,8 +39,8 @@ from pcmr.atomic import atomic_write_text, repair_folder
 from pcmr.data import Vocabulary, load_dataset
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
 from pcmr.device import resolve_device
-from pcmr.evaluation.checks import check_finite_tensors, check_model_vocabulary
-from pcmr.evaluation.encode import (
+from pcmr.encode.checks import check_finite_tensors, check_model_vocabulary
+from pcmr.encode.inputs import (
     ENCODE_BATCH_SIZE,
     ImageInput,
     encode_image_inputs,
@@ -56,7 +56,7 @@ from pcmr.models.serialization import WEIGHTS_FILE, load_model, save_model
 from pcmr.report import Report
 
 __all__ = ["Model", "load", "preprocessor_config", "read_similarity_options", "trained_similarity", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
-           "SIMILARITY_OPTIONS_FILE", "METRICS_FILE", "RUN_CONFIG_FILE", "RUN_VOCAB_FILE"]
+           "SIMILARITY_OPTIONS_FILE", "METRICS_FILE", "RUN_CONFIG_FILE", "RUN_CONFIG_YAML", "RUN_VOCAB_FILE"]
 
 VOCABULARY_FILE = "vocabulary.json"
 PREPROCESSOR_FILE = "preprocessor_config.json"
@@ -64,7 +64,7 @@ SIMILARITY_OPTIONS_FILE = "similarity_options.json"
 METRICS_FILE = "metrics.json"
 RUN_CONFIG_FILE = "run_config.json"  # a save_pretrained folder: the config of the run that trained it
 RUN_VOCAB_FILE = "vocab.json"  # RUN/vocab.json, next to RUN/model
-_RUN_CONFIG_YAML = "config.yaml"  # RUN/config.yaml, written by pcmr train
+RUN_CONFIG_YAML = "config.yaml"  # RUN/config.yaml, written by pcmr train
 _SIMILARITY_OPTIONS_FORM = 'an object mapping similarity names to their options, e.g. {"match_prob": {"a": 12.0, "b": 4.0}}'
 _MODEL_CARD = """---
 {{ card_data }}
@@ -312,6 +312,12 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
                                  "resize_size": resize_size if image_resize == "center_crop" else None}
 
     @property
+    def text_vocabulary(self) -> Vocabulary:
+        """The vocabulary the text encoder's batches are built with: the training vocabulary, or an empty
+        one for a text encoder that reads the texts themselves (MiniLM has no word ids)."""
+        return self.vocabulary if self.vocabulary is not None else Vocabulary([])
+
+    @property
     def similarity(self) -> str:
         """The score the model was trained with (the first of ``similarity_options``), else ``cosine``."""
         return next(iter(self.similarity_options), "cosine")
@@ -330,8 +336,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         """
         if isinstance(texts, str):
             texts = [texts]
-        vocabulary = self.vocabulary if self.vocabulary is not None else Vocabulary([])  # MiniLM reads the texts
-        return encode_texts(self.network, vocabulary, list(texts), batch_size=batch_size, progress=progress)
+        return encode_texts(self.network, self.text_vocabulary, list(texts), batch_size=batch_size, progress=progress)
 
     def encode_image(self, images: ImageInput | Sequence[ImageInput] | Tensor, *,
                      batch_size: int = ENCODE_BATCH_SIZE, progress: bool | None = None) -> Gaussian:
@@ -450,7 +455,7 @@ def _load_folder(directory: Path, map_location: str | torch.device,
     map_location = resolve_device(map_location, what="device")
     network = load_model(directory, map_location=map_location)
     check_finite_tensors(network.state_dict(), directory / WEIGHTS_FILE)
-    in_run = (directory.parent / _RUN_CONFIG_YAML).is_file()  # RUN/model: the run's files sit beside it
+    in_run = (directory.parent / RUN_CONFIG_YAML).is_file()  # RUN/model: the run's files sit beside it
     vocab_path = _companion(directory, VOCABULARY_FILE, RUN_VOCAB_FILE)
     if vocabulary is not None:
         vocab_path = Path(vocabulary)
@@ -474,7 +479,7 @@ def _load_folder(directory: Path, map_location: str | torch.device,
     model.source = directory
     if in_run:
         model.run_dir = directory.parent
-        model.run_config = _read_run_config(directory.parent / _RUN_CONFIG_YAML)
+        model.run_config = _read_run_config(directory.parent / RUN_CONFIG_YAML)
     elif (directory / RUN_CONFIG_FILE).is_file():
         model.run_config = _read_run_config(directory / RUN_CONFIG_FILE)
     preprocessor_path = directory / PREPROCESSOR_FILE
@@ -495,7 +500,7 @@ def trained_similarity(path: str | os.PathLike[str], *, which: str = "model") ->
     """The similarity the model :func:`load` would open at ``path`` was trained with (the first entry of its
     ``similarity_options.json``), else ``cosine``; reads that small file only, no weights."""
     folder = Path(path).expanduser()
-    if (folder / _RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():
+    if (folder / RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():
         folder = folder / which
     options_path = _companion(folder, SIMILARITY_OPTIONS_FILE) if folder.is_dir() else None
     options = read_similarity_options(options_path) if options_path is not None else {}
@@ -533,7 +538,7 @@ def load(path: str | os.PathLike[str], *, which: str = "model", device: str | to
         repair_folder(written)
     if not folder.is_dir():
         raise FileNotFoundError(f"folder not found: {str(path)!r} (expected {expected})")
-    if (folder / _RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():
+    if (folder / RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():
         if not (folder / which).is_dir():
             raise FileNotFoundError(f"{str(folder / which)!r} is missing: {str(path)!r} is not a finished pcmr run "
                                     "(train or resume it first)")

@@ -105,6 +105,6 @@ def test_image_file_query_is_preprocessed_like_the_dataset(tiny_shapes, run_dir,
     index = GalleryIndex.load(tmp_path / "index")
     split = load_dataset("shapes", "test", **tiny_shapes)
     Image.fromarray(np.asarray(split.images.pixels[4])).save(tmp_path / "q.png")
-    query = encode_image_files(index.model, [tmp_path / "q.png"], image_size=index.meta["image_size"])
+    query = encode_image_files(index.model.network, [tmp_path / "q.png"], image_size=index.model.image_size)
     torch.testing.assert_close(query.mean, index.images.mean[4:5], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(query.logvar, index.images.logvar[4:5], rtol=1e-5, atol=1e-6)

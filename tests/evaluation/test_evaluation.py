@@ -8,8 +8,8 @@ import torch
 from pcmr import Gaussian
 from pcmr.data import image_loader
 from pcmr.evaluation import encode_split, evaluate_embeddings, evaluate_model
-from pcmr.evaluation.scoring import rerank_topk
 from pcmr.inference import list_rerankers
+from pcmr.scoring import rerank_topk
 
 KS = (1, 5, 10)
 
@@ -315,8 +315,8 @@ def _registered_rerankers():
 def test_every_registered_reranker_row_equals_a_loop_over_its_own_lists(rerank):
     """Each table row of any registered re-ranker (or composition): R@K equals a loop over the lists
     of that re-ranker's run with k = K, in both directions; full rankings also give R-Precision."""
-    from pcmr.evaluation.scoring import score_matrix
     from pcmr.inference import get_reranker
+    from pcmr.scoring import score_matrix
 
     d = _data()
     tuned = get_reranker(rerank).tuned_parameter

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pcmr.cli import main
+from pcmr.encode.checks import check_finite_tensors
 from pcmr.evaluation import evaluate_embeddings, evaluate_model
-from pcmr.evaluation.checks import check_finite_tensors
 from pcmr.gaussian import Gaussian
 
 SHAPES = dict(image_size=16, num_train=12, num_val=6, num_test=13, num_test_unseen=1, num_binary_selection=1,
@@ -114,7 +114,7 @@ def test_check_finite_tensors_of_scalars_and_integers():
 def test_ids_that_are_not_coco_ids_are_never_matched_to_cxc_or_eccv():
     from pcmr.data import RetrievalSplit
     from pcmr.data.images import FeatureImages
-    from pcmr.evaluation.checks import coco_id_problem
+    from pcmr.encode.checks import coco_id_problem
     from pcmr.evaluation.evaluator import _load_extra_positives
 
     def split(**info):

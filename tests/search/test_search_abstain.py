@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pcmr.cli import main
-from pcmr.evaluation.fingerprint import gallery_fingerprint
+from pcmr.encode.fingerprint import gallery_fingerprint
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import AbstentionError, abstains, coverage_for_risk, read_risk_curve
 
@@ -24,7 +24,7 @@ def _evaluation(tmp_path: Path, curve: dict, fingerprint: dict | None = None) ->
 
 def _fingerprint(index_dir: Path) -> dict:
     index = GalleryIndex.load(index_dir)
-    return gallery_fingerprint(index.model, index.meta.get("dataset"), index.meta.get("split"), index.images.num,
+    return gallery_fingerprint(index.model.network, index.meta.get("dataset"), index.meta.get("split"), index.images.num,
                                index.captions.num)
 
 

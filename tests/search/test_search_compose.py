@@ -12,8 +12,8 @@ import torch
 
 from pcmr import Gaussian
 from pcmr.cli import main
-from pcmr.evaluation.scoring import rerank_topk, score_matrix
 from pcmr.inference import get_reranker
+from pcmr.scoring import rerank_topk, score_matrix
 from pcmr.search import GalleryIndex
 from pcmr.search.ann import ANN_SCORES, AnnIndex, ann_score_for, build_ann
 from pcmr.search.compose import RESCORE_ALL_MAX, candidate_count
@@ -83,7 +83,7 @@ def test_matching_ranker_equals_the_reranker_on_the_reference_plus_query_rows(re
     scoring = Scoring("kl", query_modality)
     reference = oriented_scores("kl", stored, gallery, query_modality, {}).double()  # [R, G]
     search = Search(ExactCandidates(gallery, scoring), ExactRescorer(gallery, scoring),
-                    MatchingRanker(rerank, {}, reference), gallery.num)
+                    MatchingRanker(get_reranker(rerank), reference), gallery.num)
     _, indices = search.search(query, 4)
     rows = torch.cat([reference, oriented_scores("kl", query, gallery, query_modality, {}).double()])
     expected, _ = rerank_topk(rerank, rows, 4)

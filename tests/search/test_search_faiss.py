@@ -96,7 +96,7 @@ def test_candidates_with_the_whole_gallery_equal_the_exact_ranking(similarity):
 
 
 def test_sampled_scores_rescore_candidates_through_the_seeded_exact_path():
-    from pcmr.evaluation.scoring import score_matrix
+    from pcmr.scoring import score_matrix
 
     gen = torch.Generator().manual_seed(4)
     index = _index(_gaussian(30, DIM, gen), _gaussian(10, DIM, gen))

@@ -175,7 +175,7 @@ def test_a_truncated_store_file_is_detected_on_load(built, tmp_path):
 
 
 def test_chunked_encoding_equals_the_whole_split_and_needs_split_order(built, monkeypatch):
-    from pcmr.evaluation import encode
+    from pcmr.encode import inputs as encode
     from pcmr.hub import load
     from pcmr.train.loading import load_split, run_config
 

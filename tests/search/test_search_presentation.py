@@ -9,7 +9,6 @@ import torch
 from pcmr.data.text import Vocabulary
 from pcmr.search.gallery import SearchHit
 from pcmr.search.presentation import (
-    collapsed_recall_warning,
     collapsed_score_warning,
     entries_text,
     fetch_size,
@@ -73,17 +72,11 @@ def test_query_word_warnings():
     assert "holds no word" in query_word_warning("!!!", vocab)
 
 
-def test_collapsed_scores_and_recalls():
+def test_collapsed_scores():
     assert "all 0.5" in collapsed_score_warning([0.5, 0.5, 0.5], "query 'x'")
     assert collapsed_score_warning([0.5, 0.4]) is None
     assert collapsed_score_warning([0.5]) is None
     assert collapsed_score_warning([-1012.5531, -1012.5531 + 1e-7]) is not None  # relative tolerance
-    flat = {"i2t_R@1": 3.0, "i2t_R@5": 3.0, "i2t_R@10": 3.0, "t2i_R@1": 1.0, "t2i_R@5": 1.0, "t2i_R@10": 1.0}
-    assert "look collapsed" in collapsed_recall_warning([flat, flat])
-    assert collapsed_recall_warning([flat, {**flat, "t2i_R@10": 2.0}]) is None
-    perfect = {key: 100.0 for key in flat}
-    assert collapsed_recall_warning([perfect]) is None
-    assert collapsed_recall_warning([{"i2t_R@1": 1.0}]) is None
 
 
 def test_fetch_size_only_grows_for_caption_galleries_with_scores():

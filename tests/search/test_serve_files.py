@@ -43,7 +43,7 @@ def _file_gallery(built: GalleryIndex, folder: Path) -> tuple[Path, Path, Path]:
     index = GalleryIndex(built.images, built.captions, image_ids=built.image_ids, caption_ids=built.caption_ids,
                          caption_texts=built.caption_texts, image_metadata=[{"path": p} for p in relative],
                          similarity_options=built.similarity_options,
-                         meta={**built.meta, "image_source": source}, model=built.model, vocab=built.vocab)
+                         meta={**built.meta, "image_source": source}, model=built.model)
     index.save(folder / "index")
     return folder / "index", root, secret
 

@@ -77,7 +77,7 @@ def placement_probe(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
             if placed != evaluation_device:
                 seen["wrong"].append(f"{type(module).__name__} placed on {placed}")
 
-    import pcmr.evaluation.encode as encode
+    import pcmr.encode.inputs as encode
 
     original_batches = encode._encoded_batches
 

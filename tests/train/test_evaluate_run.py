@@ -1,6 +1,7 @@
-"""One way to evaluate a run: ``pcmr.train.evaluation.run_evaluator`` takes what ``pcmr.load`` returns and a
-split; ``pcmr evaluate``, ``pcmr demo`` and the study call it, with the run config's defaults. The evaluator
-names its primary metric and training's model selection reads that name."""
+"""One way to evaluate a model, in the library: ``pcmr.evaluate`` (``pcmr.evaluation.model``) takes what
+``pcmr.load`` returns and a split; ``pcmr evaluate``, ``pcmr demo`` and the study call it, with the run's
+defaults (``pcmr.run_defaults``). ``pcmr.train.evaluation`` keeps the old names. The evaluator names its
+primary metric and training's model selection reads that name."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import pytest
 import torch
 
 import pcmr
-import pcmr.train.evaluation as evaluation
+import pcmr.evaluation.model as evaluation
+import pcmr.train.evaluation as train_evaluation
 from pcmr.data import load_dataset
 from pcmr.evaluation import RetrievalEvaluator
 from pcmr.evaluation.evaluator import PRIMARY_METRIC, selection_value
+from pcmr.run_defaults import evaluation_device, run_defaults
 from pcmr.train.config import TrainConfig
 from pcmr.train.loading import run_config
 
@@ -30,11 +33,11 @@ def run_dir(tiny_shapes, tmp_path_factory, tiny_run_factory):
 
 def test_settings_come_from_the_run_config_then_the_arguments(run_dir):
     model = pcmr.load(run_dir)
-    evaluator = evaluation.run_evaluator(model)
+    evaluator = evaluation.model_evaluator(model)
     assert list(evaluator.similarities) == ["kl"] and list(evaluator.rerankers) == ["nns", "csls"]
     assert evaluator.batch_size == 7 and evaluator.split.split == "test" and evaluator.val_split is None
     assert evaluator.meta == {"run": str(run_dir)} and evaluator.primary_metric == PRIMARY_METRIC
-    given = evaluation.run_evaluator(model, "val", similarities=["cosine"], rerankers=["rgm"], batch_size=3)
+    given = evaluation.model_evaluator(model, "val", similarities=["cosine"], rerankers=["rgm"], batch_size=3)
     assert (list(given.similarities), given.batch_size, given.split.split) == (["cosine"], 3, "val")
     assert given.val_split is not None and given.val_split.split == "val"  # RGM tunes its lambda on it
 
@@ -42,17 +45,17 @@ def test_settings_come_from_the_run_config_then_the_arguments(run_dir):
 def test_the_device_is_the_runs_train_device(run_dir):
     model = pcmr.load(run_dir)
     model.run_config = {**model.run_config, "train": {**model.run_config["train"], "device": "cpu:0"}}
-    assert evaluation.evaluation_device(model) == torch.device("cpu:0")
-    assert evaluation.run_evaluator(model).device == torch.device("cpu:0")
-    assert evaluation.run_evaluator(model, device="cpu").device == torch.device("cpu")
+    assert evaluation_device(model) == torch.device("cpu:0")
+    assert evaluation.model_evaluator(model).device == torch.device("cpu:0")
+    assert evaluation.model_evaluator(model, device="cpu").device == torch.device("cpu")
     bare = pcmr.load(run_dir)
     bare.run_config = None
-    assert evaluation.evaluation_device(bare) == bare.device
+    assert evaluation_device(bare) == bare.device
 
 
 def test_evaluate_run_equals_the_evaluator_on_the_parts(tiny_shapes, run_dir):
     model = pcmr.load(run_dir)
-    report = evaluation.evaluate_run(model, similarities=["cosine", "match_prob"], rerankers=["nns"], figures=False,
+    report = pcmr.evaluate(model, similarities=["cosine", "match_prob"], rerankers=["nns"], figures=False,
                                      corruption=False)
     split = load_dataset("shapes", "test", **tiny_shapes)
     direct = RetrievalEvaluator(split, similarities=["cosine", "match_prob"], rerankers=["nns"], figures=False,
@@ -61,19 +64,19 @@ def test_evaluate_run_equals_the_evaluator_on_the_parts(tiny_shapes, run_dir):
     assert report.rows == direct.rows
 
 
-def test_every_caller_evaluates_through_run_evaluator(run_dir, tmp_path, monkeypatch):
+def test_every_caller_evaluates_through_the_model_evaluator(run_dir, tmp_path, monkeypatch):
     from pcmr.cli import main
     from pcmr.study.backend import evaluate_run as study_evaluate_run
     from pcmr.study.spec import AnalysisOptions
 
     calls = []
-    original = evaluation.run_evaluator
+    original = evaluation.model_evaluator
 
     def recording(model, split=None, **settings):
         calls.append(model)
         return original(model, split, **settings)
 
-    monkeypatch.setattr(evaluation, "run_evaluator", recording)
+    monkeypatch.setattr(evaluation, "model_evaluator", recording)
     assert main(["evaluate", str(run_dir), "--rerank", "nns", "--out", str(tmp_path / "eval")]) == 0
     assert len(calls) == 1 and isinstance(calls[0], pcmr.Model)
     run = tmp_path / "run"
@@ -95,9 +98,15 @@ def test_no_command_builds_its_own_evaluator():
     """The CLI and the study never build a RetrievalEvaluator from a run config themselves (the demo did,
     ignoring train.device); only the one evaluation of a run and training's validation do."""
     builders = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if _constructs_evaluator(p))
-    assert builders == ["evaluation/evaluator.py", "train/evaluation.py", "train/validation.py"]
+    assert builders == ["evaluation/evaluator.py", "evaluation/model.py", "train/validation.py"]
     demo = (SRC / "cli" / "demo.py").read_text()
-    assert "evaluate_run(load(run_dir)" in demo
+    assert "evaluate(load(run_dir)" in demo
+
+
+def test_the_trainers_old_names_are_the_library_functions():
+    assert train_evaluation.run_evaluator is evaluation.model_evaluator
+    assert train_evaluation.evaluate_run is evaluation.evaluate is pcmr.evaluate
+    assert train_evaluation.evaluate_run_modes is evaluation.evaluate_modes
 
 
 def test_the_evaluator_names_its_primary_metric_and_selection_uses_it(tiny_shapes, run_dir):
@@ -169,3 +178,19 @@ def test_run_config_errors_name_the_file(run_dir):
     model.run_config = {**model.run_config, "train": {"epochs": "many"}}
     with pytest.raises(ValueError, match=f"{run_dir / 'config.yaml'}: .*train.epochs"):
         run_config(model)
+    model.run_config = {**model.run_config, "eval": {"batch_size": "many"}}
+    with pytest.raises(ValueError, match=f"{run_dir / 'config.yaml'}: .*eval.batch_size"):
+        run_defaults(model)
+
+
+def test_run_defaults_without_a_run_config_are_the_librarys(run_dir):
+    bare = pcmr.load(run_dir)
+    bare.run_config = None
+    defaults = run_defaults(bare)
+    assert defaults.data is None and defaults.device is None
+    assert (defaults.split, defaults.val_split) == ("test", "val")
+    from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
+
+    assert (defaults.eval.similarities, defaults.eval.rerankers) == (list(DEFAULT_SIMILARITIES), list(DEFAULT_RERANKERS))
+    with pytest.raises(ValueError, match="--data is required"):
+        evaluation.model_evaluator(bare)

@@ -11,12 +11,12 @@ from typing import Any
 
 from pcmr.atomic import atomic_write_text
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, HS_SUM, RSUM, r_precision, recall
+from pcmr.evaluation.degenerate import collapsed_recall_warning
+from pcmr.evaluation.model import evaluate
 from pcmr.hub import load
 from pcmr.inference import get_reranker
 from pcmr.relevance import I2T, T2I
 from pcmr.report import format_table, merge_rows
-from pcmr.search.presentation import collapsed_recall_warning
-from pcmr.train.evaluation import evaluate_run
 from pcmr.train.lifecycle import remove_run, start_run
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             f"validation {summary['select_on']} {summary['best_metric']:.2f}; evaluating ...",
             flush=True,
         )
-        result = evaluate_run(load(run_dir), out_dir=run_dir / "evaluation", progress=args.progress)
+        result = evaluate(load(run_dir), out_dir=run_dir / "evaluation", progress=args.progress)
         if collapsed_recall_warning(result.rows):
             print(f"warning: {recipe}: {collapsed_recall_warning(result.rows)}", file=sys.stderr, flush=True)
         trained[recipe] = summary["trained_similarity"]

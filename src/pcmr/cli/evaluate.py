@@ -3,7 +3,7 @@
 ``RUN_OR_MODEL`` is anything :func:`pcmr.load` opens: a run folder written by ``pcmr train``, its
 ``model/`` folder, or a folder written by ``Model.save_pretrained`` (which records its run's config).
 Defaults for the data, split, similarities, re-rankers, batch size and device come from that run
-config (:func:`pcmr.train.evaluation.run_evaluator`); flags override them. A model folder that
+config (:func:`pcmr.run_defaults.run_defaults`, used by :func:`pcmr.evaluate`); flags override them. A model folder that
 records no run config (e.g. ``pcmr convert`` output) needs ``--data``.
 """
 
@@ -19,16 +19,16 @@ from pcmr.atomic import write_folder, writing_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
-from pcmr.evaluation.scoring import check_names
+from pcmr.evaluation.degenerate import collapsed_recall_warning
+from pcmr.evaluation.model import evaluate
 from pcmr.hub import load
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.progress import phase
-from pcmr.search.presentation import collapsed_recall_warning
+from pcmr.run_defaults import load_split, run_defaults
+from pcmr.scoring import check_names
 from pcmr.similarity import check_similarity_option_values, get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
 from pcmr.termination import run_until_terminated
-from pcmr.train.evaluation import evaluate_run
-from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run", "parse_names", "check_option_owners", "check_option_values", "prepare_out"]
 
@@ -203,15 +203,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     model = load(args.run_or_model, device=args.device or "cpu", vocabulary=args.vocab)
-    config = run_config(model)
-    eval_cfg = config.eval if config is not None else None
-    split_name = args.split or (eval_cfg.split if eval_cfg else "test")
-    similarities = check_names("similarity", parse_names(args.similarity) or (
-        list(eval_cfg.similarities) if eval_cfg else list(DEFAULT_SIMILARITIES)
-    ), list_similarities())
-    rerankers = check_names("re-ranker", parse_names(args.rerank) or (
-        list(eval_cfg.rerankers) if eval_cfg else list(DEFAULT_RERANKERS)
-    ), list_rerankers())
+    defaults = run_defaults(model)
+    split_name = args.split or defaults.split
+    similarities = check_names("similarity", parse_names(args.similarity) or list(defaults.eval.similarities),
+                               list_similarities())
+    rerankers = check_names("re-ranker", parse_names(args.rerank) or list(defaults.eval.rerankers),
+                            list_rerankers())
     given = [_parse_option(item) for item in args.option]
     check_option_owners(given, similarities, rerankers)
     rerank_options: dict[str, dict[str, Any]] = {}
@@ -219,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
         target = model.similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
     check_option_values(given, model.similarity_options, rerank_options)  # before loading data or encoding
-    split = load_split(args.data, split_name, config, args.data_name, model=model)
+    split = load_split(args.data, split_name, defaults.data, args.data_name, model=model)
     if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
         raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
                          f"{split.num_images} images, got {args.folds}")
@@ -231,7 +228,7 @@ def _run(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace, model: Any, split: Any, out: Path, similarities: list[str],
               rerankers: list[str], rerank_options: dict[str, dict[str, Any]]) -> int:
     prepare_out(out, args.overwrite)
-    result = evaluate_run(model, split, val_split=args.val_split, data=args.data, data_name=args.data_name,
+    result = evaluate(model, split, val_split=args.val_split, data=args.data, data_name=args.data_name,
                           similarities=similarities, rerankers=rerankers, rerank_options=rerank_options,
                           batch_size=args.batch_size, device=args.device, progress=args.progress,
                           num_folds=args.folds)

@@ -25,13 +25,14 @@ from typing import Any
 from pcmr.arguments import option_value, positive_int
 from pcmr.atomic import write_folder, writing_folder
 from pcmr.config import ConfigError, parse_override
-from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
-from pcmr.evaluation.fingerprint import gallery_fingerprint
+from pcmr.data import ENCODE_BATCH_SIZE
+from pcmr.encode.fingerprint import gallery_fingerprint
 from pcmr.gaussian import Gaussian
 from pcmr.hub import load, trained_similarity
 from pcmr.inference import get_reranker
 from pcmr.progress import phase
 from pcmr.relevance import I2T, T2I
+from pcmr.run_defaults import load_split, run_defaults
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import (
     abstains,
@@ -60,7 +61,6 @@ from pcmr.search.vectordb import drop_collection, resolve_uri
 from pcmr.similarity import check_similarity_option_values, get_similarity
 from pcmr.suggest import did_you_mean, name_list
 from pcmr.termination import run_until_terminated
-from pcmr.train.loading import load_split, run_config
 
 __all__ = ["add_parser", "run"]
 
@@ -288,19 +288,17 @@ def _save_new(index: Any, args: argparse.Namespace) -> None:
 def _build(args: argparse.Namespace) -> Any:
     _check_target(args)
     model = load(args.build, device=args.device or "cpu", vocabulary=args.vocab)
-    config = run_config(model)
-    args.split = args.split or (config.eval.split if config is not None else "test")
-    split = load_split(args.data, args.split, config, args.data_name, model=model)
+    defaults = run_defaults(model)
+    args.split = args.split or defaults.split
+    split = load_split(args.data, args.split, defaults.data, args.data_name, model=model)
     if args.on_disk:
         return _build_on_disk(args, model, split)
     with phase(f"encoding the gallery ({split.num_images} images, {split.num_captions} captions)"):
         index = GalleryIndex.build(
-            model.network,
+            model,
             split,
-            _vocabulary(model),
             batch_size=args.batch_size,
             device=args.device,
-            similarity_options=model.similarity_options,
             meta={"source": str(model.run_dir or model.source), "dataset": split.name, "split": args.split},
             progress=None,
         )
@@ -311,11 +309,6 @@ def _build(args: argparse.Namespace) -> Any:
         f"({split.name}/{args.split}, D={index.images.dim})"
     )
     return index
-
-
-def _vocabulary(model: Any) -> Vocabulary:
-    """The model's vocabulary (an empty one for text towers that read raw text)."""
-    return model.vocabulary if model.vocabulary is not None else Vocabulary([])
 
 
 def _build_on_disk(args: argparse.Namespace, model: Any, split: Any) -> Any:
@@ -329,8 +322,8 @@ def _build_on_disk(args: argparse.Namespace, model: Any, split: Any) -> Any:
     def write(folder: Path) -> None:
         with phase(f"encoding the gallery to disk ({split.num_images} images, {split.num_captions} captions)"):
             index = GalleryIndex.build_on_disk(
-                model.network, split, _vocabulary(model), folder, dtype=args.store_dtype or "float16",
-                batch_size=args.batch_size, device=args.device, similarity_options=model.similarity_options,
+                model, split, folder, dtype=args.store_dtype or "float16",
+                batch_size=args.batch_size, device=args.device,
                 meta={"source": str(model.run_dir or model.source), "dataset": split.name, "split": args.split},
                 progress=None)
         _maybe_build_ann(index, args)
@@ -439,7 +432,7 @@ def _shown(index: Any, results: Any, queries: list[str], k: int) -> list[dict[st
         results.gallery_modality)
     query_unc = None if index.gallery(results.query_modality).is_point else index.item_uncertainty(
         results.query_modality)
-    vocabulary = word_vocabulary(index.model, index.vocab) if text_queries else None
+    vocabulary = word_vocabulary(index.model) if text_queries else None
     out = []
     for q, (query, hits) in enumerate(zip(queries, results.hits)):
         entries = shown_entries(hits, k, gallery_unc)
@@ -496,7 +489,7 @@ def _check_risk_curve(args: argparse.Namespace, index: Any) -> None:
         return
     if index.model is None:
         raise ValueError(f"--risk-curve: {args.index} holds no model, so its curve cannot be checked against it")
-    current = gallery_fingerprint(index.model, index.meta.get("dataset"), index.meta.get("split"),
+    current = gallery_fingerprint(index.model.network, index.meta.get("dataset"), index.meta.get("split"),
                                   index.images.num, index.captions.num)
     check_curve_fingerprint(args.risk_curve, current)
 

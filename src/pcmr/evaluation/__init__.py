@@ -14,7 +14,7 @@ The library part of pcmr: it never imports ``pcmr.train`` or ``pcmr.cli``.
 
 from __future__ import annotations
 
-from pcmr.evaluation.encode import encode_image_files, encode_split, encode_texts
+from pcmr.encode.inputs import encode_image_files, encode_split, encode_texts
 from pcmr.evaluation.evaluate import (
     DEFAULT_LAMBDA_GRID,
     DEFAULT_RERANKERS,
@@ -22,7 +22,7 @@ from pcmr.evaluation.evaluate import (
     evaluate_embeddings,
 )
 from pcmr.evaluation.evaluator import EncodedEvaluation, ExtraColumns, RetrievalEvaluator, evaluate_model
-from pcmr.evaluation.scoring import rerank_topk, score_matrix, unsupported_reason
+from pcmr.scoring import rerank_topk, score_matrix, unsupported_reason
 
 __all__ = [
     "DEFAULT_LAMBDA_GRID",

@@ -13,11 +13,17 @@ training validation does not select a model on such a score (``pcmr.train.valida
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["DEGENERATE_FRACTION", "DEGENERATE_GALLERY_SHARE", "degenerate_score_warning"]
+from pcmr.evaluation import columns as schema
+from pcmr.metrics import DEFAULT_KS
+from pcmr.relevance import DIRECTIONS
+
+__all__ = ["DEGENERATE_FRACTION", "DEGENERATE_GALLERY_SHARE", "collapsed_recall_warning", "degenerate_score_warning"]
 
 #: share of queries with a wide tie at the top above which a score counts as degenerate
 DEGENERATE_FRACTION = 0.5
@@ -51,3 +57,24 @@ def degenerate_score_warning(scores: Tensor, name: str = "the score") -> str | N
                     f"{num_gallery} items tie for the top {name} value (ties count at chance level; the ranking "
                     f"carries little information)")
     return None
+
+
+def collapsed_recall_warning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int] = DEFAULT_KS) -> str | None:
+    """A warning when, in an evaluation table, R@K is the same for every K of ``ks`` in both directions
+    for every row (a model that retrieves everything or nothing at once: collapsed scores), else None."""
+
+    flat: list[list[float]] = []
+    for row in rows:
+        for direction in DIRECTIONS:
+            values = [row.get(schema.recall(direction, k)) for k in ks]
+            numbers = [float(v) for v in values if isinstance(v, (int, float))]
+            if len(numbers) != len(values):
+                return None
+            flat.append(numbers)
+    if not flat or any(max(v) - min(v) > 1e-9 for v in flat):
+        return None
+    recall = ", ".join(f"R@{k}" for k in ks)
+    if all(v[0] >= 100.0 - 1e-9 for v in flat):
+        return None  # every query finds its items at rank 1: a perfect model, not a collapsed one
+    return (f"{recall} are equal in every row and both directions: the model's scores look collapsed "
+            f"(near-constant); check the training run")

@@ -26,13 +26,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pcmr.encode.checks import check_finite_embeddings
 from pcmr.evaluation.abstention import (
     abstention_columns,
     abstention_series,
     pca_ellipse_series,
     reference_abstention_series,
 )
-from pcmr.evaluation.checks import check_finite_embeddings
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number, ordered, pmrp, table_row, tuned_value
 from pcmr.evaluation.degenerate import degenerate_score_warning
 from pcmr.evaluation.figures import (
@@ -41,7 +41,6 @@ from pcmr.evaluation.figures import (
     multiplicity_series,
     occurrence_histogram,
 )
-from pcmr.evaluation.scoring import DEFAULT_SEED, check_names, score_matrix, unsupported_reason
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
 from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, evaluate_directions
@@ -51,6 +50,7 @@ from pcmr.point_set import uncertainty_measure_for
 from pcmr.progress import status_line
 from pcmr.relevance import I2T, T2I
 from pcmr.report import Report, figure_keys
+from pcmr.scoring import DEFAULT_SEED, check_names, score_matrix, unsupported_reason
 from pcmr.similarity import list_similarities
 
 __all__ = ["evaluate_embeddings", "SharedWork", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",

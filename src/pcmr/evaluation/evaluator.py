@@ -28,9 +28,10 @@ import torch
 from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
-from pcmr.evaluation.checks import coco_id_problem, naming_source
+from pcmr.encode.checks import coco_id_problem, naming_source
+from pcmr.encode.fingerprint import gallery_fingerprint
+from pcmr.encode.inputs import encode_split
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, SELECTION_METRICS, selection_value
-from pcmr.evaluation.encode import encode_split
 from pcmr.evaluation.evaluate import (
     DEFAULT_LAMBDA_GRID,
     DEFAULT_RERANKERS,
@@ -39,7 +40,6 @@ from pcmr.evaluation.evaluate import (
     evaluate_embeddings,
 )
 from pcmr.evaluation.figures import corruption_series
-from pcmr.evaluation.fingerprint import gallery_fingerprint
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.inference import get_reranker, list_rerankers
@@ -281,34 +281,32 @@ class RetrievalEvaluator:
 
 
 def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
-                   similarities: Sequence[str] = DEFAULT_SIMILARITIES, rerankers: Sequence[str] = DEFAULT_RERANKERS,
                    similarity_options: Mapping[str, Mapping[str, Any]] | None = None,
-                   val_split: RetrievalSplit | None = None, batch_size: int = ENCODE_BATCH_SIZE,
-                   device: torch.device | str | None = None, out_dir: str | os.PathLike[str] | None = None,
-                   progress: bool | None = False, ks: Sequence[int] = DEFAULT_KS,
-                   rerank_options: Mapping[str, Mapping[str, Any]] | None = None,
-                   lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID, uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE,
-                   extra_positives: Sequence[str] | None = None, num_folds: int | None = None,
-                   meta: Mapping[str, Any] | None = None, relevance: Sequence[str] | None = None) -> Report:
+                   out_dir: str | os.PathLike[str] | None = None, relevance: Sequence[str] | None = None,
+                   **settings: Any) -> Report:
     """Encode ``split`` (and ``val_split`` when a re-ranker tunes a parameter on it) with ``model`` and
     build the evaluation table: :meth:`RetrievalEvaluator.evaluate` with these settings.
 
-    Similarities the model cannot support are skipped with a reason; RGM's lambda is selected on
-    ``val_split``; PMRP is reported where the split has class labels; the uncertainty-vs-corruption
-    figure is drawn from occlusion / word-erasure series of the split's items. ``extra_positives``
-    names positive sets of ``pcmr.metrics.load_extra_positives`` (``"cxc"``, ``"eccv"``); None means
-    both for a COCO split whose ids are those of COCO 5K-test when the ``eccv-caption`` package is
-    installed (otherwise a note says why they are absent). ``num_folds`` adds fold-averaged R@K
-    (see :func:`~pcmr.evaluation.evaluate.evaluate_embeddings`); None means 5 folds for a COCO split
-    of 5000 images (the COCO 1K protocol) and none otherwise. With ``out_dir`` the result is also
-    saved there (Markdown, CSV, JSON, PNG). ``relevance`` names the relevance modes to report (None:
-    every mode the split has); each row carries its mode in the ``relevance`` column.
+    ``settings`` are fields of :class:`RetrievalEvaluator` (``similarities``, ``rerankers``,
+    ``val_split``, ``rerank_options``, ``batch_size``, ``device``, ``progress``, ``ks``,
+    ``lambda_grid``, ``uncertainty_measure``, ``extra_positives``, ``num_folds``, ``meta``, ...),
+    declared there once with their defaults; an unknown one is a TypeError naming it. Similarities the
+    model cannot support are skipped with a reason; RGM's lambda is selected on ``val_split``; PMRP is
+    reported where the split has class labels; the uncertainty-vs-corruption figure is drawn from
+    occlusion / word-erasure series of the split's items. ``extra_positives`` names positive sets of
+    ``pcmr.metrics.load_extra_positives`` (``"cxc"``, ``"eccv"``); None means both for a COCO split
+    whose ids are those of COCO 5K-test when the ``eccv-caption`` package is installed (otherwise a
+    note says why they are absent). ``num_folds`` adds fold-averaged R@K (see
+    :func:`~pcmr.evaluation.evaluate.evaluate_embeddings`); None means 5 folds for a COCO split of 5000
+    images (the COCO 1K protocol) and none otherwise. With ``out_dir`` the result is also saved there
+    (Markdown, CSV, JSON, PNG). ``relevance`` names the relevance modes to report (None: every mode the
+    split has); each row carries its mode in the ``relevance`` column.
     """
-    evaluator = RetrievalEvaluator(
-        split, val_split=val_split, similarities=similarities, rerankers=rerankers, relevance_modes=relevance,
-        rerank_options={k: dict(v) for k, v in (rerank_options or {}).items()}, batch_size=batch_size,
-        device=device, progress=progress, ks=ks, lambda_grid=lambda_grid, uncertainty_measure=uncertainty_measure,
-        extra_positives=extra_positives, num_folds=num_folds, meta=dict(meta or {}))
+    if "rerank_options" in settings:
+        settings["rerank_options"] = {k: dict(v) for k, v in (settings["rerank_options"] or {}).items()}
+    if "meta" in settings:
+        settings["meta"] = dict(settings["meta"] or {})
+    evaluator = RetrievalEvaluator(split, relevance_modes=relevance, **settings)
     return evaluator.evaluate(model, vocab, similarity_options, out_dir=out_dir)
 
 

@@ -12,7 +12,7 @@ from pcmr.data import occlusion_series, word_erasure_series
 from pcmr.data.batching import ENCODE_BATCH_SIZE, image_loader
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
-from pcmr.evaluation.encode import encode_texts, eval_mode, model_device
+from pcmr.encode.inputs import encode_texts, eval_mode, model_device
 from pcmr.gaussian import Gaussian
 from pcmr.metrics.correlation import spearman
 from pcmr.metrics.hubness import k_occurrence

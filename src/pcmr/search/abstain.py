@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pcmr.evaluation.fingerprint import fingerprint_mismatches
+from pcmr.encode.fingerprint import fingerprint_mismatches
 from pcmr.report.figure_keys import RISK_COVERAGE
 
 __all__ = ["AbstentionError", "abstains", "abstention_entry", "answered_entry", "check_curve_fingerprint",
@@ -60,7 +60,7 @@ def read_risk_curve(path: str | Path, similarity: str, direction: str) -> tuple[
 
 def check_curve_fingerprint(path: str | Path, current: Mapping[str, Any]) -> None:
     """AbstentionError unless the risk-coverage curve of the evaluation at ``path`` was measured with the
-    model and gallery of ``current`` (:func:`pcmr.evaluation.fingerprint.gallery_fingerprint` of the index):
+    model and gallery of ``current`` (:func:`pcmr.encode.fingerprint.gallery_fingerprint` of the index):
     a curve of another model or gallery maps a risk to a share that means nothing here."""
     file = _results_file(path)
     data = json.loads(file.read_text(encoding="utf-8"))

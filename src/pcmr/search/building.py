@@ -1,6 +1,6 @@
-"""Encoding for a gallery index: a retrieval split encoded into a new index (in memory, or batch by
-batch into gallery stores on disk), and raw queries (caption texts, image files) encoded with the
-index's model."""
+"""Encoding for a gallery index: a retrieval split encoded by a :class:`pcmr.Model` into a new index (in
+memory, or batch by batch into gallery stores on disk), and raw queries (caption texts, image files)
+encoded by the model the index keeps (``Model.encode_text`` / ``Model.encode_image``)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,18 @@ from typing import Any, TypeVar
 
 import torch
 
-from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
+from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.data.registry import renders_images
 from pcmr.data.split import RetrievalSplit
-from pcmr.evaluation.encode import (
-    encode_image_files,
+from pcmr.encode.inputs import (
     encode_split,
     encode_split_chunks,
-    encode_texts,
     image_input_size,
     image_input_transform,
     split_image_metadata,
 )
 from pcmr.gaussian import Gaussian
-from pcmr.models.model import RetrievalModel
+from pcmr.hub import Model
 from pcmr.point_set import PointSet
 from pcmr.search.image_files import files_source
 from pcmr.search.manifest import STORE_DIRS
@@ -33,31 +31,42 @@ from pcmr.search.stored import StoredGallery
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["build_from_split", "build_on_disk", "encode_image_queries", "encode_text_queries"]
+__all__ = ["build_from_split", "build_on_disk", "encode_image_queries", "encode_text_queries", "query_encoder"]
 
-def build_from_split(cls: Callable[..., T], model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
-          device: torch.device | str | None = None, similarity_options: dict[str, dict[str, Any]] | None = None,
-          meta: dict[str, Any] | None = None, progress: bool | None = False) -> T:
-    """Encode every image and caption of a retrieval split with ``model`` (eval mode, no grad).
 
-    ``split`` is a ``pcmr.data`` retrieval split (``image_ids``, ``caption_ids``, ``caption_texts``,
-    loaders); ``vocab`` its vocabulary. The embeddings are kept on CPU.
-    """
+def query_encoder(model: Model, split: RetrievalSplit) -> Model:
+    """The model an index over ``split`` keeps to encode queries: ``model``'s network, vocabulary, trained
+    score parameters and run config, with the test-time image transform of the gallery's images (so an
+    image query is brought to the size the gallery was encoded at)."""
+    kept = Model(model.network, model.vocabulary, similarity_options=model.similarity_options,
+                 metrics=model.metrics)
+    kept.run_config, kept.source, kept.run_dir = model.run_config, model.source, model.run_dir
+    kept.set_image_transform(image_input_size(split), **image_input_transform(split))
+    return kept
 
-    images, captions = encode_split(model, split, vocab, batch_size=batch_size, device=device,
-                                    progress=progress)
+
+def _meta(split: RetrievalSplit, source: dict[str, Any], meta: dict[str, Any] | None) -> dict[str, Any]:
+    return {"num_images": split.num_images, "num_captions": split.num_captions, **source, **(meta or {})}
+
+
+def build_from_split(cls: Callable[..., T], model: Model, split: RetrievalSplit, *, batch_size: int = ENCODE_BATCH_SIZE,
+                     device: torch.device | str | None = None, meta: dict[str, Any] | None = None,
+                     progress: bool | None = False) -> T:
+    """Encode every image and caption of a retrieval split with ``model`` (a :class:`pcmr.Model`; eval
+    mode, no grad). The embeddings are kept on CPU; the index keeps the model (:func:`query_encoder`)
+    and its trained score parameters."""
+
+    images, captions = encode_split(model.network, split, model.text_vocabulary, batch_size=batch_size,
+                                    device=device, progress=progress)
     source, image_metadata = _image_source(split)
-    meta = {"num_images": split.num_images, "num_captions": split.num_captions,
-            "image_size": image_input_size(split), **image_input_transform(split), **source, **(meta or {})}
     return cls(images.to("cpu"), captions.to("cpu"), image_ids=list(split.image_ids),
                caption_ids=list(split.caption_ids), caption_texts=list(split.caption_texts),
-               image_metadata=image_metadata, similarity_options=similarity_options,
-               meta=meta, model=model, vocab=vocab)
+               image_metadata=image_metadata, similarity_options=model.similarity_options,
+               meta=_meta(split, source, meta), model=query_encoder(model, split))
 
-def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary,
-                  folder: str | os.PathLike[str], *, dtype: str = "float16", batch_size: int = ENCODE_BATCH_SIZE,
-                  device: torch.device | str | None = None,
-                  similarity_options: dict[str, dict[str, Any]] | None = None,
+
+def build_on_disk(cls: Callable[..., T], model: Model, split: RetrievalSplit, folder: str | os.PathLike[str], *,
+                  dtype: str = "float16", batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
                   meta: dict[str, Any] | None = None, progress: bool | None = False) -> T:
     """Like :func:`build_from_split`, but each modality is encoded batch by batch straight into a
     :class:`~pcmr.search.store.GalleryStore` (``dtype`` float16 or float32) in ``folder``, the folder
@@ -66,8 +75,8 @@ def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: Retrieval
     root = Path(folder)
     stores = {}
     for modality, total in (("image", split.num_images), ("caption", split.num_captions)):
-        chunks = encode_split_chunks(model, split, vocab, modality, batch_size=batch_size, device=device,
-                                     progress=progress)
+        chunks = encode_split_chunks(model.network, split, model.text_vocabulary, modality, batch_size=batch_size,
+                                     device=device, progress=progress)
         first = next(chunks, None)
         if first is None:
             raise ValueError(f"the {modality} loader yielded no batch; the split has no {modality}s")
@@ -82,12 +91,10 @@ def build_on_disk(cls: Callable[..., T], model: RetrievalModel, split: Retrieval
 
         stores[modality] = write_store(root / STORE_DIRS[modality], all_chunks(), total, first.dim, width, dtype)
     source, image_metadata = _image_source(split)
-    meta = {"num_images": split.num_images, "num_captions": split.num_captions,
-            "image_size": image_input_size(split), **image_input_transform(split), **source, **(meta or {})}
     return cls(stores["image"], stores["caption"], image_ids=list(split.image_ids),
                caption_ids=list(split.caption_ids), caption_texts=list(split.caption_texts),
-               image_metadata=image_metadata, similarity_options=similarity_options,
-               meta=meta, model=model, vocab=vocab)
+               image_metadata=image_metadata, similarity_options=model.similarity_options,
+               meta=_meta(split, source, meta), model=query_encoder(model, split))
 
 
 def _image_source(split: Any) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
@@ -105,29 +112,29 @@ def _image_source(split: Any) -> tuple[dict[str, Any], list[dict[str, Any]] | No
     return {}, metadata
 
 
-def _require_encoder(index: StoredGallery) -> tuple[RetrievalModel, Vocabulary]:
-    if index.model is None or index.vocab is None:
+def _require_encoder(index: StoredGallery) -> Model:
+    if index.model is None:
         raise ValueError("this index holds no model/vocabulary (saved with include_model=False); "
                          "it can only be searched with Gaussian queries (GalleryIndex.search)")
-    return index.model, index.vocab
+    return index.model
 
 
 def encode_text_queries(index: StoredGallery, texts: str | Sequence[str]) -> Gaussian:
-    """Caption text(s) encoded with the index's model, ``Gaussian [Q, D]`` on the index's device."""
-    model, vocab = _require_encoder(index)
+    """Caption text(s) encoded by the index's model (:meth:`pcmr.Model.encode_text`), ``Gaussian [Q, D]``."""
+    model = _require_encoder(index)
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
         raise ValueError(f"text queries must be non-empty strings, got {texts!r}")
-    return encode_texts(model, vocab, texts, device=index.device)
+    return model.encode_text(texts)
 
 
 def encode_image_queries(index: StoredGallery,
                          paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Gaussian:
-    """Image file(s) decoded with Pillow, preprocessed like the gallery's images at test time (the index's
-    ``image_size``, ``image_resize``, ``resize_size``; an index without ``image_resize``: a square resize)
-    and encoded with the index's model, ``Gaussian [Q, D]``."""
-    model, _ = _require_encoder(index)
+    """Image file(s) encoded by the index's model (:meth:`pcmr.Model.encode_image`: decoded with Pillow and
+    preprocessed like the gallery's images at test time), ``Gaussian [Q, D]``."""
+    model = _require_encoder(index)
+    if model.image_size is None:
+        raise ValueError("this model reads precomputed image features, not pixels; image-file queries need a "
+                         "model trained on pixel images")
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    return encode_image_files(model, paths, device=index.device, image_size=index.meta.get("image_size"),
-                              image_resize=index.meta.get("image_resize", "square"),
-                              resize_size=index.meta.get("resize_size"))
+    return model.encode_image([os.fspath(p) for p in paths])

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pcmr.evaluation.scoring import check_similarity_supported, score_matrix
 from pcmr.gaussian import Gaussian
 from pcmr.inference import Reranker, get_reranker
+from pcmr.scoring import check_similarity_supported, score_matrix
 from pcmr.search.results import SearchResults, hits_of
 from pcmr.search.searcher import (
     DEFAULT_CANDIDATES,
@@ -145,7 +145,7 @@ def _reference_scores(index: StoredGallery, similarity: str, modality: str, opts
     return reference
 
 
-def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, rerank_params: dict[str, Any], *,
+def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, *,
                 backend: str = "auto", candidates: int | None = None) -> tuple[Search, list[str]]:
     """The :class:`~pcmr.search.searcher.Search` that answers ``scoring`` over ``gallery_modality``,
     and the notes its results carry (module docstring)."""
@@ -165,7 +165,7 @@ def plan_search(index: StoredGallery, gallery_modality: str, scoring: Scoring, r
         reference = _reference_scores(index, scoring.similarity, scoring.query_modality, scoring.options)
         whole = ExactCandidates(gallery, scoring, chunk=max(1, gallery.num))
         return Search(whole, ExactRescorer(gallery, scoring),
-                      MatchingRanker(reranker.name, rerank_params, reference), gallery.num), []
+                      MatchingRanker(reranker, reference), gallery.num), []
     if on_disk and source is None:
         raise ValueError(f"this on-disk index has no faiss candidates over its {gallery_modality}s; "
                          "build it with `pcmr search INDEX --build RUN --on-disk` without --modality")
@@ -209,7 +209,7 @@ def search_index(index: StoredGallery, query: Gaussian, k: int = DEFAULT_TOP_K, 
         probe = gallery
     images, captions = (probe, query) if modality == "caption" else (query, probe)
     check_similarity_supported(similarity, images, captions, opts)
-    search, notes = plan_search(index, gallery_modality, Scoring(similarity, modality, opts, reranker), params,
+    search, notes = plan_search(index, gallery_modality, Scoring(similarity, modality, opts, reranker),
                                 backend=backend, candidates=candidates)
     scores, indices = search.search(query, k)
     uncertainty = None

@@ -4,7 +4,10 @@ A :class:`GalleryIndex` holds the image Gaussians (searched by text queries) and
 (searched by image queries), their ids, the caption texts and per-image metadata, the learned
 similarity options of the model (e.g. PCME's match_prob ``a, b``), optionally the model and
 vocabulary that encode new queries, its candidate sources (faiss indexes or Milvus collections) and
-the re-rankers' gallery statistics. Each other job lives in its own module; the methods here call it:
+the re-rankers' gallery statistics. The model is a :class:`pcmr.Model` (what :func:`pcmr.load`
+returns): the index is built from one (:meth:`GalleryIndex.build`), keeps it, encodes queries with its
+``encode_text`` / ``encode_image`` and saves it as a ``save_pretrained`` folder. Each other job lives in
+its own module; the methods here call it:
 
 - :mod:`pcmr.search.manifest`: the folder on disk (``index.json`` with checksums, safetensors, no pickle);
 - :mod:`pcmr.search.building`: encoding a split into a new index, and encoding raw queries;
@@ -37,11 +40,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pcmr.data import ENCODE_BATCH_SIZE, Vocabulary
+from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.device import resolve_device
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
-from pcmr.models.model import RetrievalModel
+from pcmr.hub import Model
 from pcmr.search import backends, building, manifest
 from pcmr.search.compose import DEFAULT_TOP_K, search_index
 from pcmr.search.manifest import INDEX_FORMAT, INDEX_VERSION
@@ -76,15 +79,15 @@ class GalleryIndex:
         image_metadata: ``N_img`` JSON-storable dicts (e.g. file name, scene description) or None.
         similarity_options: learned options per similarity name (e.g. ``{"match_prob": {"a": .., "b": ..}}``).
         meta: provenance (model name, dataset, split, uncertainty measure ...), stored in ``index.json``.
-        model, vocab: what encodes new queries (optional; search by Gaussian works without them).
+        model: the :class:`pcmr.Model` that encodes new queries (optional; search by Gaussian works
+            without it).
     """
 
     def __init__(self, images: Gallery, captions: Gallery, *, image_ids: Sequence[Any],
                  caption_ids: Sequence[Any], caption_texts: Sequence[str],
                  image_metadata: Sequence[dict[str, Any]] | None = None,
                  similarity_options: dict[str, dict[str, Any]] | None = None,
-                 meta: dict[str, Any] | None = None, model: RetrievalModel | None = None,
-                 vocab: Vocabulary | None = None) -> None:
+                 meta: dict[str, Any] | None = None, model: Model | None = None) -> None:
         if isinstance(images, GalleryStore) != isinstance(captions, GalleryStore):
             raise ValueError("images and captions must both be in memory or both be gallery stores on disk")
         if images.dim != captions.dim:
@@ -105,7 +108,6 @@ class GalleryIndex:
         self.meta = dict(meta or {})
         self.meta.setdefault("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
         self.model = model
-        self.vocab = vocab
         #: gallery modality -> candidate source (pcmr.search.ann.AnnIndex or a Milvus collection)
         self.ann: dict[str, Any] = {}
         #: Milvus candidate sources replaced by a rebuild or ``add_*``, dropped by :meth:`commit_sources`
@@ -135,26 +137,25 @@ class GalleryIndex:
 
     # ----------------------------------------------------------------- building (pcmr.search.building)
     @classmethod
-    def build(cls, model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, *, batch_size: int = ENCODE_BATCH_SIZE,
-              device: torch.device | str | None = None, similarity_options: dict[str, dict[str, Any]] | None = None,
-              meta: dict[str, Any] | None = None, progress: bool | None = False) -> GalleryIndex:
-        """Encode every image and caption of a retrieval split with ``model`` (eval mode, no grad;
-        :func:`pcmr.search.building.build_from_split`). The embeddings are kept on CPU."""
-        return building.build_from_split(cls, model, split, vocab, batch_size=batch_size, device=device,
-                                         similarity_options=similarity_options, meta=meta, progress=progress)
+    def build(cls, model: Model, split: RetrievalSplit, *, batch_size: int = ENCODE_BATCH_SIZE,
+              device: torch.device | str | None = None, meta: dict[str, Any] | None = None,
+              progress: bool | None = False) -> GalleryIndex:
+        """Encode every image and caption of a retrieval split with ``model`` (a :class:`pcmr.Model`, e.g.
+        ``pcmr.load(RUN)``; eval mode, no grad; :func:`pcmr.search.building.build_from_split`). The
+        embeddings are kept on CPU; the index keeps the model and its trained score parameters."""
+        return building.build_from_split(cls, model, split, batch_size=batch_size, device=device, meta=meta,
+                                         progress=progress)
 
     @classmethod
-    def build_on_disk(cls, model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary,
-                      folder: str | os.PathLike[str], *, dtype: str = "float16", batch_size: int = ENCODE_BATCH_SIZE,
-                      device: torch.device | str | None = None,
-                      similarity_options: dict[str, dict[str, Any]] | None = None,
-                      meta: dict[str, Any] | None = None, progress: bool | None = False) -> GalleryIndex:
+    def build_on_disk(cls, model: Model, split: RetrievalSplit, folder: str | os.PathLike[str], *,
+                      dtype: str = "float16", batch_size: int = ENCODE_BATCH_SIZE,
+                      device: torch.device | str | None = None, meta: dict[str, Any] | None = None,
+                      progress: bool | None = False) -> GalleryIndex:
         """Like :meth:`build`, each modality encoded batch by batch into a gallery store (``dtype``
         float16 or float32) in ``folder``, the folder this index is then saved to
         (:func:`pcmr.search.building.build_on_disk`). Build its candidates with :meth:`build_ann`."""
-        return building.build_on_disk(cls, model, split, vocab, folder, dtype=dtype, batch_size=batch_size,
-                                      device=device, similarity_options=similarity_options, meta=meta,
-                                      progress=progress)
+        return building.build_on_disk(cls, model, split, folder, dtype=dtype, batch_size=batch_size,
+                                      device=device, meta=meta, progress=progress)
 
     # ----------------------------------------------------------------- candidate sources (pcmr.search.backends)
     def build_ann(self, score: str = "cosine", modalities: Sequence[str] = MODALITIES, index_type: str = "auto",
@@ -290,13 +291,13 @@ class GalleryIndex:
 
     def search_text(self, texts: str | Sequence[str], k: int = DEFAULT_TOP_K, similarity: str = "cosine",
                     rerank: str = "nns", **kwargs: Any) -> SearchResults:
-        """Encode caption text(s) with the stored model and search the image gallery."""
+        """Encode caption text(s) with the stored model (``Model.encode_text``) and search the image gallery."""
         query = building.encode_text_queries(self, texts)
         return self.search(query, k, similarity, rerank, modality="caption", **kwargs)
 
     def search_image(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], k: int = DEFAULT_TOP_K,
                      similarity: str = "cosine", rerank: str = "nns", **kwargs: Any) -> SearchResults:
-        """Decode image file(s) with Pillow, preprocess them like the dataset, encode with the stored
-        model and search the caption gallery."""
+        """Decode image file(s) with Pillow, preprocess them like the gallery's images, encode with the stored
+        model (``Model.encode_image``) and search the caption gallery."""
         query = building.encode_image_queries(self, paths)
         return self.search(query, k, similarity, rerank, modality="image", **kwargs)

@@ -7,7 +7,10 @@ On disk (no pickle anywhere):
 - ``embeddings.safetensors``: ``image_mean [N_img, D]``, ``image_logvar [N_img, D|1]``,
   ``caption_mean [N_cap, D]``, ``caption_logvar [N_cap, D|1]`` (log-variances absent for points),
   ``image_points`` / ``caption_points [N, K, D]`` for ``pcmr.PointSet`` embeddings (PVSE);
-- ``model/`` (``pcmr.models.save_model``) and ``vocab.json`` when the index can encode queries;
+- ``model/`` when the index can encode queries: the :class:`pcmr.Model` as its ``save_pretrained`` folder
+  (network, vocabulary, image preprocessing, trained score parameters, run config), every file of it
+  under the manifest's checksums (versions 1 and 2 stored the network alone there, with ``vocab.json``
+  beside it and the image transform in ``meta``; both are still read);
 - ``ann-image.faiss`` / ``ann-caption.faiss`` (faiss backend, :mod:`pcmr.search.ann`); a Milvus
   source is recorded by its uri and collection;
 - ``statistics.safetensors`` (:mod:`pcmr.search.statistics`);
@@ -34,8 +37,8 @@ from torch import Tensor
 from pcmr.atomic import atomic_write_json, atomic_write_safetensors, atomic_write_via_path, repair_folder
 from pcmr.data import Vocabulary
 from pcmr.gaussian import Gaussian
+from pcmr.hub import Model
 from pcmr.models import load_model as load_pcmr_model
-from pcmr.models import save_model
 from pcmr.point_set import PointSet
 from pcmr.search.ann import AnnIndex
 from pcmr.search.searcher import Gallery
@@ -49,12 +52,11 @@ T = TypeVar("T", bound=StoredGallery)
 __all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "milvus_entries", "save_index", "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
-INDEX_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+INDEX_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 META_FILE = "index.json"
 EMBEDDINGS_FILE = "embeddings.safetensors"
 MODEL_DIR = "model"
-VOCAB_FILE = "vocab.json"
 UNCERTAINTY_FILE = "uncertainty.safetensors"  # on-disk indexes: each item's uncertainty, computed once
 STORE_DIRS = {"image": "store-image", "caption": "store-caption"}
 
@@ -75,11 +77,10 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
             tensors[f"{modality}_logvar"] = g.logvar.detach().cpu().contiguous()
     if not index.on_disk:
         atomic_write_safetensors(out / EMBEDDINGS_FILE, tensors)
-    has_model = False
-    if include_model and index.model is not None and index.vocab is not None:
-        has_model = True
-        save_model(index.model, out / MODEL_DIR)
-        index.vocab.save(out / VOCAB_FILE)
+    has_model = include_model and index.model is not None
+    if has_model:
+        assert index.model is not None
+        index.model.save_pretrained(out / MODEL_DIR)
     ann_info = {}
     for modality, ann in index.ann.items():
         if ann.engine != "faiss":  # a vector database: how to reconnect
@@ -101,7 +102,7 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
              + [a["file"] for a in ann_info.values() if "file" in a]
              + ([STATISTICS_FILE] if statistics_info else []) + ([UNCERTAINTY_FILE] if uncertain else []))
     if has_model:
-        files += [VOCAB_FILE] + sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
+        files += sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
     meta = {
         "format": INDEX_FORMAT, "version": INDEX_VERSION,
         "backend": next((a.get("engine", "faiss") for a in ann_info.values()), "exact"), "ann": ann_info, "statistics": statistics_info,
@@ -112,7 +113,7 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
         "num_images": index.images.num, "num_captions": index.captions.num, "dim": index.images.dim,
         "image_ids": index.image_ids, "caption_ids": index.caption_ids, "caption_texts": index.caption_texts,
         "image_metadata": index.image_metadata, "similarity_options": index.similarity_options,
-        "meta": index.meta, "model": MODEL_DIR if has_model else None, "vocab": VOCAB_FILE if has_model else None,
+        "meta": index.meta, "model": MODEL_DIR if has_model else None,
     }
     meta["manifest_sha256"] = _manifest_digest(meta)
     atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
@@ -199,14 +200,17 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
         if len(info[key]) != gaussians[modality].num:
             raise ValueError(f"{meta_path}: field {key!r} has {len(info[key])} entries but {emb_path.name} "
                              f"holds {gaussians[modality].num} {modality}s; the index files do not match")
-    model = vocab = None
+    model = None
     if load_model and info.get("model"):
-        model = load_pcmr_model(_inside(root, info["model"], "model", meta_path)).to(dev).eval()
-        vocab = Vocabulary.load(_inside(root, info.get("vocab"), "vocab", meta_path))
+        folder = _inside(root, info["model"], "model", meta_path)
+        if info.get("version") in (1, 2) or info.get("vocab") is not None:
+            model = _stored_parts(folder, _inside(root, info.get("vocab"), "vocab", meta_path), info, dev)
+        else:
+            model = Model.from_pretrained(folder, map_location=dev)
     index = cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
                 caption_ids=info["caption_ids"], caption_texts=info["caption_texts"],
                 image_metadata=info.get("image_metadata"), similarity_options=info.get("similarity_options"),
-                meta=info.get("meta"), model=model, vocab=vocab)
+                meta=info.get("meta"), model=model)
     _load_ann(index, root, info, meta_path)
     statistics = info.get("statistics") or []
     if not isinstance(statistics, list):
@@ -214,6 +218,16 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
     index.statistics.load(root, statistics, meta_path)
     _load_uncertainty(index, root, info, meta_path)
     return index
+
+
+def _stored_parts(folder: Path, vocab_path: Path, info: dict[str, Any], device: torch.device) -> Model:
+    """The :class:`pcmr.Model` of a version 1 or 2 index, which stored its parts: the network in ``model/``,
+    the vocabulary in ``vocab.json`` and the gallery's image transform in ``meta``."""
+    network = load_pcmr_model(folder).to(device).eval()
+    model = Model(network, Vocabulary.load(vocab_path), similarity_options=info.get("similarity_options"))
+    meta = info.get("meta") or {}
+    model.set_image_transform(meta.get("image_size"), meta.get("image_resize", "square"), meta.get("resize_size"))
+    return model.eval()
 
 
 def milvus_entries(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -250,11 +264,11 @@ def _manifest_digest(info: dict[str, Any]) -> str:
 
 def _verify_checksums(root: Path, info: dict[str, Any], meta_path: Path) -> None:
     """The manifest's own digest and every file listed under ``checksums`` (version-2 indexes)."""
-    if info.get("version") == 2 and info.get("manifest_sha256") != _manifest_digest(info):
+    if info.get("version", 1) >= 2 and info.get("manifest_sha256") != _manifest_digest(info):
         raise ValueError(f"{meta_path}: its content does not match its 'manifest_sha256'; the manifest was "
                          "edited or damaged, rebuild the index")
     checksums = info.get("checksums", {}) if info.get("version", 1) >= 2 else {}
-    required = info.get("version") == 2 and info.get("on_disk") is not True
+    required = info.get("version", 1) >= 2 and info.get("on_disk") is not True
     if not isinstance(checksums, dict) or (required and EMBEDDINGS_FILE not in checksums):
         raise ValueError(f"{meta_path}: field 'checksums' must map every index file to its SHA-256")
     for name, expected in checksums.items():

@@ -12,8 +12,9 @@ the JSON API of ``pcmr serve`` and its page.
   that ``k`` distinct lines remain once identical captions are merged (asked again, for more, until
   they do or the whole gallery was read); :func:`fewer_lines_warning` says when fewer remain;
   :func:`search_distinct` runs that loop for ``pcmr search`` and ``pcmr serve`` alike.
-- :func:`collapsed_score_warning` / :func:`collapsed_recall_warning`: a model whose scores barely
-  differ between items (a collapsed embedding) ranks by ties and noise; both say so.
+- :func:`collapsed_score_warning`: a model whose scores barely differ between items (a collapsed
+  embedding) ranks by ties and noise; it says so (an evaluation table's counterpart is
+  ``pcmr.evaluation.degenerate.collapsed_recall_warning``).
 """
 
 from __future__ import annotations
@@ -26,10 +27,7 @@ import torch
 from torch import Tensor
 
 from pcmr.data.text import tokenize
-from pcmr.evaluation import columns as schema
 from pcmr.inference import get_reranker
-from pcmr.metrics import DEFAULT_KS
-from pcmr.metrics.driver import DIRECTIONS
 
 __all__ = [
     "ShownHit",
@@ -38,7 +36,6 @@ __all__ = [
     "query_word_warning",
     "uncertainty_percentile",
     "collapsed_score_warning",
-    "collapsed_recall_warning",
     "fetch_size",
     "needs_more",
     "next_fetch_size",
@@ -141,27 +138,6 @@ def collapsed_score_warning(scores: Tensor | Sequence[float], label: str = "quer
         return None
     return (f"the top {row.numel()} scores of the {label} are all {float(row[0]):.6g}: the model does not tell "
             f"these items apart (collapsed embeddings?), so their order is arbitrary")
-
-
-def collapsed_recall_warning(rows: Sequence[Mapping[str, Any]], ks: Sequence[int] = DEFAULT_KS) -> str | None:
-    """A warning when, in an evaluation table, R@K is the same for every K of ``ks`` in both directions
-    for every row (a model that retrieves everything or nothing at once: collapsed scores), else None."""
-
-    flat: list[list[float]] = []
-    for row in rows:
-        for direction in DIRECTIONS:
-            values = [row.get(schema.recall(direction, k)) for k in ks]
-            numbers = [float(v) for v in values if isinstance(v, (int, float))]
-            if len(numbers) != len(values):
-                return None
-            flat.append(numbers)
-    if not flat or any(max(v) - min(v) > 1e-9 for v in flat):
-        return None
-    recall = ", ".join(f"R@{k}" for k in ks)
-    if all(v[0] >= 100.0 - 1e-9 for v in flat):
-        return None  # every query finds its items at rank 1: a perfect model, not a collapsed one
-    return (f"{recall} are equal in every row and both directions: the model's scores look collapsed "
-            f"(near-constant); check the training run")
 
 
 #: how many more candidates to fetch when identical captions are merged, so k distinct lines remain
@@ -307,13 +283,15 @@ def _metadata_text(metadata: Mapping[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in metadata.items()) or "-"
 
 
-def word_vocabulary(model: Any, vocab: Any) -> Any | None:
-    """The word vocabulary that decides which query words a model knows: ``vocab`` for models reading
-    word ids, None for a model that tokenises text itself (pretrained MiniLM) or a missing model."""
+def word_vocabulary(model: Any) -> Any | None:
+    """The word vocabulary that decides which query words a model (a :class:`pcmr.Model`) knows: its
+    ``vocabulary`` when it reads word ids, None for a model that tokenises text itself (pretrained
+    MiniLM) or a missing model."""
 
-    config = getattr(model, "config", None)
+    vocab = getattr(model, "vocabulary", None)
     if model is None or vocab is None:
         return None
+    config = getattr(model, "config", None)
     if config is not None and not getattr(getattr(config, "text_encoder", None), "reads_word_ids", True):
         return None
     return vocab

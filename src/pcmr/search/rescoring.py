@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pcmr.evaluation.scoring import score_matrix
 from pcmr.gaussian import Gaussian
+from pcmr.scoring import score_matrix
 from pcmr.search.store import GalleryStore
 from pcmr.similarity import get_similarity, paired
 

@@ -32,10 +32,10 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from pcmr.evaluation.scoring import rerank_topk
 from pcmr.gaussian import Gaussian
 from pcmr.inference import Reranker, get_reranker
 from pcmr.ranking.topk import ordered_topk_block
+from pcmr.scoring import reranked_topk
 from pcmr.search.rescoring import oriented_scores, rescore_candidates
 from pcmr.search.store import GalleryStore
 from pcmr.similarity import get_similarity
@@ -223,15 +223,17 @@ class MatchingRanker:
 
     works_on_candidates = False
 
-    def __init__(self, name: str, params: dict[str, Any], reference: Tensor) -> None:
-        self.name, self.params, self.reference = name, dict(params), reference
+    def __init__(self, reranker: Reranker, reference: Tensor) -> None:
+        if reranker.works_on_candidates:
+            raise ValueError(f"re-ranker {reranker.name!r} works on candidate lists: use ReweightingRanker")
+        self.reranker, self.reference = reranker, reference
 
     def rank(self, scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]:
         if scores.shape[1] != self.reference.shape[1]:
             raise ValueError(f"a matching ranks the whole gallery ({self.reference.shape[1]} items), got candidate "
                              f"lists of {scores.shape[1]}")
         offset = self.reference.shape[0]
-        found, values = rerank_topk(self.name, torch.cat([self.reference, scores], dim=0), k, **self.params)
+        found, values = reranked_topk(self.reranker, torch.cat([self.reference, scores], dim=0), k)
         return values[offset:], found[offset:]  # [Q, k]
 
 

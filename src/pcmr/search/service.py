@@ -32,7 +32,6 @@ from PIL import Image, UnidentifiedImageError
 
 from pcmr.data.images import ArrayImages, pil_to_pixels
 from pcmr.data.registry import load_dataset, renders_images
-from pcmr.evaluation.encode import encode_image_inputs
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.search.compose import DEFAULT_TOP_K, get_backend, trained_similarity
@@ -210,7 +209,7 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         return k
 
     def require_encoder() -> None:
-        if index.model is None or index.vocab is None:
+        if index.model is None:
             raise _BadRequest(409, "this index holds no model, so it cannot encode queries")
 
     def percentile(modality: str, value: float | None) -> float | None:
@@ -260,7 +259,7 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
             raise _BadRequest(400, str(err)) from None
         gallery_unc = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
         entries = shown_entries(results.hits[0], k, gallery_unc)
-        vocabulary = word_vocabulary(index.model, index.vocab) if text is not None else None
+        vocabulary = word_vocabulary(index.model) if text is not None else None
         warnings = result_warnings(entries, text if text is not None else "", vocabulary) + results.notes
         fewer = fewer_lines_warning(len(entries), k, fetched, gallery_size, get_reranker(reranker).returns_scores)
         if fewer:
@@ -296,7 +295,8 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         check_k(k, "caption")
         chosen = settings(similarity, rerank)
         filename, data = await _read_upload(request, limits.max_upload_bytes)
-        image_size = index.meta.get("image_size")
+        assert index.model is not None
+        image_size = index.model.image_size
         if image_size is None:
             raise _BadRequest(400, "this model reads precomputed image features, not pixels; image queries need a "
                                    "model trained on pixel images")
@@ -306,9 +306,8 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
 
         def encoded_search(queries: Any, **kwargs: Any) -> Any:  # under the lock: encoding uses every core
             assert index.model is not None
-            if not encoded:
-                encoded.append(encode_image_inputs(index.model, queries, image_size=int(image_size),
-                                                   device=index.device))
+            if not encoded:  # pixels already at the model's image size
+                encoded.append(index.model.encode_image(queries))
             return index.search(encoded[0], modality="image", **kwargs)
 
         results, warnings = await run_in_threadpool(run_search, encoded_search, pixels[None], k, "caption", chosen)

@@ -1,5 +1,5 @@
 """What the parts of the search read from a gallery index (:class:`pcmr.search.gallery.GalleryIndex`
-satisfies it): its stored items, their ids, texts and metadata, the model that encodes queries, its
+satisfies it): its stored items, their ids, texts and metadata, the model that encodes queries (a :class:`pcmr.Model`), its
 candidate sources, statistics and caches. The modules that do one job on an index (manifest,
 building, backends, compose) depend on this protocol, not on the class, so nothing imports the
 gallery back."""
@@ -12,9 +12,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from pcmr.data import Vocabulary
 from pcmr.gaussian import Gaussian
-from pcmr.models.model import RetrievalModel
+from pcmr.hub import Model
 from pcmr.search.searcher import Gallery
 from pcmr.search.statistics import GalleryStatistics
 
@@ -33,8 +32,7 @@ class StoredGallery(Protocol):
     image_metadata: list[dict[str, Any]] | None
     similarity_options: dict[str, dict[str, Any]]
     meta: dict[str, Any]
-    model: RetrievalModel | None
-    vocab: Vocabulary | None
+    model: Model | None
     ann: dict[str, Any]
     replaced_sources: list[Any]
     statistics: GalleryStatistics

@@ -21,11 +21,12 @@ import torch
 import yaml
 
 from pcmr.atomic import atomic_write_text
-from pcmr.data import Vocabulary, offers_split
+from pcmr.data import offers_split
+from pcmr.encode.inputs import model_device
 from pcmr.evaluation import EncodedEvaluation, encode_split, score_matrix, unsupported_reason
 from pcmr.evaluation import columns as schema
-from pcmr.evaluation.encode import model_device
 from pcmr.evaluation.figures import corruption_series
+from pcmr.evaluation.model import evaluate_modes
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.hub import Model, load
 from pcmr.inference import NO_RERANKING, get_reranker
@@ -34,6 +35,7 @@ from pcmr.metrics.signal import uncertainty_signal
 from pcmr.models import create_model
 from pcmr.relevance import I2T, T2I
 from pcmr.report.figure_keys import UNCERTAINTY_R1
+from pcmr.run_defaults import load_split, run_defaults
 from pcmr.similarity import get_similarity
 from pcmr.study.analysis import (
     binary_selection,
@@ -45,7 +47,6 @@ from pcmr.study.analysis import (
 from pcmr.study.spec import AnalysisOptions, StudyError
 from pcmr.train import check_config, load_config
 from pcmr.train.config import RunConfig
-from pcmr.train.evaluation import evaluate_run_modes
 from pcmr.train.lifecycle import ConfigMismatchError, start_or_resume
 from pcmr.train.loading import run_config
 from pcmr.train.recipes import find_recipe
@@ -294,7 +295,7 @@ class _QueryBlindColumns:
 def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: Sequence[str] | None,
                  relevance_modes: Sequence[str], analysis: AnalysisOptions) -> list[dict[str, Any]]:
     """Evaluate the selected model of ``run_dir`` on its test split under each relevance mode, with
-    :func:`pcmr.train.evaluation.run_evaluator`, the one evaluation of a run (the analysis columns are its
+    :func:`pcmr.evaluation.model.evaluate_modes`, the one evaluation of a model (the analysis columns are its
     extras).
 
     Returns one flat row per (similarity, re-ranker, relevance mode) with every metric of the
@@ -306,12 +307,13 @@ def evaluate_run(run_dir: Path, similarities: Sequence[str] | None, rerankers: S
     config = run_config(trained)
     if config is None:
         raise StudyError(f"{run_dir} records no run config (config.yaml); it is not a run of this study")
-    similarities = list(similarities or config.eval.similarities)
-    rerankers = list(rerankers or config.eval.rerankers)
+    defaults = run_defaults(trained)
+    similarities = list(similarities or defaults.eval.similarities)
+    rerankers = list(rerankers or defaults.eval.rerankers)
     if not any(get_reranker(name).is_identity for name in rerankers):  # the analysis columns describe the
         rerankers.insert(0, NO_RERANKING)  # raw scores: the nns rows carry them
     analysis_columns = _AnalysisColumns(trained, config, similarities, analysis, run_dir)
-    reports = evaluate_run_modes(
+    reports = evaluate_modes(
         trained, similarities=similarities, rerankers=rerankers, relevance_modes=relevance_modes,
         uncertainty_measure=UNCERTAINTY_MEASURE, extras=[analysis_columns, _QueryBlindColumns()],
         extra_positives=[], num_folds=None,
@@ -390,12 +392,13 @@ def null_statistics(run_dir: Path, relevance_modes: Sequence[str], analysis: Ana
     config = run_config(trained)
     if config is None:
         raise StudyError(f"{run_dir} records no run config (config.yaml); it is not a run of this study")
-    split = load_run_split(config, config.eval.split)
-    vocab = trained.vocabulary if trained.vocabulary is not None else Vocabulary([])
+    defaults = run_defaults(trained)
+    split = load_split(None, defaults.split, defaults.data)
+    vocab = trained.text_vocabulary
     relevance = {mode: split.relevance_by_mode(mode).matrix() for mode in relevance_modes}
     strata = caption_wildcard_counts(split)
     options = {**config.model.options, "vocab_size": len(vocab)}
-    batch_size = config.eval.batch_size
+    batch_size = defaults.eval.batch_size
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):

@@ -8,8 +8,9 @@ A recipe (``pcmr/recipes/*.yaml``, or any YAML file) has five sections::
     train: {epochs: ..., lr: ...}    # TrainConfig
     eval:  {similarities: [...]}     # EvalConfig
 
-``data``, ``train`` and ``eval`` are dataclasses here and are type checked field by
-field. ``model`` and ``loss`` are a ``name`` plus options that their factories
+``data``, ``train`` and ``eval`` are dataclasses (``DataConfig`` from :mod:`pcmr.data.config` and
+``EvalConfig`` from :mod:`pcmr.run_defaults`, which the library reads from a loaded model's run without
+the trainer) and are type checked field by field. ``model`` and ``loss`` are a ``name`` plus options that their factories
 check (their config dataclasses own those fields); :func:`pcmr.train.validate`
 does that check before any training starts.
 
@@ -38,10 +39,10 @@ from pcmr.config import (
     load_mapping,
     parse_override,
 )
-from pcmr.data import ENCODE_BATCH_SIZE
-from pcmr.data.batching import TRAIN_BATCH_SIZE
-from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SELECT_ON, DEFAULT_SIMILARITIES
+from pcmr.data.config import DataConfig
+from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.relevance import relevance_mode
+from pcmr.run_defaults import EvalConfig
 
 __all__ = [
     "ComponentConfig",
@@ -57,30 +58,6 @@ __all__ = [
 ]
 
 
-
-
-@dataclass
-class DataConfig:
-    """Which dataset to train and validate on (``pcmr.data.load_dataset``)."""
-
-    name: str = "shapes"  # dataset name from pcmr.data.list_datasets()
-    root: str | None = None  # dataset folder (COCO / Flickr30k / CUB); None for built-in data
-    train_split: str = "train"
-    val_split: str = "val"
-    test_split: str = "test"
-    batch_size: int = TRAIN_BATCH_SIZE  # (image, caption) pairs per training batch: the global batch, split over processes
-    # in-batch positives, a pcmr.relevance.RELEVANCE_MODES name: "source" (only the pairs written
-    # together, COCO/Flickr practice, false negatives included) or "exact" (the dataset's known
-    # relation: shapes grammar, CUB classes); the old spelling "true" (or a bare YAML `true`) is
-    # read as "exact" with a deprecation warning
-    train_relevance: str | bool = "exact"
-    eval_batch_size: int = ENCODE_BATCH_SIZE  # items per encoding batch during validation
-    # DataLoader workers; null: 0 on the CPU, up to 4 with pinned memory on a GPU (pcmr.train.trainer.loader_settings).
-    # Every augmentation draw is a function of (seed, epoch, item), so any number gives the same batches
-    num_workers: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)  # passed to load_dataset (e.g. size, seed)
-    loader_options: dict[str, Any] = field(default_factory=dict)  # passed to split.train_loader
-    vocab_options: dict[str, Any] = field(default_factory=dict)  # passed to Vocabulary.from_split
 
 
 @dataclass
@@ -219,16 +196,6 @@ class TrainConfig:
         defaults = TrainConfig.__dataclass_fields__
         out.update({name: getattr(self, name) for name in names if getattr(self, name) != defaults[name].default})
         return out
-
-
-@dataclass
-class EvalConfig:
-    """What ``pcmr evaluate`` reports for this run by default."""
-
-    similarities: list[str] = field(default_factory=lambda: list(DEFAULT_SIMILARITIES))
-    rerankers: list[str] = field(default_factory=lambda: list(DEFAULT_RERANKERS))
-    split: str = "test"
-    batch_size: int = ENCODE_BATCH_SIZE
 
 
 @dataclass

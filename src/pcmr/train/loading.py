@@ -3,21 +3,20 @@
 A trained model is opened with :func:`pcmr.load` (a run folder, ``RUN/model`` or a
 ``save_pretrained`` folder): a :class:`pcmr.Model` whose ``run_config`` is the run's resolved config
 as a plain mapping. :func:`run_config` reads it as a :class:`~pcmr.train.config.RunConfig` (checked
-field by field); :func:`load_split` loads a split: the run's own data, a dataset name or a dataset
-folder.
+field by field), for the trainer's layer; the library reads the parts of it that evaluation and
+search need with :func:`pcmr.run_defaults.run_defaults`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pcmr.config import ConfigError
-from pcmr.data import RetrievalSplit, list_datasets, load_dataset
-from pcmr.data.registry import detect_format
+from pcmr.data import RetrievalSplit
 from pcmr.hub import RUN_CONFIG_FILE, Model
+from pcmr.run_defaults import load_split as load_library_split
 from pcmr.train.config import RunConfig
-from pcmr.train.run import CONFIG_FILE, load_run_split
+from pcmr.train.run import CONFIG_FILE
 
 __all__ = ["load_split", "run_config"]
 
@@ -42,49 +41,7 @@ def run_config(model: Model) -> RunConfig | None:
         raise ConfigError(f"{_config_file(model)}: {exc}") from None
 
 
-#: dataset formats read from image files, whose loaders take the test-time transform (image_size,
-#: image_resize, resize_size)
-_FILE_IMAGE_FORMATS = ("karpathy", "coco", "flickr30k", "cub")
-
-
-def _transform_options(name: str, model: Model | None) -> dict[str, Any]:
-    """The model's test-time image transform as loader options, for a dataset of image files."""
-    transform = model.image_transform if model is not None and name in _FILE_IMAGE_FORMATS else None
-    if transform is None:
-        return {}
-    options = {"image_size": transform["image_size"], "image_resize": transform["image_resize"]}
-    if transform["image_resize"] == "center_crop":
-        options["resize_size"] = transform["resize_size"]
-    return options
-
-
 def load_split(data: str | None, split: str, config: RunConfig | None,
                data_name: str | None = None, *, model: Model | None = None) -> RetrievalSplit:
-    """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
-    (format ``data_name``, default: detected from its files); None, or the run's own dataset name,
-    uses the run config's data section (same root and options as training). Another dataset of image
-    files is read with ``model``'s test-time transform (:attr:`pcmr.Model.image_transform`: e.g. Resize
-    256 + CenterCrop 224), so its images reach the model as the run's validation images did."""
-
-    opts: dict[str, Any] = {}
-    if data is None or (config is not None and data == config.data.name and data_name is None):
-        if config is None:
-            raise ValueError(
-                "--data is required: the model folder records no run config "
-                f"(a dataset name: {', '.join(list_datasets())}, or a dataset folder)"
-            )
-
-        return load_run_split(config, split)
-    if data in list_datasets():
-        name = data
-    elif Path(data).expanduser().exists():
-        path = str(Path(data).expanduser())
-        if data_name is None:  # format detected from the folder's files
-            return load_dataset(path, split, **_transform_options(detect_format(path), model))
-        name, opts = data_name, {"root": path}
-    else:
-        raise ValueError(
-            f"--data {data!r} is neither a dataset name ({', '.join(list_datasets())}) nor an "
-            f"existing file or folder"
-        )
-    return load_dataset(name, split, **opts, **_transform_options(name, model))
+    """:func:`pcmr.run_defaults.load_split` with a whole run config (its data section is used)."""
+    return load_library_split(data, split, config.data if config is not None else None, data_name, model=model)

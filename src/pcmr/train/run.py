@@ -27,8 +27,8 @@ from typing import Any, cast
 from torch import nn
 
 from pcmr.atomic import atomic_write_text, write_folder
-from pcmr.data import RetrievalSplit, Vocabulary, list_datasets, load_dataset
-from pcmr.data.registry import renders_images
+from pcmr.data import RetrievalSplit, Vocabulary, list_datasets
+from pcmr.data.config import load_configured_split
 from pcmr.device import resolve_device
 from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
@@ -83,19 +83,7 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def _load_split(config: RunConfig, split: str) -> RetrievalSplit:
-    options = dict(config.data.options)
-    if config.data.root is not None:
-        root = Path(config.data.root).expanduser()
-        if not root.exists():
-            raise ConfigError(
-                f"data.root: dataset folder {root} does not exist (dataset {config.data.name!r})"
-            )
-        options["root"] = str(root)
-    elif config.data.name in list_datasets() and not renders_images(config.data.name) and not (
-            {"root", "json_path"} & set(options)):
-        raise ConfigError(f"data.root: dataset {config.data.name!r} is read from its folder; set it with "
-                          f"--set data.root=/path/to/{config.data.name} (layouts: docs/datasets.md)")
-    return load_dataset(config.data.name, split, **options)
+    return load_configured_split(config.data, split)
 
 
 def _load_vocab(config: RunConfig, train_split: RetrievalSplit, run_dir: Path) -> Vocabulary:

@@ -42,8 +42,8 @@ from torch.utils.data import DataLoader
 from pcmr.atomic import DISK_FULL_ERRNOS, FolderWriteError
 from pcmr.config import ConfigError
 from pcmr.data.batching import FinishBatch, finish_batch, train_loader
+from pcmr.encode.inputs import image_input_size, image_input_transform
 from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
-from pcmr.evaluation.encode import image_input_size, image_input_transform
 from pcmr.hub import preprocessor_config
 from pcmr.progress import progress_bar, progress_enabled, write_line
 from pcmr.train.checkpoint import (

@@ -1,11 +1,13 @@
-"""Score matrices and re-ranked top-k lists, shared by the evaluation and the gallery index.
+"""Score matrices and re-ranked top-k lists, shared by the evaluation and the search (both import this
+module, never each other).
 
 - :func:`score_matrix`: ``pcmr.similarity.pairwise`` with a fixed-seed generator for sampled scores
   (so an evaluation is reproducible) and no autograd.
 - :func:`unsupported_reason`: why a model's embeddings cannot be scored with a similarity (point
   embeddings for a score that needs variances; match_prob without learned ``a, b``), or None.
 - :func:`rerank_topk`: the top-k list of every query under a named re-ranker of
-  ``pcmr.inference`` (a re-weighting such as ``nns``/``is``/``csls``, then top-k or a matching).
+  ``pcmr.inference`` (a re-weighting such as ``nns``/``is``/``csls``, then top-k or a matching);
+  :func:`reranked_topk` the same with the re-ranker object.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from torch import Tensor
 
 from pcmr.gaussian import Gaussian
-from pcmr.inference import get_reranker
+from pcmr.inference import Reranker, get_reranker
 from pcmr.similarity import get_similarity, pairwise
 from pcmr.suggest import unknown_name
 
@@ -96,9 +98,20 @@ def rerank_topk(name: str, scores: Tensor, k: int, **params: Any) -> tuple[Tenso
     Returns ``(indices [Q, k], values [Q, k])`` where ``values`` are the re-weighted scores of the
     listed items (for matchings, in acceptance order, not necessarily sorted).
     """
-    if not 1 <= k <= scores.shape[1]:
-        raise ValueError(f"k must be in [1, {scores.shape[1]}] (the gallery size), got {k}")
-    method = get_method(name, params, size=tuple(scores.shape))
+    _check_k(scores, k)
+    return reranked_topk(get_reranker(name, **params), scores, k)
+
+
+def reranked_topk(reranker: Reranker, scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """:func:`rerank_topk` with the re-ranker object itself (its parameters already set), ``fitted`` to
+    the shape of ``scores [Q, G]``: ``(indices [Q, k], values [Q, k])``."""
+    _check_k(scores, k)
+    method = reranker.fitted(tuple(scores.shape))
     rescored = method.rescore(scores)  # [Q, G]
     indices = method.topk_rescored(rescored, k)  # [Q, k]
     return indices, rescored.gather(1, indices)
+
+
+def _check_k(scores: Tensor, k: int) -> None:
+    if not 1 <= k <= scores.shape[1]:
+        raise ValueError(f"k must be in [1, {scores.shape[1]}] (the gallery size), got {k}")

@@ -1,0 +1,80 @@
+"""The one evaluation of a trained model: a :class:`pcmr.Model` (what :func:`pcmr.load` returns) and a split.
+
+``pcmr evaluate``, ``pcmr demo``, the study and library users (``pcmr.evaluate(model)``) all call
+:func:`evaluate` (or :func:`model_evaluator` / :func:`evaluate_modes`), so a model is evaluated with the
+same defaults wherever it is evaluated: each setting left out comes from its run's defaults
+(:func:`pcmr.run_defaults.run_defaults`, the table there), and the model brings its own vocabulary and
+trained score parameters.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from pcmr.data import RetrievalSplit
+from pcmr.evaluation.evaluator import RetrievalEvaluator, needs_validation
+from pcmr.hub import Model
+from pcmr.report import Report
+from pcmr.run_defaults import evaluation_device, load_split, run_defaults
+
+__all__ = ["evaluate", "evaluate_modes", "model_evaluator"]
+
+
+def model_evaluator(model: Model, split: RetrievalSplit | str | None = None, *,
+                    val_split: RetrievalSplit | str | None = None, data: str | None = None,
+                    data_name: str | None = None, similarities: Sequence[str] | None = None,
+                    rerankers: Sequence[str] | None = None,
+                    rerank_options: dict[str, dict[str, Any]] | None = None,
+                    batch_size: int | None = None, device: torch.device | str | None = None,
+                    meta: dict[str, Any] | None = None, **settings: Any) -> RetrievalEvaluator:
+    """The :class:`~pcmr.evaluation.RetrievalEvaluator` of ``model`` on ``split``, every setting left out
+    taken from the model's run defaults; ``model`` is moved to the evaluation device.
+
+    Args:
+        model: a trained model from :func:`pcmr.load`.
+        split, val_split: splits, or split names of ``data`` (None: the run's).
+        data, data_name: a dataset name or folder (and its format) the split names refer to (None: the
+            run's dataset).
+        similarities, rerankers, rerank_options, batch_size, device: as the evaluator takes them.
+        meta: report metadata (default ``{"run": the run or model folder}``).
+        settings: any other field of :class:`~pcmr.evaluation.RetrievalEvaluator` (``relevance_modes``,
+            ``extras``, ``progress``, ``num_folds``, ``corruption``, ...).
+    """
+    defaults = run_defaults(model)
+    dev = evaluation_device(model, device)
+    if model.device != dev:
+        model.to(dev)
+    if not isinstance(split, RetrievalSplit):
+        split = load_split(data, split or defaults.split, defaults.data, data_name, model=model)
+    chosen_rerankers = list(rerankers if rerankers is not None else defaults.eval.rerankers)
+    options = {name: dict(values) for name, values in (rerank_options or {}).items()}
+    if needs_validation(chosen_rerankers, options) and not isinstance(val_split, RetrievalSplit):
+        val_split = load_split(data, val_split or defaults.val_split, defaults.data, data_name, model=model)
+    elif not isinstance(val_split, RetrievalSplit):
+        val_split = None
+    folder = model.run_dir or model.source
+    return RetrievalEvaluator(
+        split, val_split=val_split,
+        similarities=list(similarities if similarities is not None else defaults.eval.similarities),
+        rerankers=chosen_rerankers, rerank_options=options,
+        batch_size=batch_size or defaults.eval.batch_size,
+        device=dev, meta=dict(meta) if meta is not None else ({"run": str(folder)} if folder is not None else {}),
+        **settings)
+
+
+def evaluate(model: Model, split: RetrievalSplit | str | None = None, *,
+             out_dir: str | os.PathLike[str] | None = None, **settings: Any) -> Report:
+    """The evaluation table of ``model`` on ``split``: :func:`model_evaluator` with ``settings``, evaluated
+    with the model's vocabulary and trained score parameters (saved under ``out_dir`` when given)."""
+    evaluator = model_evaluator(model, split, **settings)
+    return evaluator.evaluate(model.network, model.text_vocabulary, model.similarity_options, out_dir=out_dir)
+
+
+def evaluate_modes(model: Model, split: RetrievalSplit | str | None = None, **settings: Any) -> dict[str, Report]:
+    """``{relevance mode: Report}``: :func:`evaluate` with one table per relevance mode (the study's form)."""
+    evaluator = model_evaluator(model, split, **settings)
+    return evaluator.evaluate_modes(model.network, model.text_vocabulary, model.similarity_options)
