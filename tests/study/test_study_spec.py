@@ -42,6 +42,17 @@ def test_headline_similarity_and_default_variants_are_kept() -> None:
     assert spec.default_variants == ("slow",)
 
 
+def test_a_recipe_may_run_a_subset_of_the_study_seeds() -> None:
+    spec = parse_study(_raw(seeds=[0, 1, 2], recipes={"pcme": {"variants": ["base"], "seeds": [0, 2]},
+                                                      "hal": {"variants": ["base"]}}))
+    assert [r.name for r in spec.runs()] == ["pcme-base-s0", "pcme-base-s2", "hal-base-s0", "hal-base-s1",
+                                             "hal-base-s2"]
+    assert spec.recipes[0].seeds == (0, 2) and spec.recipes[1].seeds is None
+    for bad in ([0, 3], [], [0, 0]):
+        with pytest.raises(StudyError, match=r"recipes\.pcme\.seeds: expected distinct seeds of the study"):
+            parse_study(_raw(seeds=[0, 1, 2], recipes={"pcme": {"seeds": bad}}), where="my.yaml")
+
+
 def test_recipe_alias_and_defaults() -> None:
     spec = parse_study(_raw(recipes={"small_pcme": {"recipe": "pcme", "rerankers": "nns,is"}}, variants=None))
     (run,) = spec.runs()[:1]
@@ -99,13 +110,32 @@ def test_shipped_studies_load_and_name_existing_recipes(name: str) -> None:
                 assert side.similarity in list_similarities()
 
 
-def test_shipped_papers_study_covers_every_recipe_with_at_least_three_seeds() -> None:
-    from pcmr.train.recipes import shipped_recipe_dir
-
+def test_shipped_papers_study_fixes_its_design_before_the_runs() -> None:
+    """Every recipe is read by a claim; five seeds for the recipes of the primary claims, three for the
+    others; at most ten primary claims; the HAL and RGM claims judged at 1x and 3x the learning rate; a
+    skill gate, the distinct test split and source-pair training everywhere."""
     spec = load_study(find_study("papers"))
-    assert len(spec.seeds) >= 3
-    assert {p.stem for p in shipped_recipe_dir().glob("*.yaml")} <= {e.recipe for e in spec.recipes}
-    assert len(spec.claims) >= 15
+    design = spec.design
+    assert design.gate is not None and design.gate.min_skill == 0.3 and design.distinct_test_split
+    assert spec.overrides["data.options.preset"] == "specific" and spec.relevance == ("exact",)
+    assert all(run.overrides["data.train_relevance"] == "source" for run in spec.runs())
+    claims = {c.id: c for c in spec.claims}
+    primary = set(design.primary or ())
+    assert 1 <= len(primary) <= 10 and primary <= set(claims)
+    seeds = {e.label: len(e.seeds if e.seeds is not None else spec.seeds) for e in spec.recipes}
+
+    def recipes(claim) -> set[str]:
+        return {side.recipe for side in (claim.a, claim.b) if side is not None and side.recipe} or set()
+
+    read = {label for claim in spec.claims for label in recipes(claim)}
+    assert read == set(seeds)
+    for claim in spec.claims:
+        assert all(seeds[r] >= (5 if claim.id in primary else 3) for r in recipes(claim)), claim.id
+        assert claim.min_effect > 0 or claim.margin > 0, claim.id
+        if claim.paper.startswith("HAL/RGM"):
+            assert len(claim.cells) == 2 and any(c.endswith("_lr3") for c in claim.cells), claim.id
+    for variant in {c for claim in spec.claims for c in claim.cells if c.endswith("_lr3")}:
+        assert spec.variants[variant]["train.finetune_lr_factor"] == 3.0
 
 
 def test_override_items_read_back_by_the_config_parser() -> None:
@@ -199,18 +229,18 @@ def test_select_recipes_keeps_the_part_and_the_claims_that_read_it_alone() -> No
     from pcmr.study import select_recipes
 
     spec = load_study(find_study("papers"))
-    part = select_recipes(spec, ["pcme", "pcme_mu_only", "pvse", "pcme_small_init"])
-    assert [e.label for e in part.recipes] == ["pcme", "pcme_mu_only", "pvse", "pcme_small_init"]
+    part = select_recipes(spec, ["pcme", "pvse", "pcme_small_init"])
+    assert [e.label for e in part.recipes] == ["pcme_small_init", "pvse", "pcme"]  # the file's order
     assert {run.name for run in part.runs()} <= {run.name for run in spec.runs()}  # the whole study's names
-    assert len(part.runs()) == 25 and part.benchmark is spec.benchmark
+    assert len(part.runs()) == 5 + 5 + 3  # each recipe's own seeds
     kept = {c.id for c in part.claims}
     assert "pcme-vs-pvse-rp-i2t" in kept and "pcmepp-csd-over-pcme-i2t" not in kept
-    assert all(side.recipe in {"pcme", "pcme_mu_only", "pvse", "pcme_small_init"}
+    assert all(side.recipe in {"pcme", "pvse", "pcme_small_init"}
                for c in part.claims for side in (c.a, c.b) if side is not None and side.recipe)
-    # the papers' protocol: the PCME recipes train on source pairs and are judged under exact relevance
-    assert {run.variant for run in part.runs() if run.label != "pcme_mu_only"} == {"source"}
-    assert all(c.a.relevance == "exact" and c.min_effect >= 1.0 for c in part.claims)
-    assert select_recipes(spec, ["vsepp_sum"]).benchmark is None  # its baseline is not in the part
+    assert set(part.design.primary or ()) == {"pcme-small-init-vs-pvse-rp-i2t", "pcme-small-init-vs-pvse-rp-t2i"}
+    # the papers' protocol: every recipe trains on source pairs, judged under exact relevance
+    assert {run.overrides["data.train_relevance"] for run in part.runs()} == {"source"}
+    assert part.relevance == ("exact",) and all(c.min_effect >= 1.0 for c in part.claims)
     with pytest.raises(StudyError, match="'nope' not in the study's recipes"):
         select_recipes(spec, ["pcme", "nope"])
     with pytest.raises(StudyError, match="at least one"):
