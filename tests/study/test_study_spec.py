@@ -136,6 +136,9 @@ def test_shipped_papers_study_fixes_its_design_before_the_runs() -> None:
             assert len(claim.cells) == 2 and any(c.endswith("_lr3") for c in claim.cells), claim.id
     for variant in {c for claim in spec.claims for c in claim.cells if c.endswith("_lr3")}:
         assert spec.variants[variant]["train.finetune_lr_factor"] == 3.0
+    for run in spec.runs():  # every run's config resolves, and a x3 cell triples a rate used from step one
+        config = resolve_config(run.recipe, run.overrides)
+        assert config.train.warmup_epochs == 0 or "train.finetune_lr_factor" not in run.overrides, run.name
 
 
 def test_override_items_read_back_by_the_config_parser() -> None:
