@@ -8,7 +8,7 @@ docs/dataset_stats/papers_probes.csv and docs/dataset_stats/papers_probes.md.
 The probes are the study file ``tools/papers_probes.yaml``: one seed of the three cheapest baselines of
 the papers' claims (``vsepp_sum``, ``vsepp_max``, ``pcme_mu_only``), each trained on the source pairs
 (the papers' protocol), on each candidate preset x budget (its variants). Each probe is read under the
-exact relation on its test split, cosine similarity, no re-ranking: R-Precision both ways, the
+exact relation on its test split, cosine similarity (PVSE: its max-cosine), no re-ranking: R-Precision both ways, the
 query-blind ranking's R-Precision ``QB`` (:mod:`pcmr.metrics.query_blind`) and the skill
 ``(R-P - QB) / (100 - QB)``, against the papers study's gate of 0.3 in each direction. Training seconds
 are each run's own (one torch thread, two runs at a time, on whatever else the machine was running).
@@ -32,7 +32,7 @@ STUDY = ROOT / "tools" / "papers_probes.yaml"
 CSV_OUT = ROOT / "docs" / "dataset_stats" / "papers_probes.csv"
 MD_OUT = ROOT / "docs" / "dataset_stats" / "papers_probes.md"
 GATE = 0.3
-FIELDS = ("recipe", "variant", "preset", "num_train", "epochs", "seed", "test_captions", "distinct_texts",
+FIELDS = ("recipe", "variant", "preset", "num_train", "epochs", "lr", "seed", "test_captions", "distinct_texts",
           "qb_i2t", "qb_t2i", "rp_i2t", "rp_t2i", "skill_i2t", "skill_t2i", "train_s", "eval_s", "cpu", "threads")
 
 
@@ -49,6 +49,14 @@ def _distinct(options: dict[str, Any], cache: str) -> tuple[int, int]:
     return split.num_captions, len(set(split.caption_texts))
 
 
+def _learning_rate(run: Any) -> float:
+    """The run's initial learning rate: its config's ``train.lr`` times ``train.finetune_lr_factor``."""
+    from pcmr.study.backend import resolve_config
+
+    train = resolve_config(run.recipe, run.overrides).train
+    return float(train.lr) * float(train.finetune_lr_factor)
+
+
 def collect(out: Path) -> list[dict[str, Any]]:
     """One row per finished probe run under ``out/runs`` (the ``study.json`` markers)."""
     from pcmr.metrics.query_blind import retrieval_skill
@@ -62,8 +70,8 @@ def collect(out: Path) -> list[dict[str, Any]]:
             if not marker_path.is_file():
                 continue
             marker = json.loads(marker_path.read_text(encoding="utf-8"))
-            (row,) = [r for r in marker["rows"] if r["relevance"] == "exact" and r["rerank"] == "nns"
-                      and r["similarity"] == "cosine"]
+            candidates = [r for r in marker["rows"] if r["relevance"] == "exact" and r["rerank"] == "nns"]
+            row = next((r for r in candidates if r["similarity"] == "cosine"), candidates[0])
             options = _data_options(run.overrides)
             captions, distinct = _distinct(options, cache)
             qb = {d: float(row[f"{d}_query_blind_r_precision"]) for d in ("i2t", "t2i")}
@@ -71,6 +79,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
             provenance = marker.get("provenance", {})
             rows.append({"recipe": run.label, "variant": run.variant, "preset": options.get("preset", ""),
                          "num_train": options.get("num_train", ""), "epochs": run.overrides.get("train.epochs", ""),
+                         "lr": f"{_learning_rate(run):g}",
                          "seed": run.seed, "test_captions": captions, "distinct_texts": distinct,
                          **{f"qb_{d}": f"{qb[d]:.2f}" for d in qb}, **{f"rp_{d}": f"{rp[d]:.2f}" for d in rp},
                          **{f"skill_{d}": f"{retrieval_skill(rp[d], qb[d]):.3f}" for d in rp},
@@ -98,7 +107,7 @@ def markdown(rows: list[dict[str, str]]) -> str:
             "epochs": row["epochs"], "test captions": row["test_captions"], "distinct texts": row["distinct_texts"],
             "QB i2t": row["qb_i2t"], "QB t2i": row["qb_t2i"]})
         gate = "yes" if min(float(row["skill_i2t"]), float(row["skill_t2i"])) >= GATE else "no"
-        cell[row["recipe"]] = (f"{float(row['rp_i2t']):.1f} / {float(row['rp_t2i']):.1f}; "
+        cell[row["recipe"]] = (f"lr {row['lr']}: {float(row['rp_i2t']):.1f} / {float(row['rp_t2i']):.1f}; "
                                f"{float(row['skill_i2t']):.2f} / {float(row['skill_t2i']):.2f} "
                                f"({gate}); {row['train_s']} s")
     recipes = list(dict.fromkeys(row["recipe"] for row in rows))
@@ -114,7 +123,8 @@ def markdown(rows: list[dict[str, str]]) -> str:
         "re-ranking). `specific`: 1-2 objects per scene, each caption one full five-slot description of one "
         "object; `natural3`: the `standard` preset with 1-2 objects, one natural description per caption naming "
         "at least 3 of 4 attributes, no counting captions; both test splits hold each caption text once. "
-        "`QB`: the query-blind ranking's R-Precision. Each baseline's cell: R-Precision i2t / t2i; skill "
+        "`QB`: the query-blind ranking's R-Precision. Each baseline's cell: its initial learning rate (the suffix "
+        "`_lr3` / `_lr9` multiplies the recipe's own); R-Precision i2t / t2i (PVSE: max-cosine); skill "
         "(R-P - QB) / (100 - QB) i2t / t2i (whether both reach the papers study's gate of 0.3); training "
         "seconds, one thread, two probes at a time on a 2-core machine shared with other work, so the "
         "seconds are upper bounds rather than the machine's speed.", "",
