@@ -278,3 +278,37 @@ def test_shipped_uncertainty_study_judges_each_claim_once_on_complete_results() 
     assert sorted(j.claim.id for j in judgements) == sorted(c.id for c in spec.claims)
     for judgement in judgements:
         assert len(judgement.cells) == len(judgement.claim.cells)
+
+
+def test_shipped_papers_study_judges_each_claim_once_and_gates_the_models_it_reads() -> None:
+    """Fake results for every run, similarity and re-ranker of the papers study: each claim is judged
+    once, none is refused, the swept claims carry both cells, and a model below the skill gate in one
+    direction turns every claim that reads it into `not learned`."""
+    import random
+
+    from pcmr.study.claims import NOT_LEARNED, JudgeOptions, judge_claims
+
+    spec = load_study(find_study("papers"))
+    metrics = {c.metric for c in spec.claims} | {"i2t_r_precision", "t2i_r_precision"}
+    rng = random.Random(0)
+    rows = []
+    for run in spec.runs():
+        for similarity in run.similarities or ("cosine",):
+            for rerank in run.rerankers or ("nns", "is", "csls", "csls+rgm"):
+                # R-Precision 60-70 against a query-blind 1: skill about 0.6; vsepp_max t2i at 20 in the x3 cell
+                low = run.label == "vsepp_max" and run.variant == "source_lr3"
+                rows.append({"run": run.name, "recipe": run.label, "variant": run.variant, "seed": run.seed,
+                             "similarity": similarity, "rerank": rerank, "relevance": "exact",
+                             **{m: rng.uniform(60, 70) for m in metrics},
+                             **({"t2i_r_precision": 20.0} if low else {}),
+                             "i2t_query_blind_r_precision": 1.0, "t2i_query_blind_r_precision": 1.0})
+    gate = spec.design.gate
+    judgements, errors = judge_claims(spec.claims, rows, options=JudgeOptions(
+        primary=spec.design.primary, min_skill=gate.min_skill if gate else None))
+    assert errors == {}
+    assert sorted(j.claim.id for j in judgements) == sorted(c.id for c in spec.claims)
+    assert sum(j.family == "primary" for j in judgements) == len(spec.design.primary or ())
+    for judgement in judgements:
+        assert len(judgement.cells) == len(judgement.claim.cells)
+        reads_max = any(s is not None and s.recipe == "vsepp_max" for s in (judgement.claim.a, judgement.claim.b))
+        assert (judgement.verdict == NOT_LEARNED) == reads_max, judgement.claim.id
