@@ -32,6 +32,20 @@ def test_test_split_is_deduplicated_and_keeps_the_exact_relation(tmp_path):
     assert len(set(full.caption_texts)) < full.num_captions  # the plain preset repeats texts
 
 
+def test_specific_preset_names_every_slot_and_keeps_one_copy_of_each_text(tmp_path):
+    """The papers study's preset: one full five-slot description per caption, no wildcard, each test text once."""
+    config = ShapesConfig(preset="specific")
+    assert (config.min_attributes, config.descriptions_per_caption, config.objects_range) == (5, 1, (1, 2))
+    test = _split(tmp_path, "test", "specific")
+    assert len(set(test.caption_texts)) == test.num_captions
+    for words in (t.split() for t in test.caption_texts):
+        assert len(words) == 7 and not any(w in SLOT_WILDCARDS for w in words)
+    relevance = test.relevance_matrix()  # [N_img, N_cap]
+    assert bool(relevance.any(dim=0).all()) and not bool(relevance.all(dim=0).any())
+    train = _split(tmp_path, "train", "specific")
+    assert train.num_captions == 5 * train.num_images
+
+
 def test_training_split_keeps_every_written_copy(tmp_path):
     train = _split(tmp_path, "train")
     assert train.num_captions == 5 * train.num_images

@@ -42,6 +42,17 @@ def test_headline_similarity_and_default_variants_are_kept() -> None:
     assert spec.default_variants == ("slow",)
 
 
+def test_a_recipe_may_run_a_subset_of_the_study_seeds() -> None:
+    spec = parse_study(_raw(seeds=[0, 1, 2], recipes={"pcme": {"variants": ["base"], "seeds": [0, 2]},
+                                                      "hal": {"variants": ["base"]}}))
+    assert [r.name for r in spec.runs()] == ["pcme-base-s0", "pcme-base-s2", "hal-base-s0", "hal-base-s1",
+                                             "hal-base-s2"]
+    assert spec.recipes[0].seeds == (0, 2) and spec.recipes[1].seeds is None
+    for bad in ([0, 3], [], [0, 0]):
+        with pytest.raises(StudyError, match=r"recipes\.pcme\.seeds: expected distinct seeds of the study"):
+            parse_study(_raw(seeds=[0, 1, 2], recipes={"pcme": {"seeds": bad}}), where="my.yaml")
+
+
 def test_recipe_alias_and_defaults() -> None:
     spec = parse_study(_raw(recipes={"small_pcme": {"recipe": "pcme", "rerankers": "nns,is"}}, variants=None))
     (run,) = spec.runs()[:1]
@@ -99,13 +110,35 @@ def test_shipped_studies_load_and_name_existing_recipes(name: str) -> None:
                 assert side.similarity in list_similarities()
 
 
-def test_shipped_papers_study_covers_every_recipe_with_at_least_three_seeds() -> None:
-    from pcmr.train.recipes import shipped_recipe_dir
-
+def test_shipped_papers_study_fixes_its_design_before_the_runs() -> None:
+    """Every recipe is read by a claim; five seeds for the recipes of the primary claims, three for the
+    others; at most ten primary claims; the HAL and RGM claims judged at 1x and 3x the learning rate; a
+    skill gate, the distinct test split and source-pair training everywhere."""
     spec = load_study(find_study("papers"))
-    assert len(spec.seeds) >= 3
-    assert {p.stem for p in shipped_recipe_dir().glob("*.yaml")} <= {e.recipe for e in spec.recipes}
-    assert len(spec.claims) >= 15
+    design = spec.design
+    assert design.gate is not None and design.gate.min_skill == 0.3 and design.distinct_test_split
+    assert spec.overrides["data.options.preset"] == "specific" and spec.relevance == ("exact",)
+    assert all(run.overrides["data.train_relevance"] == "source" for run in spec.runs())
+    claims = {c.id: c for c in spec.claims}
+    primary = set(design.primary or ())
+    assert 1 <= len(primary) <= 10 and primary <= set(claims)
+    seeds = {e.label: len(e.seeds if e.seeds is not None else spec.seeds) for e in spec.recipes}
+
+    def recipes(claim) -> set[str]:
+        return {side.recipe for side in (claim.a, claim.b) if side is not None and side.recipe} or set()
+
+    read = {label for claim in spec.claims for label in recipes(claim)}
+    assert read == set(seeds)
+    for claim in spec.claims:
+        assert all(seeds[r] >= (5 if claim.id in primary else 3) for r in recipes(claim)), claim.id
+        assert claim.min_effect > 0 or claim.margin > 0, claim.id
+        if claim.paper.startswith("HAL/RGM"):
+            assert len(claim.cells) == 2 and any(c.endswith("_lr3") for c in claim.cells), claim.id
+    for variant in {c for claim in spec.claims for c in claim.cells if c.endswith("_lr3")}:
+        assert spec.variants[variant]["train.finetune_lr_factor"] == 3.0
+    for run in spec.runs():  # every run's config resolves, and a x3 cell triples a rate used from step one
+        config = resolve_config(run.recipe, run.overrides)
+        assert config.train.warmup_epochs == 0 or "train.finetune_lr_factor" not in run.overrides, run.name
 
 
 def test_override_items_read_back_by_the_config_parser() -> None:
@@ -199,18 +232,18 @@ def test_select_recipes_keeps_the_part_and_the_claims_that_read_it_alone() -> No
     from pcmr.study import select_recipes
 
     spec = load_study(find_study("papers"))
-    part = select_recipes(spec, ["pcme", "pcme_mu_only", "pvse", "pcme_small_init"])
-    assert [e.label for e in part.recipes] == ["pcme", "pcme_mu_only", "pvse", "pcme_small_init"]
+    part = select_recipes(spec, ["pvse", "pcme_small_init"])
+    assert [e.label for e in part.recipes] == ["pcme_small_init", "pvse"]  # the file's order
     assert {run.name for run in part.runs()} <= {run.name for run in spec.runs()}  # the whole study's names
-    assert len(part.runs()) == 25 and part.benchmark is spec.benchmark
+    assert len(part.runs()) == 3 + 3  # each recipe's own seeds
     kept = {c.id for c in part.claims}
-    assert "pcme-vs-pvse-rp-i2t" in kept and "pcmepp-csd-over-pcme-i2t" not in kept
-    assert all(side.recipe in {"pcme", "pcme_mu_only", "pvse", "pcme_small_init"}
+    assert "pcme-small-init-vs-pvse-rp-i2t" in kept and "hal-over-max" not in kept
+    assert all(side.recipe in {"pvse", "pcme_small_init"}
                for c in part.claims for side in (c.a, c.b) if side is not None and side.recipe)
-    # the papers' protocol: the PCME recipes train on source pairs and are judged under exact relevance
-    assert {run.variant for run in part.runs() if run.label != "pcme_mu_only"} == {"source"}
-    assert all(c.a.relevance == "exact" and c.min_effect >= 1.0 for c in part.claims)
-    assert select_recipes(spec, ["vsepp_sum"]).benchmark is None  # its baseline is not in the part
+    assert part.design.primary == ()  # the primary claims read hal and vsepp_max
+    # the papers' protocol: every recipe trains on source pairs, judged under exact relevance
+    assert {run.overrides["data.train_relevance"] for run in part.runs()} == {"source"}
+    assert part.relevance == ("exact",) and all(c.min_effect >= 1.0 for c in part.claims)
     with pytest.raises(StudyError, match="'nope' not in the study's recipes"):
         select_recipes(spec, ["pcme", "nope"])
     with pytest.raises(StudyError, match="at least one"):
@@ -245,3 +278,37 @@ def test_shipped_uncertainty_study_judges_each_claim_once_on_complete_results() 
     assert sorted(j.claim.id for j in judgements) == sorted(c.id for c in spec.claims)
     for judgement in judgements:
         assert len(judgement.cells) == len(judgement.claim.cells)
+
+
+def test_shipped_papers_study_judges_each_claim_once_and_gates_the_models_it_reads() -> None:
+    """Fake results for every run, similarity and re-ranker of the papers study: each claim is judged
+    once, none is refused, the swept claims carry both cells, and a model below the skill gate in one
+    direction turns every claim that reads it into `not learned`."""
+    import random
+
+    from pcmr.study.claims import NOT_LEARNED, JudgeOptions, judge_claims
+
+    spec = load_study(find_study("papers"))
+    metrics = {c.metric for c in spec.claims} | {"i2t_r_precision", "t2i_r_precision"}
+    rng = random.Random(0)
+    rows = []
+    for run in spec.runs():
+        for similarity in run.similarities or ("cosine",):
+            for rerank in run.rerankers or ("nns", "is", "csls", "csls+rgm"):
+                # R-Precision 60-70 against a query-blind 1: skill about 0.6; vsepp_max t2i at 20 in the x3 cell
+                low = run.label == "vsepp_max" and run.variant == "source_lr3"
+                rows.append({"run": run.name, "recipe": run.label, "variant": run.variant, "seed": run.seed,
+                             "similarity": similarity, "rerank": rerank, "relevance": "exact",
+                             **{m: rng.uniform(60, 70) for m in metrics},
+                             **({"t2i_r_precision": 20.0} if low else {}),
+                             "i2t_query_blind_r_precision": 1.0, "t2i_query_blind_r_precision": 1.0})
+    gate = spec.design.gate
+    judgements, errors = judge_claims(spec.claims, rows, options=JudgeOptions(
+        primary=spec.design.primary, min_skill=gate.min_skill if gate else None))
+    assert errors == {}
+    assert sorted(j.claim.id for j in judgements) == sorted(c.id for c in spec.claims)
+    assert sum(j.family == "primary" for j in judgements) == len(spec.design.primary or ())
+    for judgement in judgements:
+        assert len(judgement.cells) == len(judgement.claim.cells)
+        reads_max = any(s is not None and s.recipe == "vsepp_max" for s in (judgement.claim.a, judgement.claim.b))
+        assert (judgement.verdict == NOT_LEARNED) == reads_max, judgement.claim.id

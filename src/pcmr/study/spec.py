@@ -56,6 +56,7 @@ class _RecipeFields:
     variants: list[str] | None = None
     set: dict[str, Any] | None = None
     headline: str | None = None
+    seeds: list[int] | None = None
 
 
 @dataclass
@@ -95,6 +96,7 @@ class RecipeEntry:
     variants: tuple[str, ...]
     overrides: dict[str, Any]
     headline: str | None = None  # the similarity of recipes.md / recipes.png (None: the first evaluated)
+    seeds: tuple[int, ...] | None = None  # a subset of the study's seeds (None: all of them)
 
 
 @dataclass(frozen=True)
@@ -135,11 +137,12 @@ class StudySpec:
     design: StudyDesign = field(default_factory=StudyDesign)  # gate, null, drift, primary family (design.py)
 
     def runs(self) -> list[StudyRun]:
-        """The numbered runs: recipes in file order, then variants, then seeds."""
+        """The numbered runs: recipes in file order, then variants, then seeds (the recipe's own
+        ``seeds`` where it lists them, else the study's)."""
         out: list[StudyRun] = []
         for entry in self.recipes:
             for variant in entry.variants:
-                for seed in self.seeds:
+                for seed in entry.seeds if entry.seeds is not None else self.seeds:
                     overrides = {"train.progress": False, **self.overrides, **entry.overrides,
                                  **self.variants[variant], self.seed_key: seed}
                     out.append(StudyRun(len(out), f"{entry.label}-{variant}-s{seed}", entry.label, entry.recipe,
@@ -181,7 +184,7 @@ def _label(value: str, where: str) -> str:
 
 
 def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], default: tuple[str, ...],
-                  file: str) -> RecipeEntry:
+                  file: str, study_seeds: tuple[int, ...] = ()) -> RecipeEntry:
     where = f"{file}: recipes.{label}"
     label = _label(str(label), where)
     fields = _build(_RecipeFields, raw, file, f"recipes.{label}")
@@ -197,7 +200,14 @@ def _recipe_entry(label: Any, raw: Any, variants: dict[str, dict[str, Any]], def
     headline = fields.headline
     if headline is not None and sims is not None and headline not in sims:
         raise _fail(f"{where}.headline", f"expected one of the recipe's similarities {list(sims)}, got {headline!r}")
-    return RecipeEntry(label, recipe, sims, reranks, chosen, _overrides(fields.set, f"{where}.set"), headline)
+    seeds = None
+    if fields.seeds is not None:
+        seeds = tuple(fields.seeds)
+        if not seeds or len(set(seeds)) != len(seeds) or not set(seeds) <= set(study_seeds):
+            raise _fail(f"{where}.seeds", f"expected distinct seeds of the study {list(study_seeds)}, "
+                                          f"got {fields.seeds!r}")
+    return RecipeEntry(label, recipe, sims, reranks, chosen, _overrides(fields.set, f"{where}.set"), headline,
+                       seeds)
 
 
 def _analysis_mapping(raw: Any) -> Any:
@@ -230,7 +240,7 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
         raise _fail(f"{where}: default_variants", unknown_name("variant", undefined, variants))
     if not fields.recipes:
         raise _fail(f"{where}: recipes", f"expected a mapping of recipe names to options, got {raw.get('recipes')!r}")
-    recipes = tuple(_recipe_entry(k, v, variants, default, where) for k, v in fields.recipes.items())
+    recipes = tuple(_recipe_entry(k, v, variants, default, where, tuple(seeds)) for k, v in fields.recipes.items())
     relevance = _names(fields.relevance, f"{where}: relevance")
     bad = [r for r in relevance if r not in RELEVANCE_MODES]
     if bad:

@@ -26,6 +26,9 @@ GENERATOR_VERSION = 1
 #: (7 words) and clean renders; an image with two objects fits more captions than one with one.
 #: "multiplicity_distinct" is "multiplicity_simple" with at least one named slot per description (no
 #: caption fits every image) and evaluation splits that hold each caption text once (``distinct_captions``).
+#: "specific" is "multiplicity_distinct" with every slot named: each caption is one full description of
+#: one object (size, colour, shape, column, row), as specific as a written COCO caption; a caption fits
+#: only the images holding such an object (the papers study's data).
 SHAPES_PRESETS: dict[str, dict[str, Any]] = {
     "standard": {"min_objects": 1, "max_objects": 4, "min_attributes": 1, "count_caption_rate": 0.1,
                  "pixel_noise": 0.0, "caption_style": "natural", "descriptions_per_caption": 0,
@@ -42,6 +45,9 @@ SHAPES_PRESETS: dict[str, dict[str, Any]] = {
     "multiplicity_distinct": {"min_objects": 1, "max_objects": 2, "min_attributes": 1, "count_caption_rate": 0.0,
                               "pixel_noise": 0.0, "caption_style": "slots", "descriptions_per_caption": 1,
                               "distinct_captions": True},
+    "specific": {"min_objects": 1, "max_objects": 2, "min_attributes": 5, "count_caption_rate": 0.0,
+                 "pixel_noise": 0.0, "caption_style": "slots", "descriptions_per_caption": 1,
+                 "distinct_captions": True},
 }
 SHAPES_SPLITS = {"train": 1, "val": 2, "test": 3, "test_unseen": 4, "binary_selection": 5}
 
