@@ -7,7 +7,8 @@ requested similarity x re-ranker, a :class:`pcmr.report.Report` saved as Markdow
     print(result.to_markdown()); result.save("eval/")
 
 Training validation, ``pcmr evaluate``, ``pcmr demo`` and ``pcmr study`` all evaluate through
-:class:`RetrievalEvaluator` (``evaluate_model`` is a one-call shorthand for it).
+:class:`RetrievalEvaluator` (``evaluate_model`` is a one-call shorthand for it); the settings they share
+are declared once, in :class:`EvaluationSettings`.
 
 The library part of pcmr: it never imports ``pcmr.train`` or ``pcmr.cli``.
 """
@@ -22,6 +23,7 @@ from pcmr.evaluation.evaluate import (
     evaluate_embeddings,
 )
 from pcmr.evaluation.evaluator import EncodedEvaluation, ExtraColumns, RetrievalEvaluator, evaluate_model
+from pcmr.evaluation.settings import EvaluationSettings
 from pcmr.scoring import rerank_topk, score_matrix, unsupported_reason
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "DEFAULT_RERANKERS",
     "DEFAULT_SIMILARITIES",
     "EncodedEvaluation",
+    "EvaluationSettings",
     "ExtraColumns",
     "RetrievalEvaluator",
     "encode_image_files",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -41,16 +41,17 @@ from pcmr.evaluation.figures import (
     multiplicity_series,
     occurrence_histogram,
 )
-from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
+from pcmr.evaluation.settings import EvaluationSettings, check_setting_names, setting_names
+from pcmr.gaussian import Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, Reranker, get_reranker, list_rerankers, select_lambda
-from pcmr.metrics import DEFAULT_KS, HUBNESS_KS, evaluate_directions
+from pcmr.metrics import HUBNESS_KS, evaluate_directions
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.metrics.driver import DIRECTIONS, PMRP_ZETAS
 from pcmr.point_set import uncertainty_measure_for
 from pcmr.progress import status_line
 from pcmr.relevance import I2T, T2I
 from pcmr.report import Report, figure_keys
-from pcmr.scoring import DEFAULT_SEED, check_names, score_matrix, unsupported_reason
+from pcmr.scoring import check_names, score_matrix, unsupported_reason
 from pcmr.similarity import list_similarities
 
 __all__ = ["evaluate_embeddings", "SharedWork", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
@@ -141,48 +142,44 @@ def _tuned_directions(base: Reranker, params: dict[str, Any], val_dirs: dict[str
 
 
 def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor, *,
-                        similarities: Sequence[str] = DEFAULT_SIMILARITIES,
-                        rerankers: Sequence[str] = DEFAULT_RERANKERS,
+                        settings: EvaluationSettings | None = None,
                         similarity_options: dict[str, dict[str, Any]] | None = None,
                         image_labels: Tensor | None = None, caption_labels: Tensor | None = None,
-                        val: tuple[Gaussian, Gaussian, Tensor] | None = None,
-                        rerank_options: dict[str, dict[str, Any]] | None = None,
-                        ks: Sequence[int] = DEFAULT_KS, lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID,
-                        uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE, extra_positives: Sequence[Any] = (),
+                        val: tuple[Gaussian, Gaussian, Tensor] | None = None, extra_positives: Sequence[Any] = (),
                         num_folds: int | None = None, meta: dict[str, Any] | None = None,
-                        figures: bool = True, hubness_ks: Sequence[int] = HUBNESS_KS,
-                        seed: int = DEFAULT_SEED, progress: bool | None = False,
-                        shared: SharedWork | None = None) -> Report:
+                        hubness_ks: Sequence[int] = HUBNESS_KS, shared: SharedWork | None = None,
+                        **keywords: Any) -> Report:
     """The evaluation table of already encoded embeddings.
 
     Args:
         images: ``Gaussian [N_img, D]``; captions: ``Gaussian [N_cap, D]``.
         relevance: BoolTensor ``[N_img, N_cap]``, the ground-truth relation.
-        similarities, rerankers: names (``["all"]`` for every registered one).
+        settings: what is scored and how (:class:`~pcmr.evaluation.settings.EvaluationSettings`:
+            ``similarities``, ``rerankers``, ``rerank_options``, ``ks``, ``lambda_grid``,
+            ``uncertainty_measure``, ``seed``, ``figures``, ``progress``), declared there once with their
+            defaults; ``keywords`` are the same settings given one by one (they override ``settings``),
+            and an unknown one is a TypeError naming it with its near miss.
         similarity_options: options per similarity (e.g. the learned ``{"match_prob": {"a": .., "b": ..}}``).
         image_labels / caption_labels: BoolTensor ``[N, C]`` class labels for PMRP (both or neither).
         val: ``(images, captions, relevance)`` of the validation split, for RGM's lambda.
-        rerank_options: parameters per re-ranker name: ``beta`` (is), ``csls_k`` (csls), ``lam`` (rgm; a
-            fixed lambda instead of selecting one).
-        ks: cut-offs of R@K; lambda_grid: lambda candidates for RGM.
-        uncertainty_measure: ``Gaussian.uncertainty`` measure for the decile analysis.
         extra_positives: ``pcmr.metrics.ExtraPositives`` sets (CxC, ECCV Caption) evaluated on the full
             re-scored matrices: columns ``{i2t,t2i}_{set}_R@k``, ``_r_precision`` (RPC² for CxC), ``_map_at_r``.
         num_folds: also report R@K and rsum averaged over this many consecutive image folds
             (``folds_*`` columns; 5 on COCO 5K-test is the COCO 1K protocol), for the re-rankers
             that re-score a full matrix (matching re-rankers get ``None``).
-        progress: False (default) prints nothing; otherwise a start line and a timed finish line per
-            similarity on stderr (:func:`pcmr.progress.status_line`).
-        figures: compute the figures' data (uncertainty deciles, k-occurrence, 2-D embeddings).
         hubness_ks: the k of the hubness columns (``()``: no ``hs_sum``).
-        seed: seeds the samples of sampled similarities (``match_prob``).
         shared: the relevance-independent work (:class:`SharedWork`) of earlier calls on the same
             embeddings, options and seed (other relevance modes), reused and completed here.
+    The progress setting prints, unless False, a start line and a timed finish line per similarity on
+    stderr (:func:`pcmr.progress.status_line`).
     """
-
+    check_setting_names(keywords, setting_names())
+    chosen = replace(settings or EvaluationSettings(), **keywords)
+    ks, lambda_grid, seed, figures = chosen.ks, chosen.lambda_grid, chosen.seed, chosen.figures
+    uncertainty_measure, progress = chosen.uncertainty_measure, chosen.progress
     check_finite_embeddings(images, captions, "the embeddings given to evaluate_embeddings")
-    similarities = check_names("similarity", similarities, list_similarities())
-    rerankers = check_names("re-ranker", rerankers, list_rerankers())
+    similarities = check_names("similarity", chosen.similarities, list_similarities())
+    rerankers = check_names("re-ranker", chosen.rerankers, list_rerankers())
     if relevance.dtype != torch.bool or tuple(relevance.shape) != (images.num, captions.num):
         raise ValueError(f"relevance must be a BoolTensor [{images.num}, {captions.num}], got "
                          f"{relevance.dtype} {tuple(relevance.shape)}")
@@ -190,7 +187,7 @@ def evaluate_embeddings(images: Gaussian, captions: Gaussian, relevance: Tensor,
                                   or images.num % num_folds):
         raise ValueError(f"num_folds must be a positive integer dividing the {images.num} images, got {num_folds!r}")
     similarity_options = {k: dict(v) for k, v in (similarity_options or {}).items()}
-    rerank_options = {k: dict(v) for k, v in (rerank_options or {}).items()}
+    rerank_options = {k: dict(v) for k, v in (chosen.rerank_options or {}).items()}
     shared = SharedWork() if shared is None else shared
     device = images.device
     relevance = relevance.to(device)

@@ -33,24 +33,23 @@ from pcmr.encode.fingerprint import gallery_fingerprint
 from pcmr.encode.inputs import encode_split
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, SELECTION_METRICS, selection_value
 from pcmr.evaluation.evaluate import (
-    DEFAULT_LAMBDA_GRID,
-    DEFAULT_RERANKERS,
-    DEFAULT_SIMILARITIES,
     SharedWork,
     evaluate_embeddings,
 )
 from pcmr.evaluation.figures import corruption_series
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
-from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
+from pcmr.evaluation.settings import EvaluationSettings, check_setting_names, setting_names
+from pcmr.gaussian import Gaussian
 from pcmr.inference import get_reranker, list_rerankers
-from pcmr.metrics import COCO_NUM_FOLDS, DEFAULT_KS, HUBNESS_KS, load_extra_positives
+from pcmr.metrics import COCO_NUM_FOLDS, HUBNESS_KS, load_extra_positives
 from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.progress import phase, status_line
 from pcmr.report import Report
 from pcmr.report.figure_keys import RISK_COVERAGE, UNCERTAINTY_VS_CORRUPTION
 
 __all__ = ["EncodedEvaluation", "ExtraColumns", "PRIMARY_METRIC", "RetrievalEvaluator", "SELECTION_METRICS",
-           "evaluate_model", "needs_validation", "selection_value"]
+           "evaluate_model", "evaluator_setting_names", "needs_validation",
+           "selection_value"]
 
 #: The metric a :class:`RetrievalEvaluator` names as its primary one unless told otherwise (rsum; the
 #: metrics that rank models, :data:`SELECTION_METRICS`, and their values, :func:`selection_value`, are
@@ -118,23 +117,24 @@ def needs_validation(rerankers: Sequence[str], rerank_options: Mapping[str, Mapp
     return False
 
 
-@dataclass
-class RetrievalEvaluator:
-    """How to evaluate: on which split, with which similarities, re-rankers, modes and extras.
+@dataclass(frozen=True)
+class RetrievalEvaluator(EvaluationSettings):
+    """How to evaluate: on which split, with which settings, modes and extras.
+
+    The scoring settings (``similarities``, ``rerankers``, ``rerank_options``, ``ks``, ``lambda_grid``,
+    ``uncertainty_measure``, ``seed``, ``figures``, ``progress``) are the keyword-only fields of
+    :class:`~pcmr.evaluation.settings.EvaluationSettings`, declared there once with their defaults and
+    passed on to :func:`evaluate_embeddings` as they are; the fields below are what only the
+    evaluation of a model on a split has.
 
     Args:
         split: the split to evaluate (its ``relevance`` is the exact relation).
         val_split: where tuned re-ranker parameters are selected (needed only for those).
-        similarities, rerankers: names (``["all"]`` for every registered one).
         relevance_modes: modes to report (None: every mode the split has, the exact relation first).
         extras: callables adding columns to each row (see :data:`ExtraColumns`), applied in order.
-        rerank_options: parameters per re-ranker (``beta``, ``csls_k``, ``lam``).
-        batch_size, device, progress: encoding.
-        ks, lambda_grid, uncertainty_measure, seed: as :func:`evaluate_embeddings` takes them (``seed``
-            seeds sampled scores).
+        batch_size, device: encoding (``progress`` also shows encoding bars; None: only on a terminal).
         extra_positives: names of positive sets (``"cxc"``, ``"eccv"``); None: both on COCO 5K-test.
         num_folds: fold-averaged R@K (None: 5 on COCO 5K-test, none otherwise).
-        figures: per-mode figures (uncertainty deciles, k-occurrence, 2-D embeddings);
         corruption: the uncertainty-vs-corruption figure (re-encodes occluded items);
         hubness: hubness columns (``hs_sum``).
         meta: extra report metadata (e.g. ``{"run": path}``).
@@ -144,21 +144,12 @@ class RetrievalEvaluator:
 
     split: RetrievalSplit
     val_split: RetrievalSplit | None = None
-    similarities: Sequence[str] = DEFAULT_SIMILARITIES
-    rerankers: Sequence[str] = DEFAULT_RERANKERS
     relevance_modes: Sequence[str] | None = None
     extras: Sequence[ExtraColumns] = ()
-    rerank_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch_size: int = ENCODE_BATCH_SIZE
     device: torch.device | str | None = None
-    progress: bool | None = False  # encoding bars (None: only on a terminal)
-    ks: Sequence[int] = DEFAULT_KS
-    lambda_grid: Sequence[float] = DEFAULT_LAMBDA_GRID
-    uncertainty_measure: str = DEFAULT_UNCERTAINTY_MEASURE
-    seed: int = 0
     extra_positives: Sequence[str] | None = None
     num_folds: int | None = None
-    figures: bool = True
     corruption: bool = True
     hubness: bool = True
     meta: dict[str, Any] = field(default_factory=dict)
@@ -270,14 +261,17 @@ class RetrievalEvaluator:
         val = None
         if val_embeddings is not None and self.val_split is not None:  # lambda selected under the same mode
             val = (*val_embeddings, self.val_split.relevance_by_mode(mode).matrix())
+        settings = EvaluationSettings(**{name: getattr(self, name) for name in setting_names()})
         return evaluate_embeddings(
-            images, captions, matrix, extra_positives=extra_sets if primary else (),
-            similarities=self.similarities, rerankers=self.rerankers, similarity_options=options,
-            image_labels=split.image_labels, caption_labels=split.caption_labels, val=val,
-            rerank_options=self.rerank_options, ks=self.ks, lambda_grid=self.lambda_grid,
-            uncertainty_measure=self.uncertainty_measure, num_folds=num_folds if primary else None,
-            meta=info, figures=self.figures, hubness_ks=HUBNESS_KS if self.hubness else (), seed=self.seed,
-            progress=self.progress, shared=shared)
+            images, captions, matrix, settings=settings, extra_positives=extra_sets if primary else (),
+            similarity_options=options, image_labels=split.image_labels, caption_labels=split.caption_labels,
+            val=val, num_folds=num_folds if primary else None, meta=info,
+            hubness_ks=HUBNESS_KS if self.hubness else (), shared=shared)
+
+
+def evaluator_setting_names() -> tuple[str, ...]:
+    """The settings a :class:`RetrievalEvaluator` takes by keyword: every field but ``split``."""
+    return tuple(name for name in setting_names(RetrievalEvaluator) if name != "split")
 
 
 def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
@@ -290,7 +284,8 @@ def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
     ``settings`` are fields of :class:`RetrievalEvaluator` (``similarities``, ``rerankers``,
     ``val_split``, ``rerank_options``, ``batch_size``, ``device``, ``progress``, ``ks``,
     ``lambda_grid``, ``uncertainty_measure``, ``extra_positives``, ``num_folds``, ``meta``, ...),
-    declared there once with their defaults; an unknown one is a TypeError naming it. Similarities the
+    declared there and in :class:`~pcmr.evaluation.settings.EvaluationSettings` once with their
+    defaults; an unknown one is a TypeError naming it with its near miss. Similarities the
     model cannot support are skipped with a reason; RGM's lambda is selected on ``val_split``; PMRP is
     reported where the split has class labels; the uncertainty-vs-corruption figure is drawn from
     occlusion / word-erasure series of the split's items. ``extra_positives`` names positive sets of
@@ -302,6 +297,7 @@ def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
     (Markdown, CSV, JSON, PNG). ``relevance`` names the relevance modes to report (None: every mode the
     split has); each row carries its mode in the ``relevance`` column.
     """
+    check_setting_names(settings, evaluator_setting_names())
     if "rerank_options" in settings:
         settings["rerank_options"] = {k: dict(v) for k, v in (settings["rerank_options"] or {}).items()}
     if "meta" in settings:

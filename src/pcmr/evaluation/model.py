@@ -10,13 +10,11 @@ trained score parameters.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from pcmr.data import RetrievalSplit
-from pcmr.evaluation.evaluator import RetrievalEvaluator, needs_validation
+from pcmr.evaluation.evaluator import RetrievalEvaluator, evaluator_setting_names, needs_validation
+from pcmr.evaluation.settings import check_setting_names
 from pcmr.hub import Model
 from pcmr.report import Report
 from pcmr.run_defaults import evaluation_device, load_split, run_defaults
@@ -26,11 +24,7 @@ __all__ = ["evaluate", "evaluate_modes", "model_evaluator"]
 
 def model_evaluator(model: Model, split: RetrievalSplit | str | None = None, *,
                     val_split: RetrievalSplit | str | None = None, data: str | None = None,
-                    data_name: str | None = None, similarities: Sequence[str] | None = None,
-                    rerankers: Sequence[str] | None = None,
-                    rerank_options: dict[str, dict[str, Any]] | None = None,
-                    batch_size: int | None = None, device: torch.device | str | None = None,
-                    meta: dict[str, Any] | None = None, **settings: Any) -> RetrievalEvaluator:
+                    data_name: str | None = None, **settings: Any) -> RetrievalEvaluator:
     """The :class:`~pcmr.evaluation.RetrievalEvaluator` of ``model`` on ``split``, every setting left out
     taken from the model's run defaults; ``model`` is moved to the evaluation device.
 
@@ -39,29 +33,33 @@ def model_evaluator(model: Model, split: RetrievalSplit | str | None = None, *,
         split, val_split: splits, or split names of ``data`` (None: the run's).
         data, data_name: a dataset name or folder (and its format) the split names refer to (None: the
             run's dataset).
-        similarities, rerankers, rerank_options, batch_size, device: as the evaluator takes them.
-        meta: report metadata (default ``{"run": the run or model folder}``).
-        settings: any other field of :class:`~pcmr.evaluation.RetrievalEvaluator` (``relevance_modes``,
-            ``extras``, ``progress``, ``num_folds``, ``corruption``, ...).
+        settings: fields of :class:`~pcmr.evaluation.RetrievalEvaluator` (and of
+            :class:`~pcmr.evaluation.settings.EvaluationSettings` it extends), declared there once; an
+            unknown one is a TypeError naming it with its near miss. Left out or None, these come from the
+            run: ``similarities``, ``rerankers``, ``batch_size`` (also when 0), ``device`` (the
+            evaluation device) and ``meta`` (``{"run": the run or model folder}``).
     """
+    check_setting_names(settings, [name for name in evaluator_setting_names() if name != "val_split"])
     defaults = run_defaults(model)
-    dev = evaluation_device(model, device)
+    dev = evaluation_device(model, settings.pop("device", None))
     if model.device != dev:
         model.to(dev)
     if not isinstance(split, RetrievalSplit):
         split = load_split(data, split or defaults.split, defaults.data, data_name, model=model)
+    similarities, rerankers = settings.pop("similarities", None), settings.pop("rerankers", None)
     chosen_rerankers = list(rerankers if rerankers is not None else defaults.eval.rerankers)
-    options = {name: dict(values) for name, values in (rerank_options or {}).items()}
+    options = {name: dict(values) for name, values in (settings.pop("rerank_options", None) or {}).items()}
     if needs_validation(chosen_rerankers, options) and not isinstance(val_split, RetrievalSplit):
         val_split = load_split(data, val_split or defaults.val_split, defaults.data, data_name, model=model)
     elif not isinstance(val_split, RetrievalSplit):
         val_split = None
     folder = model.run_dir or model.source
+    meta = settings.pop("meta", None)
     return RetrievalEvaluator(
         split, val_split=val_split,
         similarities=list(similarities if similarities is not None else defaults.eval.similarities),
         rerankers=chosen_rerankers, rerank_options=options,
-        batch_size=batch_size or defaults.eval.batch_size,
+        batch_size=settings.pop("batch_size", None) or defaults.eval.batch_size,
         device=dev, meta=dict(meta) if meta is not None else ({"run": str(folder)} if folder is not None else {}),
         **settings)
 
