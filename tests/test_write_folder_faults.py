@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from _faults import full_disk_at
 from pcmr.atomic import (
     FolderWriteError,
     atomic_write_text,
@@ -34,21 +35,6 @@ def fill(text):
 def contents(folder: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(folder.iterdir())}
 
-
-def full_disk_at(monkeypatch, k: int) -> list[int]:
-    """``os.replace`` raises ENOSPC at its k-th call (the files moved into the new folder, then the old
-    folder aside, then the new one in); returns the call counter."""
-    calls = [0]
-    replace = os.replace
-
-    def patched(src, dst, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == k:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", patched)
-    return calls
 
 
 def test_a_full_disk_at_each_step_of_the_swap_keeps_the_old_folder(tmp_path, monkeypatch):

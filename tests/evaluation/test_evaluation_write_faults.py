@@ -4,11 +4,9 @@ second is refused; a killed one's temporary folder is removed by the next run)."
 
 from __future__ import annotations
 
-import errno
-import os
-
 import pytest
 
+from _faults import full_disk_at
 from _kill_runner import pcmr_process
 from pcmr.cli import main
 
@@ -23,21 +21,6 @@ def run_dir(search_run_factory, tmp_path_factory):
 def report(out) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
-
-def full_disk_at(monkeypatch, k: int, out) -> list[int]:
-    """``os.replace`` of the report's files and folders (not of caches) raises ENOSPC at its k-th call."""
-    calls = [0]
-    replace = os.replace
-
-    def patched(src, dst, *args, **kwargs):
-        if f"/.{out.name}." in f"{src}{dst}" or str(dst) == str(out):
-            calls[0] += 1
-            if calls[0] == k:
-                raise OSError(errno.ENOSPC, "No space left on device")
-        return replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", patched)
-    return calls
 
 
 def test_overwrite_under_a_full_disk_keeps_the_previous_report(run_dir, tmp_path, monkeypatch, capsys):

@@ -4,7 +4,6 @@ After each fault the old or the new index loads with nothing lost, and the next 
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -15,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from _faults import full_disk_at
 from _kill_runner import pcmr_process
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
@@ -60,19 +60,6 @@ def sizes(folder: Path) -> tuple[int, int]:
     assert index.ann["image"].ntotal == index.images.num and index.ann["caption"].ntotal == index.captions.num
     return index.images.num, index.captions.num
 
-
-def full_disk_at(monkeypatch, k: int) -> list[int]:
-    calls = [0]
-    replace = os.replace
-
-    def patched(src, dst, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == k:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", patched)
-    return calls
 
 
 def test_add_under_a_full_disk_at_each_step_keeps_the_old_index(built, tmp_path, monkeypatch, capsys):

@@ -6,14 +6,13 @@ build are dropped by the next build."""
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
+from _faults import full_disk_at
 from pcmr import Gaussian
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
@@ -49,21 +48,6 @@ def build(index_dir, source, uri, *extra) -> int:
     return main(["search", str(index_dir), "--from-embeddings", str(source), "--backend", "milvus", "--uri", uri,
                  "--similarity", "wasserstein", *extra])
 
-
-def full_disk_at(monkeypatch, k: int, folder) -> list[int]:
-    """The k-th ``os.replace`` of ``folder``'s files and copies raises ENOSPC (Milvus Lite's own are left alone)."""
-    calls = [0]
-    replace = os.replace
-
-    def patched(src, dst, *args, **kwargs):
-        if f"/.{folder.name}." in f"{src}{dst}" or str(dst) == str(folder):
-            calls[0] += 1
-            if calls[0] == k:
-                raise OSError(errno.ENOSPC, "No space left on device")
-        return replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", patched)
-    return calls
 
 
 def test_a_second_index_at_the_same_uri_and_prefix_keeps_the_first_ones_collections(tmp_path, capsys):
