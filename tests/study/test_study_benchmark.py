@@ -114,13 +114,14 @@ def test_uncertainty_study_checks_the_benchmark_and_judges_exact_relevance_only(
     """The shipped uncertainty study: the thresholds on the mu-only baseline trained on the exact relation,
     source pairs as the main training, exact relevance only (source relevance leaves every model at chance)."""
     spec = load_study(find_study("uncertainty"))
-    assert spec.benchmark == BenchmarkCheck(recipe="pcme_mu_only", variant="exact_long", similarity="cosine",
+    assert spec.benchmark == BenchmarkCheck(recipe="pcme_mu_only_exact", variant="exact_long", similarity="cosine",
                                             rerank="nns", relevance="exact", min_t2i_r_precision=60.0,
                                             min_i2t_skill=0.5, blocking=False)
     assert spec.overrides["data.options.preset"] == "multiplicity_distinct"
     assert spec.default_variants == ("source", "source_lr3", "source_long") and spec.relevance == ("exact",)
-    assert "exact_long" in next(e for e in spec.recipes if e.label == "pcme_mu_only").variants
-    baseline = next(r for r in spec.runs() if r.label == "pcme_mu_only" and r.variant == "exact_long")
+    assert next(e for e in spec.recipes if e.label == "pcme_mu_only_exact").variants == ("exact_long",)
+    baseline = next(r for r in spec.runs() if r.label == "pcme_mu_only_exact" and r.variant == "exact_long")
+    assert baseline.recipe == "pcme_mu_only"
     config = resolve_config(baseline.recipe, baseline.overrides)
     assert config.data.train_relevance == "exact" and "cosine" in config.eval.similarities
     assert config.train.epochs == max(resolve_config(r.recipe, r.overrides).train.epochs for r in spec.runs()[::3])

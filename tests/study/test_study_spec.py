@@ -180,17 +180,19 @@ def test_shipped_uncertainty_study_resolves_every_run_and_fixes_its_design_befor
     spec = load_study(find_study("uncertainty"))
     assert len(spec.seeds) >= 5 and spec.overrides["data.options.preset"] == "multiplicity_distinct"
     assert spec.design.distinct_test_split
-    assert [e.label for e in spec.recipes] == ["pcme", "pcme_small_init", "pcme_mu_only"]
+    assert [e.label for e in spec.recipes] == ["pcme", "pcme_small_init", "pcme_mu_only", "pcme_mu_only_exact"]
     # every recipe on source pairs; the exact relation only for the data-learnable line of the mu-only twin
     assert {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("exact")} == {
-        ("pcme_mu_only", "exact_long")}
-    assert spec.benchmark is not None and (spec.benchmark.recipe, spec.benchmark.variant) == ("pcme_mu_only", "exact_long")
+        ("pcme_mu_only_exact", "exact_long")}
+    assert spec.benchmark is not None and (spec.benchmark.recipe, spec.benchmark.variant) == (
+        "pcme_mu_only_exact", "exact_long")
     # the twin runs in the same cells as PCME: 3x the learning rate, 2x the budget
     cells = ("source", "source_lr3", "source_long")
     swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source")}
     assert swept == {(label, cell) for label in ("pcme", "pcme_small_init", "pcme_mu_only") for cell in cells}
-    assert len(spec.runs()) == 10 * len(spec.seeds)
-    for run in spec.runs()[::len(spec.seeds)]:  # every recipe and variant
+    # five seeds in every cell a claim reads; the data-learnable line (no claim reads it) three
+    assert len(spec.runs()) == 9 * len(spec.seeds) + 3
+    for run in spec.runs()[::len(spec.seeds)] + spec.runs()[-1:]:  # every recipe and variant
         config = resolve_config(run.recipe, run.overrides)
         assert config.train.epochs == (16 if run.variant.endswith("_long") else 8)
         assert config.data.options["preset"] == "multiplicity_distinct"
