@@ -190,9 +190,18 @@ def test_shipped_uncertainty_study_resolves_every_run_and_fixes_its_design_befor
     cells = ("source", "source_lr3", "source_long")
     swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source")}
     assert swept == {(label, cell) for label in ("pcme", "pcme_small_init", "pcme_mu_only") for cell in cells}
-    # five seeds in every cell a claim reads; the data-learnable line (no claim reads it) three
-    assert len(spec.runs()) == 9 * len(spec.seeds) + 3
-    for run in spec.runs()[::len(spec.seeds)] + spec.runs()[-1:]:  # every recipe and variant
+    # five seeds for every recipe a primary claim reads; three for pcme as released (secondary claims only)
+    # and for the data-learnable line (no claim reads it)
+    seeds = {label: {r.seed for r in spec.runs() if r.label == label} for label in {r.label for r in spec.runs()}}
+    assert seeds == {"pcme_small_init": set(spec.seeds), "pcme_mu_only": set(spec.seeds), "pcme": {0, 1, 2},
+                     "pcme_mu_only_exact": {0, 1, 2}}
+    primary_reads = {side.recipe for claim in spec.claims if claim.id in spec.design.primary
+                     for side in (claim.a, claim.b) if side is not None and side.recipe}
+    assert primary_reads and all(len(seeds[label]) >= 5 for label in primary_reads)
+    first = {}
+    for run in spec.runs():
+        first.setdefault((run.label, run.variant), run)
+    for run in first.values():  # every recipe and variant
         config = resolve_config(run.recipe, run.overrides)
         assert config.train.epochs == (16 if run.variant.endswith("_long") else 8)
         assert config.data.options["preset"] == "multiplicity_distinct"
