@@ -42,11 +42,11 @@ class ThrowawaySquaredL2(Similarity):
 
 
 @pytest.fixture
-def registered(monkeypatch):
+def registered():
     """The throw-away score registered for one test (the registry as it was afterwards)."""
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     registry.register(ThrowawaySquaredL2)
-    return NAME
+    yield NAME
+    registry.SIMILARITIES.unregister(NAME)
 
 
 def _rows(folder) -> dict[str, dict[str, str]]:

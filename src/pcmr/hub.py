@@ -39,7 +39,6 @@ from pcmr.atomic import atomic_write_text, repair_folder
 from pcmr.data import Vocabulary, load_dataset
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
 from pcmr.device import resolve_device
-from pcmr.encode.checks import check_finite_tensors, check_model_vocabulary
 from pcmr.encode.inputs import (
     ENCODE_BATCH_SIZE,
     ImageInput,
@@ -49,6 +48,7 @@ from pcmr.encode.inputs import (
     image_input_transform,
     model_device,
 )
+from pcmr.finite import check_finite_tensors
 from pcmr.gaussian import Gaussian
 from pcmr.models.config import ModelConfig
 from pcmr.models.model import RetrievalModel
@@ -438,6 +438,23 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         return _load_folder(Path(folder), map_location)
 
 
+def _check_model_vocabulary(model: RetrievalModel, vocab: Vocabulary, model_dir: str | os.PathLike, vocab_path: str | os.PathLike) -> None:
+    """Raise ``ValueError`` when ``vocab`` (read from ``vocab_path``) is not the vocabulary the model in
+    ``model_dir`` was trained with: its size differs from the model's ``vocab_size`` (word-embedding
+    text encoders), or it differs from the ``vocabulary.json`` saved with the model."""
+    config = getattr(model, "config", None)
+    uses_vocabulary = config is not None and bool(getattr(config.text_encoder, "reads_word_ids", False))
+    if uses_vocabulary and config is not None and config.vocab_size != len(vocab):
+        raise ValueError(f"{os.fspath(vocab_path)} holds {len(vocab)} words but the model in {os.fspath(model_dir)} "
+                         f"embeds {config.vocab_size} token ids; expected the vocabulary of the run that trained "
+                         f"this model")
+    saved = Path(model_dir) / "vocabulary.json"
+    if saved.is_file() and Path(vocab_path).resolve() != saved.resolve():
+        if Vocabulary.load(saved) != vocab:
+            raise ValueError(f"{os.fspath(vocab_path)} differs from {saved}, the vocabulary saved with the model; "
+                             f"expected the vocabulary of the run that trained this model")
+
+
 def _companion(directory: Path, *names: str) -> Path | None:
     """The first of ``names`` in ``directory``, else beside it (a run's ``RUN/model`` finds ``RUN/vocab.json``
     and ``RUN/similarity_options.json``; so does the ``model/`` of ``pcmr convert``)."""
@@ -464,7 +481,7 @@ def _load_folder(directory: Path, map_location: str | torch.device,
                                     "or vocabulary.json of the run that trained the model")
     vocab = Vocabulary.load(vocab_path) if vocab_path is not None else None
     if vocab is not None and vocab_path is not None:
-        check_model_vocabulary(network, vocab, directory, vocab_path)
+        _check_model_vocabulary(network, vocab, directory, vocab_path)
     elif network.config.text_encoder.reads_word_ids:
         raise FileNotFoundError(f"{str(directory)!r} has no vocabulary (looked for {VOCABULARY_FILE} in it and "
                                 f"{RUN_VOCAB_FILE} beside it); pass the vocab.json of the run that trained it")

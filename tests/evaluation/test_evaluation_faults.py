@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pcmr.cli import main
-from pcmr.encode.checks import check_finite_tensors
 from pcmr.evaluation import evaluate_embeddings, evaluate_model
+from pcmr.finite import check_finite_tensors
 from pcmr.gaussian import Gaussian
 
 SHAPES = dict(image_size=16, num_train=12, num_val=6, num_test=13, num_test_unseen=1, num_binary_selection=1,

@@ -3,7 +3,8 @@
 ``RUN_OR_MODEL`` is anything :func:`pcmr.load` opens: a run folder written by ``pcmr train``, its
 ``model/`` folder, or a folder written by ``Model.save_pretrained`` (which records its run's config).
 Defaults for the data, split, similarities, re-rankers, batch size and device come from that run
-config (:func:`pcmr.run_defaults.run_defaults`, used by :func:`pcmr.evaluate`); flags override them. A model folder that
+config (:func:`pcmr.run_defaults.run_defaults`, read by the evaluation layer: :func:`pcmr.evaluation.model.selection`,
+:func:`~pcmr.evaluation.model.evaluation_split` and :func:`pcmr.evaluate`); flags override them. A model folder that
 records no run config (e.g. ``pcmr convert`` output) needs ``--data``.
 """
 
@@ -20,12 +21,10 @@ from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.evaluation.degenerate import collapsed_recall_warning
-from pcmr.evaluation.model import evaluate
+from pcmr.evaluation.model import evaluate, evaluation_split, selection
 from pcmr.hub import load
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.progress import phase
-from pcmr.run_defaults import load_split, run_defaults
-from pcmr.scoring import check_names
 from pcmr.similarity import check_similarity_option_values, get_similarity, list_similarities
 from pcmr.suggest import did_you_mean, name_list, unknown_name
 from pcmr.termination import run_until_terminated
@@ -203,12 +202,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     model = load(args.run_or_model, device=args.device or "cpu", vocabulary=args.vocab)
-    defaults = run_defaults(model)
-    split_name = args.split or defaults.split
-    similarities = check_names("similarity", parse_names(args.similarity) or list(defaults.eval.similarities),
-                               list_similarities())
-    rerankers = check_names("re-ranker", parse_names(args.rerank) or list(defaults.eval.rerankers),
-                            list_rerankers())
+    chosen = selection(model, split=args.split, similarities=parse_names(args.similarity),
+                       rerankers=parse_names(args.rerank))
+    similarities, rerankers = chosen.similarities, chosen.rerankers
     given = [_parse_option(item) for item in args.option]
     check_option_owners(given, similarities, rerankers)
     rerank_options: dict[str, dict[str, Any]] = {}
@@ -216,11 +212,11 @@ def _run(args: argparse.Namespace) -> int:
         target = model.similarity_options if owner in list_similarities() else rerank_options
         target.setdefault(owner, {})[option] = value
     check_option_values(given, model.similarity_options, rerank_options)  # before loading data or encoding
-    split = load_split(args.data, split_name, defaults.data, args.data_name, model=model)
+    split = evaluation_split(model, chosen.split, args.data, args.data_name)
     if args.folds is not None and (args.folds < 1 or split.num_images % args.folds):  # before any work
         raise ValueError(f"--folds {args.folds}: num_folds must be a positive integer dividing the "
                          f"{split.num_images} images, got {args.folds}")
-    out = Path(args.out) if args.out else (model.run_dir or Path(".")) / f"eval-{split_name}"
+    out = Path(args.out) if args.out else (model.run_dir or Path(".")) / f"eval-{chosen.split}"
     with writing_folder(out, "writing this evaluation report"):  # one writer per report, a killed one's copies removed
         return _evaluate(args, model, split, out, similarities, rerankers, rerank_options)
 
@@ -232,6 +228,7 @@ def _evaluate(args: argparse.Namespace, model: Any, split: Any, out: Path, simil
                           similarities=similarities, rerankers=rerankers, rerank_options=rerank_options,
                           batch_size=args.batch_size, device=args.device, progress=args.progress,
                           num_folds=args.folds)
+    collapsed = collapsed_recall_warning(result.rows)
     if not result.rows:
         reasons = "; ".join(f"{s['similarity']}/{s['rerank']}: {s['reason']}" for s in result.skipped)
         raise ValueError(f"no (similarity, re-ranker) pair could be evaluated ({reasons or 'nothing selected'}); "
@@ -245,7 +242,6 @@ def _evaluate(args: argparse.Namespace, model: Any, split: Any, out: Path, simil
         write_folder(out, write)  # the report is swapped in whole, so no figure of an older one stays
     print(result.to_markdown())
     print(f"wrote {', '.join(str(p) for p in written)}")
-    collapsed = collapsed_recall_warning(result.rows)
     if collapsed:
         print(f"warning: {collapsed}", file=sys.stderr)
     for similarity, text in dict.fromkeys((row.get("similarity"), row["warning"]) for row in result.rows

@@ -14,7 +14,7 @@ from pcmr.train.recipes import list_recipes
 
 __all__ = ["BUILT_IN", "KINDS", "add_parser", "run"]
 
-#: the registered names of each kind, in registration order (as the registries' list_* functions give them)
+#: the registered names of each kind, in listing order (as the registries' list_* functions give them)
 BUILT_IN: dict[str, tuple[str, ...]] = {
     "models": ("gce", "gcie", "gie", "pcme", "pcme_mu_only", "probvse", "probvsrn", "pvse", "vsepp", "vsepp_wide"),
     "similarities": ("cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",

@@ -11,12 +11,12 @@ from pcmr.data.augment import drop_words, erase_image, occlusion_series, random_
 from pcmr.data.batching import ENCODE_BATCH_SIZE, caption_loader, image_loader, train_loader
 from pcmr.data.errors import DataError, MissingDataError, SkippedItem
 from pcmr.data.images import ArrayImages, FeatureImages, FileImages, ImageSource
-from pcmr.data.registry import list_datasets, load_dataset, offers_split
+from pcmr.data.registry import DATASETS, list_datasets, load_dataset, offers_split
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import SPECIAL_TOKENS, Vocabulary, tokenize
 from pcmr.relevance import Relevance
 
-__all__ = ["load_dataset", "list_datasets", "offers_split", "RetrievalSplit", "Relevance", "Vocabulary", "tokenize",
+__all__ = ["DATASETS", "load_dataset", "list_datasets", "offers_split", "RetrievalSplit", "Relevance", "Vocabulary", "tokenize",
            "SPECIAL_TOKENS", "DataError", "MissingDataError", "SkippedItem", "ImageSource", "ArrayImages",
            "FileImages", "FeatureImages", "erase_image", "random_erase", "drop_words", "occlusion_series", "word_erasure_series",
            "train_loader", "image_loader", "caption_loader", "ENCODE_BATCH_SIZE"]

@@ -20,9 +20,10 @@ from pcmr.data.karpathy import load_karpathy
 from pcmr.data.precomputed import load_precomputed
 from pcmr.data.shapes import load_shapes
 from pcmr.data.split import RetrievalSplit
+from pcmr.registry import Registry
 from pcmr.suggest import unknown_name
 
-__all__ = ["DatasetSpec", "load_dataset", "list_datasets", "detect_format", "offers_split"]
+__all__ = ["DATASETS", "DatasetSpec", "load_dataset", "list_datasets", "detect_format", "offers_split"]
 
 
 @dataclass(frozen=True)
@@ -63,37 +64,37 @@ def _cub(split: str, **config: Any) -> RetrievalSplit:
     return load_cub(split=split, **config)
 
 
-_REGISTRY: dict[str, DatasetSpec] = {
-    spec.name: spec
-    for spec in (
-        DatasetSpec("shapes", _shapes, "built-in synthetic many-to-many benchmark with exact relevance",
-                    extra_splits=("test_unseen", "binary_selection"), renders_images=True),
-        DatasetSpec("coco", _karpathy("coco"), "MS-COCO, Karpathy split JSON + image folder"),
-        DatasetSpec("flickr30k", _karpathy("flickr30k"), "Flickr30k, Karpathy split JSON + image folder"),
-        DatasetSpec("karpathy", _karpathy(None), "any Karpathy split JSON + image folder"),
-        DatasetSpec("precomputed", _precomputed, "VSE++/VSE-infinity precomputed features + captions"),
-        DatasetSpec("cub", _cub, "CUB-200-2011 + Reed et al. text_c10 captions, class-level relevance"),
-    )
-}
+#: every named dataset, listed by name
+DATASETS: Registry[DatasetSpec] = Registry("dataset", order=lambda spec: spec.name, error=DataError)
+for _spec in (
+    DatasetSpec("shapes", _shapes, "built-in synthetic many-to-many benchmark with exact relevance",
+                extra_splits=("test_unseen", "binary_selection"), renders_images=True),
+    DatasetSpec("coco", _karpathy("coco"), "MS-COCO, Karpathy split JSON + image folder"),
+    DatasetSpec("flickr30k", _karpathy("flickr30k"), "Flickr30k, Karpathy split JSON + image folder"),
+    DatasetSpec("karpathy", _karpathy(None), "any Karpathy split JSON + image folder"),
+    DatasetSpec("precomputed", _precomputed, "VSE++/VSE-infinity precomputed features + captions"),
+    DatasetSpec("cub", _cub, "CUB-200-2011 + Reed et al. text_c10 captions, class-level relevance"),
+):
+    DATASETS.register(_spec)
 
 
 def offers_split(name: str | os.PathLike, split: str) -> bool:
     """Whether the dataset ``name`` (a registered name; a folder is taken as offering none) has the
     extra split ``split`` (:attr:`DatasetSpec.extra_splits`)."""
-    spec = _REGISTRY.get(os.fspath(name))
+    spec = DATASETS.find(os.fspath(name))
     return spec is not None and split in spec.extra_splits
 
 
 def renders_images(name: str) -> bool:
     """Whether the registered dataset ``name`` renders its images from a split's generator settings
     (:attr:`DatasetSpec.renders_images`); False for a name that is not registered."""
-    spec = _REGISTRY.get(name)
+    spec = DATASETS.find(name)
     return spec is not None and spec.renders_images
 
 
 def list_datasets() -> list[str]:
     """Names accepted by :func:`load_dataset`."""
-    return sorted(_REGISTRY)
+    return DATASETS.names()
 
 
 def detect_format(path: str | os.PathLike) -> str:
@@ -128,10 +129,10 @@ def load_dataset(name: str | os.PathLike, split: str, **config: Any) -> Retrieva
     """
     config = {key: value for key, value in config.items() if value is not None}
     key = os.fspath(name)
-    if key not in _REGISTRY:
+    if key not in DATASETS:
         if os.sep in key or os.path.exists(key):
             fmt = detect_format(key)
             config.setdefault("root", key)
-            return _REGISTRY[fmt].loader(split, **config)
+            return DATASETS.get(fmt).loader(split, **config)
         raise DataError(unknown_name("dataset", key, list_datasets()) + ", or a dataset folder")
-    return _REGISTRY[key].loader(split, **config)
+    return DATASETS.get(key).loader(split, **config)

@@ -1,4 +1,6 @@
-"""Checks of what evaluation loads: finite weights and embeddings, a vocabulary that fits its model.
+"""Checks of what encoding gives and reads: finite embeddings (through the one finite check,
+:func:`pcmr.finite.check_finite_tensors`, also used on a loaded model's weights) and split ids that
+fit the COCO-id positive sets.
 
 Each raises one ``ValueError`` naming the file (or the source of the embeddings), the tensor
 or row at fault and what was expected, instead of letting NaN scores or an out-of-range
@@ -7,39 +9,14 @@ token id surface later as wrong numbers or an unrelated error.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-import torch
-from torch import Tensor
-
-from pcmr.data import Vocabulary
 from pcmr.data.split import RetrievalSplit
+from pcmr.finite import check_finite_tensors
 from pcmr.gaussian import Gaussian, NonFiniteEmbeddingError
-from pcmr.models.model import RetrievalModel
 
-__all__ = ["check_finite_tensors", "check_finite_embeddings", "check_model_vocabulary", "naming_source",
-           "coco_id_problem"]
-
-
-def _bad_rows(tensor: Tensor) -> list[int]:
-    """Indices of the rows (first dimension) holding NaN or inf; [] when all are finite."""
-    if not tensor.is_floating_point() or tensor.numel() == 0:
-        return []
-    finite = torch.isfinite(tensor.detach().reshape(tensor.shape[0], -1) if tensor.dim() else tensor.reshape(1, 1))
-    return torch.nonzero(~finite.all(dim=1)).flatten().tolist()
-
-
-def check_finite_tensors(tensors: Mapping[str, Tensor], source: str | os.PathLike) -> None:
-    """Raise ``ValueError`` naming ``source`` and the first tensor (and rows) holding NaN or inf."""
-    for name, tensor in tensors.items():
-        rows = _bad_rows(tensor)
-        if rows:
-            shown = f"rows {rows[:5]}{' ...' if len(rows) > 5 else ''} of " if tensor.dim() > 1 else ""
-            raise ValueError(f"{os.fspath(source)}: {shown}tensor {name!r} {tuple(tensor.shape)} holds NaN or inf; "
-                             f"expected finite values (a diverged or corrupted model or embeddings file)")
+__all__ = ["check_finite_tensors", "check_finite_embeddings", "naming_source", "coco_id_problem"]
 
 
 def check_finite_embeddings(images: Gaussian, captions: Gaussian, source: str) -> None:
@@ -51,24 +28,6 @@ def check_finite_embeddings(images: Gaussian, captions: Gaussian, source: str) -
         if gaussian.logvar is not None:
             tensors[f"{side}_logvar"] = gaussian.logvar
     check_finite_tensors(tensors, source)
-
-
-def check_model_vocabulary(model: RetrievalModel, vocab: Vocabulary, model_dir: str | os.PathLike, vocab_path: str | os.PathLike) -> None:
-    """Raise ``ValueError`` when ``vocab`` (read from ``vocab_path``) is not the vocabulary the model in
-    ``model_dir`` was trained with: its size differs from the model's ``vocab_size`` (word-embedding
-    text encoders), or it differs from the ``vocabulary.json`` saved with the model."""
-    config = getattr(model, "config", None)
-    uses_vocabulary = config is not None and bool(getattr(config.text_encoder, "reads_word_ids", False))
-    if uses_vocabulary and config is not None and config.vocab_size != len(vocab):
-        raise ValueError(f"{os.fspath(vocab_path)} holds {len(vocab)} words but the model in {os.fspath(model_dir)} "
-                         f"embeds {config.vocab_size} token ids; expected the vocabulary of the run that trained "
-                         f"this model")
-    saved = Path(model_dir) / "vocabulary.json"
-    if saved.is_file() and Path(vocab_path).resolve() != saved.resolve():
-
-        if Vocabulary.load(saved) != vocab:
-            raise ValueError(f"{os.fspath(vocab_path)} differs from {saved}, the vocabulary saved with the model; "
-                             f"expected the vocabulary of the run that trained this model")
 
 
 @contextmanager

@@ -4,22 +4,57 @@
 :func:`evaluate` (or :func:`model_evaluator` / :func:`evaluate_modes`), so a model is evaluated with the
 same defaults wherever it is evaluated: each setting left out comes from its run's defaults
 (:func:`pcmr.run_defaults.run_defaults`, the table there), and the model brings its own vocabulary and
-trained score parameters.
+trained score parameters. A caller that checks its own settings before any data is read (``pcmr
+evaluate``) first asks :func:`selection` for the split name and the checked similarity and re-ranker
+names, then :func:`evaluation_split` for the split: the run's defaults are read here, below the
+command, never by the command itself.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pcmr.data import RetrievalSplit
 from pcmr.evaluation.evaluator import RetrievalEvaluator, evaluator_setting_names, needs_validation
 from pcmr.evaluation.settings import check_setting_names
 from pcmr.hub import Model
+from pcmr.inference import list_rerankers
 from pcmr.report import Report
 from pcmr.run_defaults import evaluation_device, load_split, run_defaults
+from pcmr.scoring import check_names
+from pcmr.similarity import list_similarities
 
-__all__ = ["evaluate", "evaluate_modes", "model_evaluator"]
+__all__ = ["Selection", "evaluate", "evaluate_modes", "evaluation_split", "model_evaluator", "selection"]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one evaluation of a model reports: the split's name and the checked similarity and re-ranker
+    names (``"all"`` expanded, repeats dropped, in the order given)."""
+
+    split: str
+    similarities: list[str]
+    rerankers: list[str]
+
+
+def selection(model: Model, *, split: str | None = None, similarities: Sequence[str] | None = None,
+              rerankers: Sequence[str] | None = None) -> Selection:
+    """The :class:`Selection` of ``model``'s evaluation: each of ``split``, ``similarities`` and
+    ``rerankers`` left out (None or empty) is the run's default; every name is checked against its
+    registry (ValueError naming the unknown name, its near miss and the accepted names)."""
+    defaults = run_defaults(model)
+    return Selection(split or defaults.split,
+                     check_names("similarity", list(similarities or defaults.eval.similarities), list_similarities()),
+                     check_names("re-ranker", list(rerankers or defaults.eval.rerankers), list_rerankers()))
+
+
+def evaluation_split(model: Model, split: str, data: str | None = None, data_name: str | None = None) -> RetrievalSplit:
+    """The split ``split`` of ``data`` (a dataset name or folder, format ``data_name``; None: the run's own
+    data), read as :func:`pcmr.run_defaults.load_split` reads it for ``model``."""
+    return load_split(data, split, run_defaults(model).data, data_name, model=model)
 
 
 def model_evaluator(model: Model, split: RetrievalSplit | str | None = None, *,

@@ -22,7 +22,9 @@ from pcmr.inference.lambda_selection import LambdaSelection, select_lambda
 from pcmr.inference.matching import exact_assignment, greedy_matching, relaxed_greedy_matching, rgm_capacity
 from pcmr.inference.rerankers import (
     DEFAULT_LAMBDA_GRID,
+    MATCHINGS,
     NO_RERANKING,
+    REWEIGHTINGS,
     Matching,
     Reranker,
     Reweighting,
@@ -48,7 +50,9 @@ __all__ = [
     "CSLS_K",
     "DEFAULT_LAMBDA_GRID",
     "IS_BETA",
+    "MATCHINGS",
     "NO_RERANKING",
+    "REWEIGHTINGS",
     "LambdaSelection",
     "Matching",
     "Reranker",

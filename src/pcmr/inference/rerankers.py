@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -49,6 +49,7 @@ from pcmr.metrics.driver import recall_from_lists
 from pcmr.ranking.backend import BACKENDS
 from pcmr.ranking.checks import check_positive_int, check_scores
 from pcmr.ranking.topk import ordered_topk
+from pcmr.registry import Registry
 from pcmr.suggest import unknown_name
 
 #: RGM's lambda candidates: from GM-like (1) to unconstrained (inf = top-k of the re-weighted scores).
@@ -110,23 +111,28 @@ class Matching(abc.ABC):
         """Ranked gallery indices ``[Q, k]`` (best first) of already re-weighted ``rescored [Q, G]``."""
 
 
-_REWEIGHTINGS: dict[str, type[Reweighting]] = {}
-_MATCHINGS: dict[str, type[Matching]] = {}
+def _check_part_name(name: str) -> None:
+    """A part's name is not taken by the other kind of part and holds no ``+`` (compositions are
+    ``"<re-weighting>+<matching>"``)."""
+    if "+" in name or name in REWEIGHTINGS or name in MATCHINGS:
+        raise ValueError(f"re-ranker part name {name!r} is taken or contains '+'")
+
+
+#: the re-weightings by name, in registration order (``nns`` first: the identity)
+REWEIGHTINGS: Registry[type[Reweighting]] = Registry("re-weighting", check_name=_check_part_name)
+#: the matchings by name, in registration order
+MATCHINGS: Registry[type[Matching]] = Registry("matching", check_name=_check_part_name)
 _T = TypeVar("_T")
 
 
-def _register(table: dict[str, Any], kind: str) -> Callable[[_T], _T]:
-    def add(cls: _T) -> _T:
-        name = cls.name  # type: ignore[attr-defined]
-        if "+" in name or name in _REWEIGHTINGS or name in _MATCHINGS:
-            raise ValueError(f"{kind} name {name!r} is taken or contains '+'")
-        table[name] = cls
-        return cls
-    return add
+def register_reweighting(cls: _T) -> _T:
+    """Class decorator: register a :class:`Reweighting` under ``cls.name``."""
+    return REWEIGHTINGS.register(cls)
 
 
-register_reweighting = _register(_REWEIGHTINGS, "re-weighting")
-register_matching = _register(_MATCHINGS, "matching")
+def register_matching(cls: _T) -> _T:
+    """Class decorator: register a :class:`Matching` under ``cls.name``."""
+    return MATCHINGS.register(cls)
 
 
 @register_reweighting
@@ -371,30 +377,30 @@ class Reranker:
 
 def list_reweightings() -> list[str]:
     """Registered re-weightings (``nns`` is the identity)."""
-    return list(_REWEIGHTINGS)
+    return REWEIGHTINGS.names()
 
 
 def list_matchings() -> list[str]:
     """Registered matchings."""
-    return list(_MATCHINGS)
+    return MATCHINGS.names()
 
 
 def list_rerankers() -> list[str]:
     """Every name ``get_reranker`` accepts: re-weightings, matchings, then each
     ``"<re-weighting>+<matching>"`` of a non-identity re-weighting and a matching."""
-    combined = [f"{w}+{m}" for w, cls in _REWEIGHTINGS.items() if not cls.identity for m in _MATCHINGS]
-    return list(_REWEIGHTINGS) + list(_MATCHINGS) + combined
+    combined = [f"{w}+{m}" for w, cls in REWEIGHTINGS.items() if not cls.identity for m in MATCHINGS]
+    return REWEIGHTINGS.names() + MATCHINGS.names() + combined
 
 
 def _parts(name: str) -> tuple[type[Reweighting], type[Matching] | None]:
     if not isinstance(name, str) or name not in list_rerankers():
         raise ValueError(unknown_name("re-ranker", str(name), list_rerankers()))
-    if name in _REWEIGHTINGS:
-        return _REWEIGHTINGS[name], None
-    if name in _MATCHINGS:
-        return _REWEIGHTINGS["nns"], _MATCHINGS[name]
+    if name in REWEIGHTINGS:
+        return REWEIGHTINGS.get(name), None
+    if name in MATCHINGS:
+        return NoReweighting, MATCHINGS.get(name)
     weighting, matching = name.split("+")
-    return _REWEIGHTINGS[weighting], _MATCHINGS[matching]
+    return REWEIGHTINGS.get(weighting), MATCHINGS.get(matching)
 
 
 def reranker_parameters(name: str) -> tuple[str, ...]:

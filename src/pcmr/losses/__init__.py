@@ -33,7 +33,7 @@ from pcmr.losses.hubness import (
 )
 from pcmr.losses.match_scale import MatchScale
 from pcmr.losses.pvse import PvseConfig, PvseLoss, diversity_loss, mil_triplet_loss, mmd_loss
-from pcmr.losses.registry import LossEntry, create_loss, get_loss_entry, list_losses
+from pcmr.losses.registry import LOSSES, LossEntry, create_loss, get_loss_entry, list_losses
 from pcmr.losses.regularisers import kl_prior_loss, uniformity_loss
 from pcmr.losses.soft_contrastive import (
     PcmeConfig,
@@ -53,6 +53,7 @@ __all__ = [
     "HalLoss",
     "HalReleasedConfig",
     "HalReleasedLoss",
+    "LOSSES",
     "LossEntry",
     "MatchScale",
     "PcmeConfig",

@@ -2,7 +2,8 @@
 
 Each name maps to a module class, its configuration dataclass and the fields the
 name fixes (e.g. ``triplet_max`` is ``TripletLoss`` with ``negatives="max"``).
-The table is explicit: the registry is the list below.
+The table is explicit: the entries are registered below, in listing order (:data:`LOSSES`, a
+:class:`pcmr.registry.Registry`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pcmr.losses.hubness import HalConfig, HalLoss, HalReleasedConfig, HalReleas
 from pcmr.losses.pvse import PvseConfig, PvseLoss
 from pcmr.losses.soft_contrastive import PcmeConfig, PcmeLoss
 from pcmr.losses.triplet import TripletConfig, TripletLoss
-from pcmr.suggest import unknown_name
+from pcmr.registry import Registry
 
-__all__ = ["LossEntry", "create_loss", "get_loss_entry", "list_losses"]
+__all__ = ["LOSSES", "LossEntry", "create_loss", "get_loss_entry", "list_losses"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,9 @@ class LossEntry:
     reference: str = ""
 
 
-_ENTRIES = (
+#: every objective by name, listed in registration order
+LOSSES: Registry[LossEntry] = Registry("loss")
+for _entry in (
     LossEntry("triplet_sum", TripletLoss, TripletConfig, {"negatives": "sum"}, "HAL/RGM eq.2 (SUM)"),
     LossEntry("triplet_max", TripletLoss, TripletConfig, {"negatives": "max"}, "VSE++; HAL/RGM eq.3 (MAX)"),
     LossEntry(
@@ -55,20 +58,18 @@ _ENTRIES = (
     LossEntry("pcme_csd", CsdLoss, CsdConfig, {}, "PCME++ closed-form sampled distance"),
     LossEntry("calibpe", CalibratedTripletLoss, CalibratedConfig, {}, "CalibPE eq.2, 5, 7"),
     LossEntry("pvse", PvseLoss, PvseConfig, {}, "PVSE: MIL triplet MAX + diversity + MMD (PCME §3.1.1)"),
-)
-_REGISTRY: dict[str, LossEntry] = {entry.name: entry for entry in _ENTRIES}
+):
+    LOSSES.register(_entry)
 
 
 def list_losses() -> list[str]:
     """Names accepted by :func:`create_loss`, in a fixed order."""
-    return [entry.name for entry in _ENTRIES]
+    return LOSSES.names()
 
 
 def get_loss_entry(name: str) -> LossEntry:
     """The :class:`LossEntry` of ``name``; ``ValueError`` listing the names otherwise."""
-    if name not in _REGISTRY:
-        raise ValueError(unknown_name("loss", str(name), list_losses()))
-    return _REGISTRY[name]
+    return LOSSES.get(name)
 
 
 def create_loss(name: str, **config: Any) -> RetrievalLoss:

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 from pcmr.inference import Reranker, get_reranker
+from pcmr.registry import Registry
 from pcmr.scoring import check_similarity_supported, score_matrix
 from pcmr.search.results import SearchResults, hits_of
 from pcmr.search.searcher import (
@@ -44,7 +45,7 @@ from pcmr.search.searcher import (
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
 
-__all__ = ["BACKENDS", "Backend", "DEFAULT_TOP_K", "get_backend", "RESCORE_ALL_MAX", "candidate_count", "plan_search",
+__all__ = ["BACKENDS", "SEARCH_BACKENDS", "Backend", "DEFAULT_TOP_K", "get_backend", "RESCORE_ALL_MAX", "candidate_count", "plan_search",
            "search_index", "search_notes", "trained_similarity"]
 
 #: results per query when a search names no k (the library, pcmr search and pcmr serve)
@@ -62,21 +63,21 @@ class Backend:
     exact: bool = False
 
 
-_BACKENDS = {backend.name: backend for backend in (
-    Backend("auto"),  # the index's candidate source for the gallery modality when it has one, else exact
-    Backend("exact", exact=True),
-    Backend("faiss", engine="faiss"),
-    Backend("milvus", engine="milvus"),
-)}
+#: the search backends by name (``--backend``), in registration order
+SEARCH_BACKENDS: Registry[Backend] = Registry("backend")
+SEARCH_BACKENDS.register(Backend("auto"))  # the index's candidate source for the gallery modality when it has one, else exact
+SEARCH_BACKENDS.register(Backend("exact", exact=True))
+SEARCH_BACKENDS.register(Backend("faiss", engine="faiss"))
+SEARCH_BACKENDS.register(Backend("milvus", engine="milvus"))
 #: the names of the search backends (``--backend``)
-BACKENDS = tuple(_BACKENDS)
+BACKENDS = tuple(SEARCH_BACKENDS.names())
 
 
 def get_backend(name: str) -> Backend:
-    """The :class:`Backend` called ``name`` (ValueError naming the accepted ones otherwise)."""
-    if name not in _BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {name!r}")
-    return _BACKENDS[name]
+    """The :class:`Backend` called ``name`` (ValueError naming the near miss and the accepted ones otherwise)."""
+    return SEARCH_BACKENDS.get(name)
+
+
 #: galleries up to this size are re-scored whole under a re-weighting with a gallery statistic
 RESCORE_ALL_MAX = 50_000
 

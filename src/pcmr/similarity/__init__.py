@@ -22,6 +22,7 @@ from pcmr.similarity import (  # noqa: F401  (registration)
 )
 from pcmr.similarity._primitives import safe_sqrt, sampled_pair_distances
 from pcmr.similarity._registry import (
+    SIMILARITIES,
     AnnVectors,
     Similarity,
     check_similarity_option_values,
@@ -32,6 +33,7 @@ from pcmr.similarity._registry import (
 )
 
 __all__ = [
+    "SIMILARITIES",
     "AnnVectors",
     "Similarity",
     "check_similarity_option_values",

@@ -20,19 +20,15 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 from pcmr.point_set import PointSet
+from pcmr.registry import Registry
 from pcmr.suggest import unknown_name
 
-__all__ = ["AnnVectors", "Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity",
+__all__ = ["AnnVectors", "SIMILARITIES", "Similarity", "register", "pairwise", "paired", "list_similarities", "get_similarity",
            "check_similarity_option_values"]
 
 # Memory for one block's temporaries when ``block_size`` is not given (bytes).
 DEFAULT_BLOCK_BYTES = 256 * 2**20
 
-_REGISTRY: dict[str, Similarity] = {}
-_LISTING_ORDER = (
-    "cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
-    "mahalanobis_caption", "mahalanobis_image", "csd", "avg_l2", "match_prob", "max_cosine",
-)
 
 
 @dataclass(frozen=True)
@@ -74,6 +70,9 @@ class Similarity(ABC):
             ranks by it exactly (``ann_exact``), else the closest one that ranks by fixed vectors.
         ann_vectors: the vectors of a nearest-neighbour index that ranks by this score exactly
             (:class:`AnnVectors`); None for a score that no fixed vectors rank by.
+        listing_rank: where the score is listed (``list_similarities``, ``pcmr list similarities``,
+            the evaluation tables): by rank, then by name; the built-in scores follow the table of
+            ``docs/similarity.md``, a score that sets none comes after them.
     """
 
     name: str = ""
@@ -88,6 +87,7 @@ class Similarity(ABC):
     ann_score: str = "wasserstein"
     ann_vectors: AnnVectors | None = None
     batched_candidates: bool = False  # candidate_scores has a batched form (the search's fast re-scoring)
+    listing_rank: float = float("inf")
 
     @property
     def ann_exact(self) -> bool:
@@ -135,26 +135,25 @@ class Similarity(ABC):
         )
 
 
+#: every score, by name, listed by :attr:`Similarity.listing_rank`
+SIMILARITIES: Registry[Similarity] = Registry("similarity", order=lambda score: score.listing_rank)
+
+
 def register(cls: type[Similarity]) -> type[Similarity]:
     """Class decorator: instantiate and register a score under ``cls.name``."""
-    if not cls.name or cls.name in _REGISTRY:
-        raise ValueError(f"similarity name {cls.name!r} is empty or already registered")
-    _REGISTRY[cls.name] = cls()
+    SIMILARITIES.register(cls())
     return cls
 
 
 def list_similarities() -> list[str]:
     """Names of every registered score, in the order of the table in ``docs/similarity.md`` (later additions at the end)."""
-    rank = {name: k for k, name in enumerate(_LISTING_ORDER)}
-    return sorted(_REGISTRY, key=lambda name: (rank.get(name, len(rank)), name))
+    return SIMILARITIES.names()
 
 
 def get_similarity(name: str) -> Similarity:
     """The spec object of a score (``.name``, ``.sampled``, ``.needs_image_variance``,
     ``.needs_caption_variance``, ``.options``, ``.reference``)."""
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(unknown_name("similarity", str(name), list_similarities()))
-    return _REGISTRY[name]
+    return SIMILARITIES.get(name)
 
 
 def _resolve(
@@ -209,12 +208,12 @@ def check_similarity_option_values(name: str, options: dict[str, Any]) -> None:
 
 
 def _set_friendly() -> list[str]:
-    return [n for n, s in _REGISTRY.items() if s.accepts_point_sets]
+    return [n for n, s in SIMILARITIES.items() if s.accepts_point_sets]
 
 
 def _point_friendly(side: str) -> list[str]:
     attr = f"needs_{side}_variance"
-    return [n for n, s in _REGISTRY.items() if not getattr(s, attr)]
+    return [n for n, s in SIMILARITIES.items() if not getattr(s, attr)]
 
 
 def _needs_grad(tensors: list[Tensor | None]) -> bool:

@@ -176,6 +176,7 @@ class KL(_OneWayKL):
     """``-KL(image || caption)``."""
 
     name = "kl"
+    listing_rank = 3
     reference = "ProbVSE eq.4-5, GCIE eq.15"
 
 
@@ -184,6 +185,7 @@ class KLReverse(_OneWayKL):
     """``-KL(caption || image)``."""
 
     name = "kl_reverse"
+    listing_rank = 4
     reference = "ProbVSE §6.2"
     forward = False
 
@@ -193,6 +195,7 @@ class MinKL(_KLBase):
     """``-min(KL(image || caption), KL(caption || image)) = max(-KL(p||q), -KL(q||p))``."""
 
     name = "min_kl"
+    listing_rank = 5
     num_expansions = 2
     reference = "ProbVSE eq.6, GCIE eq.16"
 
@@ -223,6 +226,7 @@ class SymmetrisedKL(_KLBase):
     ``-0.25 sum_d [ v1/v2 + v2/v1 + (m1-m2)^2 (1/v1 + 1/v2) - 2 ]``."""
 
     name = "js"
+    listing_rank = 6
     reference = "PCME eq.B.2, CalibPE (symmetrised KL, called 'JS' in the papers)"
 
     def expansions(self, images: Gaussian, captions: Gaussian) -> list[Expansion]:

@@ -35,6 +35,7 @@ class MahalanobisCaption(_Mahalanobis):
     """Image point against caption Gaussian (GCE)."""
 
     name = "mahalanobis_caption"
+    listing_rank = 10
     needs_caption_variance = True
     reference = "GCIE eq.6 (GCE)"
 
@@ -54,6 +55,7 @@ class MahalanobisImage(_Mahalanobis):
     """Caption point against image Gaussian (GIE)."""
 
     name = "mahalanobis_image"
+    listing_rank = 11
     needs_image_variance = True
     reference = "GCIE eq.10 (GIE)"
 

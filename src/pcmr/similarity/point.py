@@ -24,6 +24,7 @@ class Cosine(ClosedForm):
     """``S = <m1/|m1|, m2/|m2|>`` (a zero mean has cosine 0 with everything)."""
 
     name = "cosine"
+    listing_rank = 1
     means_only = True
     batched_candidates = True
     ann_score = "cosine"
@@ -55,6 +56,7 @@ class L2(ClosedForm):
     """``S = -|m1 - m2|`` with a safe square root."""
 
     name = "l2"
+    listing_rank = 2
     means_only = True
     ann_score = "l2"
     ann_vectors = AnnVectors()

@@ -45,6 +45,7 @@ class MaxCosine(Similarity):
     """``S = max_{k, l} cos(v_k, t_l)`` over the ``K1 x K2`` pairs of points (PVSE's MIL matching)."""
 
     name = "max_cosine"
+    listing_rank = 15
     ann_score = "cosine"  # candidates by the cosine of the point sets' centroids
     accepts_point_sets = True
     reference = "PVSE (Song and Soleymani, CVPR 2019; PCME §3.1.1): best pair of the K x K cosines (MIL)"

@@ -119,6 +119,7 @@ class ExpectedLikelihoodKernel(_VarianceKernel):
     """``log N(m1; m2, diag(v1 + v2))`` (PCME eq.B.3-B.4)."""
 
     name = "elk"
+    listing_rank = 7
     reference = "PCME eq.B.3-B.4 (log expected likelihood kernel)"
     alpha = -0.5
     beta = 1.0
@@ -138,6 +139,7 @@ class Bhattacharyya(_VarianceKernel):
     """``-D_B`` between diagonal Gaussians (PCME eq.B.5, exact form)."""
 
     name = "bhattacharyya"
+    listing_rank = 8
     reference = "PCME eq.B.5 (Bhattacharyya distance)"
     alpha = -0.25
     beta = 2.0

@@ -310,6 +310,7 @@ class AverageL2(_Sampled):
     """``-(1/(J K)) sum_{j,k} |z1_j - z2_k|`` (PCME Table 1, 'avg L2')."""
 
     name = "avg_l2"
+    listing_rank = 13
     ann_score = "csd"  # ranked by the expected squared distance of two samples
     reference = "PCME Table 1 (average sampled distance)"
     sign = -1.0
@@ -330,6 +331,7 @@ class MatchProbability(_Sampled):
     """
 
     name = "match_prob"
+    listing_rank = 14
     ann_score = "csd"  # a decreasing function of the sample distances: ranked like their expected square
     reference = "PCME eq.2-3 (match probability)"
     options: dict[str, Any] = {**_Sampled.options, "a": 30.0, "b": 30.0}

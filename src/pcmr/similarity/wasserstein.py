@@ -27,6 +27,7 @@ class Wasserstein(ClosedForm):
     """``-W2(p, q)`` between diagonal Gaussians (standard deviations, not variances)."""
 
     name = "wasserstein"
+    listing_rank = 9
     ann_vectors = AnnVectors(spread="std")
     reference = "ProbVSE eq.7, GCIE eq.17, CalibPE eq.7 (exact diagonal-Gaussian form)"
 
@@ -54,6 +55,7 @@ class CSD(ClosedForm):
     """``-E|z1 - z2|^2 = -(|m1 - m2|^2 + sum_d v1 + sum_d v2)``."""
 
     name = "csd"
+    listing_rank = 12
     ann_score = "csd"
     ann_vectors = AnnVectors(spread="variance", squared=True)
     reference = "PCME++ closed-form sampled distance (successor of PCME)"
