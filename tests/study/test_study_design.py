@@ -235,3 +235,25 @@ def test_a_test_split_with_repeated_captions_is_refused(tmp_path, monkeypatch, p
     # without the requirement the split is accepted and only its digest is read
     plain = parse_study({**STUDY, "set": {"data.options.preset": preset, **TINY_DATA}})
     assert check_test_split(plain, plain.runs()[0]) == check_test_split(plain, plain.runs()[0])
+
+
+def test_claims_by_paper_name_each_verdict_and_the_model_that_did_not_learn() -> None:
+    """``by_paper.md``: one row per paper, every claim's verdict, and for a claim that reads ``not learned``
+    the model and direction that failed the gate."""
+    from pcmr.study.report import by_paper_markdown, paper_name
+
+    skill = {**GOOD, ("mu", "source", "i2t"): -1.5}
+    claims = [
+        _claim(id="hal-a", paper="HAL/RGM (hubs), Tab. 3", reads=["t2i"]),
+        _claim(id="hal-b", paper="HAL/RGM (hubs), Fig. 3", reads=["i2t"]),
+        _claim(id="pvse-a", paper="ProbVSE (Pishdad et al.), Tab. 5", reads=["t2i"], expect="less"),
+    ]
+    judgements, _ = judge_claims(claims, _rows(skill, AHEAD), options=JudgeOptions(min_skill=0.3))
+    text = by_paper_markdown(judgements, title="papers")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| paper")]
+    assert [row.split(" | ")[0] for row in rows] == ["| HAL/RGM", "| ProbVSE"]
+    hal, probvse = rows
+    assert "| 2 |" in hal and "hal-a: holds" in hal and f"hal-b: {NOT_LEARNED}" in hal
+    assert "hal-b: mu/source/exact i2t skill -1.50 < 0.3" in hal  # the model and the direction
+    assert "pvse-a: reversed" in probvse and probvse.endswith("| - |")
+    assert paper_name("PCME (Chun et al., CVPR 2021), Tab. 2") == "PCME" and paper_name("") == "-"

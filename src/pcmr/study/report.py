@@ -24,7 +24,7 @@ from pcmr.study.claims import AGREEMENT_MIN, NO_DATA, NO_SIGNAL, NOT_LEARNED, UN
 from pcmr.study.design import StudyDesign
 from pcmr.study.stats import VERDICTS, mean_interval
 
-__all__ = ["ID_COLUMNS", "agreement_markdown", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
+__all__ = ["ID_COLUMNS", "agreement_markdown", "by_paper_markdown", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
            "recipes_markdown", "results_csv", "summary_markdown", "times_markdown"]
 
 ID_COLUMNS = ("run", "recipe", "variant", "seed", "similarity", "rerank", "relevance")
@@ -292,6 +292,38 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
     if errors:
         lines += ["Claims not judged:", ""] + [f"- {claim_id}: {reason}" for claim_id, reason in errors.items()] + [""]
     return "\n".join(lines)
+
+
+def paper_name(paper: str) -> str:
+    """The paper a claim's ``paper`` field names, without the table or figure it cites: the text before
+    its first `` (`` or ``,`` (``"HAL/RGM (mitigating visual semantic hubs), Tab. 3"`` -> ``"HAL/RGM"``)."""
+    name = paper.split(" (", 1)[0].split(",", 1)[0].strip()
+    return name or "-"
+
+
+BY_PAPER_COLUMNS = ("paper", "claims", "verdicts", "not learned")
+
+
+def by_paper_markdown(judgements: Sequence[Judgement], *, title: str) -> str:
+    """One row per paper (in the order of its first claim): how many claims it has, each claim's verdict
+    (with the verdict after Holm's correction where that differs) and, for each claim that reads
+    ``not learned``, the models and directions that failed the skill gate (``Judgement.gate``)."""
+    papers: dict[str, list[Judgement]] = {}
+    for judgement in judgements:
+        papers.setdefault(paper_name(judgement.claim.paper), []).append(judgement)
+    table = []
+    for paper, group in papers.items():
+        verdicts = []
+        for j in group:
+            holm = j.holm or j.verdict
+            verdicts.append(f"{j.claim.id}: {j.verdict}" + (f" (Holm: {holm})" if holm != j.verdict else ""))
+        failed = [f"{j.claim.id}: {j.gate}" for j in group if j.verdict == NOT_LEARNED]
+        table.append({"paper": paper, "claims": len({j.claim.id for j in group}), "verdicts": "; ".join(verdicts),
+                      "not learned": "; ".join(failed) or "-"})
+    lines = [f"# {title}: claims by paper", "",
+             "Each paper's claims with their verdicts (`claims.md` gives every number); `not learned` names "
+             "the model and direction that failed the skill gate.", ""]
+    return "\n".join([*lines, format_table(table, BY_PAPER_COLUMNS), ""])
 
 
 AGREEMENT_COLUMNS = ("recipe", "variant", "head", "agreement", "untrained", "gate")

@@ -49,6 +49,7 @@ from pcmr.study.plots import plot_claims, plot_recipes
 from pcmr.study.provenance import provenance, provenance_markdown
 from pcmr.study.report import (
     agreement_markdown,
+    by_paper_markdown,
     claims_markdown,
     recipes_markdown,
     results_csv,
@@ -359,7 +360,8 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
                                 for key, runs in _finished_by_group(spec, out).items()})
     rows = [{**row, **agreement.get((str(row["recipe"]), str(row["variant"])), {})} for row in rows]
     written = {"results": out / "results.csv", "summary": out / "summary.md", "recipes": out / "recipes.md",
-               "claims": out / "claims.md", "agreement": out / "agreement.md", "times": out / "times.md",
+               "claims": out / "claims.md", "by_paper": out / "by_paper.md", "agreement": out / "agreement.md",
+               "times": out / "times.md",
                "claims_plot": out / "claims.png",
                "recipes_plot": out / "recipes.png", "curves": out / "curves.md", "curves_plot": out / "curves.png"}
     backend.write_text(written["results"], results_csv(rows))
@@ -383,6 +385,7 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     judgements = apply_benchmark(judgements, benchmark)
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
                                                           errors=errors, benchmark=benchmark, design=design))
+    backend.write_text(written["by_paper"], by_paper_markdown(judgements, title=spec.name))
     if design != StudyDesign():
         claim_metrics = list(dict.fromkeys(c.metric for c in spec.claims))
         extra = {"null": out / "null.md", "drift": out / "drift.md", "provenance": out / "provenance.md"}
