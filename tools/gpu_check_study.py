@@ -21,6 +21,9 @@ def gpu_check_study(device: str = "cuda", epochs: int = 2, max_steps: int | None
     raw = yaml.safe_load(find_study("uncertainty").read_text(encoding="utf-8"))
     raw["name"] = f"uncertainty_{device.replace(':', '_')}_check"
     raw["seeds"] = [0]
+    for entry in (raw.get("recipes") or {}).values():  # a recipe's own seeds: seed 0 alone as well
+        if isinstance(entry, dict) and "seeds" in entry:
+            entry["seeds"] = [0]
     raw.pop("drift", None)  # re-runs of other seeds under a second thread count: no part of a device check
     raw["set"] = {**raw.get("set", {}), "train.device": device, "train.epochs": epochs}
     if max_steps is not None:
