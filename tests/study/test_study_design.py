@@ -257,3 +257,12 @@ def test_claims_by_paper_name_each_verdict_and_the_model_that_did_not_learn() ->
     assert "hal-b: mu/source/exact i2t skill -1.50 < 0.3" in hal  # the model and the direction
     assert "pvse-a: reversed" in probvse and probvse.endswith("| - |")
     assert paper_name("PCME (Chun et al., CVPR 2021), Tab. 2") == "PCME" and paper_name("") == "-"
+
+
+def test_drift_runs_never_oversubscribe_the_cores() -> None:
+    from pcmr.study.runner import drift_parallelism
+
+    assert drift_parallelism(workers=2, threads=2, cores=2) == 1  # two 2-thread runs on 2 cores: one at a time
+    assert drift_parallelism(workers=2, threads=2, cores=4) == 2
+    assert drift_parallelism(workers=3, threads=2, cores=16) == 3  # never more than --workers
+    assert drift_parallelism(workers=1, threads=8, cores=2) == 1  # at least one

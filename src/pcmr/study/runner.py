@@ -84,6 +84,12 @@ class StudyOutcome:
     written: list[Path] = field(default_factory=list)
 
 
+def drift_parallelism(workers: int, threads: int, cores: int) -> int:
+    """How many drift runs of ``threads`` threads run at a time: as many as ``cores`` hold, at least one
+    and at most ``workers``."""
+    return max(1, min(workers, cores // max(1, threads)))
+
+
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
     """``cores // workers`` (at least 1); ``cores`` defaults to the CPUs this process may use."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -199,6 +205,7 @@ def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: 
     queue = list(pending)
     active: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
     started: dict[str, float] = {}
+    finished = 0  # of this call's runs (``outcome.ran`` also holds those of an earlier call)
     try:
         while queue or active:
             while queue and len(active) < workers:
@@ -218,8 +225,9 @@ def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: 
                 del active[name]
                 if code == 0 and read_marker(Path(out) / "runs" / name) is not None:
                     outcome.ran.append(name)
+                    finished += 1
                     echo(f"{name}: done in {time.perf_counter() - started[name]:.0f} s "
-                         f"({len(outcome.ran)} of {len(pending)} finished)")
+                         f"({finished} of {len(pending)} finished)")
                 else:
                     outcome.failed[name] = f"exit status {code}; see {logs / (name + '.log')}"
                     echo(f"{name}: failed (exit status {code}; log {logs / (name + '.log')})")
@@ -297,8 +305,11 @@ def _design_steps(spec: StudySpec, out: Path, workers: int, threads: int, outcom
     if drift is not None:
         pending = [run for run in drift_runs(spec) if read_marker(run_folder(out / DRIFT_DIR, run)) is None]
         if pending:
-            echo(f"drift: {len(pending)} runs again with {drift.threads} threads")
-            _run_children(spec, pending, out / DRIFT_DIR, workers, drift.threads, outcome, echo)
+            # as many at a time as the cores hold at the drift's thread count (no more than --workers): two
+            # runs of 2 threads on 2 cores took 6x as long as one run after the other
+            drift_workers = drift_parallelism(workers, drift.threads, threads * workers)
+            echo(f"drift: {len(pending)} runs again with {drift.threads} threads, {drift_workers} at a time")
+            _run_children(spec, pending, out / DRIFT_DIR, drift_workers, drift.threads, outcome, echo)
     if spec.design.null is not None:
         torch.set_num_threads(threads * workers)
         sources: dict[str, Path] = {}
