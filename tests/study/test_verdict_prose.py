@@ -47,15 +47,33 @@ def test_uncertainty_prose_names_no_verdict_outside_generated_blocks(path: str, 
     assert found == [], f"{path}: verdict or direction words outside results blocks: {found}"
 
 
-def test_uncertainty_docs_say_the_committed_results_are_the_previous_designs() -> None:
-    for path in ("README.md", "docs/study.md"):
-        assert "previous design" in (ROOT / path).read_text(encoding="utf-8"), path
-    # and the results blocks of that section read the previous design's files
-    section = (ROOT / "docs/study.md").read_text(encoding="utf-8")
-    section = section[section.index("### Results of the uncertainty study (previous design)"):]
-    section = section[:section.index("## Seeing what the uncertainty learned")]
-    sources = set(re.findall(r'<!-- results \w+="([^"]+)"', section))
-    assert sources and all(s.startswith("docs/uncertainty_results/") for s in sources)
+def test_committed_uncertainty_results_are_those_of_the_shipped_design() -> None:
+    """docs/uncertainty_results holds a whole run of studies/uncertainty.yaml as shipped: every run of the
+    file (and no other), the null of every recipe a null claim reads with the pre-registered number of
+    initialisations, the drift runs, the provenance and the primary family of the file."""
+    import csv
+
+    from pcmr.study.spec import find_study, load_study
+
+    spec = load_study(find_study("uncertainty"))
+    folder = ROOT / "docs/uncertainty_results"
+    with (folder / "results.csv").open(encoding="utf-8") as handle:
+        runs = {row["run"] for row in csv.DictReader(handle)}
+    assert runs == {run.name for run in spec.runs()}
+    assert spec.design.null is not None
+    for recipe in {claim.a.recipe for claim in spec.claims if claim.null}:
+        with (folder / "null" / f"{recipe}.csv").open(encoding="utf-8") as handle:
+            inits = {row["init"] for row in csv.DictReader(handle)}
+        assert len(inits) >= spec.design.null.inits >= 200, recipe
+    assert spec.design.drift is not None
+    drift = (folder / "drift.md").read_text(encoding="utf-8")
+    assert all(f"{spec.design.drift.recipe}-{spec.design.drift.variant}-s{seed}" in drift
+               for seed in spec.design.drift.seeds)
+    assert "CPU" in (folder / "provenance.md").read_text(encoding="utf-8")
+    claims = (folder / "claims.md").read_text(encoding="utf-8")
+    assert spec.design.primary is not None
+    assert f"Primary family ({len(spec.design.primary)} claims" in claims
+    assert all(claim_id in claims for claim_id in spec.design.primary)
 
 
 @pytest.mark.parametrize(("path", "start", "end"), [
