@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,13 @@ def test_design_study_end_to_end_through_the_command(tmp_path: Path, environment
     claims = (out / "claims.md").read_text()
     assert "Skill gate" in claims and "Primary family (1 claims" in claims and "- pmrp: PMRP reads" in claims
     assert "null of untrained pcme" in claims and "t2i skill" in claims
+    # the split the claims read, with its counts and the digest every run recorded
+    split_line = next(line for line in claims.splitlines() if line.startswith("- Test split ("))
+    assert "distinct caption texts; 0 captions relevant to every image, 0 images relevant to every caption" \
+        in split_line and split_line.endswith(f"digest {next(iter(digests))}.")
+    images, captions, distinct = (int(n) for n in re.findall(r"(\d+) (?:images|captions|distinct caption texts)[,;]",
+                                                           split_line)[:3])
+    assert captions == distinct and images > 0
     for name in ("null.md", "drift.md", "provenance.md"):
         assert (out / name).is_file()
     assert "| caption_uncertainty_relevant_rho |" in (out / "drift.md").read_text()

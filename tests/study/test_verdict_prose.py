@@ -74,6 +74,11 @@ def test_committed_uncertainty_results_are_those_of_the_shipped_design() -> None
     assert spec.design.primary is not None
     assert f"Primary family ({len(spec.design.primary)} claims" in claims
     assert all(claim_id in claims for claim_id in spec.design.primary)
+    # the split the claims read: each caption text once, its digest that of every run's provenance
+    split = next(line for line in claims.splitlines() if line.startswith("- Test split ("))
+    captions, distinct = (int(n) for n in re.findall(r"(\d+) captions, (\d+) distinct caption texts", split)[0])
+    assert captions == distinct and "0 captions relevant to every image" in split
+    assert split.split("digest ")[1].rstrip(".") in (folder / "provenance.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(("path", "start", "end"), [

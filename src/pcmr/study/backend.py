@@ -418,25 +418,36 @@ def null_statistics(run_dir: Path, relevance_modes: Sequence[str], analysis: Ana
     return rows
 
 
+def split_counts(recipe: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run of ``recipe`` with ``overrides`` is evaluated on: the test split's ``images``,
+    ``captions``, ``distinct_texts``, ``captions_relevant_to_every_image``,
+    ``images_relevant_to_every_caption`` and ``digest`` (:func:`split_digest`)."""
+    config = resolve_config(recipe, overrides)
+    split = load_run_split(config, config.eval.split)
+    relevance = split.relevance_matrix()  # [N_img, N_cap]
+    return {"split": f"{config.data.name} {config.eval.split} split", "images": int(relevance.shape[0]),
+            "captions": int(split.num_captions), "distinct_texts": len(set(split.caption_texts)),
+            "captions_relevant_to_every_image": int(relevance.all(dim=0).sum()),
+            "images_relevant_to_every_caption": int(relevance.all(dim=1).sum()), "digest": split_digest(split)}
+
+
 def split_faults(recipe: str, overrides: Mapping[str, Any]) -> tuple[list[str], str]:
     """``(faults, digest)`` of the test split a run of ``recipe`` with ``overrides`` is evaluated on:
     caption texts written more than once, captions relevant to every image, images relevant to every
     caption (each fault one line naming the split and the counts; empty when it has none), and the
     split's :func:`split_digest`."""
-    config = resolve_config(recipe, overrides)
-    split = load_run_split(config, config.eval.split)
-    relevance = split.relevance_matrix()  # [N_img, N_cap]
-    where = f"{config.data.name} {config.eval.split} split"
+    counts = split_counts(recipe, overrides)
+    where = counts["split"]
     faults = []
-    repeated = split.num_captions - len(set(split.caption_texts))
+    repeated = counts["captions"] - counts["distinct_texts"]
     if repeated:
-        faults.append(f"{where}: {repeated} of its {split.num_captions} captions repeat a text written before "
-                      f"({len(set(split.caption_texts))} distinct)")
-    for count, what in ((int(relevance.all(dim=0).sum()), "captions are relevant to every image"),
-                        (int(relevance.all(dim=1).sum()), "images are relevant to every caption")):
+        faults.append(f"{where}: {repeated} of its {counts['captions']} captions repeat a text written before "
+                      f"({counts['distinct_texts']} distinct)")
+    for count, what in ((counts["captions_relevant_to_every_image"], "captions are relevant to every image"),
+                        (counts["images_relevant_to_every_caption"], "images are relevant to every caption")):
         if count:
             faults.append(f"{where}: {count} {what}")
-    return faults, split_digest(split)
+    return faults, counts["digest"]
 
 
 def split_digest(split: Any) -> str:

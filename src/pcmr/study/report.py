@@ -185,7 +185,15 @@ def _fmt(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:+.2f}"
 
 
-def _design_lines(design: StudyDesign | None) -> list[str]:
+def _split_line(split: Mapping[str, Any]) -> str:
+    """The test split the claims read, in one line (``pcmr.study.backend.split_counts``)."""
+    return (f"- Test split ({split['split']}): {split['images']} images, {split['captions']} captions, "
+            f"{split['distinct_texts']} distinct caption texts; {split['captions_relevant_to_every_image']} captions "
+            f"relevant to every image, {split['images_relevant_to_every_caption']} images relevant to every "
+            f"caption; digest {split['digest']}.")
+
+
+def _design_lines(design: StudyDesign | None, split: Mapping[str, Any] | None = None) -> list[str]:
     """The pre-registered design of ``claims.md``: the skill gate, the null, the drift step, the primary
     family and the claims removed (with why)."""
     if design is None or design == StudyDesign():
@@ -211,6 +219,8 @@ def _design_lines(design: StudyDesign | None) -> list[str]:
     if design.distinct_test_split:
         lines.append("- The test split holds each caption text once and no item relevant to the whole other "
                      "side (checked before training).")
+    if split:
+        lines.append(_split_line(split))
     lines.append("")
     if design.removed:
         lines += ["Claims removed because the data cannot test them:", ""]
@@ -224,7 +234,7 @@ def _percentiles(values: Sequence[float]) -> str:
 
 def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float = 0.95,
                     errors: dict[str, str] | None = None, benchmark: BenchmarkResult | None = None,
-                    design: StudyDesign | None = None) -> str:
+                    design: StudyDesign | None = None, split: Mapping[str, Any] | None = None) -> str:
     """The claims table: one line per claim and condition with the mean difference, its paired
     t-interval and the verdict; first the benchmark check (``pcmr.study.benchmark``) where the study has one."""
     pct = f"{100 * level:g} %"
@@ -250,7 +260,7 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
              "whose p-value is not rejected reads `inconclusive`). `relevance=any`: values identical under "
              f"every relevance mode, judged once. Where some verdict is `{NO_SIGNAL}`, the column "
              "`without the gate` gives the verdict its interval alone would give. See docs/study.md.", "",
-             *_design_lines(design),
+             *_design_lines(design, split),
              *(benchmark_markdown(benchmark) if benchmark is not None else []),
              "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n or v in VERDICTS),
              "",

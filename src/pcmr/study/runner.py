@@ -394,8 +394,12 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
                            null_rows=null_rows, drift=drift, primary=design.primary)
     judgements, errors = judge_claims(spec.claims, rows, spec.level, options)
     judgements = apply_benchmark(judgements, benchmark)
+    split = None
+    if design.distinct_test_split and spec.runs():  # the counts of the split every claim reads
+        split = backend.split_counts(spec.runs()[0].recipe, spec.runs()[0].overrides)
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
-                                                          errors=errors, benchmark=benchmark, design=design))
+                                                          errors=errors, benchmark=benchmark, design=design,
+                                                          split=split))
     backend.write_text(written["by_paper"], by_paper_markdown(judgements, title=spec.name))
     if design != StudyDesign():
         claim_metrics = list(dict.fromkeys(c.metric for c in spec.claims))
