@@ -50,14 +50,14 @@ AHEAD = {"pcme": [5.0, 5.2, 4.9, 5.1, 5.3], "mu": [1.0, 1.1, 0.9, 1.0, 1.2]}
 def test_gate_passes_when_every_model_learned_in_every_direction_it_reads() -> None:
     [judgement] = judge_claim(_claim(reads=["i2t", "t2i"]), _rows(GOOD, AHEAD), options=JudgeOptions(min_skill=0.3))
     assert judgement.verdict == "holds"
-    assert "pcme/source/exact i2t skill 0.50" in judgement.gate and "mu/source/exact t2i skill 0.50" in judgement.gate
+    assert "pcme/source/exact i2t skill 0.500" in judgement.gate and "mu/source/exact t2i skill 0.500" in judgement.gate
 
 
 def test_gate_refuses_a_claim_whose_model_fails_in_one_direction() -> None:
     skill = {**GOOD, ("mu", "source", "i2t"): -1.5}  # the twin ranks captions worse than the query-blind list
     [judgement] = judge_claim(_claim(reads=["i2t", "t2i"]), _rows(skill, AHEAD), options=JudgeOptions(min_skill=0.3))
     assert judgement.verdict == NOT_LEARNED and judgement.ungated == "holds"
-    assert judgement.gate == "mu/source/exact i2t skill -1.50 < 0.3"  # names the model and the direction
+    assert judgement.gate == "mu/source/exact i2t skill -1.500 < 0.3"  # names the model and the direction
     # a claim that reads only the other direction is judged
     [t2i] = judge_claim(_claim(reads=["t2i"]), _rows(skill, AHEAD), options=JudgeOptions(min_skill=0.3))
     assert t2i.verdict == "holds"
@@ -69,8 +69,32 @@ def test_gate_refuses_a_swept_claim_whose_model_fails_in_one_cell() -> None:
     skill = {**GOOD, ("pcme", "lr3", "t2i"): 0.1}
     [judgement] = judge_claim(_claim(cells=list(CELLS)), _rows(skill, AHEAD), options=JudgeOptions(min_skill=0.3))
     assert judgement.verdict == NOT_LEARNED
-    assert judgement.gate == "lr3: pcme/lr3/exact t2i skill 0.10 < 0.3"
+    assert judgement.gate == "lr3: pcme/lr3/exact t2i skill 0.100 < 0.3"
     assert [c.verdict for c in judgement.cells] == ["holds", NOT_LEARNED]
+
+
+def test_a_matching_is_gated_on_the_ranking_it_is_built_from() -> None:
+    """RGM assigns rather than ranks, so its rows carry no R-Precision: the gate reads the same model's
+    ranking under the re-ranker the matching is stacked on (``csls`` for ``csls+rgm``), never NaN."""
+    rows = []
+    for row in _rows(GOOD, AHEAD):
+        if row["recipe"] != "pcme":
+            continue
+        rows.append({**row, "rerank": "csls"})
+        rgm = {**row, "rerank": "csls+rgm", "score": row["score"] + 0.1}
+        rgm.pop("i2t_r_precision"), rgm.pop("t2i_r_precision")
+        rows.append(rgm)
+    claim = _claim(a={"recipe": "pcme", "variant": "source", "rerank": "csls+rgm"},
+                   b={"rerank": "csls"}, expect="greater", min_effect=0.05)
+    [judgement] = judge_claim(claim, rows, options=JudgeOptions(min_skill=0.3))
+    assert judgement.verdict == "holds", judgement.gate
+    assert "pcme/source/csls+rgm/exact i2t skill 0.500 (of its csls ranking)" in judgement.gate
+    # the ranking it is built from decides: a csls ranking below the gate stops the claim
+    weak = [{**r, "t2i_r_precision": 22.0} if r["rerank"] == "csls" else r for r in rows]
+    [judgement] = judge_claim(claim, weak, options=JudgeOptions(min_skill=0.3))
+    assert judgement.verdict == NOT_LEARNED
+    assert judgement.gate_failures[0].describe() == \
+        "pcme/source/csls+rgm/exact t2i skill 0.025 (of its csls ranking) < 0.3"
 
 
 def test_not_learned_is_never_rejected_by_holm_and_secondary_claims_are_uncorrected() -> None:
@@ -246,6 +270,7 @@ def test_claims_by_paper_name_each_verdict_and_the_model_that_did_not_learn() ->
     claims = [
         _claim(id="hal-a", paper="HAL/RGM (hubs), Tab. 3", reads=["t2i"]),
         _claim(id="hal-b", paper="HAL/RGM (hubs), Fig. 3", reads=["i2t"]),
+        _claim(id="hal-c", paper="HAL/RGM (hubs), Fig. 4", reads=["i2t"]),
         _claim(id="pvse-a", paper="ProbVSE (Pishdad et al.), Tab. 5", reads=["t2i"], expect="less"),
     ]
     judgements, _ = judge_claims(claims, _rows(skill, AHEAD), options=JudgeOptions(min_skill=0.3))
@@ -253,9 +278,10 @@ def test_claims_by_paper_name_each_verdict_and_the_model_that_did_not_learn() ->
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| paper")]
     assert [row.split(" | ")[0] for row in rows] == ["| HAL/RGM", "| ProbVSE"]
     hal, probvse = rows
-    assert "| 2 |" in hal and "hal-a: holds" in hal and f"hal-b: {NOT_LEARNED}" in hal
-    assert "hal-b: mu/source/exact i2t skill -1.50 < 0.3" in hal  # the model and the direction
-    assert "pvse-a: reversed" in probvse and probvse.endswith("| - |")
+    assert "| 3 |" in hal and "**holds** (1): hal-a<br>" in hal and f"**{NOT_LEARNED}** (2): hal-b, hal-c |" in hal
+    # the model and direction that failed, once, with every claim it stopped
+    assert hal.endswith("| mu/source/exact i2t skill -1.500 < 0.3: hal-b, hal-c |")
+    assert "**reversed** (1): pvse-a" in probvse and probvse.endswith("| - |")
     assert paper_name("PCME (Chun et al., CVPR 2021), Tab. 2") == "PCME" and paper_name("") == "-"
 
 

@@ -32,3 +32,16 @@ def test_a_record_without_times_is_left_out_and_none_is_an_empty_table() -> None
     assert "All 1 runs" in text
     empty = times_markdown([], title="demo")
     assert "(no finished runs)" in empty and "All 0 runs: 0 s" in empty
+
+
+def test_drift_runs_in_rows_of_their_own_and_the_wall_time_they_add() -> None:
+    markers = [_marker("hal", 100.0, 0.0), _marker("hal", 100.0, 0.0), _marker("pcme", 200.0, 0.0)]
+    drift = [{**_marker("hal", 60.0, 0.0), "provenance": {"threads": 2}},
+             {**_marker("hal", 80.0, 0.0), "provenance": {"threads": 2}}]
+    text = times_markdown(markers, title="demo", drift=drift, workers=2)
+    assert "| drift: hal (2 threads) | 2 | 70 | 60-80 | 0 | 140 |" in text
+    assert "All 3 runs: 400 s (0.11 h) of run time." in text  # the drift runs are not among them
+    assert "Drift runs: 2 runs, 140 s (0.04 h)." in text
+    # the runs two at a time (400 / 2), then the drift runs one after the other (140)
+    assert "Wall time with `--workers 2` (the runs 2 at a time, the drift runs one at a time): about 340 s" in text
+    assert "Wall time with `--workers 4`: about 100 s" in times_markdown(markers, title="demo", workers=4)

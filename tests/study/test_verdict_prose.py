@@ -1,11 +1,11 @@
 """README.md and docs/study.md state no verdict that the committed claims files do not hold.
 
-Verdicts and directions of the uncertainty study are quoted only through generated results blocks
-(``pcmr.study.doc_blocks``; ``tools/results_docs.py --check`` keeps them equal to the files); the free
-prose of its sections names no verdict and no direction; sentences of earlier versions that the
-results do not support are gone; and the papers study, whose design has not been run, is quoted by
-no verdict at all: its free prose names none, and no results block reads the archived files of its
-earlier version (run on a preset its models did not learn, before the protocol and the skill gate)."""
+Verdicts and directions of the uncertainty and papers studies are quoted only through generated results
+blocks (``pcmr.study.doc_blocks``; ``tools/results_docs.py --check`` keeps them equal to the files); the
+free prose of their sections names no verdict and no direction; sentences of earlier versions that the
+results do not support are gone; the committed results are whole runs of the shipped study files; and no
+results block reads the archived files of the papers study's earlier version (run on a preset its models
+did not learn, before the protocol and the skill gate)."""
 
 from __future__ import annotations
 
@@ -47,21 +47,20 @@ def test_uncertainty_prose_names_no_verdict_outside_generated_blocks(path: str, 
     assert found == [], f"{path}: verdict or direction words outside results blocks: {found}"
 
 
-def test_committed_uncertainty_results_are_those_of_the_shipped_design() -> None:
-    """docs/uncertainty_results holds a whole run of studies/uncertainty.yaml as shipped: every run of the
-    file (and no other), the null of every recipe a null claim reads with the pre-registered number of
-    initialisations, the drift runs, the provenance and the primary family of the file."""
+def _check_committed_results(study: str, folder: Path) -> str:
+    """``folder`` holds a whole run of the shipped ``study``: every run of the file (and no other), the null
+    of every recipe a null claim reads with the pre-registered number of initialisations, the drift runs,
+    the provenance, the primary family of the file and the test split every claim read. Returns claims.md."""
     import csv
 
     from pcmr.study.spec import find_study, load_study
 
-    spec = load_study(find_study("uncertainty"))
-    folder = ROOT / "docs/uncertainty_results"
+    spec = load_study(find_study(study))
     with (folder / "results.csv").open(encoding="utf-8") as handle:
         runs = {row["run"] for row in csv.DictReader(handle)}
     assert runs == {run.name for run in spec.runs()}
-    assert spec.design.null is not None
     for recipe in {claim.a.recipe for claim in spec.claims if claim.null}:
+        assert spec.design.null is not None
         with (folder / "null" / f"{recipe}.csv").open(encoding="utf-8") as handle:
             inits = {row["init"] for row in csv.DictReader(handle)}
         assert len(inits) >= spec.design.null.inits >= 200, recipe
@@ -69,7 +68,8 @@ def test_committed_uncertainty_results_are_those_of_the_shipped_design() -> None
     drift = (folder / "drift.md").read_text(encoding="utf-8")
     assert all(f"{spec.design.drift.recipe}-{spec.design.drift.variant}-s{seed}" in drift
                for seed in spec.design.drift.seeds)
-    assert "CPU" in (folder / "provenance.md").read_text(encoding="utf-8")
+    provenance = (folder / "provenance.md").read_text(encoding="utf-8")
+    assert "CPU" in provenance
     claims = (folder / "claims.md").read_text(encoding="utf-8")
     assert spec.design.primary is not None
     assert f"Primary family ({len(spec.design.primary)} claims" in claims
@@ -78,7 +78,31 @@ def test_committed_uncertainty_results_are_those_of_the_shipped_design() -> None
     split = next(line for line in claims.splitlines() if line.startswith("- Test split ("))
     captions, distinct = (int(n) for n in re.findall(r"(\d+) captions, (\d+) distinct caption texts", split)[0])
     assert captions == distinct and "0 captions relevant to every image" in split
-    assert split.split("digest ")[1].rstrip(".") in (folder / "provenance.md").read_text(encoding="utf-8")
+    assert split.split("digest ")[1].rstrip(".") in provenance
+    # by_paper.md: every judged claim of claims.md in one paper's row, and the times of every run
+    rows = [line.split(" | ") for line in (folder / "by_paper.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| ") and not line.startswith("| paper")]
+    listed = [re.sub(r" \(Holm: [^)]*\)$", "", claim_id) for row in rows for group in row[2].split("<br>")
+              for claim_id in group.split("): ", 1)[1].split(", ")]
+    assert sorted(listed) == sorted(claim.id for claim in spec.claims)
+    assert sum(int(row[1]) for row in rows) == len(spec.claims)
+    assert f"All {len(runs)} runs:" in (folder / "times.md").read_text(encoding="utf-8")
+    return claims
+
+
+def test_committed_uncertainty_results_are_those_of_the_shipped_design() -> None:
+    _check_committed_results("uncertainty", ROOT / "docs/uncertainty_results")
+
+
+def test_committed_papers_results_are_those_of_the_shipped_design() -> None:
+    """The papers study as shipped, run whole: its totals in the README and docs/study.md are those of
+    this claims.md (through generated blocks, kept equal by ``tools/results_docs.py --check``)."""
+    claims = _check_committed_results("papers", ROOT / "docs/papers_results")
+    totals = next(line for line in claims.splitlines() if line.startswith("Totals:"))
+    for path in ("README.md", "docs/study.md"):
+        text = (ROOT / path).read_text(encoding="utf-8")
+        assert f'<!-- results line="docs/papers_results/claims.md" prefix="Totals:" -->{totals}<!-- /results -->' \
+            in text, path
 
 
 @pytest.mark.parametrize(("path", "start", "end"), [

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pcmr.study import find_study, load_study, read_marker, run_study, select_recipes
+from pcmr.study import find_study, list_studies, load_study, read_marker, run_study, select_recipes
 
 __all__ = ["add_parser", "run"]
 
@@ -19,7 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "skipped, so a killed study resumes), then write DIR/results.csv, DIR/summary.md and DIR/claims.md. "
         "See docs/study.md.",
     )
-    parser.add_argument("study", metavar="STUDY", help="study YAML path, or a shipped study name (papers, tiny)")
+    parser.add_argument("study", metavar="STUDY", help=f"study YAML path, or a shipped study name ({', '.join(list_studies())})")
     parser.add_argument("--out", metavar="DIR", default=None, help="output folder (default: runs/<study name>)")
     parser.add_argument("--recipes", metavar="A,B", default=None,
                         help="run only these recipes of the study (comma-separated labels) and judge only the claims "

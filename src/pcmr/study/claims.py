@@ -135,6 +135,21 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class GateFailure:
+    """One model (``Selector.describe()``: recipe/variant/similarity/re-ranker/relevance) that failed the
+    skill gate in one direction: its skill over the query-blind ranking and the gate's minimum."""
+
+    model: str
+    direction: str
+    skill: float
+    min_skill: float
+    note: str = ""  # where the skill was read elsewhere, e.g. " (of its csls ranking)" for a matching
+
+    def describe(self) -> str:
+        return f"{self.model} {self.direction} skill {self.skill:.3f}{self.note} < {self.min_skill:g}"
+
+
+@dataclass(frozen=True)
 class Judgement:
     """A claim judged under one condition (the values of the expanded fields)."""
 
@@ -159,6 +174,8 @@ class Judgement:
     mean_b: float = math.nan
     #: the skill gate's reading per model and direction ("" without a gate); why it failed, if it did
     gate: str = ""
+    #: each model and direction that failed the skill gate (over every cell of a swept claim)
+    gate_failures: tuple[GateFailure, ...] = ()
     #: a null claim: each seed's percentile in the null sample, and the null's size
     null_percentiles: tuple[float, ...] = ()
     null_size: int = 0
@@ -333,10 +350,11 @@ def _side_skill(rows: Sequence[dict[str, Any]], side: Selector, direction: str, 
 
 
 def _skill_gate(claim: Claim, rows: Sequence[dict[str, Any]], sides: Sequence[Selector],
-                min_skill: float) -> tuple[bool, str]:
-    """``(passed, text)``: every model of ``sides`` (their pinned fields, metric aside) in every direction
-    the claim reads; the text names each model and direction with its skill, failures first."""
+                min_skill: float) -> tuple[tuple[GateFailure, ...], str]:
+    """``(failures, text)``: every model of ``sides`` (their pinned fields, metric aside) in every
+    direction the claim reads; the text names each model and direction with its skill, failures first."""
     failed: list[str] = []
+    failures: list[GateFailure] = []
     passed: list[str] = []
     seen: set[Selector] = set()
     for side in sides:
@@ -346,11 +364,22 @@ def _skill_gate(claim: Claim, rows: Sequence[dict[str, Any]], sides: Sequence[Se
         seen.add(model)
         for direction in claim.directions():
             skill = _side_skill(rows, model, direction, claim.id)
-            text = f"{model.describe()} {direction} skill {skill:.2f}"
-            (passed if skill >= min_skill else failed).append(text)
+            note = ""
+            if math.isnan(skill) and model.rerank is not None and "+" in model.rerank:
+                # a matching (e.g. RGM on CSLS) assigns, it does not rank, so it has no R-Precision: the
+                # gate reads the ranking the matching is built from, of the same model and cell
+                base = model.rerank.split("+", 1)[0]
+                skill = _side_skill(rows, replace(model, rerank=base), direction, claim.id)
+                note = f" (of its {base} ranking)"
+            text = f"{model.describe()} {direction} skill {skill:.3f}{note}"
+            if skill >= min_skill:
+                passed.append(text)
+            else:
+                failed.append(text)
+                failures.append(GateFailure(model.describe(), direction, skill, min_skill, note))
     if failed:
-        return False, "; ".join(f"{t} < {min_skill:g}" for t in failed)
-    return True, "; ".join(passed)
+        return tuple(failures), "; ".join(f"{t} < {min_skill:g}" for t in failed)
+    return (), "; ".join(passed)
 
 
 def _null_values(claim: Claim, a: Selector, options: JudgeOptions) -> list[float]:
@@ -403,15 +432,18 @@ def _judge_condition(claim: Claim, rows: Sequence[dict[str, Any]], a: Selector, 
     if outcome in ("holds", "reversed") and abs(interval.mean) < drift:
         outcome = "equal"  # an effect inside the thread-count drift is no effect
     ungated, gate_text = "", ""
+    failures: tuple[GateFailure, ...] = ()
     if seeds and _without_signal(rows, a, claim, seeds):
         outcome, ungated = NO_SIGNAL, outcome
     if options.min_skill is not None and seeds:
-        passed, gate_text = _skill_gate(claim, rows, [a] if b is None or claim.null else [a, b], options.min_skill)
-        if not passed:
+        failures, gate_text = _skill_gate(claim, rows, [a] if b is None or claim.null else [a, b],
+                                          options.min_skill)
+        if failures:
             outcome, ungated = NOT_LEARNED, ungated or outcome
     mean_a = math.fsum(a_values[s] for s in seeds) / len(seeds) if seeds else math.nan
     judgement = Judgement(claim, condition, a, b, interval, outcome, seeds, ungated, p_value,
-                          mean_a=mean_a, mean_b=mean_b, gate=gate_text, null_percentiles=percentiles,
+                          mean_a=mean_a, mean_b=mean_b, gate=gate_text, gate_failures=failures,
+                          null_percentiles=percentiles,
                           null_size=null_size, drift=drift)
     return judgement, pairs
 
@@ -439,6 +471,7 @@ def _combine_cells(claim: Claim, condition: dict[str, str], cells: list[Judgemen
     return Judgement(claim, {**condition, "cells": "+".join(claim.cells)}, replace(first.a, variant=None),
                      None if first.b is None else replace(first.b, variant=None), first.interval, outcome, seeds,
                      p_value=p_value, cells=tuple(cells), mean_a=first.mean_a, mean_b=first.mean_b, gate=gate,
+                     gate_failures=tuple(f for j in cells for f in j.gate_failures),
                      null_percentiles=tuple(p for j in cells for p in j.null_percentiles),
                      null_size=first.null_size, drift=first.drift)
 

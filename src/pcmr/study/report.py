@@ -315,24 +315,37 @@ BY_PAPER_COLUMNS = ("paper", "claims", "verdicts", "not learned")
 
 
 def by_paper_markdown(judgements: Sequence[Judgement], *, title: str) -> str:
-    """One row per paper (in the order of its first claim): how many claims it has, each claim's verdict
-    (with the verdict after Holm's correction where that differs) and, for each claim that reads
-    ``not learned``, the models and directions that failed the skill gate (``Judgement.gate``)."""
+    """One row per paper (in the order of its first claim): how many claims it has, its claims grouped by
+    verdict (each with the verdict after Holm's correction where that differs) and, for the claims that
+    read ``not learned``, each model and direction that failed the skill gate once, with its skill and
+    the claims it stopped (``Judgement.gate_failures``). Cells break lines with ``<br>``."""
     papers: dict[str, list[Judgement]] = {}
     for judgement in judgements:
         papers.setdefault(paper_name(judgement.claim.paper), []).append(judgement)
+    order = (*VERDICTS, "equal", UNSTABLE, NO_SIGNAL, NOT_LEARNED, NO_DATA)
     table = []
     for paper, group in papers.items():
-        verdicts = []
+        by_verdict: dict[str, list[str]] = {}
         for j in group:
             holm = j.holm or j.verdict
-            verdicts.append(f"{j.claim.id}: {j.verdict}" + (f" (Holm: {holm})" if holm != j.verdict else ""))
-        failed = [f"{j.claim.id}: {j.gate}" for j in group if j.verdict == NOT_LEARNED]
-        table.append({"paper": paper, "claims": len({j.claim.id for j in group}), "verdicts": "; ".join(verdicts),
-                      "not learned": "; ".join(failed) or "-"})
+            by_verdict.setdefault(j.verdict, []).append(j.claim.id + (f" (Holm: {holm})" if holm != j.verdict else ""))
+        kinds = sorted(by_verdict, key=lambda v: order.index(v) if v in order else len(order))
+        verdicts = [f"**{kind}** ({len(by_verdict[kind])}): {', '.join(by_verdict[kind])}" for kind in kinds]
+        failed: dict[tuple[str, str], tuple[str, list[str]]] = {}
+        for j in group:
+            if j.verdict != NOT_LEARNED:
+                continue
+            for failure in j.gate_failures:
+                entry = failed.setdefault((failure.model, failure.direction), (failure.describe(), []))
+                if j.claim.id not in entry[1]:
+                    entry[1].append(j.claim.id)
+        stopped = [f"{text}: {', '.join(ids)}" for text, ids in failed.values()]
+        table.append({"paper": paper, "claims": len({j.claim.id for j in group}), "verdicts": "<br>".join(verdicts),
+                      "not learned": "<br>".join(stopped) or "-"})
     lines = [f"# {title}: claims by paper", "",
-             "Each paper's claims with their verdicts (`claims.md` gives every number); `not learned` names "
-             "the model and direction that failed the skill gate.", ""]
+             "Each paper's claims grouped by verdict (`claims.md` gives every number). `not learned` lists each "
+             "model (recipe/variant/similarity/re-ranker/relevance) and direction that failed the skill gate, "
+             "its skill over the query-blind ranking, and the claims it left `not learned`.", ""]
     return "\n".join([*lines, format_table(table, BY_PAPER_COLUMNS), ""])
 
 
@@ -366,36 +379,59 @@ def agreement_markdown(agreement: Mapping[tuple[str, str], Mapping[str, float]],
     return "\n".join(lines)
 
 
-def times_markdown(markers: Sequence[Mapping[str, Any]], *, title: str) -> str:
-    """The time table: per recipe, the number of finished runs, the median and range of their
-    training seconds, the median evaluation seconds and the total; then the sum over every run.
+def _times_row(label: str, times: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    train_times = [t for t, _ in times]
+    eval_times = [e for _, e in times]
+    return {"recipe": label, "runs": len(times), "train s (median)": round(statistics.median(train_times)),
+            "train s (range)": f"{min(train_times):.0f}-{max(train_times):.0f}",
+            "eval s (median)": round(statistics.median(eval_times)), "total s": round(sum(train_times) + sum(eval_times))}
 
-    ``markers`` are the finished runs' records (``runs/<name>/study.json``: ``recipe``,
-    ``train_seconds``, ``eval_seconds``). The times are each run's own, measured in its process;
-    the study's wall time also depends on ``--workers`` and process start-up."""
+
+def _timed(markers: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     by_recipe: dict[str, list[tuple[float, float]]] = {}
     for marker in markers:
         train, evaluate = _number(marker.get("train_seconds")), _number(marker.get("eval_seconds"))
         if train is not None and evaluate is not None:  # a record without its times is left out
             by_recipe.setdefault(str(marker.get("recipe")), []).append((train, evaluate))
+    return by_recipe
+
+
+def times_markdown(markers: Sequence[Mapping[str, Any]], *, title: str,
+                   drift: Sequence[Mapping[str, Any]] = (), workers: int = 2) -> str:
+    """The time table: per recipe, the number of finished runs, the median and range of their
+    training seconds, the median evaluation seconds and the total; the drift runs in rows of their own;
+    then the sum over every run, over the drift runs, and the wall time that makes with ``workers`` runs
+    at a time and the drift runs one at a time.
+
+    ``markers`` (and ``drift``) are the finished runs' records (``runs/<name>/study.json``: ``recipe``,
+    ``train_seconds``, ``eval_seconds``, ``provenance.threads``). The times are each run's own, measured
+    in its process; process start-up and the null's evaluation are not in them."""
+    by_recipe = _timed(markers)
     lines = [f"# {title}: time per run", "",
-             "Seconds measured by each run (training, then evaluation), summed per recipe. The study's "
-             "wall time is about the total divided by `--workers`, plus process start-up.", ""]
-    table: list[dict[str, Any]] = []
-    total = 0.0
-    for recipe in sorted(by_recipe):
-        train_times = [t for t, _ in by_recipe[recipe]]
-        eval_times = [e for _, e in by_recipe[recipe]]
-        seconds = sum(train_times) + sum(eval_times)
-        total += seconds
-        table.append({"recipe": recipe, "runs": len(train_times),
-                      "train s (median)": round(statistics.median(train_times)),
-                      "train s (range)": f"{min(train_times):.0f}-{max(train_times):.0f}",
-                      "eval s (median)": round(statistics.median(eval_times)), "total s": round(seconds)})
-    if not by_recipe:
+             "Seconds measured by each run (training, then evaluation), summed per recipe; the drift runs "
+             "(the same runs again at another thread count) in rows of their own. Process start-up and the "
+             "evaluation of untrained models for a null are not included.", ""]
+    table = [_times_row(recipe, by_recipe[recipe]) for recipe in sorted(by_recipe)]
+    drift_by_recipe = _timed(drift)
+    threads = sorted({str((m.get("provenance") or {}).get("threads", "?")) for m in drift})
+    table += [_times_row(f"drift: {recipe} ({', '.join(threads)} threads)", drift_by_recipe[recipe])
+              for recipe in sorted(drift_by_recipe)]
+    if not table:
         table.append({"recipe": "(no finished runs)", "runs": 0, "train s (median)": None, "train s (range)": None,
                       "eval s (median)": None, "total s": 0})
     lines.append(format_table(table, TIME_COLUMNS))
     runs = sum(len(v) for v in by_recipe.values())
-    lines += ["", f"All {runs} runs: {total:.0f} s ({total / 3600:.2f} h) of run time.", ""]
+    total = math.fsum(t + e for times in by_recipe.values() for t, e in times)
+    lines += ["", f"All {runs} runs: {total:.0f} s ({total / 3600:.2f} h) of run time."]
+    if drift_by_recipe:
+        drift_runs = sum(len(v) for v in drift_by_recipe.values())
+        drift_total = math.fsum(t + e for times in drift_by_recipe.values() for t, e in times)
+        wall = total / workers + drift_total
+        lines += [f"Drift runs: {drift_runs} runs, {drift_total:.0f} s ({drift_total / 3600:.2f} h).",
+                  f"Wall time with `--workers {workers}` (the runs {workers} at a time, the drift runs one at a "
+                  f"time): about {wall:.0f} s ({wall / 3600:.2f} h)."]
+    else:
+        wall = total / workers
+        lines += [f"Wall time with `--workers {workers}`: about {wall:.0f} s ({wall / 3600:.2f} h)."]
+    lines.append("")
     return "\n".join(lines)

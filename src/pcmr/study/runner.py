@@ -410,7 +410,8 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
         backend.write_text(extra["provenance"], "\n".join(provenance_markdown(markers, title=spec.name)))
         written.update(extra)
     backend.write_text(written["agreement"], agreement_markdown(agreement, title=spec.name))
-    backend.write_text(written["times"], times_markdown(markers, title=spec.name))
+    drift_markers = [m for m in (read_marker(run_folder(out / DRIFT_DIR, run)) for run in drift_runs(spec)) if m]
+    backend.write_text(written["times"], times_markdown(markers, title=spec.name, drift=drift_markers))
     backend.write_text(written["curves"], curves_markdown(curves, title=spec.name))
     plot_claims(judgements, written["claims_plot"])
     plot_validation_curves(curves, written["curves_plot"])

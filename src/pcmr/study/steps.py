@@ -154,12 +154,12 @@ def drift_markdown(spec: StudySpec, pairs: Sequence[tuple[str, Sequence[dict[str
         return "\n".join([*lines, "(the study has no drift step)", ""])
     lines += [f"The runs {spec.design.drift.recipe}-{spec.design.drift.variant} (seeds "
               f"{', '.join(map(str, spec.design.drift.seeds))}) trained again with {spec.design.drift.threads} "
-              f"torch threads (the study's own runs: {threads}). `max |diff|`: the largest difference over the "
+              f"torch threads (the study's own runs: {threads}). `max abs diff`: the largest absolute difference over the "
               "runs and all their rows (every similarity); the runs' columns show their first `nns` row. A claim "
               "whose mean effect is smaller than the drift of its metric reads `equal`.", ""]
     if not pairs:
         return "\n".join([*lines, "(no drift run finished)", ""])
-    lines += ["| metric | max |diff| | " + " | ".join(f"{name} (study / drift)" for name, _, _ in pairs) + " |",
+    lines += ["| metric | max abs diff | " + " | ".join(f"{name} (study / drift)" for name, _, _ in pairs) + " |",
               "|---|---:|" + "---|" * len(pairs)]
     for metric in metrics:
         if metric not in drift:
