@@ -353,7 +353,6 @@ def _skill_gate(claim: Claim, rows: Sequence[dict[str, Any]], sides: Sequence[Se
                 min_skill: float) -> tuple[tuple[GateFailure, ...], str]:
     """``(failures, text)``: every model of ``sides`` (their pinned fields, metric aside) in every
     direction the claim reads; the text names each model and direction with its skill, failures first."""
-    failed: list[str] = []
     failures: list[GateFailure] = []
     passed: list[str] = []
     seen: set[Selector] = set()
@@ -371,14 +370,12 @@ def _skill_gate(claim: Claim, rows: Sequence[dict[str, Any]], sides: Sequence[Se
                 base = model.rerank.split("+", 1)[0]
                 skill = _side_skill(rows, replace(model, rerank=base), direction, claim.id)
                 note = f" (of its {base} ranking)"
-            text = f"{model.describe()} {direction} skill {skill:.3f}{note}"
             if skill >= min_skill:
-                passed.append(text)
+                passed.append(f"{model.describe()} {direction} skill {skill:.3f}{note}")
             else:
-                failed.append(text)
                 failures.append(GateFailure(model.describe(), direction, skill, min_skill, note))
-    if failed:
-        return tuple(failures), "; ".join(f"{t} < {min_skill:g}" for t in failed)
+    if failures:
+        return tuple(failures), "; ".join(failure.describe() for failure in failures)
     return (), "; ".join(passed)
 
 
