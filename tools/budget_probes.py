@@ -24,7 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,27 +52,57 @@ def _budget_order(spec: Any) -> list[int]:
     return sorted(range(len(runs)), key=cost)
 
 
-def run_probes(out: Path, workers: int = 2) -> None:
-    """Each unfinished probe in its own ``pcmr study --only`` process, ``workers`` at a time."""
-    from pcmr.study import load_study
+LANES = ("lane0", "lane1")
+
+
+def _finished_folder(out: Path, run: Any) -> Path | None:
+    """The folder in which ``run`` finished (each lane is a study folder of its own), or None."""
     from pcmr.study.runner import read_marker, run_folder
+
+    for lane in LANES:
+        if read_marker(run_folder(out / lane, run)) is not None:
+            return run_folder(out / lane, run)
+    return None
+
+
+def run_probes(out: Path, workers: int = 2) -> None:
+    """The unfinished probes, cheapest first, each in its own ``pcmr study --only`` process; ``workers``
+    lanes (at most two) take the next probe as they free up, each into a study folder of its own (a study
+    folder takes one writer at a time)."""
+    import queue
+    import threading
+
+    from pcmr.study import load_study
 
     spec = load_study(STUDY)
     runs = spec.runs()
-    pending = [i for i in _budget_order(spec) if read_marker(run_folder(out, runs[i])) is None]
+    pending: queue.Queue[int] = queue.Queue()
+    for index in _budget_order(spec):
+        if _finished_folder(out, runs[index]) is None:
+            pending.put(index)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    failed: list[str] = []
 
-    def one(index: int) -> int:
-        print(f"probe {runs[index].name}: started", flush=True)
-        code = subprocess.run([sys.executable, "-m", "pcmr", "study", str(STUDY), "--out", str(out), "--only",
-                               str(index), "--threads", "1"], env=env, check=False).returncode
-        print(f"probe {runs[index].name}: exit {code}", flush=True)
-        return code
+    def lane(folder: Path) -> None:
+        while True:
+            try:
+                index = pending.get_nowait()
+            except queue.Empty:
+                return
+            print(f"probe {runs[index].name}: started in {folder.name}", flush=True)
+            code = subprocess.run([sys.executable, "-m", "pcmr", "study", str(STUDY), "--out", str(folder), "--only",
+                                   str(index), "--threads", "1"], env=env, check=False).returncode
+            print(f"probe {runs[index].name}: exit {code}", flush=True)
+            if code:
+                failed.append(runs[index].name)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        codes = list(pool.map(one, pending))
-    if any(codes):
-        raise SystemExit(f"{sum(1 for c in codes if c)} probe(s) failed; rerun to resume")
+    threads = [threading.Thread(target=lane, args=(out / name,)) for name in LANES[:max(1, min(workers, 2))]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise SystemExit(f"{len(failed)} probe(s) failed ({', '.join(failed)}); rerun to resume")
 
 
 def _headline_row(marker: dict[str, Any], similarity: str) -> dict[str, Any]:
@@ -85,19 +114,20 @@ def collect(out: Path) -> list[dict[str, Any]]:
     """One row per finished probe, with its budget's seed agreement (when two seeds finished)."""
     from pcmr.metrics.query_blind import retrieval_skill
     from pcmr.study import backend, load_study
-    from pcmr.study.runner import read_marker, run_folder, seed_agreement
+    from pcmr.study.runner import read_marker, seed_agreement
 
     spec = load_study(STUDY)
     headline = {entry.label: entry.headline or "cosine" for entry in spec.recipes}
-    finished = [(run, read_marker(run_folder(out, run))) for run in spec.runs()]
-    finished = [(run, marker) for run, marker in finished if marker is not None]
-    groups: dict[tuple[str, str], list[Any]] = {}
-    for run, _ in finished:
-        groups.setdefault((run.label, run.variant), []).append(run)
-    agreement = seed_agreement({key: [backend.read_item_uncertainty(run_folder(out, run)) for run in runs]
-                                for key, runs in groups.items()})
+    folders = {run.name: _finished_folder(out, run) for run in spec.runs()}
+    finished = [(run, folders[run.name]) for run in spec.runs() if folders[run.name] is not None]
+    groups: dict[tuple[str, str], list[Path]] = {}
+    for run, folder in finished:
+        groups.setdefault((run.label, run.variant), []).append(folder)
+    agreement = seed_agreement({key: [backend.read_item_uncertainty(folder) for folder in found]
+                                for key, found in groups.items()})
     rows: list[dict[str, Any]] = []
-    for run, marker in finished:
+    for run, folder in finished:
+        marker = read_marker(folder)
         row = _headline_row(marker, headline[run.label])
         qb = {d: float(row[f"{d}_query_blind_r_precision"]) for d in ("i2t", "t2i")}
         rp = {d: float(row[f"{d}_r_precision"]) for d in ("i2t", "t2i")}
