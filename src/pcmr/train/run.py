@@ -51,6 +51,7 @@ __all__ = [
     "VOCAB_FILE",
     "build_parts",
     "check_config",
+    "resolve_image_size",
     "load_run_split",
     "save_model_atomically",
     "write_json",
@@ -167,6 +168,36 @@ def check_config(config: RunConfig) -> None:
     _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])
     _check_names("train.select_on", [config.train.select_on], list(SELECTION_METRICS))
     check_loggers(config.train.loggers)
+
+
+#: side of the square input of the from-scratch ``cnn`` image encoder on data that does not fix it (the
+#: built-in data's default: four stride-2 blocks turn 64 x 64 pixels into a 4 x 4 grid)
+CNN_IMAGE_SIZE = 64
+
+
+def resolve_image_size(config: RunConfig) -> str | None:
+    """Give one's own images (``folder``, ``hf``, ``webdataset``) the model's input side when the run
+    does not set ``data.options.image_size``: ``model.image_encoder.input_size`` for a pretrained
+    backbone (224), :data:`CNN_IMAGE_SIZE` for the ``cnn`` encoder. Sets it in ``config`` (so the run's
+    config.yaml records it) and returns a line saying what is used; None when nothing was set."""
+    from pcmr.data.registry import OWN_FORMATS
+    from pcmr.models.factory import resolve_config
+
+    if config.data.name not in OWN_FORMATS or "image_size" in config.data.options:
+        return None
+    try:
+        encoder = resolve_config(config.model.name, **config.model.options).image_encoder
+    except (ValueError, TypeError):  # the model's own checks report a bad config when the run is built
+        return None
+    if encoder.kind == "cnn":
+        size, why = CNN_IMAGE_SIZE, "the from-scratch cnn image encoder's input side"
+    elif encoder.kind == "efficientnet_lite0":
+        size, why = int(encoder.input_size), f"model.image_encoder.input_size of {encoder.kind}"
+    else:
+        return None
+    config.data.options["image_size"] = size
+    return (f"data: images are resized to {size} x {size} pixels ({why}); set data.options.image_size "
+            "to change it")
 
 
 def load_run_split(config: RunConfig, split: str) -> RetrievalSplit:

@@ -84,6 +84,21 @@ function imageCard(hit) {
   meta.append(rank, score);
   card.appendChild(meta);
   card.appendChild(uncertaintyBar(hit));
+  const file = hit.metadata && hit.metadata.file;
+  if (file) {  // your own images: the file name and the caption written for it
+    const name = document.createElement("div");
+    name.className = "file";
+    name.textContent = file;
+    card.appendChild(name);
+    const captions = hit.metadata.captions || [];
+    if (captions.length) {
+      const caption = document.createElement("div");
+      caption.className = "labels";
+      caption.textContent = captions[0];
+      caption.title = captions.join("\n");
+      card.appendChild(caption);
+    }
+  }
   const labels = (hit.metadata && hit.metadata.labels) || [];
   if (labels.length) {
     const text = document.createElement("div");
