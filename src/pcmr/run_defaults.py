@@ -34,7 +34,7 @@ import torch
 from pcmr.config import ConfigError, build_dataclass
 from pcmr.data import ENCODE_BATCH_SIZE, RetrievalSplit, list_datasets, load_dataset
 from pcmr.data.config import DataConfig, load_configured_split
-from pcmr.data.registry import detect_format
+from pcmr.data.registry import detect_format, gallery_split
 from pcmr.hub import RUN_CONFIG_FILE, RUN_CONFIG_YAML, Model
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 
@@ -147,8 +147,6 @@ def _is_run_root(data: str, run_data: DataConfig) -> bool:
 def default_split(data: str | None, run_data: DataConfig | None, fallback: str) -> str:
     """The split a search gallery is built from when none is named: ``all`` (every image) for one's own
     images (``pcmr.data.registry.gallery_split``: ``--data`` or the run's dataset), else ``fallback``."""
-    from pcmr.data.registry import gallery_split
-
     source = data if data is not None else (run_data.name if run_data is not None else None)
     return (gallery_split(source) if source is not None else None) or fallback
 

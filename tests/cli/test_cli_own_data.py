@@ -52,7 +52,7 @@ def test_readme_quickstart_runs(tmp_path, monkeypatch, capsys, make):
     make(tmp_path / "myphotos", 20)
     train, evaluate, build = quickstart_commands()
     out, err = _run(capsys, [*train[1:], *FAST_TRAINING])
-    assert "data: images are resized to 64 x 64 pixels (the from-scratch cnn image encoder's input side)" in err
+    assert "data: images are resized to 64 x 64 pixels (the input side of the cnn image encoder)" in err
     run = tmp_path / "runs" / "myphotos"
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["data"]["root"] == str((tmp_path / "myphotos").resolve())

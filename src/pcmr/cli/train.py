@@ -24,6 +24,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun_main
 
 import pcmr
+from pcmr.data.registry import detect_format
 from pcmr.train import ConfigError
 from pcmr.train.distributed import shutdown_distributed
 from pcmr.train.lifecycle import RESUME_OVERRIDABLE, resume_run
@@ -92,8 +93,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def data_overrides(data: str) -> list[str]:
     """The ``--set`` items of ``--data DIR``: the detected format as ``data.name``, the folder as
     ``data.root`` (absolute) and no recipe ``data.options`` (they are the built-in data's settings)."""
-    from pcmr.data.registry import detect_format
-
     root = Path(data).expanduser()
     if not root.exists():
         raise ConfigError(f"--data {data}: no such file or folder")

@@ -31,7 +31,7 @@ from pcmr.registry import Registry
 from pcmr.suggest import unknown_name
 
 __all__ = ["DATASETS", "DatasetSpec", "load_dataset", "list_datasets", "detect_format", "offers_split",
-           "gallery_split", "OWN_FORMATS"]
+           "gallery_split", "image_size_from_model"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,8 @@ class DatasetSpec:
     and whether its images are rendered from the split's generator settings rather than read from
     files (``renders_images``: the split's ``info["config"]`` loads them again, ``cache=False``), and the
     split a search gallery is built from by default (``gallery_split``: ``all`` for one's own images,
-    None: the run's evaluation split)."""
+    None: the run's evaluation split), and whether a run sets its ``image_size`` from the model when
+    the run does not (``image_size_from_model``: one's own images have no size of their own)."""
 
     name: str
     loader: Callable[..., RetrievalSplit]
@@ -49,6 +50,7 @@ class DatasetSpec:
     extra_splits: tuple[str, ...] = ()
     renders_images: bool = False
     gallery_split: str | None = None
+    image_size_from_model: bool = False
 
 
 def _shapes(split: str, **config: Any) -> RetrievalSplit:
@@ -83,9 +85,6 @@ def _own(name: str, loader: Callable[..., RetrievalSplit]) -> Callable[..., Retr
     return load
 
 
-#: the formats of one's own captioned images (splits train / val / test made by pcmr, and ``all``)
-OWN_FORMATS = ("folder", "hf", "webdataset")
-
 
 #: every named dataset, listed by name
 DATASETS: Registry[DatasetSpec] = Registry("dataset", order=lambda spec: spec.name, error=DataError)
@@ -98,11 +97,11 @@ for _spec in (
     DatasetSpec("precomputed", _precomputed, "VSE++/VSE-infinity precomputed features + captions"),
     DatasetSpec("cub", _cub, "CUB-200-2011 + Reed et al. text_c10 captions, class-level relevance"),
     DatasetSpec("folder", _own("folder", load_folder), "your own image folder + captions.csv / captions.jsonl",
-                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT),
+                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True),
     DatasetSpec("hf", _own("hf", load_hf), "a Hugging Face datasets dataset saved with save_to_disk (pcmr[hf])",
-                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT),
+                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True),
     DatasetSpec("webdataset", _own("webdataset", load_shards), "webdataset .tar shards of image + caption",
-                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT),
+                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True),
 ):
     DATASETS.register(_spec)
 
@@ -133,6 +132,13 @@ def gallery_split(name: str | os.PathLike) -> str | None:
             return None
     spec = DATASETS.find(key)
     return spec.gallery_split if spec is not None else None
+
+
+def image_size_from_model(name: str) -> bool:
+    """Whether a run on the registered dataset ``name`` takes its image size from the model
+    (:attr:`DatasetSpec.image_size_from_model`); False for a name that is not registered."""
+    spec = DATASETS.find(name)
+    return spec is not None and spec.image_size_from_model
 
 
 def list_datasets() -> list[str]:

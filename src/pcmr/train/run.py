@@ -29,12 +29,14 @@ from torch import nn
 from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets
 from pcmr.data.config import load_configured_split
+from pcmr.data.registry import image_size_from_model
 from pcmr.device import resolve_device
 from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
 from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
 from pcmr.models import RetrievalModel, create_model, list_models, load_word_vectors, save_model
+from pcmr.models.factory import resolve_config as resolve_model_config
 from pcmr.similarity import list_similarities
 from pcmr.suggest import unknown_name
 from pcmr.train.config import ConfigError, RunConfig
@@ -170,34 +172,24 @@ def check_config(config: RunConfig) -> None:
     check_loggers(config.train.loggers)
 
 
-#: side of the square input of the from-scratch ``cnn`` image encoder on data that does not fix it (the
-#: built-in data's default: four stride-2 blocks turn 64 x 64 pixels into a 4 x 4 grid)
-CNN_IMAGE_SIZE = 64
-
-
 def resolve_image_size(config: RunConfig) -> str | None:
-    """Give one's own images (``folder``, ``hf``, ``webdataset``) the model's input side when the run
-    does not set ``data.options.image_size``: ``model.image_encoder.input_size`` for a pretrained
-    backbone (224), :data:`CNN_IMAGE_SIZE` for the ``cnn`` encoder. Sets it in ``config`` (so the run's
-    config.yaml records it) and returns a line saying what is used; None when nothing was set."""
-    from pcmr.data.registry import OWN_FORMATS
-    from pcmr.models.factory import resolve_config
-
-    if config.data.name not in OWN_FORMATS or "image_size" in config.data.options:
+    """Give a dataset whose image size the model decides (``DatasetSpec.image_size_from_model``: one's own
+    images) the model's input side when the run does not set ``data.options.image_size``
+    (``ImageEncoderConfig.pixel_input_size``: ``input_size`` of a pretrained backbone, 64 for the ``cnn``
+    encoder). Sets it in ``config`` (so the run's config.yaml records it) and returns a line saying what
+    is used; None when nothing was set."""
+    if not image_size_from_model(config.data.name) or "image_size" in config.data.options:
         return None
     try:
-        encoder = resolve_config(config.model.name, **config.model.options).image_encoder
+        encoder = resolve_model_config(config.model.name, **config.model.options).image_encoder
     except (ValueError, TypeError):  # the model's own checks report a bad config when the run is built
         return None
-    if encoder.kind == "cnn":
-        size, why = CNN_IMAGE_SIZE, "the from-scratch cnn image encoder's input side"
-    elif encoder.kind == "efficientnet_lite0":
-        size, why = int(encoder.input_size), f"model.image_encoder.input_size of {encoder.kind}"
-    else:
+    size = encoder.pixel_input_size
+    if size is None:
         return None
     config.data.options["image_size"] = size
-    return (f"data: images are resized to {size} x {size} pixels ({why}); set data.options.image_size "
-            "to change it")
+    return (f"data: images are resized to {size} x {size} pixels (the input side of the {encoder.kind} image "
+            "encoder); set data.options.image_size to change it")
 
 
 def load_run_split(config: RunConfig, split: str) -> RetrievalSplit:
