@@ -126,3 +126,23 @@ def test_data_errors_are_one_line(tmp_path, capsys):
     assert f"--data {tmp_path / 'nowhere'}: no such file or folder" in capsys.readouterr().err
     assert main(["train", "--resume", str(tmp_path), "--data", str(empty)]) != 0
     assert "--data names the dataset of a new run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("recipe", "data", "size"), [
+    ("pcme", ["data.name=folder", "data.root=ROOT"], 64),
+    ("pcme", ["data.name=ROOT"], 64),  # a folder as data.name: its format is detected
+    ("pcme_coco", ["data.name=folder", "data.root=ROOT", "data.options={}"], 224),
+    ("pcme", ["data.name=folder", "data.root=ROOT", "data.options={image_size: 40}"], 40),
+])
+def test_image_size_comes_from_the_model(tmp_path, recipe, data, size):
+    from pcmr.train.config import load_config
+    from pcmr.train.recipes import find_recipe
+    from pcmr.train.run import resolve_image_size
+
+    root = make_folder(tmp_path / "photos", 4)
+    config = load_config(find_recipe(recipe), [item.replace("ROOT", str(root)) for item in data])
+    note = resolve_image_size(config)
+    assert config.data.options["image_size"] == size
+    assert (note is None) == (size == 40)
+    if note is not None:
+        assert f"images are resized to {size} x {size} pixels" in note

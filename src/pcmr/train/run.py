@@ -29,7 +29,8 @@ from torch import nn
 from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets
 from pcmr.data.config import load_configured_split
-from pcmr.data.registry import image_size_from_model
+from pcmr.data.errors import DataError
+from pcmr.data.registry import detect_format, image_size_from_model
 from pcmr.device import resolve_device
 from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
@@ -178,7 +179,13 @@ def resolve_image_size(config: RunConfig) -> str | None:
     (``ImageEncoderConfig.pixel_input_size``: ``input_size`` of a pretrained backbone, 64 for the ``cnn``
     encoder). Sets it in ``config`` (so the run's config.yaml records it) and returns a line saying what
     is used; None when nothing was set."""
-    if not image_size_from_model(config.data.name) or "image_size" in config.data.options:
+    name = config.data.name
+    if name not in list_datasets() and Path(name).expanduser().exists():  # a folder: its detected format
+        try:
+            name = detect_format(Path(name).expanduser())
+        except DataError:  # reported with the file names looked for when the split is loaded
+            return None
+    if not image_size_from_model(name) or "image_size" in config.data.options:
         return None
     try:
         encoder = resolve_model_config(config.model.name, **config.model.options).image_encoder
