@@ -164,3 +164,28 @@ def test_small_mixed_and_skipped_data(tmp_path):
     assert split.caption_texts == ["a cat"] and len(split.skipped) == 2
     with pytest.raises(DataError, match="split_seed"):
         load_dataset(skip, "all", split_seed=3)
+
+
+def test_imagefolder_split_subfolders(tmp_path):
+    """The ``imagefolder`` layout with a metadata file in each split folder: ``train/metadata.csv``,
+    ``validation/metadata.jsonl``; names are relative to each file, ids to the top folder."""
+    root = tmp_path / "hf_imagefolder"
+    for sub, count in (("train", 4), ("validation", 2)):
+        (root / sub).mkdir(parents=True)
+        for n in range(count):
+            Image.fromarray(np.full((8, 8, 3), 10 * n, np.uint8)).save(root / sub / f"{n}.png")
+    (root / "train" / "metadata.csv").write_text("file_name,text\n0.png,a\n1.png,b\n2.png,c\n3.png,d\n3.png,e\n")
+    (root / "validation" / "metadata.jsonl").write_text('{"file_name": "0.png", "text": "f"}\n'
+                                                        '{"file_name": "1.png", "text": "g", "split": "test"}\n')
+    assert detect_format(root) == "folder"
+    with pytest.raises(DataError, match=r"metadata.jsonl, line 2, split: split 'test' in the 'val' folder"):
+        load_dataset(root, "train")
+    (root / "validation" / "metadata.jsonl").write_text('{"file_name": "0.png", "text": "f"}\n'
+                                                        '{"file_name": "1.png", "text": "g"}\n')
+    train, val = load_dataset(root, "train"), load_dataset(root, "val")
+    assert train.image_ids == ["train/0.png", "train/1.png", "train/2.png", "train/3.png"]
+    assert train.caption_texts == ["a", "b", "c", "d", "e"] and val.image_ids == ["validation/0.png", "validation/1.png"]
+    assert val.info["splits"] == "given"
+    assert np.array_equal(val.images.load_pixels(1), FileImages([str(root / "validation" / "1.png")]).load_pixels(0))
+    with pytest.raises(DataError, match="no image is in split 'test'"):
+        load_dataset(root, "test")

@@ -27,6 +27,7 @@ import csv
 import io
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -39,11 +40,18 @@ from pcmr.data.errors import (
     require_file,
 )
 from pcmr.data.images import FileImages
-from pcmr.data.owndata import DEFAULT_SPLIT_FRACTIONS, OwnRecord, build_own_split, check_caption, split_name
+from pcmr.data.owndata import (
+    DEFAULT_SPLIT_FRACTIONS,
+    SPLIT_ALIASES,
+    OwnRecord,
+    build_own_split,
+    check_caption,
+    split_name,
+)
 from pcmr.data.split import RetrievalSplit
 
 __all__ = ["CAPTION_FILES", "IMAGE_COLUMNS", "CAPTION_COLUMNS", "IMAGE_EXTENSIONS", "find_captions_file",
-           "read_caption_rows", "load_folder"]
+           "split_folders", "read_caption_rows", "load_folder"]
 
 #: the captions files a folder is recognised by, in the order they are looked for
 CAPTION_FILES = ("captions.csv", "captions.jsonl", "metadata.csv", "metadata.jsonl")
@@ -64,6 +72,17 @@ def find_captions_file(folder: str | os.PathLike) -> Path | None:
         if (Path(folder) / name).is_file():
             return Path(folder) / name
     return None
+
+
+def split_folders(folder: str | os.PathLike) -> list[tuple[Path, str]]:
+    """``(captions file, split)`` of the split subfolders of ``folder`` that hold one (the ``imagefolder``
+    layout ``train/metadata.csv``, ``test/metadata.csv``; folder names as :data:`SPLIT_ALIASES`)."""
+    found = []
+    for sub in sorted(p for p in Path(folder).iterdir() if p.is_dir() and p.name.lower() in SPLIT_ALIASES):
+        file = find_captions_file(sub)
+        if file is not None:
+            found.append((file, SPLIT_ALIASES[sub.name.lower()]))
+    return found
 
 
 def _decode(path: Path) -> str:
@@ -131,6 +150,13 @@ def read_caption_rows(path: str | os.PathLike) -> list[tuple[str, Any, Any, str]
     return rows
 
 
+def _rows(sources: list[tuple[Path, str | None]]) -> Iterator[tuple[str, Any, Any, str, Path, str | None]]:
+    """The rows of every captions file, with the file and the split its folder gives (None: the top)."""
+    for file, forced in sources:
+        for image, caption, split, where in read_caption_rows(file):
+            yield image, caption, split, where, file, forced
+
+
 def _image_files(folder: Path) -> list[str]:
     """Every image file under ``folder`` (by its ending), relative POSIX paths, sorted."""
     found = []
@@ -168,6 +194,7 @@ def load_folder(
         on_error: ``"raise"`` (default) or ``"skip"`` rows naming missing images or empty captions.
     """
     check_on_error(on_error)
+    sources: list[tuple[Path, str | None]] = []
     if captions_file is None:
         if root is None:
             raise DataError("no data location given", location="root", expected="an image folder with a captions file")
@@ -177,36 +204,45 @@ def load_folder(
             require_dir(root, "an image folder with a captions file")
             captions_file = find_captions_file(root)
             if captions_file is None:
-                raise MissingDataError("no captions file found", path=root,
-                                       expected="one of " + ", ".join(CAPTION_FILES) + " in this folder")
-    path = Path(captions_file)
-    folder = path.parent
+                sources = [(file, split) for file, split in split_folders(root)]
+                if not sources:
+                    raise MissingDataError("no captions file found", path=root, expected="one of "
+                                           + ", ".join(CAPTION_FILES) + " in this folder (or in its train/, val/, "
+                                           "test/ subfolders)")
+    if not sources and captions_file is not None:
+        sources = [(Path(captions_file), None)]
+    folder = sources[0][0].parent if sources[0][1] is None else sources[0][0].parent.parent
+    path = sources[0][0] if len(sources) == 1 else folder
     skipped: list[SkippedItem] = []
     records: dict[str, OwnRecord] = {}
-    for image, caption, given_split, where in read_caption_rows(path):
+    for image, caption, given_split, where, file, forced in _rows(sources):
         if not isinstance(image, str) or not image.strip():
-            raise DataError(f"image name {image!r}", path=path, location=where,
+            raise DataError(f"image name {image!r}", path=file, location=where,
                             expected="the image's file name, relative to the captions file's folder")
-        key = PurePosixPath(image.strip().replace(os.sep, "/")).as_posix()
+        key = (PurePosixPath(*file.parent.relative_to(folder).parts) / image.strip().replace(os.sep, "/")).as_posix()
         try:
-            captions = [check_caption(c, path=path, location=f"{where}, caption")
+            captions = [check_caption(c, path=file, location=f"{where}, caption")
                         for c in (caption if isinstance(caption, list) else [caption])]
             if isinstance(caption, list) and not caption:
-                raise DataError("empty caption list", path=path, location=f"{where}, caption",
+                raise DataError("empty caption list", path=file, location=f"{where}, caption",
                                 expected="at least one caption")
             if check_images and key not in records and not (folder / key).is_file():
-                raise MissingDataError("image file not found", path=folder / key, location=f"{path.name}, {where}",
+                raise MissingDataError("image file not found", path=folder / key, location=f"{file.name}, {where}",
                                        expected="an image file next to the captions file")
         except DataError as err:
             if on_error == "raise":
                 raise
-            skipped.append(SkippedItem(str(path), where, err.problem))
+            skipped.append(SkippedItem(str(file), where, err.problem))
             continue
-        split_value = None if given_split is None else split_name(given_split, path=path, location=f"{where}, split")
-        record = records.setdefault(key, OwnRecord(key, [], split_value, where))
+        split_value = None if given_split is None else split_name(given_split, path=file, location=f"{where}, split")
+        if forced is not None and split_value not in (None, forced):
+            raise DataError(f"split {split_value!r} in the {forced!r} folder", path=file, location=f"{where}, split",
+                            expected=f"{forced!r} or no split value")
+        split_value = forced or split_value
+        record = records.setdefault(key, OwnRecord(key, [], split_value, f"{file.name}, {where}"))
         if record.split != split_value:
             raise DataError(f"image {key!r} is in split {split_value!r} here and {record.split!r} at {record.location}",
-                            path=path, location=where, expected="one split per image")
+                            path=file, location=where, expected="one split per image")
         record.captions.extend(captions)
     ordered = list(records.values())
     if split == "all":  # the images of the folder that no row names come last, without captions
@@ -215,7 +251,7 @@ def load_folder(
 
     def images(chosen: list[int]) -> FileImages:
         return FileImages([str(folder / ordered[i].key) for i in chosen], image_size,
-                          keys=[f"{path.name}, {ordered[i].location or ordered[i].key}" for i in chosen],
+                          keys=[ordered[i].location or ordered[i].key for i in chosen],
                           image_resize=image_resize, resize_size=resize_size)
 
     return build_own_split(ordered, split, name="folder", path=path, make_images=images, seed=seed,

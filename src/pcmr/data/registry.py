@@ -19,7 +19,7 @@ from typing import Any
 
 from pcmr.data.cub import load_cub
 from pcmr.data.errors import DataError, MissingDataError, check_settings
-from pcmr.data.folder import CAPTION_FILES, find_captions_file, load_folder
+from pcmr.data.folder import CAPTION_FILES, find_captions_file, load_folder, split_folders
 from pcmr.data.hf import HF_MARKERS, load_hf
 from pcmr.data.karpathy import load_karpathy
 from pcmr.data.owndata import ALL_SPLIT
@@ -171,7 +171,7 @@ def detect_format(path: str | os.PathLike) -> str:
         return "karpathy"
     if {"text_c10", "CUB_200_2011"} & names or "images.txt" in names:
         return "cub"
-    if find_captions_file(path) is not None:
+    if find_captions_file(path) is not None or split_folders(path):
         return "folder"
     if find_shards(path):
         return "webdataset"
