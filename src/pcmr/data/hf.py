@@ -132,6 +132,7 @@ def load_hf(
                 raise DataError(f"no {what} column {column or ''} (columns: {table.column_names})".replace("  ", " "),
                                 path=path, location=where,
                                 expected=f"a {what} column" + ("" if what == "image" else f", one of {list(_CAPTION_COLUMNS)}"))
+        images_only = table.select_columns([image_col])  # rows decode only the image
         part_split = split_name(part_name, path=path, location=where) if named else None
         captions_column = table[caption_col]
         split_column = table["split"] if not named and "split" in table.column_names else None
@@ -154,7 +155,7 @@ def load_hf(
                                               else split_name(split_column[row], path=path, location=f"{at}, split"))
             label = str(names[row]) if names is not None and names[row] is not None else f"row {row}"
             records.append(OwnRecord(f"{prefix}{label}", captions, given, at))
-            sources.append((table, image_col, row))
+            sources.append((images_only, image_col, row))
     keys = [r.key for r in records]
     if len(set(keys)) != len(keys):  # names that repeat: number the rows instead
         for record in records:
@@ -168,7 +169,7 @@ def load_hf(
                             resize_size=resize_size)
         tables = list({id(sources[i][0]): sources[i][0] for i in chosen}.values())
         column = sources[chosen[0]][1]
-        joined = datasets.concatenate_datasets([t.select_columns([sources[chosen[0]][1]]) for t in tables])
+        joined = datasets.concatenate_datasets(tables)
         offsets = np.cumsum([0] + [len(t) for t in tables]).tolist()
         position = {id(t): offsets[n] for n, t in enumerate(tables)}
         return HFImages(joined, column, [position[id(sources[i][0])] + sources[i][2] for i in chosen], image_size,
