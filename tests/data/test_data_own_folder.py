@@ -4,11 +4,14 @@ seeded split by image, the split column, the ``all`` split, and one clear error 
 from __future__ import annotations
 
 import csv
+import json
 import random
 import shutil
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 from tests._own_data import make_folder, samples
 
@@ -189,3 +192,42 @@ def test_imagefolder_split_subfolders(tmp_path):
     assert np.array_equal(val.images.load_pixels(1), FileImages([str(root / "validation" / "1.png")]).load_pixels(0))
     with pytest.raises(DataError, match="no image is in split 'test'"):
         load_dataset(root, "test")
+
+
+_FILES = ["a.png", "b.png", "sub/c.png"]
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(st.sampled_from(_FILES + ["gone.png"]),
+                               st.text(alphabet=st.sampled_from(list("ab ,\"'\n\t.é")), max_size=8)),
+                     min_size=1, max_size=8),
+       jsonl=st.booleans())
+def test_generated_captions_files_load_exactly_or_raise_one_error(tmp_path_factory, rows, jsonl):
+    """A captions file of generated rows (commas, quotes, newlines, blank captions, a missing image): the
+    loader either raises one DataError or returns exactly the rows, grouped by image in order of first
+    appearance, each caption stripped."""
+    root = tmp_path_factory.mktemp("generated")
+    for name in _FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(root / name)
+    if jsonl:
+        (root / "captions.jsonl").write_text("".join(json.dumps({"image": i, "caption": c}) + "\n" for i, c in rows))
+    else:
+        with open(root / "captions.csv", "w", encoding="utf-8", newline="") as handle:
+            csv.writer(handle).writerows([("image", "caption"), *rows])
+    try:
+        split = load_dataset(root, "all")
+    except DataError as err:
+        bad = [(i, c) for i, c in rows if i == "gone.png" or not any(ch.isalpha() for ch in c)]
+        assert bad, str(err)
+        assert isinstance(err, MissingDataError) == ("image file not found" in str(err))
+        return
+    expected: dict[str, list[str]] = {}
+    for image, caption in rows:
+        expected.setdefault(image, []).append(caption.strip())
+    named = list(expected)
+    assert split.image_ids[:len(named)] == named
+    assert sorted(split.image_ids[len(named):]) == sorted(set(_FILES) - set(named))  # the uncaptioned, last
+    assert [[split.caption_texts[c] for c in caps] for caps in split.source_captions[:len(named)]] == \
+        [expected[name] for name in named]
+    assert split.caption_ids == list(range(len(rows)))
