@@ -94,7 +94,8 @@ def _page_shows_file_and_caption(index_folder: Path, written: dict[str, list[str
         assert hit["metadata"]["file"] == hit["id"] and hit["metadata"]["captions"] == written[hit["id"]]
         assert client.get(hit["image_url"]).status_code == 200
     script = client.get("/static/app.js").text
-    assert "hit.metadata.file" in script and "captions[0]" in script
+    assert "hit.metadata.file" in script and "captions[0]" in script  # the card: file name and caption
+    assert "showImage(hit.index, hit.metadata)" in script and "its captions" in script  # the detail pane
 
 
 def test_evaluate_on_the_run_folder_keeps_its_split_seed(tmp_path, monkeypatch, capsys):

@@ -106,7 +106,7 @@ function imageCard(hit) {
     text.textContent = labels.join(", ");
     card.appendChild(text);
   }
-  card.addEventListener("click", () => showImage(hit.index));
+  card.addEventListener("click", () => showImage(hit.index, hit.metadata));
   return card;
 }
 
@@ -129,7 +129,7 @@ function captionRows(captions) {
   return box;
 }
 
-async function showImage(index) {
+async function showImage(index, metadata) {
   try {
     const item = await getJSON(`/api/images/${index}?k=5`);
     const body = $("detail-body");
@@ -142,6 +142,18 @@ async function showImage(index) {
       img.src = item.image_url;
       img.alt = title.textContent;
       body.appendChild(img);
+    }
+    const written = (metadata && metadata.captions) || [];
+    if (written.length) {  // your own images: the captions written for this file
+      const mine = document.createElement("h3");
+      mine.textContent = "its captions";
+      body.appendChild(mine);
+      for (const text of written) {
+        const row = document.createElement("div");
+        row.className = "caption-row";
+        row.textContent = text;
+        body.appendChild(row);
+      }
     }
     const heading = document.createElement("h3");
     heading.textContent = "nearest captions";
