@@ -14,7 +14,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,fast,eccv,pretrained,search,vectordb,adamp,tensorboard
+EXTRAS ?= dev,fast,eccv,pretrained,search,vectordb,adamp,tensorboard,hf
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pcmr-installed
 

@@ -34,11 +34,11 @@ import torch
 from pcmr.config import ConfigError, build_dataclass
 from pcmr.data import ENCODE_BATCH_SIZE, RetrievalSplit, list_datasets, load_dataset
 from pcmr.data.config import DataConfig, load_configured_split
-from pcmr.data.registry import detect_format
+from pcmr.data.registry import detect_format, gallery_split
 from pcmr.hub import RUN_CONFIG_FILE, RUN_CONFIG_YAML, Model
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 
-__all__ = ["EvalConfig", "RunDefaults", "evaluation_device", "load_split", "run_defaults"]
+__all__ = ["EvalConfig", "RunDefaults", "default_split", "evaluation_device", "load_split", "run_defaults"]
 
 
 @dataclass
@@ -119,7 +119,7 @@ def evaluation_device(model: Model, device: torch.device | str | None = None) ->
 
 #: dataset formats read from image files, whose loaders take the test-time transform (image_size,
 #: image_resize, resize_size)
-_FILE_IMAGE_FORMATS = ("karpathy", "coco", "flickr30k", "cub")
+_FILE_IMAGE_FORMATS = ("karpathy", "coco", "flickr30k", "cub", "folder", "hf", "webdataset")
 
 
 def _transform_options(name: str, model: Model | None) -> dict[str, Any]:
@@ -133,6 +133,24 @@ def _transform_options(name: str, model: Model | None) -> dict[str, Any]:
     return options
 
 
+def _is_run_root(data: str, run_data: DataConfig) -> bool:
+    """Whether the folder ``data`` is the run's own dataset folder (``data.root``): then it is read with the
+    run's options (its split seed and image size), so its test split is the one held out in training."""
+    if run_data.root is None:
+        return False
+    try:
+        return Path(data).expanduser().resolve() == Path(run_data.root).expanduser().resolve()
+    except OSError:
+        return False
+
+
+def default_split(data: str | None, run_data: DataConfig | None, fallback: str) -> str:
+    """The split a search gallery is built from when none is named: ``all`` (every image) for one's own
+    images (``pcmr.data.registry.gallery_split``: ``--data`` or the run's dataset), else ``fallback``."""
+    source = data if data is not None else (run_data.name if run_data is not None else None)
+    return (gallery_split(source) if source is not None else None) or fallback
+
+
 def load_split(data: str | None, split: str, run_data: DataConfig | None, data_name: str | None = None, *,
                model: Model | None = None) -> RetrievalSplit:
     """A retrieval split: ``data`` is a dataset name (``pcmr list datasets``) or a dataset folder
@@ -142,7 +160,8 @@ def load_split(data: str | None, split: str, run_data: DataConfig | None, data_n
     Resize 256 + CenterCrop 224), so its images reach the model as the run's validation images did."""
 
     opts: dict[str, Any] = {}
-    if data is None or (run_data is not None and data == run_data.name and data_name is None):
+    if data is None or (run_data is not None and data_name is None and (data == run_data.name
+                                                                        or _is_run_root(data, run_data))):
         if run_data is None:
             raise ValueError(
                 "--data is required: the model folder records no run config "

@@ -22,7 +22,7 @@ BUILT_IN: dict[str, tuple[str, ...]] = {
     "losses": ("triplet_sum", "triplet_max", "triplet_semihard", "hal", "max_hal", "hal_released", "pcme", "pcme_csd",
                "calibpe", "pvse"),
     "rerankers": ("nns", "is", "csls", "gm", "rgm", "is+gm", "is+rgm", "csls+gm", "csls+rgm"),
-    "datasets": ("coco", "cub", "flickr30k", "karpathy", "precomputed", "shapes"),
+    "datasets": ("coco", "cub", "flickr30k", "folder", "hf", "karpathy", "precomputed", "shapes", "webdataset"),
 }
 
 KINDS = (*BUILT_IN, "recipes")

@@ -32,7 +32,7 @@ from pcmr.hub import load, trained_similarity
 from pcmr.inference import get_reranker
 from pcmr.progress import phase
 from pcmr.relevance import I2T, T2I
-from pcmr.run_defaults import load_split, run_defaults
+from pcmr.run_defaults import default_split, load_split, run_defaults
 from pcmr.search import GalleryIndex
 from pcmr.search.abstain import (
     abstains,
@@ -99,7 +99,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="dataset format of a --data folder (default: detected from its files)",
     )
     build.add_argument("--split", default=None,
-                       help="split encoded as the gallery (default: the run's eval.split, else test)")
+                       help="split encoded as the gallery (default: 'all' for your own images, every image of the "
+                       "folder; else the run's eval.split, else test)")
     build.add_argument("--vocab", default=None,
                        help="vocab.json of the training run (default: the model folder's vocabulary.json, or the "
                        "vocab.json beside it)")
@@ -289,7 +290,7 @@ def _build(args: argparse.Namespace) -> Any:
     _check_target(args)
     model = load(args.build, device=args.device or "cpu", vocabulary=args.vocab)
     defaults = run_defaults(model)
-    args.split = args.split or defaults.split
+    args.split = args.split or default_split(args.data, defaults.data, defaults.split)
     split = load_split(args.data, args.split, defaults.data, args.data_name, model=model)
     if args.on_disk:
         return _build_on_disk(args, model, split)

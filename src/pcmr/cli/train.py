@@ -24,6 +24,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun_main
 
 import pcmr
+from pcmr.data.registry import detect_format
 from pcmr.train import ConfigError
 from pcmr.train.distributed import shutdown_distributed
 from pcmr.train.lifecycle import RESUME_OVERRIDABLE, resume_run
@@ -55,6 +56,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "(repeatable)",
     )
     parser.add_argument(
+        "--data",
+        metavar="DIR",
+        help="train on the dataset in DIR, its format detected from its files: your own images with a "
+        "captions.csv / captions.jsonl, a Hugging Face save_to_disk folder, webdataset .tar shards, or a "
+        "COCO / Flickr30k / CUB / precomputed folder (sets data.name, data.root and clears the recipe's "
+        "data.options; docs/datasets.md)",
+    )
+    parser.add_argument(
         "--resume",
         metavar="RUN",
         help="continue the run in folder RUN from its newest complete checkpoint (CONFIG is then omitted)",
@@ -81,8 +90,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
+def data_overrides(data: str) -> list[str]:
+    """The ``--set`` items of ``--data DIR``: the detected format as ``data.name``, the folder as
+    ``data.root`` (absolute) and no recipe ``data.options`` (they are the built-in data's settings)."""
+    root = Path(data).expanduser()
+    if not root.exists():
+        raise ConfigError(f"--data {data}: no such file or folder")
+    return [f"data.name={detect_format(root)}", f"data.root={root.resolve()}", "data.options={}"]
+
+
 def _extra_overrides(args: argparse.Namespace) -> list[str]:
-    extra = list(args.overrides)
+    if getattr(args, "data", None) and args.resume:
+        raise ConfigError("--data names the dataset of a new run; a resumed run keeps its own (data.root may "
+                          "be moved with --set data.root=DIR)")
+    extra = (data_overrides(args.data) if getattr(args, "data", None) else []) + list(args.overrides)
     if args.device:
         extra.append(f"train.device={args.device}")
     if args.no_progress:
@@ -139,6 +160,8 @@ def _worker_arguments(args: argparse.Namespace, name: str | None) -> list[str]:
         argv += [args.config, "--out", str(args.out)]
         if name:
             argv += ["--name", name]
+        if getattr(args, "data", None):
+            argv += ["--data", str(args.data)]
     for item in args.overrides:
         argv += ["--set", item]
     if args.device:

@@ -201,7 +201,7 @@ def image_input_transform(split: RetrievalSplit) -> dict[str, Any]:
     ``{"image_resize": "square" | "center_crop", "resize_size": int | None}`` (``pcmr.data.images.FileImages``;
     ``square`` for images that are not files, e.g. the built-in data's arrays)."""
     images = getattr(split, "images", None)
-    if isinstance(images, FileImages) and images.image_resize == "center_crop":
+    if images is not None and getattr(images, "image_resize", None) == "center_crop":
         return {"image_resize": "center_crop", "resize_size": int(images.resize_size)}
     return {"image_resize": "square", "resize_size": None}
 
@@ -292,13 +292,20 @@ def encode_image_files(model: RetrievalModel, paths: Sequence[str | os.PathLike[
 
 def split_image_metadata(split: RetrievalSplit) -> list[dict[str, Any]] | None:
     """JSON-storable per-image metadata of a split: ``path`` (image files), ``labels`` (names of the
-    image's class labels, e.g. shapes' "red circle" or COCO categories); None when it has neither."""
+    image's class labels, e.g. shapes' "red circle" or COCO categories), and for one's own images
+    (``split.info["describe_images"]``) ``file`` (the image's file name, its id) and ``captions`` (those
+    written for it); None when it has none of them."""
     paths = getattr(getattr(split, "images", None), "paths", None)
     labels = getattr(split, "image_labels", None)
     names = getattr(split, "label_names", None)
-    if paths is None and (labels is None or names is None):
+    describe = bool(getattr(split, "info", {}).get("describe_images"))
+    if paths is None and (labels is None or names is None) and not describe:
         return None
     out: list[dict[str, Any]] = [{} for _ in range(split.num_images)]
+    if describe:
+        for entry, image_id, written in zip(out, split.image_ids, split.source_captions):
+            entry["file"] = str(image_id)
+            entry["captions"] = [split.caption_texts[c] for c in written]
     if paths is not None:
         for entry, path in zip(out, paths):
             entry["path"] = os.fspath(path)

@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 IMAGE_ENCODER_KINDS = ("global_features", "local_features", "cnn", "efficientnet_lite0")
+#: side of the pixel images the from-scratch ``cnn`` encoder is built for (the built-in data's default)
+CNN_INPUT_SIZE = 64
 IMAGE_REASONING_KINDS = ("none", "vsrn")
 TEXT_ENCODER_KINDS = ("gru", "minilm")
 #: the text encoder kinds that read word ids of a pcmr Vocabulary (``TextEncoderConfig.reads_word_ids``)
@@ -85,6 +87,17 @@ class ImageEncoderConfig:
     reasoning_dim: int = 256
     # vsrn: number of residual graph-convolution layers (VSRN uses 4)
     reasoning_layers: int = 4
+
+    @property
+    def pixel_input_size(self) -> int | None:
+        """Side of the square pixel images this encoder is built for, for data whose size is not fixed (one's
+        own images): ``input_size`` for ``efficientnet_lite0``, :data:`CNN_INPUT_SIZE` for ``cnn`` (its four
+        stride-2 blocks turn 64 x 64 pixels into a 4 x 4 grid); None for precomputed features."""
+        if self.kind == "efficientnet_lite0":
+            return int(self.input_size)
+        if self.kind == "cnn":
+            return CNN_INPUT_SIZE
+        return None
 
 
 @dataclass

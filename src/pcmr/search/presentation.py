@@ -277,6 +277,12 @@ def _ordinal(value: float) -> str:
 
 
 def _metadata_text(metadata: Mapping[str, Any]) -> str:
+    file, captions = metadata.get("file"), metadata.get("captions")
+    if isinstance(file, str):  # one's own images: the file name and the first caption written for it
+        if isinstance(captions, list) and captions:
+            more = f" (+{len(captions) - 1} more)" if len(captions) > 1 else ""
+            return f"{file}  \"{captions[0]}\"{more}"
+        return file
     labels = metadata.get("labels")
     if isinstance(labels, list) and labels:
         return ", ".join(str(x) for x in labels)

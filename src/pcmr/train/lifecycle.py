@@ -30,7 +30,7 @@ from pcmr.train.config import RunConfig, load_config, save_config
 from pcmr.train.distributed import broadcast_object, init_distributed
 from pcmr.train.lock import LOCK_FILES, RunLock
 from pcmr.train.recipes import find_recipe
-from pcmr.train.run import CONFIG_FILE, RUN_FILE, check_config
+from pcmr.train.run import CONFIG_FILE, RUN_FILE, check_config, resolve_image_size
 from pcmr.train.trainer import Trainer
 
 __all__ = ["RESUME_OVERRIDABLE", "ConfigMismatchError", "config_difference", "is_finished", "remove_run", "resume_run", "start_or_resume",
@@ -148,6 +148,7 @@ def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs"
     path = find_recipe(recipe)
     config = load_config(path, list(overrides))
     check_config(config)
+    size_note = resolve_image_size(config)
     context = init_distributed(config.train.device)
     run_dir = Path(out) / (name or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     error = None
@@ -172,6 +173,8 @@ def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs"
             raise
         if context.is_main:
             where = f" in {context.world_size} processes" if context.enabled else ""
+            if size_note:
+                print(size_note, file=sys.stderr, flush=True)
             print(f"training {path.stem} into {run_dir}{where}", file=sys.stderr, flush=True)
         return trainer.fit(), run_dir
 

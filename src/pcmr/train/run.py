@@ -29,12 +29,15 @@ from torch import nn
 from pcmr.atomic import atomic_write_text, write_folder
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets
 from pcmr.data.config import load_configured_split
+from pcmr.data.errors import DataError
+from pcmr.data.registry import detect_format, image_size_from_model
 from pcmr.device import resolve_device
 from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
 from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
 from pcmr.models import RetrievalModel, create_model, list_models, load_word_vectors, save_model
+from pcmr.models.factory import resolve_config as resolve_model_config
 from pcmr.similarity import list_similarities
 from pcmr.suggest import unknown_name
 from pcmr.train.config import ConfigError, RunConfig
@@ -51,6 +54,7 @@ __all__ = [
     "VOCAB_FILE",
     "build_parts",
     "check_config",
+    "resolve_image_size",
     "load_run_split",
     "save_model_atomically",
     "write_json",
@@ -167,6 +171,32 @@ def check_config(config: RunConfig) -> None:
     _check_names("eval.rerankers", config.eval.rerankers, list(list_rerankers()) + ["all"])
     _check_names("train.select_on", [config.train.select_on], list(SELECTION_METRICS))
     check_loggers(config.train.loggers)
+
+
+def resolve_image_size(config: RunConfig) -> str | None:
+    """Give a dataset whose image size the model decides (``DatasetSpec.image_size_from_model``: one's own
+    images) the model's input side when the run does not set ``data.options.image_size``
+    (``ImageEncoderConfig.pixel_input_size``: ``input_size`` of a pretrained backbone, 64 for the ``cnn``
+    encoder). Sets it in ``config`` (so the run's config.yaml records it) and returns a line saying what
+    is used; None when nothing was set."""
+    name = config.data.name
+    if name not in list_datasets() and Path(name).expanduser().exists():  # a folder: its detected format
+        try:
+            name = detect_format(Path(name).expanduser())
+        except DataError:  # reported with the file names looked for when the split is loaded
+            return None
+    if not image_size_from_model(name) or "image_size" in config.data.options:
+        return None
+    try:
+        encoder = resolve_model_config(config.model.name, **config.model.options).image_encoder
+    except (ValueError, TypeError):  # the model's own checks report a bad config when the run is built
+        return None
+    size = encoder.pixel_input_size
+    if size is None:
+        return None
+    config.data.options["image_size"] = size
+    return (f"data: images are resized to {size} x {size} pixels (the input side of the {encoder.kind} image "
+            "encoder); set data.options.image_size to change it")
 
 
 def load_run_split(config: RunConfig, split: str) -> RetrievalSplit:

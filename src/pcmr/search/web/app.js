@@ -84,6 +84,21 @@ function imageCard(hit) {
   meta.append(rank, score);
   card.appendChild(meta);
   card.appendChild(uncertaintyBar(hit));
+  const file = hit.metadata && hit.metadata.file;
+  if (file) {  // your own images: the file name and the caption written for it
+    const name = document.createElement("div");
+    name.className = "file";
+    name.textContent = file;
+    card.appendChild(name);
+    const captions = hit.metadata.captions || [];
+    if (captions.length) {
+      const caption = document.createElement("div");
+      caption.className = "labels";
+      caption.textContent = captions[0];
+      caption.title = captions.join("\n");
+      card.appendChild(caption);
+    }
+  }
   const labels = (hit.metadata && hit.metadata.labels) || [];
   if (labels.length) {
     const text = document.createElement("div");
@@ -91,7 +106,7 @@ function imageCard(hit) {
     text.textContent = labels.join(", ");
     card.appendChild(text);
   }
-  card.addEventListener("click", () => showImage(hit.index));
+  card.addEventListener("click", () => showImage(hit.index, hit.metadata));
   return card;
 }
 
@@ -114,7 +129,7 @@ function captionRows(captions) {
   return box;
 }
 
-async function showImage(index) {
+async function showImage(index, metadata) {
   try {
     const item = await getJSON(`/api/images/${index}?k=5`);
     const body = $("detail-body");
@@ -127,6 +142,18 @@ async function showImage(index) {
       img.src = item.image_url;
       img.alt = title.textContent;
       body.appendChild(img);
+    }
+    const written = (metadata && metadata.captions) || [];
+    if (written.length) {  // your own images: the captions written for this file
+      const mine = document.createElement("h3");
+      mine.textContent = "its captions";
+      body.appendChild(mine);
+      for (const text of written) {
+        const row = document.createElement("div");
+        row.className = "caption-row";
+        row.textContent = text;
+        body.appendChild(row);
+      }
     }
     const heading = document.createElement("h3");
     heading.textContent = "nearest captions";
