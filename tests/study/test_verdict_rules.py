@@ -200,3 +200,32 @@ def test_the_study_files_state_seed_counts_that_follow_from_their_sds(name: str)
         n = claim.seeds_needed
         assert n >= ((sps.t.ppf(1 - alpha, n - 1) + sps.t.ppf(q, n - 1)) * claim.pilot_sd / effect) ** 2
         assert n == 2 or n - 1 < ((sps.t.ppf(1 - alpha, n - 2) + sps.t.ppf(q, n - 2)) * claim.pilot_sd / effect) ** 2
+
+
+def test_one_null_per_distinct_head_is_drawn_and_shared() -> None:
+    from pcmr.study.steps import null_recipes
+
+    spec = load_study(ROOT / "studies" / "uncertainty.yaml")
+    assert spec.design.null is not None and spec.design.null.source("pcme_small_init") == "pcme"
+    assert null_recipes(spec) == ["pcme"]  # the claims read pcme_small_init's statistics against pcme's null
+    claim = parse_claims([{"id": "n", "paper": "P", "statement": "s", "metric": "rho", "expect": "greater",
+                           "a": {"recipe": "small"}, "vs_null": True}])[0]
+    rows = [_row("small", "v", seed, "nns", rho=0.5 + 0.01 * seed) for seed in range(3)]
+    null = [{"recipe": "big", "init": i, "rho": 0.01 * (i % 5)} for i in range(20)]
+    [judgement] = judge_claim(claim, rows, options=JudgeOptions(null_rows=null, null_source={"small": "big"}))
+    assert judgement.null_size == 20 and judgement.verdict == "holds"
+
+
+def test_the_exploratory_rejudgement_names_itself_and_keeps_the_committed_verdicts() -> None:
+    from pcmr.study.rejudge import committed_verdicts, rejudge_markdown
+
+    folder = ROOT / "docs" / "papers_results"
+    text = rejudge_markdown(folder, ROOT / "studies" / "papers.yaml", "docs/papers_results")
+    assert text.startswith("Exploratory, not a verdict:")
+    committed = committed_verdicts((folder / "claims.md").read_text(encoding="utf-8"))
+    row = next(line for line in text.splitlines() if line.startswith("| hal-csls-rgm-over-csls |"))
+    assert f"| {committed['hal-csls-rgm-over-csls']['verdict']} |" in row  # the committed verdict, unchanged
+    assert "lambda finite" in row  # how many rows used RGM at all
+    study = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
+    assert study.count('results rejudge="docs/papers_results"') == 1  # shown once, labelled exploratory
+    assert "exploratory, not verdicts" in study
