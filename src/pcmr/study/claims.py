@@ -40,7 +40,7 @@ Two rules keep the table honest (docs/study.md):
 - **Drift of the contrast.** Where drift rows are given (the same runs trained again under another
   thread count or machine), each seed present in both has its contrast ``a - b`` computed twice; the
   claim's drift is the largest change of that contrast, and a ``holds`` or ``reversed`` whose mean
-  difference is smaller reads ``equal``. A within-model contrast (two re-rankers of one run) moves far
+  difference is smaller reads ``equal``. A within-model contrast (two re-rankers of one run) can move far
   less than either side's level, so the level's drift is never the yardstick. Where the drift rows do
   not hold both sides, the drift is not measured and the rule does not apply.
 - **Primary family.** With a list of primary claims, Holm's correction runs over them alone; the
