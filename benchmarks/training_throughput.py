@@ -1,8 +1,9 @@
 """Training throughput (pairs/s) of one recipe on the uncertainty study's data, with the GPU's utilisation.
 
-Trains ``--recipe`` (default ``pcme_mu_only``) with the uncertainty study's settings for that recipe
-(``multiplicity_simple`` shapes, 64 px, batch 128, Cutout and word dropout where the recipe has them,
-``source`` variant, seed 0) for ``--steps`` optimiser steps on ``--device``, logging every step. Reports:
+Trains ``--recipe`` (default ``pcme_mu_only_exact``, the mu-only model of the study's data-learnable line)
+with the uncertainty study's settings for that recipe (its shapes preset, 64 px, batch 128, Cutout and word
+dropout where the recipe has them; the recipe's first variant and seed in the study) for ``--steps``
+optimiser steps on ``--device``, logging every step. Reports:
 
 - ``pairs/s``: caption-image pairs per second of the steps after the first ``--warmup`` (CUDA
   initialisation and cuDNN's algorithm search happen there), from the trainer's per-step times (data
@@ -36,14 +37,15 @@ QUICK = {"data.options.num_train": 64, "data.options.num_val": 16, "data.options
          "data.batch_size": 16, "data.eval_batch_size": 64}
 
 
-def study_overrides(recipe: str, variant: str = "source", seed: int = 0) -> tuple[str, dict[str, Any]]:
-    """``(recipe file, overrides)`` of the uncertainty study's run of ``recipe`` / ``variant`` / ``seed``."""
+def study_overrides(recipe: str, variant: str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+    """``(recipe file, overrides)`` of the uncertainty study's run of ``recipe`` / ``variant`` / ``seed``
+    (None: the recipe's first variant / seed in the study)."""
     from pcmr.study import find_study, load_study
 
     for run in load_study(find_study(STUDY)).runs():
-        if (run.label, run.variant, run.seed) == (recipe, variant, seed):
+        if run.label == recipe and variant in (None, run.variant) and seed in (None, run.seed):
             return run.recipe, dict(run.overrides)
-    raise SystemExit(f"the {STUDY} study has no run {recipe}-{variant}-s{seed}")
+    raise SystemExit(f"the {STUDY} study has no run {recipe}-{variant or '*'}-s{'*' if seed is None else seed}")
 
 
 class UtilisationSampler:
@@ -100,7 +102,7 @@ def throughput(log_path: Path, warmup: int) -> dict[str, Any]:
             if seconds else float("nan")}
 
 
-def measure(device: str, *, recipe: str = "pcme_mu_only", steps: int = 200, warmup: int = 20,
+def measure(device: str, *, recipe: str = "pcme_mu_only_exact", steps: int = 200, warmup: int = 20,
             interval: float = 0.5, quick: bool = False, out: Path | None = None) -> dict[str, Any]:
     """Train and measure (see the module docstring); returns the figures as a dict."""
     from pcmr.study.backend import override_items
@@ -136,7 +138,7 @@ def format_result(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--recipe", default="pcme_mu_only", help="a recipe label of the uncertainty study")
+    parser.add_argument("--recipe", default="pcme_mu_only_exact", help="a recipe label of the uncertainty study")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of pairs/s")
     parser.add_argument("--interval", type=float, default=0.5, help="nvidia-smi sampling period (s)")

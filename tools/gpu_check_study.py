@@ -15,7 +15,7 @@ import yaml
 
 def gpu_check_study(device: str = "cuda", epochs: int = 2, max_steps: int | None = None) -> dict:
     """The uncertainty study's YAML mapping with ``train.device`` and ``train.epochs`` set (and
-    ``train.max_steps_per_epoch`` when ``max_steps`` is given), seed 0 only, without the drift runs."""
+    ``train.max_steps_per_epoch`` when ``max_steps`` is given), seed 0 only, without the drift runs and the power sizing."""
     from pcmr.study import find_study
 
     raw = yaml.safe_load(find_study("uncertainty").read_text(encoding="utf-8"))
@@ -24,6 +24,7 @@ def gpu_check_study(device: str = "cuda", epochs: int = 2, max_steps: int | None
     for entry in (raw.get("recipes") or {}).values():  # a recipe's own seeds: seed 0 alone as well
         if isinstance(entry, dict) and "seeds" in entry:
             entry["seeds"] = [0]
+    raw.pop("power", None)  # seeds sized for a verdict: a device check judges nothing
     raw.pop("drift", None)  # re-runs of other seeds under a second thread count: no part of a device check
     raw["set"] = {**raw.get("set", {}), "train.device": device, "train.epochs": epochs}
     if max_steps is not None:

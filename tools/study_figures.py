@@ -67,9 +67,30 @@ def forest_rows_from_table(text: str, path: Path) -> tuple[list[ForestRow], str]
         metric = re.search(r"\[([^\]]+)\]$", row["a"])
         low, high = ((math.nan, math.nan) if row["CI"] == "-"
                      else tuple(float(v) for v in row["CI"].strip("[]").split(", ")))
-        out.append(ForestRow(label, claim_family(metric.group(1) if metric else ""), _number(row["mean a-b"]),
-                             low, high, unit, _EXPECT[expect.group(1)], row["verdict"], row.get("Holm", "")))
+        family = claim_family(metric.group(1) if metric else "")
+        out.append(ForestRow(label, family, _number(row["mean a-b"]), low, high, unit, _EXPECT[expect.group(1)],
+                             row["verdict"], row.get("Holm", "")))
+        for cell in filter(None, row.get("cells", "").split("; ")):
+            out.append(_cell_row(row["claim"], cell, family, unit, _EXPECT[expect.group(1)], path))
     return out, common
+
+
+_CELL = re.compile(r"(?P<variant>[^:]+): (?P<verdict>.+?) (?P<mean>[+-]\d+\.\d+|-)"
+                   r"(?: \[(?P<low>[^,]+), (?P<high>[^\]]+)\])?(?P<gate>, gate.*)?")
+_OLD_CELL = re.compile(r"(?P<variant>[^:]+): (?P<verdict>.+?) \((?P<mean>[+-]?\d+\.\d+|-)\)")
+
+
+def _cell_row(claim: str, text: str, family: str, unit: float, expect: str, path: Path) -> ForestRow:
+    """One cell of a swept claim (``pcmr.study.report.cell_text``; tables of older versions give only the
+    mean, in brackets, and no gate)."""
+    found = _OLD_CELL.fullmatch(text) or _CELL.fullmatch(text)
+    if found is None:
+        raise ValueError(f"{path}: claim {claim}: cell {text!r} is not 'variant: verdict mean [low, high], gate'")
+    parts = found.groupdict()
+    gate = " (gate failed)" if (parts.get("gate") or "").startswith(", gate:") else ""
+    return ForestRow(f"   {claim} · {parts['variant']}{gate}", family, _number(parts["mean"]),
+                     _number(parts.get("low") or "-"), _number(parts.get("high") or "-"), unit, expect,
+                     parts["verdict"])
 
 
 def main(argv: list[str] | None = None) -> int:

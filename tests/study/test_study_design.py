@@ -73,9 +73,9 @@ def test_gate_refuses_a_swept_claim_whose_model_fails_in_one_cell() -> None:
     assert [c.verdict for c in judgement.cells] == ["holds", NOT_LEARNED]
 
 
-def test_a_matching_is_gated_on_the_ranking_it_is_built_from() -> None:
-    """RGM assigns rather than ranks, so its rows carry no R-Precision: the gate reads the same model's
-    ranking under the re-ranker the matching is stacked on (``csls`` for ``csls+rgm``), never NaN."""
+def test_a_matching_without_nns_rows_is_gated_on_the_ranking_it_is_built_from() -> None:
+    """RGM assigns rather than ranks, so its rows carry no R-Precision: where the model's own (nns) ranking
+    was not evaluated, the gate reads the ranking the matching is stacked on (``csls`` for ``csls+rgm``)."""
     rows = []
     for row in _rows(GOOD, AHEAD):
         if row["recipe"] != "pcme":
@@ -88,13 +88,12 @@ def test_a_matching_is_gated_on_the_ranking_it_is_built_from() -> None:
                    b={"rerank": "csls"}, expect="greater", min_effect=0.05)
     [judgement] = judge_claim(claim, rows, options=JudgeOptions(min_skill=0.3))
     assert judgement.verdict == "holds", judgement.gate
-    assert "pcme/source/csls+rgm/exact i2t skill 0.500 (of its csls ranking)" in judgement.gate
-    # the ranking it is built from decides: a csls ranking below the gate stops the claim
+    assert "pcme/source/csls/exact i2t skill 0.500 (no nns rows)" in judgement.gate
+    assert judgement.reranked == "csls+rgm: a matching, no ranking of its own; csls i2t 0.500, t2i 0.500"
     weak = [{**r, "t2i_r_precision": 22.0} if r["rerank"] == "csls" else r for r in rows]
     [judgement] = judge_claim(claim, weak, options=JudgeOptions(min_skill=0.3))
     assert judgement.verdict == NOT_LEARNED
-    assert judgement.gate_failures[0].describe() == \
-        "pcme/source/csls+rgm/exact t2i skill 0.025 (of its csls ranking) < 0.3"
+    assert judgement.gate_failures[0].describe() == "pcme/source/csls/exact t2i skill 0.025 (no nns rows) < 0.3"
 
 
 def test_not_learned_is_never_rejected_by_holm_and_secondary_claims_are_uncorrected() -> None:
@@ -180,15 +179,20 @@ def test_null_percentile_counts_ties_half() -> None:
     assert math.isnan(null_percentile(0.0, []))
 
 
-def test_an_effect_smaller_than_the_drift_reads_equal_never_holds() -> None:
+def test_an_effect_smaller_than_the_drift_of_its_contrast_reads_equal_never_holds() -> None:
     ahead = {"pcme": [1.50, 1.52, 1.49, 1.51, 1.53], "mu": [0.0, 0.01, 0.0, 0.01, 0.02]}  # +1.50, tight
     claim = _claim()
     [plain] = judge_claim(claim, _rows(GOOD, ahead))
-    assert plain.verdict == "holds"
-    [drifted] = judge_claim(claim, _rows(GOOD, ahead), options=JudgeOptions(drift={"score": 2.0}))
-    assert drifted.verdict == "equal" and drifted.drift == 2.0
-    [small] = judge_claim(claim, _rows(GOOD, ahead), options=JudgeOptions(drift={"score": 0.5}))
-    assert small.verdict == "holds"
+    assert plain.verdict == "holds" and math.isnan(plain.drift)  # no drift rows: not measured
+    # seeds 0 and 1 again: pcme moved by +2, mu by 0 -> the contrast moved by 2 in seed 0
+    again = {"pcme": [3.50, 1.52, 1.49, 1.51, 1.53], "mu": ahead["mu"]}
+    drift_rows = [r for r in _rows(GOOD, again) if r["seed"] in (0, 1)]
+    [drifted] = judge_claim(claim, _rows(GOOD, ahead), options=JudgeOptions(drift_rows=drift_rows))
+    assert drifted.verdict == "equal" and drifted.drift == pytest.approx(2.0)
+    assert [s for s, _, _ in drifted.drift_seeds] == [0, 1]
+    small = [r for r in _rows(GOOD, {"pcme": [1.9, 1.6, 0, 0, 0], "mu": ahead["mu"]}) if r["seed"] in (0, 1)]
+    [kept] = judge_claim(claim, _rows(GOOD, ahead), options=JudgeOptions(drift_rows=small))
+    assert kept.verdict == "holds" and kept.drift == pytest.approx(0.4)
 
 
 def test_drift_by_metric_is_the_largest_difference_over_matching_rows() -> None:

@@ -81,7 +81,11 @@ def test_design_study_end_to_end_through_the_command(tmp_path: Path, environment
     assert captions == distinct and images > 0
     for name in ("null.md", "drift.md", "provenance.md"):
         assert (out / name).is_file()
-    assert "| caption_uncertainty_relevant_rho |" in (out / "drift.md").read_text()
+    drift_text = (out / "drift.md").read_text()
+    assert "| caption_uncertainty_relevant_rho |" in drift_text
+    # the drift of each claim's own contrast, per seed run twice (study / drift)
+    assert "## Drift of each claim's contrast" in drift_text and "| abstain | " in drift_text
+    assert re.search(r"\| abstain \| [+-]\d+\.\d{3} \| \d+\.\d{3} \| s0: [+-]\d+\.\d{3} / [+-]\d+\.\d{3} \|", drift_text)
     results = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
     assert all(r["t2i_excess_aurc"] != "" and r["t2i_excess_aurc_margin"] != "" for r in results)
 

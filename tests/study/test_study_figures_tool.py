@@ -40,7 +40,7 @@ def test_rows_from_the_table_match_the_judgements(tmp_path: Path) -> None:
     expected, common = forest_rows(judgements)
     read, read_common = _tool().forest_rows_from_table(table.read_text(), table)
     assert read_common == common and common.startswith("relevance=exact")
-    assert len(read) == len(expected) == len(judgements)
+    assert len(read) == len(expected) == len(judgements) + sum(len(j.cells) for j in judgements)
     for got, want in zip(read, expected):
         assert (got.label, got.family, got.unit, got.expect, got.verdict, got.holm) == \
                (want.label, want.family, want.unit, want.expect, want.verdict, want.holm)

@@ -48,14 +48,17 @@ def test_uncertainty_prose_names_no_verdict_outside_generated_blocks(path: str, 
 
 
 def _check_committed_results(study: str, folder: Path) -> str:
-    """``folder`` holds a whole run of the shipped ``study``: every run of the file (and no other), the null
-    of every recipe a null claim reads with the pre-registered number of initialisations, the drift runs,
-    the provenance, the primary family of the file and the test split every claim read. Returns claims.md."""
+    """``folder`` holds a whole run of ``study`` under the study file it ran (``folder/study.yaml``, the
+    shipped file of that time; the shipped file now fixes the next runs): every run of the file (and no
+    other), the null of every recipe a null claim reads with the pre-registered number of initialisations,
+    the drift runs, the provenance, the primary family of the file and the test split every claim read.
+    Returns claims.md."""
     import csv
 
-    from pcmr.study.spec import find_study, load_study
+    from pcmr.study.spec import load_study
 
-    spec = load_study(find_study(study))
+    spec = load_study(folder / "study.yaml")
+    assert spec.name == study
     with (folder / "results.csv").open(encoding="utf-8") as handle:
         runs = {row["run"] for row in csv.DictReader(handle)}
     assert runs == {run.name for run in spec.runs()}

@@ -15,21 +15,34 @@ Two rules keep the table honest (docs/study.md):
   uncertainty slope), the claim is judged once, its condition reading ``relevance=any``.
 - **Sweep cells.** A claim with ``cells`` (a list of variants, e.g. learning rates x budgets) is judged
   in every cell; its verdict is that of the cells when they all agree, ``unstable`` when some cell
-  holds or reverses and another does not agree, else ``inconclusive``. Its p-value is the largest of
-  the cells' (the claim is rejected only where every cell is).
-- **Family-wise error.** :func:`judge_claims` adds Holm's correction over the whole table: a
-  ``holds`` / ``reversed`` whose p-value Holm's procedure does not reject reads ``inconclusive`` in
-  the ``holm`` column.
+  holds or reverses and another does not agree, else ``inconclusive``; ``not learned`` when a model
+  failed the gate in some cell. Every cell's own verdict, interval and gate are kept
+  (``Judgement.cells``) and reported beside the overall one. Its p-value is the largest of the cells'
+  (the claim is rejected only where every cell is: an intersection-union test).
+- **Each claim's own test.** The p-value of a judgement is the one-sided p-value of the hypothesis the
+  claim states (:func:`pcmr.study.stats.claim_p_values`: superiority over zero, non-inferiority at the
+  margin, equivalence by two one-sided tests), and its verdict is that test's rejection at
+  ``(1 - level) / 2``; a ``reversed`` carries the p-value of the reversal.
+- **Family-wise error.** :func:`judge_claims` adds Holm's correction over the whole table at
+  ``(1 - level) / 2``, on each judgement's own p-value (of the reversal for a ``reversed``): a
+  ``holds`` / ``reversed`` that Holm's procedure does not reject reads ``inconclusive`` in the ``holm``
+  column.
 - **Models that learned.** With a skill gate (:func:`judge_claims`'s ``min_skill``, the study file's
-  ``gate``), every model a claim reads (each side's rows, under the claim's condition and cell) must
-  reach skill ``(R-P - QB) / (100 - QB)`` of at least ``min_skill`` on the mean over seeds in every
+  ``gate``), every trained model a claim reads (each side's rows, under the claim's condition and cell)
+  must reach skill ``(R-P - QB) / (100 - QB)`` of at least ``min_skill`` on the mean over seeds in every
   direction the claim reads (its ``reads``; by default the direction its metric names, else both);
-  otherwise it reads ``not learned``, naming the model and the direction.
+  otherwise it reads ``not learned``, naming the model and the direction. The gate reads each model's
+  own ranking (nearest neighbours), never what a re-ranker made of it (:mod:`pcmr.study.gate`); the
+  re-ranked skill is reported beside it, and a matching's rows say in how many the matching was used.
 - **The null of many untrained models.** A claim with ``vs_null: true`` compares side ``a``'s seeds with a
   sample of the same statistic from many untrained initialisations of ``a``'s recipe (no pairing by
   seed): Welch's interval of the difference of means, and each seed's percentile in the null.
-- **Drift.** Where a thread-count drift is given per metric, a ``holds`` or ``reversed`` whose mean
-  difference is smaller than the drift of its metric reads ``equal``.
+- **Drift of the contrast.** Where drift rows are given (the same runs trained again under another
+  thread count or machine), each seed present in both has its contrast ``a - b`` computed twice; the
+  claim's drift is the largest change of that contrast, and a ``holds`` or ``reversed`` whose mean
+  difference is smaller reads ``equal``. A within-model contrast (two re-rankers of one run) can move far
+  less than either side's level, so the level's drift is never the yardstick. Where the drift rows do
+  not hold both sides, the drift is not measured and the rule does not apply.
 - **Primary family.** With a list of primary claims, Holm's correction runs over them alone; the
   others are secondary and read uncorrected.
 - **The gate reads agreement across seeds.** A claim about an uncertainty head (``signal``) is judged
@@ -47,28 +60,26 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pcmr.config import ConfigError, build_dataclass
-from pcmr.evaluation.columns import (
-    query_blind_r_precision,
-    r_precision,
-    uncertainty_agreement,
-    uncertainty_signal,
-)
+from pcmr.evaluation.columns import uncertainty_agreement, uncertainty_signal
 from pcmr.relevance import I2T, T2I
+from pcmr.study.gate import GateFailure, matching_use, reranked_skill, skill_gate
+from pcmr.study.rows import SELECT_FIELDS, Selector, matching_rows, number, values_by_seed
 from pcmr.study.stats import (
     EXPECTATIONS,
     Interval,
+    claim_p_values,
     holm_rejections,
     null_percentile,
+    one_sided_alpha,
     paired_interval,
-    paired_p_value,
     verdict,
     welch_interval,
 )
 
-__all__ = ["AGREEMENT_MIN", "ANY_RELEVANCE", "Claim", "DIRECTIONS", "JudgeOptions", "Judgement", "NOT_LEARNED", "Selector",
-           "judge_claim", "judge_claims", "parse_claims", "NO_DATA", "NO_SIGNAL", "SIGNAL_SIDES", "UNSTABLE"]
+__all__ = ["AGREEMENT_MIN", "ANY_RELEVANCE", "Claim", "DIRECTIONS", "GateFailure", "JudgeOptions", "Judgement",
+           "NOT_LEARNED", "Selector", "judge_claim", "judge_claims", "parse_claims", "NO_DATA", "NO_SIGNAL",
+           "SIGNAL_SIDES", "UNSTABLE"]
 
-SELECT_FIELDS = ("recipe", "variant", "similarity", "rerank", "relevance")
 EXPANDED_FIELDS = ("variant", "relevance")
 #: verdict of a claim with no seed measured on both sides
 NO_DATA = "no data"
@@ -91,24 +102,6 @@ SIGNAL_SIDES = {"": (), "image": ("image",), "caption": ("caption",), "both": ("
 
 
 @dataclass(frozen=True)
-class Selector:
-    """Which rows of ``results.csv`` make one side of a claim (None = not pinned)."""
-
-    recipe: str | None = None
-    variant: str | None = None
-    similarity: str | None = None
-    rerank: str | None = None
-    relevance: str | None = None
-    metric: str | None = None  # default: the claim's metric
-
-    def describe(self, metric: str | None = None) -> str:
-        """``recipe/variant/similarity/re-ranker/relevance [metric]`` of the pinned fields."""
-        parts = [str(getattr(self, f)) for f in SELECT_FIELDS if getattr(self, f) is not None]
-        shown = self.metric or metric
-        return "/".join(parts) + (f" [{shown}]" if shown else "")
-
-
-@dataclass(frozen=True)
 class Claim:
     """A paper's statement: ``metric(a) expect metric(b)`` (see the module docstring)."""
 
@@ -125,6 +118,8 @@ class Claim:
     cells: tuple[str, ...] = ()  # variants the claim is judged in, all of which must agree
     reads: tuple[str, ...] = ()  # directions the skill gate checks (() = from the metric's prefix, else both)
     null: bool = False  # compare side a with the null of many untrained models (no side b)
+    pilot_sd: float = math.nan  # sd of the pilot's per-seed differences the seeds were sized from
+    seeds_needed: int = 0  # the seeds that sd needs at the study's power (0: not sized)
 
     def directions(self) -> tuple[str, ...]:
         """The directions the skill gate reads: ``reads``, else the metric's prefix, else both."""
@@ -132,21 +127,6 @@ class Claim:
             return self.reads
         prefix = self.metric.split("_", 1)[0]
         return (prefix,) if prefix in DIRECTIONS else DIRECTIONS
-
-
-@dataclass(frozen=True)
-class GateFailure:
-    """One model (``Selector.describe()``: recipe/variant/similarity/re-ranker/relevance) that failed the
-    skill gate in one direction: its skill over the query-blind ranking and the gate's minimum."""
-
-    model: str
-    direction: str
-    skill: float
-    min_skill: float
-    note: str = ""  # where the skill was read elsewhere, e.g. " (of its csls ranking)" for a matching
-
-    def describe(self) -> str:
-        return f"{self.model} {self.direction} skill {self.skill:.3f}{self.note} < {self.min_skill:g}"
 
 
 @dataclass(frozen=True)
@@ -163,7 +143,7 @@ class Judgement:
     #: the verdict the interval alone gives, where the trained-signal gate made it ``no signal``
     #: (else ""): what the runs show if their sub-floor heads are read anyway
     ungated: str = ""
-    #: two-sided p-value of the paired t-test (the largest over the cells of a swept claim)
+    #: one-sided p-value of the hypothesis the claim states (the largest over the cells of a swept claim)
     p_value: float = math.nan
     #: the verdict after Holm's correction over the whole claims table (set by :func:`judge_claims`)
     holm: str = ""
@@ -179,10 +159,20 @@ class Judgement:
     #: a null claim: each seed's percentile in the null sample, and the null's size
     null_percentiles: tuple[float, ...] = ()
     null_size: int = 0
-    #: the thread-count drift of the claim's metric where given (NaN: none)
+    #: the drift of the claim's contrast: the largest change of a - b over the seeds run twice (NaN: not
+    #: measured)
     drift: float = math.nan
     #: "primary" or "secondary" where the study lists its primary claims, else ""
     family: str = ""
+    #: one-sided p-value of the reversal of the claim (the largest over the cells of a swept claim)
+    p_reversed: float = math.nan
+    #: per seed run twice: (seed, a - b in the study, a - b in the drift run)
+    drift_seeds: tuple[tuple[int, float, float], ...] = ()
+    #: the skill of each re-ranked side (the gate reads the model's own ranking)
+    reranked: str = ""
+    #: for a matching re-ranker: in how many rows it was used at all, per direction (used, rows)
+    matching: str = ""
+    matching_counts: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass
@@ -202,6 +192,16 @@ class _ClaimFields:
     cells: list[str] | None = None
     reads: list[str] | None = None
     vs_null: bool = False
+    power: _PowerFields | None = None
+
+
+@dataclass
+class _PowerFields:
+    """``power: {pilot_sd, seeds}`` of a claim: the pilot's sd of per-seed differences and the seeds it
+    needs (checked against the study's ``power`` section by ``pcmr.study.power``)."""
+
+    pilot_sd: float = math.nan
+    seeds: int = 0
 
 
 def _check_selector(selector: Selector | None, where: str) -> Selector:
@@ -270,42 +270,19 @@ def parse_claims(raw: Any, where: str = "claims") -> tuple[Claim, ...]:
             raise ValueError(f"{here}.vs_null: a claim against the null of untrained models has no side b")
         if fields.vs_null and fields.expect == "equal":
             raise ValueError(f"{here}.vs_null: a claim against the null needs expect greater or less")
+        pilot_sd, seeds_needed = math.nan, 0
+        if fields.power is not None:
+            pilot_sd, seeds_needed = float(fields.power.pilot_sd), fields.power.seeds
+            if not pilot_sd >= 0 or math.isinf(pilot_sd):
+                raise ValueError(f"{here}.power.pilot_sd: expected a finite number >= 0, got {pilot_sd!r}")
+            if isinstance(seeds_needed, bool) or not isinstance(seeds_needed, int) or seeds_needed < 2:
+                raise ValueError(f"{here}.power.seeds: expected an integer >= 2, got {seeds_needed!r}")
+            if margin == 0 and min_effect == 0:
+                raise ValueError(f"{here}.power: a claim sized for power needs a min_effect or a margin")
         claims.append(Claim(fields.id, fields.paper, fields.statement, fields.metric, a, b, fields.expect,
-                            float(margin), fields.signal, float(min_effect), cells, reads, bool(fields.vs_null)))
+                            float(margin), fields.signal, float(min_effect), cells, reads, bool(fields.vs_null),
+                            pilot_sd, seeds_needed))
     return tuple(claims)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None or value == "":
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) or math.isinf(number) else number
-
-
-def _values_by_seed(rows: Sequence[dict[str, Any]], selector: Selector, metric: str, claim_id: str) -> dict[int, float]:
-    """``{seed: value}`` of the rows matching ``selector``; one distinct value per seed is required."""
-    found: dict[int, set[float]] = {}
-    for row in rows:
-        if any(getattr(selector, f) is not None and str(row.get(f)) != getattr(selector, f) for f in SELECT_FIELDS):
-            continue
-        value = _number(row.get(metric))
-        if value is not None:
-            found.setdefault(int(row["seed"]), set()).add(value)
-    ambiguous = {seed: values for seed, values in found.items() if len(values) > 1}
-    if ambiguous:
-        seed = min(ambiguous)
-        raise ValueError(f"claim {claim_id!r}: side {selector.describe()} matches {len(ambiguous[seed])} different "
-                         f"values of {metric} for seed {seed}; pin more fields "
-                         f"({', '.join(f for f in SELECT_FIELDS if getattr(selector, f) is None)})")
-    return {seed: next(iter(values)) for seed, values in found.items()}
-
-
-def _matching(rows: Sequence[dict[str, Any]], selector: Selector) -> list[dict[str, Any]]:
-    pinned = [f for f in SELECT_FIELDS if getattr(selector, f) is not None]
-    return [r for r in rows if all(str(r.get(f)) == getattr(selector, f) for f in pinned)]
 
 
 def _without_signal(rows: Sequence[dict[str, Any]], selector: Selector, claim: Claim, seeds: Sequence[int]) -> bool:
@@ -313,12 +290,12 @@ def _without_signal(rows: Sequence[dict[str, Any]], selector: Selector, claim: C
     (``<side>_uncertainty_agreement``); results without that column fall back to the per-run gate
     (``<side>_uncertainty_signal`` of 0 in some seed); rows with neither are not gated."""
     for side in SIGNAL_SIDES[claim.signal]:
-        agreement = _values_by_seed(rows, selector, uncertainty_agreement(side), claim.id)
+        agreement = values_by_seed(rows, selector, uncertainty_agreement(side), claim.id)
         if agreement:
             if any(agreement.get(seed, math.inf) < AGREEMENT_MIN for seed in seeds):
                 return True
             continue
-        values = _values_by_seed(rows, selector, uncertainty_signal(side), claim.id)
+        values = values_by_seed(rows, selector, uncertainty_signal(side), claim.id)
         if any(values.get(seed) == 0.0 for seed in seeds):
             return True
     return False
@@ -328,120 +305,98 @@ def _without_signal(rows: Sequence[dict[str, Any]], selector: Selector, claim: C
 class JudgeOptions:
     """What a study adds to the paired rule (all optional): the skill gate's ``min_skill``, the null
     sample rows (``recipe``, ``relevance``, statistic columns; one row per untrained initialisation), the
-    thread-count drift per metric, and the ids of the primary claims (Holm runs over them alone)."""
+    result rows of the drift runs (the same runs trained again under another thread count or machine),
+    the ids of the primary claims (Holm runs over them alone), and ``null_source``: recipe -> the recipe
+    whose null it reads (a head that differs only by a constant shift of log det shares its null)."""
 
     min_skill: float | None = None
     null_rows: Sequence[dict[str, Any]] = ()
-    drift: dict[str, float] = field(default_factory=dict)
+    drift_rows: Sequence[dict[str, Any]] = ()
     primary: tuple[str, ...] | None = None
-
-
-def _side_skill(rows: Sequence[dict[str, Any]], side: Selector, direction: str, claim_id: str) -> float:
-    """Skill ``(R-P - QB) / (100 - QB)`` of the rows of ``side`` in ``direction``, on the means over
-    seeds (NaN where either column is missing)."""
-    rp = _values_by_seed(rows, side, r_precision(direction), claim_id)
-    qb = _values_by_seed(rows, side, query_blind_r_precision(direction), claim_id)
-    seeds = sorted(set(rp) & set(qb))
-    if not seeds:
-        return math.nan
-    mean_rp = math.fsum(rp[s] for s in seeds) / len(seeds)
-    mean_qb = math.fsum(qb[s] for s in seeds) / len(seeds)
-    return math.nan if mean_qb >= 100.0 else (mean_rp - mean_qb) / (100.0 - mean_qb)
-
-
-def _skill_gate(claim: Claim, rows: Sequence[dict[str, Any]], sides: Sequence[Selector],
-                min_skill: float) -> tuple[tuple[GateFailure, ...], str]:
-    """``(failures, text)``: every model of ``sides`` (their pinned fields, metric aside) in every
-    direction the claim reads; the text names each model and direction with its skill, failures first."""
-    failures: list[GateFailure] = []
-    passed: list[str] = []
-    seen: set[Selector] = set()
-    for side in sides:
-        model = replace(side, metric=None)
-        if model in seen:
-            continue
-        seen.add(model)
-        for direction in claim.directions():
-            skill = _side_skill(rows, model, direction, claim.id)
-            note = ""
-            if math.isnan(skill) and model.rerank is not None and "+" in model.rerank:
-                # a matching (e.g. RGM on CSLS) assigns, it does not rank, so it has no R-Precision: the
-                # gate reads the ranking the matching is built from, of the same model and cell
-                base = model.rerank.split("+", 1)[0]
-                skill = _side_skill(rows, replace(model, rerank=base), direction, claim.id)
-                note = f" (of its {base} ranking)"
-            if skill >= min_skill:
-                passed.append(f"{model.describe()} {direction} skill {skill:.3f}{note}")
-            else:
-                failures.append(GateFailure(model.describe(), direction, skill, min_skill, note))
-    if failures:
-        return tuple(failures), "; ".join(failure.describe() for failure in failures)
-    return (), "; ".join(passed)
+    null_source: dict[str, str] = field(default_factory=dict)
 
 
 def _null_values(claim: Claim, a: Selector, options: JudgeOptions) -> list[float]:
     """The null sample of ``claim``'s metric for side ``a``'s recipe (and relevance, where pinned)."""
     metric = a.metric or claim.metric
+    recipe = options.null_source.get(str(a.recipe), a.recipe)
     out = []
     for row in options.null_rows:
-        if str(row.get("recipe")) != a.recipe:
+        if str(row.get("recipe")) != recipe:
             continue
         if a.relevance is not None and row.get("relevance") not in (None, "", a.relevance):
             continue
-        value = _number(row.get(metric))
+        value = number(row.get(metric))
         if value is not None:
             out.append(value)
     return out
 
 
-def _drift_of(claim: Claim, a: Selector, b: Selector | None, options: JudgeOptions) -> float:
-    metrics = {a.metric or claim.metric} | ({b.metric or claim.metric} if b is not None else set())
-    values = [options.drift[m] for m in metrics if m in options.drift]
-    return max(values) if values else math.nan
+def _contrast_drift(claim: Claim, a: Selector, b: Selector | None, study: dict[int, float], null_mean: float,
+                    options: JudgeOptions) -> tuple[float, tuple[tuple[int, float, float], ...]]:
+    """``(drift, per seed)``: the contrast ``a - b`` of each seed found in the drift rows (against the
+    same null mean, or zero, where the claim has no side b) beside its value in the study (``study``:
+    seed -> a - b), and the largest change; NaN where the drift rows hold no seed of both sides."""
+    if not options.drift_rows:
+        return math.nan, ()
+    a_again = values_by_seed(options.drift_rows, a, a.metric or claim.metric, claim.id)
+    if claim.null:
+        b_again = dict.fromkeys(a_again, null_mean)
+    elif b is None:
+        b_again = dict.fromkeys(a_again, 0.0)
+    else:
+        b_again = values_by_seed(options.drift_rows, b, b.metric or claim.metric, claim.id)
+    seeds = sorted(set(a_again) & set(b_again) & set(study))
+    per_seed = tuple((s, study[s], a_again[s] - b_again[s]) for s in seeds)
+    return (max(abs(x - y) for _, x, y in per_seed) if per_seed else math.nan), per_seed
 
 
 def _judge_condition(claim: Claim, rows: Sequence[dict[str, Any]], a: Selector, b: Selector | None,
                      condition: dict[str, str], level: float,
                      options: JudgeOptions = JudgeOptions()) -> tuple[Judgement, tuple[Any, ...]]:
     """One judgement, and the values it was made from (to find duplicates)."""
-    a_values = _values_by_seed(rows, a, a.metric or claim.metric, claim.id)
+    a_values = values_by_seed(rows, a, a.metric or claim.metric, claim.id)
     percentiles: tuple[float, ...] = ()
     null_size = 0
     if claim.null:
         null = _null_values(claim, a, options)
         seeds = tuple(sorted(a_values)) if null else ()
-        interval, p_value = welch_interval([a_values[s] for s in seeds], null, level) if null else \
-            (paired_interval([], [], level), math.nan)
+        interval = welch_interval([a_values[s] for s in seeds], null, level)[0] if null else \
+            paired_interval([], [], level)
         percentiles = tuple(null_percentile(a_values[s], null) for s in seeds)
         null_size = len(null)
         pairs: tuple[Any, ...] = tuple((s, a_values[s]) for s in seeds)
         mean_b = math.fsum(null) / len(null) if null else math.nan
     else:
-        b_values = dict.fromkeys(a_values, 0.0) if b is None else _values_by_seed(rows, b, b.metric or claim.metric,
+        b_values = dict.fromkeys(a_values, 0.0) if b is None else values_by_seed(rows, b, b.metric or claim.metric,
                                                                                    claim.id)
         seeds = tuple(sorted(set(a_values) & set(b_values)))
         pairs = tuple((s, a_values[s], b_values[s]) for s in seeds)
         interval = paired_interval([a_values[s] for s in seeds], [b_values[s] for s in seeds], level)
-        p_value = paired_p_value(interval)
         mean_b = math.fsum(b_values[s] for s in seeds) / len(seeds) if seeds else math.nan
+    p_value, p_reversed = claim_p_values(interval, claim.expect, claim.margin)
     outcome = NO_DATA if not seeds else verdict(interval, claim.expect, claim.margin, claim.min_effect)
-    drift = _drift_of(claim, a, b, options)
+    contrast = {p[0]: (p[1] - mean_b if claim.null else p[1] - (p[2] if len(p) > 2 else 0.0)) for p in pairs}
+    drift, drift_seeds = _contrast_drift(claim, a, b, contrast, mean_b, options)
     if outcome in ("holds", "reversed") and abs(interval.mean) < drift:
-        outcome = "equal"  # an effect inside the thread-count drift is no effect
+        outcome = "equal"  # an effect inside the drift of its own contrast is no effect
     ungated, gate_text = "", ""
     failures: tuple[GateFailure, ...] = ()
+    sides = [a] if b is None or claim.null else [a, b]
     if seeds and _without_signal(rows, a, claim, seeds):
         outcome, ungated = NO_SIGNAL, outcome
     if options.min_skill is not None and seeds:
-        failures, gate_text = _skill_gate(claim, rows, [a] if b is None or claim.null else [a, b],
-                                          options.min_skill)
+        failures, gate_text = skill_gate(rows, sides, claim.directions(), options.min_skill, claim.id)
         if failures:
             outcome, ungated = NOT_LEARNED, ungated or outcome
+    matching, counts = matching_use(rows, sides, claim.directions(), seeds)
     mean_a = math.fsum(a_values[s] for s in seeds) / len(seeds) if seeds else math.nan
     judgement = Judgement(claim, condition, a, b, interval, outcome, seeds, ungated, p_value,
                           mean_a=mean_a, mean_b=mean_b, gate=gate_text, gate_failures=failures,
-                          null_percentiles=percentiles,
-                          null_size=null_size, drift=drift)
+                          null_percentiles=percentiles, null_size=null_size, drift=drift,
+                          p_reversed=p_reversed, drift_seeds=drift_seeds,
+                          reranked=reranked_skill(rows, sides, claim.directions(), claim.id) if seeds else "",
+                          matching=matching, matching_counts=counts)
     return judgement, pairs
 
 
@@ -459,6 +414,8 @@ def _combine_cells(claim: Claim, condition: dict[str, str], cells: list[Judgemen
         outcome = "inconclusive"
     p_values = [j.p_value for j in cells]
     p_value = math.nan if any(math.isnan(p) for p in p_values) else max(p_values)
+    reversals = [j.p_reversed for j in cells]
+    p_reversed = math.nan if any(math.isnan(p) for p in reversals) else max(reversals)
     # the interval and means shown are the weakest cell's (its largest p-value)
     first = cells[0] if math.isnan(p_value) else cells[p_values.index(p_value)]
     seeds = tuple(sorted(set.intersection(*(set(j.seeds) for j in cells))))
@@ -470,7 +427,22 @@ def _combine_cells(claim: Claim, condition: dict[str, str], cells: list[Judgemen
                      p_value=p_value, cells=tuple(cells), mean_a=first.mean_a, mean_b=first.mean_b, gate=gate,
                      gate_failures=tuple(f for j in cells for f in j.gate_failures),
                      null_percentiles=tuple(p for j in cells for p in j.null_percentiles),
-                     null_size=first.null_size, drift=first.drift)
+                     null_size=first.null_size,
+                     drift=max((j.drift for j in cells if not math.isnan(j.drift)), default=math.nan),
+                     p_reversed=p_reversed, drift_seeds=tuple(d for j in cells for d in j.drift_seeds),
+                     reranked="; ".join(f"{j.condition.get('variant', '?')}: {j.reranked}" for j in cells if j.reranked),
+                     matching="; ".join(f"{j.condition.get('variant', '?')}: {j.matching}" for j in cells if j.matching),
+                     matching_counts=_summed_counts(cells))
+
+
+def _summed_counts(cells: Sequence[Judgement]) -> tuple[tuple[str, int, int], ...]:
+    """A matching's (direction, used, rows) summed over a swept claim's cells."""
+    total: dict[str, tuple[int, int]] = {}
+    for cell in cells:
+        for direction, used, count in cell.matching_counts:
+            before = total.get(direction, (0, 0))
+            total[direction] = (before[0] + used, before[1] + count)
+    return tuple((d, u, n) for d, (u, n) in total.items())
 
 
 def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.95,
@@ -484,9 +456,9 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
     free = [f for f in expanded if getattr(claim.a, f) is None and (side_b is None or getattr(side_b, f) is None)]
     choices = []
     for f in free:  # values of the field found on both sides
-        values = {str(r.get(f)) for r in _matching(rows, claim.a) if r.get(f) not in (None, "")}
+        values = {str(r.get(f)) for r in matching_rows(rows, claim.a) if r.get(f) not in (None, "")}
         if side_b is not None:
-            values &= {str(r.get(f)) for r in _matching(rows, side_b) if r.get(f) not in (None, "")}
+            values &= {str(r.get(f)) for r in matching_rows(rows, side_b) if r.get(f) not in (None, "")}
         choices.append(sorted(values))
     if any(not values for values in choices):  # some field has no value measured on both sides
         empty = paired_interval([], [], level)
@@ -515,17 +487,25 @@ def judge_claim(claim: Claim, rows: Sequence[dict[str, Any]], level: float = 0.9
     return out
 
 
+def _holm_p(judgement: Judgement) -> float:
+    """The p-value a judgement enters Holm's procedure with: of its reversal for a ``reversed``, of the
+    claim's own hypothesis otherwise; NaN (never rejected) where it was not learned or has no data."""
+    if judgement.verdict in (NOT_LEARNED, NO_DATA):
+        return math.nan
+    return judgement.p_reversed if judgement.verdict == "reversed" else judgement.p_value
+
+
 def _with_holm(judgements: list[Judgement], level: float, primary: tuple[str, ...] | None = None) -> list[Judgement]:
-    """Each judgement with its verdict after Holm's correction: over every directional judgement, or,
-    with ``primary``, over the primary claims' judgements alone (the others read uncorrected, marked
-    secondary). A judgement that was not learned or has no data counts in the family with no rejection."""
+    """Each judgement with its verdict after Holm's correction at the one-sided level ``(1 - level) / 2``
+    (each p-value is one-sided, :func:`_holm_p`): over every judgement with data, or, with ``primary``,
+    over the primary claims' judgements alone (the others read uncorrected, marked secondary). A
+    judgement that was not learned counts in the family with no rejection."""
     if primary is None:
-        family = [i for i, j in enumerate(judgements) if j.claim.expect != "equal" and j.verdict not in (NO_DATA,)]
+        family = [i for i, j in enumerate(judgements) if j.verdict not in (NO_DATA,)]
     else:
         family = [i for i, j in enumerate(judgements) if j.claim.id in primary]
-    p_values = [math.nan if judgements[i].verdict in (NOT_LEARNED, NO_DATA) else judgements[i].p_value
-                for i in family]
-    keeps = dict(zip(family, holm_rejections(p_values, alpha=1.0 - level)))
+    p_values = [_holm_p(judgements[i]) for i in family]
+    keeps = dict(zip(family, holm_rejections(p_values, alpha=one_sided_alpha(level))))
     out = []
     for i, j in enumerate(judgements):
         holm = j.verdict

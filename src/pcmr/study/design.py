@@ -2,10 +2,17 @@
 
 - ``gate: {min_skill: 0.3}``: every model a claim reads must rank better than the query-blind list
   by this skill, ``(R-P - QB) / (100 - QB)``, in each direction the claim reads (``pcmr.study.claims``).
-- ``untrained_null: {inits: 200}``: per recipe with uncertainty heads, this many untrained initialisations
-  evaluated on the test split; claims with ``vs_null: true`` test the trained seeds against them.
-- ``drift: {recipe, variant, seeds, threads}``: these runs are trained again under a second thread
-  count; an effect smaller than the drift of its metric reads ``equal``.
+- ``untrained_null: {inits: 200, same_as: {recipe: other}}``: per distinct head configuration, this many
+  untrained initialisations evaluated on the test split; claims with ``vs_null: true`` test the trained
+  seeds against them. ``same_as`` lets a recipe read another's null where the two untrained models differ
+  by nothing the statistics see (e.g. only a constant shift of log det, which moves no rank and no slope),
+  so that null is drawn once.
+- ``drift: {recipes, variant, seeds, threads}``: these runs are trained again under a second thread
+  count; each claim whose both sides they hold gets the drift of its own contrast ``a - b``, and an
+  effect smaller than it reads ``equal`` (``pcmr.study.claims``).
+- ``power: {power: 0.8, max_seeds: 10}``: every claim states its minimum effect (or margin), the pilot's
+  sd of its per-seed differences and the seeds these need at this power (``pcmr.study.power``); a claim
+  that would need more than ``max_seeds`` is removed with that reason.
 - ``primary: [claim ids]``: the pre-registered family (at most :data:`MAX_PRIMARY`) Holm's correction
   runs over; every other claim is secondary and read uncorrected.
 - ``removed: [{id, reason}]``: claims the data cannot test, kept in the file with the reason.
@@ -21,7 +28,8 @@ from typing import Any
 
 from pcmr.config import ConfigError, build_dataclass
 
-__all__ = ["DriftSpec", "GateSpec", "MAX_PRIMARY", "NullSpec", "RemovedClaim", "StudyDesign", "parse_design"]
+__all__ = ["DriftSpec", "GateSpec", "MAX_PRIMARY", "NullSpec", "PowerSpec", "RemovedClaim", "StudyDesign",
+           "parse_design"]
 
 #: the most claims a pre-registered primary family may hold
 MAX_PRIMARY = 10
@@ -44,16 +52,35 @@ class NullSpec:
 
     inits: int = 200
     first_seed: int = 100_000
+    same_as: dict[str, str] | None = None  # recipe -> the recipe whose null it reads (drawn once)
+
+    def source(self, recipe: str) -> str:
+        """The recipe whose null ``recipe`` reads."""
+        return (self.same_as or {}).get(recipe, recipe)
 
 
 @dataclass(frozen=True)
 class DriftSpec:
-    """``drift``: the runs ``recipe``-``variant``-s``seed`` trained again with ``threads`` torch threads."""
+    """``drift``: the runs ``<recipe>-<variant>-s<seed>`` of each of ``recipes`` trained again with
+    ``threads`` torch threads."""
 
-    recipe: str = ""
+    recipes: tuple[str, ...] = ()
     variant: str = ""
     seeds: tuple[int, ...] = ()
     threads: int = 2
+
+    @property
+    def recipe(self) -> str:
+        """The first drift recipe."""
+        return self.recipes[0] if self.recipes else ""
+
+
+@dataclass(frozen=True)
+class PowerSpec:
+    """``power``: the power every claim's seeds are sized for, and the most seeds the study affords."""
+
+    power: float = 0.8
+    max_seeds: int = 10
 
 
 @dataclass(frozen=True)
@@ -74,11 +101,13 @@ class StudyDesign:
     primary: tuple[str, ...] | None = None
     removed: tuple[RemovedClaim, ...] = ()
     distinct_test_split: bool = False
+    power: PowerSpec | None = None
 
 
 @dataclass
 class _DriftFields:
     recipe: str = ""
+    recipes: list[str] | None = None
     variant: str = ""
     seeds: list[int] | None = None
     threads: int = 2
@@ -107,6 +136,10 @@ def parse_design(raw: dict[str, Any], where: str, claim_ids: tuple[str, ...], re
         if null.inits < MIN_NULL_INITS:
             raise ValueError(f"{where}: untrained_null.inits: expected at least {MIN_NULL_INITS} initialisations, "
                              f"got {null.inits!r}")
+        for recipe, source in (null.same_as or {}).items():
+            if recipe not in recipes or source not in recipes or recipe == source:
+                raise ValueError(f"{where}: untrained_null.same_as: expected recipe: other recipe of the study "
+                                 f"({', '.join(recipes)}), got {recipe!r}: {source!r}")
         shared = [s for s in seeds if null.first_seed <= s < null.first_seed + null.inits]
         if shared:
             raise ValueError(f"{where}: untrained_null.first_seed: the initialisations "
@@ -118,19 +151,23 @@ def parse_design(raw: dict[str, Any], where: str, claim_ids: tuple[str, ...], re
     drift = None
     if raw.get("drift") is not None:
         fields = _build(_DriftFields, raw["drift"], where, "drift")
-        if fields.recipe not in recipes:
-            raise ValueError(f"{where}: drift.recipe: {fields.recipe!r} is not in the study's recipes "
-                             f"({', '.join(recipes)})")
-        if fields.variant not in recipes[fields.recipe]:
-            raise ValueError(f"{where}: drift.variant: recipe {fields.recipe!r} runs "
-                             f"{', '.join(recipes[fields.recipe])}, not {fields.variant!r}")
+        if bool(fields.recipe) == bool(fields.recipes):
+            raise ValueError(f"{where}: drift: expected either recipe: NAME or recipes: [NAMES]")
+        drifted = tuple(fields.recipes or [fields.recipe])
+        for recipe in drifted:
+            if recipe not in recipes:
+                raise ValueError(f"{where}: drift.recipes: {recipe!r} is not in the study's recipes "
+                                 f"({', '.join(recipes)})")
+            if fields.variant not in recipes[recipe]:
+                raise ValueError(f"{where}: drift.variant: recipe {recipe!r} runs "
+                                 f"{', '.join(recipes[recipe])}, not {fields.variant!r}")
         chosen = tuple(fields.seeds or ())
         if not chosen or any(s not in seeds for s in chosen) or len(set(chosen)) != len(chosen):
             raise ValueError(f"{where}: drift.seeds: expected distinct seeds of the study {list(seeds)}, "
                              f"got {fields.seeds!r}")
         if isinstance(fields.threads, bool) or fields.threads < 1:
             raise ValueError(f"{where}: drift.threads: expected a positive integer, got {fields.threads!r}")
-        drift = DriftSpec(fields.recipe, fields.variant, chosen, int(fields.threads))
+        drift = DriftSpec(drifted, fields.variant, chosen, int(fields.threads))
     primary = None
     if raw.get("primary") is not None:
         listed = raw["primary"]
@@ -153,4 +190,9 @@ def parse_design(raw: dict[str, Any], where: str, claim_ids: tuple[str, ...], re
     distinct = raw.get("distinct_test_split", False)
     if not isinstance(distinct, bool):
         raise ValueError(f"{where}: distinct_test_split: expected true or false, got {distinct!r}")
-    return StudyDesign(gate, null, drift, primary, tuple(removed), distinct)
+    power = None
+    if raw.get("power") is not None:
+        power = _build(PowerSpec, raw["power"], where, "power")
+        if not 0.0 < power.power < 1.0 or isinstance(power.max_seeds, bool) or power.max_seeds < 2:
+            raise ValueError(f"{where}: power: expected 0 < power < 1 and max_seeds >= 2, got {raw['power']!r}")
+    return StudyDesign(gate, null, drift, primary, tuple(removed), distinct, power)

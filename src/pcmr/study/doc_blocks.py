@@ -21,6 +21,8 @@ generated text up to the closing comment::
 - ``cell``: one cell of a Markdown table of a committed file (e.g. ``claims.md``): the row whose cells
   match ``row`` (``column=value`` pairs separated by ``;``; the first table row that matches) and the
   cell of ``column`` (``heading`` narrows the search to the table under that heading).
+- ``rejudge``: a committed results folder re-judged under the rules of ``study`` (a study file), labelled
+  exploratory (:func:`pcmr.study.rejudge.rejudge_markdown`).
 
 :func:`render` rewrites every block from the files (paths relative to ``root``); :func:`check` says
 which blocks differ. ``python tools/results_docs.py`` rewrites README.md and docs/*.md, ``--check``
@@ -39,7 +41,7 @@ from pathlib import Path
 __all__ = ["BlockError", "check", "render"]
 
 _BLOCK = re.compile(r"<!-- results (?P<attrs>[^>]*?) -->(?P<body>.*?)<!-- /results -->", re.S)
-_KINDS = ("table", "value", "line", "cell")
+_KINDS = ("table", "value", "line", "cell", "rejudge")
 
 
 class BlockError(ValueError):
@@ -159,6 +161,14 @@ def _render_block(root: Path, attrs: dict[str, str], where: str) -> str:
         return _value(_read(root, attrs["value"], where), attrs, where)
     if "cell" in attrs:
         return _cell(_read(root, attrs["cell"], where), attrs, where)
+    if "rejudge" in attrs:
+        from pcmr.study.rejudge import rejudge_markdown
+
+        folder, study = root / attrs["rejudge"], root / attrs.get("study", "")
+        if not (folder / "results.csv").is_file() or not study.is_file():
+            raise BlockError(f"{where}: rejudge needs a results folder with results.csv and study=\"FILE\", got "
+                             f"{attrs['rejudge']!r} and {attrs.get('study')!r}")
+        return "\n\n" + rejudge_markdown(folder, study, attrs["rejudge"]) + "\n"
     return _line(_read(root, attrs["line"], where), attrs.get("prefix", ""), where)
 
 

@@ -1,6 +1,7 @@
 """``claims.png``: the claims table as a forest plot a reader can scan.
 
-One row per judged claim (and condition), grouped by claim family (what the claim's metric
+One row per judged claim (and condition), then one row per cell of a claim judged in cells (its own
+verdict, ``(gate failed)`` where a model it reads failed the skill gate in that cell), grouped by claim family (what the claim's metric
 measures: retrieval accuracy, uncertainty against multiplicity, against corruption, abstention, ...).
 Each row shows the mean paired difference as a dot and its interval as a bar, **in units of the
 claim's minimum effect** ``e`` (its margin ``m`` for an ``equal`` claim), so that ±1 is the minimum
@@ -110,10 +111,16 @@ def forest_rows(judgements: Sequence[Judgement]) -> tuple[list[ForestRow], str]:
     rows = []
     for judgement, label in zip(judgements, labels):
         claim = judgement.claim
+        family = claim_family(judgement.a.metric or claim.metric)
+        unit = claim.min_effect if claim.min_effect > 0 else claim.margin
         interval = judgement.interval
-        rows.append(ForestRow(label, claim_family(judgement.a.metric or claim.metric), interval.mean, interval.low,
-                              interval.high, claim.min_effect if claim.min_effect > 0 else claim.margin,
-                              claim.expect, judgement.verdict, judgement.holm))
+        rows.append(ForestRow(label, family, interval.mean, interval.low, interval.high, unit, claim.expect,
+                              judgement.verdict, judgement.holm))
+        for cell in judgement.cells:  # each cell's own verdict beside the overall one; its gate said
+            gate = " (gate failed)" if cell.gate_failures else ""
+            rows.append(ForestRow(f"   {claim.id} · {cell.condition.get('variant', '?')}{gate}", family,
+                                  cell.interval.mean, cell.interval.low, cell.interval.high, unit, claim.expect,
+                                  cell.verdict))
     return rows, common
 
 

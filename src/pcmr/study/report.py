@@ -36,7 +36,7 @@ STUDY_COLUMNS = ColumnSchema(id_columns=ID_COLUMNS, columns=(*ALL_COLUMNS.column
 
 #: the columns of claims.md and times.md (titled by their keys)
 CLAIM_COLUMNS = ("claim", "paper", "statement", "condition", "a", "b", "expect", "n", "mean a", "mean b", "mean a-b",
-                 "CI", "p", "verdict", "Holm")
+                 "CI", "p", "p rev", "verdict", "Holm")
 TIME_COLUMNS = ("recipe", "runs", "train s (median)", "train s (range)", "eval s (median)", "total s")
 
 
@@ -205,14 +205,21 @@ def _design_lines(design: StudyDesign | None, split: Mapping[str, Any] | None = 
                      f"under the claim's own training relevance, evaluation relevance and cell; otherwise "
                      f"`{NOT_LEARNED}` (column `gate`).")
     if design.null is not None:
-        lines.append(f"- Null: {design.null.inits} untrained initialisations per recipe (`null.md`); a claim "
-                     "against the null compares the trained seeds' mean with the null's (Welch) and gives each "
-                     "seed's percentile in it (column `null pct`).")
+        shared = "; ".join(f"{k} reads the null of {v}" for k, v in (design.null.same_as or {}).items())
+        lines.append(f"- Null: {design.null.inits} untrained initialisations per distinct head (`null.md`"
+                     f"{'; ' + shared if shared else ''}); a claim against the null compares the trained seeds' "
+                     "mean with the null's (Welch) and gives each seed's percentile in it (column `null pct`).")
     if design.drift is not None:
-        lines.append(f"- Drift: {design.drift.recipe}-{design.drift.variant}, seeds "
+        lines.append(f"- Drift: {', '.join(design.drift.recipes)}-{design.drift.variant}, seeds "
                      f"{', '.join(map(str, design.drift.seeds))}, trained again with {design.drift.threads} "
-                     "threads (`drift.md`); a `holds` or `reversed` whose effect is smaller than its metric's "
-                     "drift reads `equal`.")
+                     "threads (`drift.md`); a `holds` or `reversed` whose effect is smaller than the drift of its "
+                     "own contrast a - b (largest change over the seeds run twice; column `drift`) reads `equal`; "
+                     "not measured where the drift runs do not hold both sides.")
+    if design.power is not None:
+        lines.append(f"- Seeds: each claim's from the pilot sd of its per-seed differences and its minimum effect "
+                     f"(else margin) at power {design.power.power:g}, one-sided level (1 - level) / 2 (divided by "
+                     f"the primary family's size for a primary claim), at most {design.power.max_seeds} seeds "
+                     "(the study file's header gives the computation).")
     if design.primary is not None:
         lines.append(f"- Primary family ({len(design.primary)} claims; Holm's correction over them alone): "
                      f"{', '.join(design.primary)}. Every other claim is secondary, uncorrected.")
@@ -226,6 +233,20 @@ def _design_lines(design: StudyDesign | None, split: Mapping[str, Any] | None = 
         lines += ["Claims removed because the data cannot test them:", ""]
         lines += [f"- {entry.id}: {entry.reason}" for entry in design.removed] + [""]
     return lines
+
+
+def _p_text(p: float) -> str:
+    return "-" if math.isnan(p) else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+
+
+def cell_text(cell: Judgement) -> str:
+    """One cell of a swept claim: ``variant: verdict mean [low, high], gate`` (the gate's failures, or
+    ``gate passed``)."""
+    interval = cell.interval
+    ci = "" if math.isnan(interval.half_width) else f" [{_fmt(interval.low)}, {_fmt(interval.high)}]"
+    gate = ("gate: " + ", ".join(f.describe() for f in cell.gate_failures)) if cell.gate_failures else \
+        ("gate passed" if cell.gate else "")
+    return f"{cell.condition.get('variant', '?')}: {cell.verdict} {_fmt(interval.mean)}{ci}" + (f", {gate}" if gate else "")
 
 
 def _percentiles(values: Sequence[float]) -> str:
@@ -248,16 +269,24 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
              "`holds` when high < m, `reversed` when low > m; a ~ b (equivalence) -> `holds` when the "
              "interval lies inside (-m, m), `reversed` when it lies entirely outside [-m, m]; "
              "otherwise `inconclusive` (always with fewer than two seeds). A claim with a minimum effect e "
-             "`holds` only when its interval excludes zero and its mean reaches e, reads `equal` when the "
-             f"interval lies inside (-e, e). `{UNSTABLE}`: a claim judged in several cells (learning rates, "
+             "reads `equal` when its interval lies inside (-e, e), else `holds` when the interval excludes "
+             "zero on the expected side (e sets the seeds, by power, not the verdict's bound). "
+             f"`{UNSTABLE}`: a claim judged in several cells (learning rates, "
              f"budgets) whose cells disagree; `{NO_SIGNAL}`: a claim about an uncertainty head that learned "
              f"nothing (its per-item ranks agree across seeds less than rho {AGREEMENT_MIN:g}, or, in results "
              f"without that column, its per-run gate failed); `{NOT_LEARNED}`: a model the claim reads ranks no "
              "better than the skill gate asks in a direction the claim reads (column `gate`); "
-             f"`{NO_DATA}`: no seed was measured on both sides. "
-             "`p`: two-sided paired t-test (the largest over a claim's cells); `Holm`: the verdict after "
-             "Holm's correction over every directional judgement of this table (a `holds` or `reversed` "
-             "whose p-value is not rejected reads `inconclusive`). `relevance=any`: values identical under "
+             f"`{NO_DATA}`: no seed was measured on both sides. The gate reads each trained model's own "
+             "(nns) ranking, never a re-ranker's; `re-ranked skill` gives what a re-ranker made of it, and "
+             "`matching` in how many rows a matching (RGM) was used at all (its selected lambda finite). "
+             "`drift`: the largest change of the claim's own a - b over the seeds run again under another "
+             "thread count; a `holds` or `reversed` smaller than it reads `equal`. "
+             "`p`: one-sided p-value of the hypothesis the claim states (superiority over zero, "
+             "non-inferiority at the margin m, equivalence by two one-sided tests at m; the largest over a "
+             "claim's cells); `p rev`: of its reversal. `Holm`: the verdict after Holm's correction at "
+             f"{(1 - level) / 2:g} (one-sided) over the claims' own p-values (the reversal's for a `reversed`); "
+             "a `holds` or `reversed` it does not reject reads `inconclusive`. `cells`: each cell's verdict, "
+             "interval and gate. `relevance=any`: values identical under "
              f"every relevance mode, judged once. Where some verdict is `{NO_SIGNAL}`, the column "
              "`without the gate` gives the verdict its interval alone would give. See docs/study.md.", "",
              *_design_lines(design, split),
@@ -279,9 +308,8 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
         ci = "-" if math.isnan(interval.half_width) else f"[{_fmt(interval.low)}, {_fmt(interval.high)}]"
         if claim.min_effect:
             expect += f" (e={claim.min_effect:g})"
-        p = "-" if math.isnan(j.p_value) else (f"{j.p_value:.3f}" if j.p_value >= 0.001 else "<0.001")
-        cells = "; ".join(f"{c.condition.get('variant', '?')}: {c.verdict} ({_fmt(c.interval.mean)})"
-                          for c in j.cells)
+        p = _p_text(j.p_value)
+        cells = "; ".join(cell_text(c) for c in j.cells)
         table.append({"claim": claim.id, "paper": claim.paper, "statement": claim.statement, "condition": condition,
                       "a": a, "b": b, "expect": expect, "n": interval.n, "mean a": _fmt(j.mean_a),
                       "mean b": _fmt(j.mean_b), "mean a-b": _fmt(interval.mean), "CI": ci, "p": p,
@@ -289,14 +317,18 @@ def claims_markdown(judgements: Sequence[Judgement], *, title: str, level: float
                       "family": j.family, "gate": j.gate, "null pct": "; ".join(f"{c.condition.get('variant', '?')}: {_percentiles(c.null_percentiles)}"
                                     for c in j.cells if c.null_percentiles) if j.cells
                       else _percentiles(j.null_percentiles),
-                      "null n": j.null_size or "", "drift": "" if math.isnan(j.drift) else f"{j.drift:.3f}"})
+                      "null n": j.null_size or "", "drift": "not measured" if math.isnan(j.drift) else f"{j.drift:.3f}",
+                      "p rev": _p_text(j.p_reversed), "re-ranked skill": j.reranked, "matching": j.matching})
     gated = any(j.verdict in (NO_SIGNAL, NOT_LEARNED) for j in judgements)
     swept = any(j.cells for j in judgements)
     extra = tuple(name for name, shown in (("family", any(j.family for j in judgements)),
                                            ("gate", any(j.gate for j in judgements)),
                                            ("null pct", any(j.null_percentiles for j in judgements)),
                                            ("null n", any(j.null_size for j in judgements)),
-                                           ("drift", any(not math.isnan(j.drift) for j in judgements))) if shown)
+                                           ("drift", design is not None and design.drift is not None
+                                            or any(not math.isnan(j.drift) for j in judgements)),
+                                           ("re-ranked skill", any(j.reranked for j in judgements)),
+                                           ("matching", any(j.matching for j in judgements))) if shown)
     lines += [format_table(table, CLAIM_COLUMNS + (("cells",) if swept else ()) + extra
                            + (("without the gate",) if gated else ())), ""]
     if errors:
@@ -314,6 +346,12 @@ def paper_name(paper: str) -> str:
 BY_PAPER_COLUMNS = ("paper", "claims", "verdicts", "not learned")
 
 
+def _short_cell(cell: Judgement) -> str:
+    """``variant: verdict mean`` of one cell, with ``gate failed`` where a model failed the gate in it."""
+    failed = ", gate failed" if cell.gate_failures else ""
+    return f"{cell.condition.get('variant', '?')} {cell.verdict} {_fmt(cell.interval.mean)}{failed}"
+
+
 def by_paper_markdown(judgements: Sequence[Judgement], *, title: str) -> str:
     """One row per paper (in the order of its first claim): how many claims it has, its claims grouped by
     verdict (each with the verdict after Holm's correction where that differs) and, for the claims that
@@ -328,7 +366,9 @@ def by_paper_markdown(judgements: Sequence[Judgement], *, title: str) -> str:
         by_verdict: dict[str, list[str]] = {}
         for j in group:
             holm = j.holm or j.verdict
-            by_verdict.setdefault(j.verdict, []).append(j.claim.id + (f" (Holm: {holm})" if holm != j.verdict else ""))
+            cells = f" (cells: {'; '.join(_short_cell(c) for c in j.cells)})" if j.cells else ""
+            by_verdict.setdefault(j.verdict, []).append(j.claim.id + (f" (Holm: {holm})" if holm != j.verdict else "")
+                                                        + cells)
         kinds = sorted(by_verdict, key=lambda v: order.index(v) if v in order else len(order))
         verdicts = [f"**{kind}** ({len(by_verdict[kind])}): {', '.join(by_verdict[kind])}" for kind in kinds]
         failed: dict[tuple[str, str], tuple[str, list[str]]] = {}
@@ -343,7 +383,9 @@ def by_paper_markdown(judgements: Sequence[Judgement], *, title: str) -> str:
         table.append({"paper": paper, "claims": len({j.claim.id for j in group}), "verdicts": "<br>".join(verdicts),
                       "not learned": "<br>".join(stopped) or "-"})
     lines = [f"# {title}: claims by paper", "",
-             "Each paper's claims grouped by verdict (`claims.md` gives every number). `not learned` lists each "
+             "Each paper's claims grouped by verdict (`claims.md` gives every number); a claim judged in cells "
+             "lists each cell's verdict and mean difference, and whether a model failed the gate in it. "
+             "`not learned` lists each "
              "model (recipe/variant/similarity/re-ranker/relevance) and direction that failed the skill gate, "
              "its skill over the query-blind ranking, and the claims it left `not learned`.", ""]
     return "\n".join([*lines, format_table(table, BY_PAPER_COLUMNS), ""])

@@ -391,7 +391,9 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     drift = drift_by_metric([(a, b) for _, a, b in drift_pairs]) if drift_pairs else {}
     design = spec.design
     options = JudgeOptions(min_skill=design.gate.min_skill if design.gate is not None else None,
-                           null_rows=null_rows, drift=drift, primary=design.primary)
+                           null_rows=null_rows, drift_rows=[row for _, _, again in drift_pairs for row in again],
+                           primary=design.primary,
+                           null_source=dict(design.null.same_as or {}) if design.null is not None else {})
     judgements, errors = judge_claims(spec.claims, rows, spec.level, options)
     judgements = apply_benchmark(judgements, benchmark)
     split = None
@@ -406,7 +408,8 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
         extra = {"null": out / "null.md", "drift": out / "drift.md", "provenance": out / "provenance.md"}
         backend.write_text(extra["null"], null_markdown(spec, null_rows, claim_metrics))
         study_threads = ", ".join(sorted({str((m.get("provenance") or {}).get("threads", "?")) for m in markers}))
-        backend.write_text(extra["drift"], drift_markdown(spec, drift_pairs, drift, claim_metrics, study_threads))
+        backend.write_text(extra["drift"], drift_markdown(spec, drift_pairs, drift, claim_metrics, study_threads,
+                                                          judgements=judgements))
         backend.write_text(extra["provenance"], "\n".join(provenance_markdown(markers, title=spec.name)))
         written.update(extra)
     backend.write_text(written["agreement"], agreement_markdown(agreement, title=spec.name))

@@ -21,6 +21,7 @@ from pcmr.relevance import I2T, RELEVANCE_MODES, T2I
 from pcmr.study.benchmark import BenchmarkCheck, parse_benchmark
 from pcmr.study.claims import Claim, parse_claims
 from pcmr.study.design import StudyDesign, parse_design
+from pcmr.study.power import check_power
 from pcmr.suggest import unknown_name
 
 __all__ = ["AnalysisOptions", "RecipeEntry", "StudyError", "StudyRun", "StudySpec", "find_study", "list_studies",
@@ -83,6 +84,7 @@ class _StudyFields:
     primary: list[Any] | None = None
     removed: list[Any] | None = None
     distinct_test_split: bool = False
+    power: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,11 @@ def parse_study(raw: Any, where: str = "study") -> StudySpec:
                                    tuple(c.id for c in spec.claims if c.null))
     except ValueError as err:
         raise StudyError(str(err)) from None
+    try:
+        check_power(spec.claims, spec.level, spec.design,
+                    {e.label: len(e.seeds if e.seeds is not None else spec.seeds) for e in recipes}, where)
+    except ValueError as err:
+        raise StudyError(str(err)) from None
     if spec.benchmark is not None:
         _check_benchmark_rows(spec.benchmark, spec, labels, where)
     for claim in spec.claims:
@@ -334,7 +341,11 @@ def select_recipes(spec: StudySpec, labels: list[str] | tuple[str, ...]) -> Stud
     benchmark = spec.benchmark if spec.benchmark is not None and spec.benchmark.recipe in chosen else None
     claims = tuple(claim for claim in spec.claims if reads_only_chosen(claim))
     design = spec.design
-    design = replace(design, drift=design.drift if design.drift is not None and design.drift.recipe in chosen else None,
+    drift = design.drift
+    if drift is not None:
+        kept = tuple(recipe for recipe in drift.recipes if recipe in chosen)
+        drift = replace(drift, recipes=kept) if kept else None
+    design = replace(design, drift=drift,
                      primary=None if design.primary is None else
                      tuple(c for c in design.primary if c in {claim.id for claim in claims}))
     return replace(spec, recipes=tuple(entry for entry in spec.recipes if entry.label in chosen),

@@ -9,6 +9,9 @@
 - :func:`verdict`: ``holds`` / ``reversed`` / ``equal`` / ``inconclusive`` from an interval, the
   expected direction, a margin and a minimum effect (the rule is written out in ``docs/study.md``).
 - :func:`paired_p_value`: the two-sided p-value of the paired t-test behind an interval.
+- :func:`claim_p_values`: the one-sided p-values of the hypothesis a claim states (superiority,
+  non-inferiority at its margin, equivalence by two one-sided tests) and of its reversal.
+- :func:`required_seeds`: the seeds a claim needs at a given power (t-based iteration).
 - :func:`holm_rejections`: Holm's step-down procedure over a family of p-values.
 - :func:`welch_interval`: the difference of two independent means (trained seeds against the null of
   many untrained models) with Welch's t-interval and its two-sided p-value.
@@ -21,8 +24,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Interval", "EXPECTATIONS", "VERDICTS", "holm_rejections", "mean_interval", "null_percentile",
-           "paired_interval", "paired_p_value", "t_cdf", "t_quantile", "verdict", "welch_interval"]
+__all__ = ["Interval", "EXPECTATIONS", "VERDICTS", "claim_p_values", "holm_rejections", "mean_interval",
+           "null_percentile", "one_sided_alpha", "paired_interval", "paired_p_value", "required_seeds", "t_cdf",
+           "t_quantile", "verdict", "welch_interval"]
 
 #: expected relation of condition a to condition b: a > b, a < b, a ~ b (within the margin)
 EXPECTATIONS = ("greater", "less", "equal")
@@ -113,7 +117,8 @@ def t_quantile(p: float, df: float) -> float:
 class Interval:
     """Mean of ``n`` values with its two-sided t-interval ``[low, high]`` at ``level``.
 
-    ``low``/``high``/``half_width`` are NaN when ``n < 2`` (no spread can be estimated).
+    ``low``/``high``/``half_width`` are NaN when ``n < 2`` (no spread can be estimated). ``df``: the
+    degrees of freedom of the t-distribution behind it (NaN: ``n - 1``; Welch's interval sets its own).
     """
 
     n: int
@@ -121,6 +126,12 @@ class Interval:
     std: float
     half_width: float
     level: float
+    df: float = math.nan
+
+    @property
+    def degrees(self) -> float:
+        """The degrees of freedom of the interval's t-distribution (``n - 1`` unless set)."""
+        return float(self.n - 1) if math.isnan(self.df) else self.df
 
     @property
     def low(self) -> float:
@@ -209,10 +220,12 @@ def verdict(interval: Interval, expect: str, margin: float = 0.0, min_effect: fl
       reversed when the interval lies entirely outside ``[-margin, margin]``.
     - Otherwise, and whenever the interval is undefined (fewer than two pairs): inconclusive.
 
-    With a minimum effect ``e > 0`` (directional claims only), the difference must also be worth
-    having: ``holds`` needs the interval to exclude zero on the expected side and the mean to reach
-    ``e`` in the expected direction (``reversed`` the same the other way); an interval inside
-    ``(-e, e)`` reads ``equal``; anything else is ``inconclusive``.
+    With a minimum effect ``e > 0`` (directional claims only; the smallest difference that matters, which
+    sets the seeds the claim needs, :func:`required_seeds`): an interval inside ``(-e, e)`` reads ``equal``
+    (the difference is shown smaller than what matters, by two one-sided tests at ``e``); otherwise
+    ``holds`` when the interval excludes zero on the expected side, ``reversed`` when it excludes zero on
+    the other; anything else is ``inconclusive``. Each verdict is the rejection of the hypothesis
+    :func:`claim_p_values` tests, at the one-sided level ``(1 - level) / 2``.
     """
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {', '.join(EXPECTATIONS)}, got {expect!r}")
@@ -227,13 +240,11 @@ def verdict(interval: Interval, expect: str, margin: float = 0.0, min_effect: fl
     if interval.n < 2 or math.isnan(low) or math.isnan(high):
         return "inconclusive"
     if min_effect > 0 and expect != "equal":
+        if -min_effect < low and high < min_effect:
+            return "equal"
         sign = 1.0 if expect == "greater" else -1.0
-        mean, lo, hi = sign * interval.mean, *sorted((sign * low, sign * high))
-        if lo > 0 and mean >= min_effect:
-            return "holds"
-        if hi < 0 and mean <= -min_effect:
-            return "reversed"
-        return "equal" if -min_effect < low and high < min_effect else "inconclusive"
+        lo, hi = sorted((sign * low, sign * high))
+        return "holds" if lo > 0 else ("reversed" if hi < 0 else "inconclusive")
     if expect == "greater":
         return "holds" if low > -margin else ("reversed" if high < -margin else "inconclusive")
     if expect == "less":
@@ -241,6 +252,88 @@ def verdict(interval: Interval, expect: str, margin: float = 0.0, min_effect: fl
     if -margin < low and high < margin:
         return "holds"
     return "reversed" if (low > margin or high < -margin) else "inconclusive"
+
+
+def one_sided_alpha(level: float) -> float:
+    """The one-sided level of each test behind a two-sided ``level`` interval: ``(1 - level) / 2``."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
+    return (1.0 - level) / 2.0
+
+
+def _upper_tail(interval: Interval, bound: float) -> float:
+    """``P(T >= (mean - bound) / se)``: the p-value of ``H0: mean <= bound`` against ``mean > bound``."""
+    if interval.n < 2 or math.isnan(interval.std) or math.isnan(interval.mean):
+        return math.nan
+    if interval.std == 0:
+        return 0.0 if interval.mean > bound else 1.0
+    t = (interval.mean - bound) / (interval.std / math.sqrt(interval.n))
+    return 1.0 - t_cdf(t, interval.degrees)
+
+
+def _lower_tail(interval: Interval, bound: float) -> float:
+    """``P(T <= (mean - bound) / se)``: the p-value of ``H0: mean >= bound`` against ``mean < bound``."""
+    if interval.n < 2 or math.isnan(interval.std) or math.isnan(interval.mean):
+        return math.nan
+    if interval.std == 0:
+        return 0.0 if interval.mean < bound else 1.0
+    t = (interval.mean - bound) / (interval.std / math.sqrt(interval.n))
+    return t_cdf(t, interval.degrees)
+
+
+def claim_p_values(interval: Interval, expect: str, margin: float = 0.0) -> tuple[float, float]:
+    """``(p, p_reversed)``: one-sided p-values of the hypothesis a claim states and of its reversal, from
+    the t-distribution behind ``interval`` (the difference ``a - b``):
+
+    - ``greater`` (with a margin ``m``: non-inferiority, ``a >= b - m``): ``p`` tests ``H0: a - b <= -m``,
+      ``p_reversed`` tests ``H0: a - b >= -m``;
+    - ``less`` (``a <= b + m``): ``p`` tests ``H0: a - b >= m``, ``p_reversed`` ``H0: a - b <= m``;
+    - ``equal`` (margin ``m > 0``): ``p`` is the larger of the two one-sided tests of ``H0: a - b <= -m``
+      and ``H0: a - b >= m`` (TOST, Schuirmann 1987); ``p_reversed`` the smaller of the tests that the
+      difference lies beyond ``-m`` or beyond ``m``.
+
+    A minimum effect does not enter: it sets the power (:func:`required_seeds`), the test is against zero.
+    A verdict ``holds`` at ``level`` is ``p <= (1 - level) / 2``, exactly the interval's rule in
+    :func:`verdict`. NaN with fewer than two values."""
+    if expect not in EXPECTATIONS:
+        raise ValueError(f"expect must be one of {', '.join(EXPECTATIONS)}, got {expect!r}")
+    if expect == "greater":
+        return _upper_tail(interval, -margin), _lower_tail(interval, -margin)
+    if expect == "less":
+        return _lower_tail(interval, margin), _upper_tail(interval, margin)
+    tost = max(_upper_tail(interval, -margin), _lower_tail(interval, margin))
+    outside = min(_lower_tail(interval, -margin), _upper_tail(interval, margin))
+    return tost, outside
+
+
+def required_seeds(sd: float, effect: float, expect: str, alpha: float, power: float = 0.8,
+                   max_seeds: int = 10_000) -> int:
+    """The fewest seeds ``n`` (at least 2) whose one-sided paired t-test at level ``alpha`` reaches
+    ``power`` when the true difference lies ``effect`` from the tested bound and the seeds' differences
+    have standard deviation ``sd``:
+
+        ``n >= ((t_{1-alpha, n-1} + t_{q, n-1}) sd / effect)^2``,
+
+    with ``q = power`` for a superiority or non-inferiority test and ``q = (1 + power) / 2`` for an
+    equivalence test at a true difference of zero (both one-sided tests must reject), iterated from
+    ``n = 2`` because the t-quantiles depend on ``n``. ``max_seeds + 1`` where even ``max_seeds`` do not
+    suffice."""
+    for name, value in (("sd", sd), ("effect", effect)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0 \
+                or math.isinf(value):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if not effect > 0:
+        raise ValueError(f"effect must be > 0 (the minimum effect or margin), got {effect!r}")
+    if not 0.0 < alpha < 0.5 or not 0.0 < power < 1.0:
+        raise ValueError(f"expected 0 < alpha < 0.5 and 0 < power < 1, got {alpha!r} and {power!r}")
+    if expect not in EXPECTATIONS:
+        raise ValueError(f"expect must be one of {', '.join(EXPECTATIONS)}, got {expect!r}")
+    quantile = (1.0 + power) / 2.0 if expect == "equal" else power
+    for n in range(2, max_seeds + 1):
+        needed = ((t_quantile(1.0 - alpha, n - 1) + t_quantile(quantile, n - 1)) * sd / effect) ** 2
+        if n >= needed:
+            return n
+    return max_seeds + 1
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[Interval, float]:
@@ -269,7 +362,7 @@ def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) 
     df = se ** 4 / ((var_a ** 2 / (n_a - 1) if var_a else 0.0) + (var_b ** 2 / (n_b - 1) if var_b else 0.0))
     half = t_quantile(0.5 + level / 2.0, df) * se
     p = min(1.0, 2.0 * (1.0 - t_cdf(abs(mean) / se, df)))
-    return Interval(n_a, mean, se * math.sqrt(n_a), half, level), p
+    return Interval(n_a, mean, se * math.sqrt(n_a), half, level, df), p
 
 
 def null_percentile(value: float, null: Sequence[float]) -> float:

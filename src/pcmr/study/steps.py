@@ -23,10 +23,11 @@ from typing import Any
 
 from pcmr.atomic import atomic_write_text
 from pcmr.study import backend
+from pcmr.study.claims import Judgement
 from pcmr.study.report import read_results_csv
 from pcmr.study.spec import StudyError, StudyRun, StudySpec
 
-__all__ = ["DRIFT_DIR", "NULL_DIR", "check_test_split", "drift_by_metric", "drift_markdown", "drift_runs",
+__all__ = ["DRIFT_DIR", "NULL_DIR", "check_test_split", "contrast_drift_lines", "drift_by_metric", "drift_markdown", "drift_runs",
            "null_markdown", "null_recipes", "read_null", "run_null"]
 
 NULL_DIR = "null"
@@ -48,8 +49,11 @@ def check_test_split(spec: StudySpec, run: StudyRun) -> str:
 
 
 def null_recipes(spec: StudySpec) -> list[str]:
-    """The recipes whose null the claims read (side ``a`` of every ``vs_null: true`` claim), in file order."""
-    wanted = {claim.a.recipe for claim in spec.claims if claim.null}
+    """The recipes whose null the claims read (side ``a`` of every ``vs_null: true`` claim, or the recipe
+    whose null it shares, ``untrained_null.same_as``), in file order: one null per distinct head."""
+    null = spec.design.null
+    wanted = {null.source(str(claim.a.recipe)) if null is not None else claim.a.recipe
+              for claim in spec.claims if claim.null}
     return [entry.label for entry in spec.recipes if entry.label in wanted]
 
 
@@ -115,7 +119,7 @@ def drift_runs(spec: StudySpec) -> list[StudyRun]:
     drift = spec.design.drift
     if drift is None:
         return []
-    return [run for run in spec.runs() if run.label == drift.recipe and run.variant == drift.variant
+    return [run for run in spec.runs() if run.label in drift.recipes and run.variant == drift.variant
             and run.seed in drift.seeds]
 
 
@@ -145,18 +149,43 @@ def drift_by_metric(pairs: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dic
     return drift
 
 
+def contrast_drift_lines(judgements: Sequence[Judgement]) -> list[str]:
+    """The table of each claim's contrast ``a - b`` per seed run twice (study / drift run) and its drift,
+    the yardstick of the drift rule; claims whose both sides the drift runs do not hold are listed as not
+    measured."""
+    table, unmeasured = [], []
+    for j in judgements:
+        cells = j.cells or (j,)
+        for cell in cells:
+            name = j.claim.id + (f" [{cell.condition.get('variant', '?')}]" if j.cells else "")
+            if not cell.drift_seeds:
+                unmeasured.append(name)
+                continue
+            per_seed = "; ".join(f"s{seed}: {x:+.3f} / {y:+.3f}" for seed, x, y in cell.drift_seeds)
+            table.append(f"| {name} | {cell.interval.mean:+.3f} | {cell.drift:.3f} | {per_seed} |")
+    lines = ["## Drift of each claim's contrast", ""]
+    if table:
+        lines += ["| claim [cell] | mean a-b | drift of a-b | a-b per seed (study / drift) |", "|---|---:|---:|---|",
+                  *table, ""]
+    if unmeasured:
+        lines += ["Not measured (the drift runs do not hold both sides): " + ", ".join(unmeasured) + ".", ""]
+    return lines
+
+
 def drift_markdown(spec: StudySpec, pairs: Sequence[tuple[str, Sequence[dict[str, Any]], Sequence[dict[str, Any]]]],
-                   drift: dict[str, float], metrics: Sequence[str], threads: str, rerank: str = "nns") -> str:
+                   drift: dict[str, float], metrics: Sequence[str], threads: str, rerank: str = "nns",
+                   judgements: Sequence[Judgement] = ()) -> str:
     """``drift.md``: each drift run's value of ``metrics`` (rows of re-ranker ``rerank``) under both thread
     counts, then the largest difference per metric (what an effect must exceed to read ``holds``)."""
     lines = [f"# {spec.name}: drift under a second thread count", ""]
     if spec.design.drift is None:
         return "\n".join([*lines, "(the study has no drift step)", ""])
-    lines += [f"The runs {spec.design.drift.recipe}-{spec.design.drift.variant} (seeds "
+    lines += [f"The runs {', '.join(spec.design.drift.recipes)}-{spec.design.drift.variant} (seeds "
               f"{', '.join(map(str, spec.design.drift.seeds))}) trained again with {spec.design.drift.threads} "
-              f"torch threads (the study's own runs: {threads}). `max abs diff`: the largest absolute difference over the "
-              "runs and all their rows (every similarity); the runs' columns show their first `nns` row. A claim "
-              "whose mean effect is smaller than the drift of its metric reads `equal`.", ""]
+              f"torch threads (the study's own runs: {threads}). `max abs diff`: the largest absolute difference of a "
+              "metric's level over the runs and all their rows (every similarity); the runs' columns show their first "
+              "`nns` row. The level is not what a claim is compared with: each claim's contrast a - b is "
+              "(`claims.md`, column `drift`, and the table of contrasts below).", ""]
     if not pairs:
         return "\n".join([*lines, "(no drift run finished)", ""])
     lines += ["| metric | max abs diff | " + " | ".join(f"{name} (study / drift)" for name, _, _ in pairs) + " |",
@@ -170,7 +199,7 @@ def drift_markdown(spec: StudySpec, pairs: Sequence[tuple[str, Sequence[dict[str
             b = next((r.get(metric) for r in second if r.get("rerank") == rerank and r.get(metric) is not None), None)
             cells.append("-" if a is None or b is None else f"{float(a):.3f} / {float(b):.3f}")
         lines.append(f"| {metric} | {drift[metric]:.3f} | " + " | ".join(cells) + " |")
-    return "\n".join([*lines, ""])
+    return "\n".join([*lines, "", *(contrast_drift_lines(judgements) if judgements else [])])
 
 
 def null_markdown(spec: StudySpec, null_rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
