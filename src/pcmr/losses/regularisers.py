@@ -118,7 +118,7 @@ class _Uniformity(torch.autograd.Function):
         weights.fill_diagonal_(float("-inf"))
         top = weights.max()
         # exponents at or below the cutoff (the diagonal among them) become -inf: exactly 0 after exp
-        torch.nn.functional.threshold_(weights.sub_(top), _underflow_cutoff(weights.dtype), float("-inf"))
+        torch.nn.functional.threshold(weights.sub_(top), _underflow_cutoff(weights.dtype), float("-inf"), inplace=True)
         weights.exp_()  # [N, N]: exp(l - max l), 0 on the diagonal and below the cutoff
         total = weights.sum()
         weights.div_(total)  # softmax weights W
