@@ -48,6 +48,7 @@ from torch import nn
 
 from pcmr.train.adamp import AdamP
 from pcmr.train.config import ConfigError, TrainConfig
+from pcmr.train.optimizers import SGD, Adam, AdamW
 
 __all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "loss_ramp_factor", "parameter_counts",
            "plateau_reductions",
@@ -197,7 +198,8 @@ def optimizer_name(optimizer: torch.optim.Optimizer) -> str:
 
 def build_optimizer(config: TrainConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     """AdamW (default), AdamP (as in PCME and PCME++: :class:`pcmr.train.adamp.AdamP`, the ``adamp``
-    package's update with multi-tensor operations), Adam or SGD over ``parameters``."""
+    package's update with multi-tensor operations), Adam or SGD over ``parameters``: torch's optimizers
+    as :mod:`pcmr.train.optimizers` defines them, without the ``torch._dynamo`` import of their first use."""
     params = [p for p in parameters if p.requires_grad]
     if not params:
         raise ConfigError("the model and loss have no trainable parameters")
@@ -207,11 +209,11 @@ def build_optimizer(config: TrainConfig, parameters: Iterable[nn.Parameter]) -> 
     if config.optimizer == "adamp":
         optimizer = AdamP(params, lr=config.lr, weight_decay=config.weight_decay)
     elif config.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
+        optimizer = AdamW(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
     elif config.optimizer == "adam":
-        optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
+        optimizer = Adam(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
     else:
-        optimizer = torch.optim.SGD(
+        optimizer = SGD(
             params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
         )
     for group in optimizer.param_groups:
