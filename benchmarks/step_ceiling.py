@@ -7,9 +7,12 @@ by step on the same batches from its first step on (its first epoch):
 
 - **step**: the trainer's whole step (batch finishing, model, loss, backward, optimiser);
 - **network alone**: the ceiling: forward and backward of the same model on the finished batch, with
-  the sum of its outputs as the loss, and a plain SGD step over the same parameters.
+  the sum of its outputs as the loss, and a plain SGD step over the same parameters;
+- **network and loss**: forward and backward of the model and the recipe's loss on the finished batch
+  (as the step computes them) and a plain SGD step.
 
-The ratio step / network alone is what the loss, the optimiser and the batch finishing add. Then,
+The ratio step / network alone is what the loss, the optimiser and the batch finishing add; step /
+(network and loss) what the optimiser, the batch finishing and the trainer's bookkeeping add. Then,
 as same-run baselines of the parts the ratio depends on:
 
 - the optimiser step of ``pcme``'s parameters: pcmr's AdamP against the ``adamp`` package's (same
@@ -99,6 +102,7 @@ def step_against_ceiling(name: str, repeats: int, cache: str) -> dict[str, float
         trainer, raw = build(name, cache, run_dir)
         trainable = [p for p in trainer.model.parameters() if p.requires_grad]
         sgd = SGD(trainable, lr=1e-7)
+        with_loss = SGD([*trainable, *(p for p in trainer.loss_fn.parameters() if p.requires_grad)], lr=1e-7)
         finished = [finish_batch(b) for b in raw]
 
         def ceiling(batch: dict[str, Any]) -> None:
@@ -106,13 +110,19 @@ def step_against_ceiling(name: str, repeats: int, cache: str) -> dict[str, float
             output_sum(trainer.model(batch)).backward()
             sgd.step()
 
-        steps, alone = [], []
+        def ceiling_with_loss(batch: dict[str, Any], index: int) -> None:
+            with_loss.zero_grad(set_to_none=True)
+            trainer.train_step(batch, loss_seed=index)["loss"].backward()
+            with_loss.step()
+
+        times: dict[str, list[float]] = {"step": [], "alone": [], "with loss": []}
         for index in range(repeats + 1):  # the first of each is a warm-up
             k = index % len(raw)
-            steps.append(cpu_seconds(trainer._step, raw[k], 0, index))
-            alone.append(cpu_seconds(ceiling, finished[k]))
-        return {"step": statistics.median(steps[1:]), "alone": statistics.median(alone[1:]),
-                "first step": steps[0]}
+            times["step"].append(cpu_seconds(trainer._step, raw[k], 0, index))
+            times["alone"].append(cpu_seconds(ceiling, finished[k]))
+            times["with loss"].append(cpu_seconds(ceiling_with_loss, finished[k], index))
+        return {**{name: statistics.median(values[1:]) for name, values in times.items()},
+                "first step": times["step"][0]}
 
 
 def later_epoch(later: int, repeats: int, cache: str) -> dict[str, float]:
@@ -242,11 +252,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         results = {name: step_against_ceiling(name, args.repeats, cache) for name in args.recipes}
         print(f"torch._dynamo loaded by the training steps: {'torch._dynamo' in sys.modules}")
-        print("\n| recipe | step (ms CPU) | network alone + SGD (ms CPU) | ratio | first step (ms CPU) |")
-        print("|---|---:|---:|---:|---:|")
+        print("\n| recipe | step (ms CPU) | network alone + SGD (ms CPU) | step / network | network and loss + SGD"
+              " (ms CPU) | step / (network and loss) | first step (ms CPU) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for name, r in results.items():
             print(f"| {name} | {1e3 * r['step']:.0f} | {1e3 * r['alone']:.0f} | {r['step'] / r['alone']:.2f}x "
-                  f"| {1e3 * r['first step']:.0f} |")
+                  f"| {1e3 * r['with loss']:.0f} | {r['step'] / r['with loss']:.2f}x | {1e3 * r['first step']:.0f} |")
         if args.later_steps:
             late = later_epoch(args.later_steps, args.repeats, cache)
             print(f"\npcme step, first epoch {1e3 * late['first']:.0f} ms, after {args.later_steps} steps "
