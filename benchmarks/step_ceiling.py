@@ -25,6 +25,9 @@ as same-run baselines of the parts the ratio depends on:
   product timed both ways, with subnormals flushed to zero as the reference
   (``torch.set_flush_denormal``, here only; on CPUs without a subnormal penalty, such as AMD EPYC,
   the times agree);
+- start-up: a fresh interpreter importing pcmr, building a trainer and taking one step, CPU seconds,
+  against the same with ``torch._dynamo`` imported first (which torch's optimisers did at their first use);
+- the uniformity term's forward and backward at ``pcme``'s size against its two matrix products;
 - ``--later-steps N``: the ``pcme`` step again after N training steps (N = 5 x steps per epoch:
   its fifth epoch), against the first epoch's.
 
@@ -53,7 +56,7 @@ from pcmr.data.batch_augment import finish_images
 from pcmr.data.batching import finish_batch
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
 from pcmr.gaussian import Gaussian
-from pcmr.losses.regularisers import _underflow_cutoff
+from pcmr.losses.regularisers import _underflow_cutoff, uniformity_loss
 from pcmr.train import Trainer, load_config
 from pcmr.train.optimizers import SGD
 from pcmr.train.recipes import find_recipe
@@ -232,6 +235,60 @@ def subnormals(cache: str, repeats: int) -> dict[str, tuple[float, float, float]
         return result
 
 
+def uniformity_floor(repeats: int, num: int = 1750, dim: int = 128) -> tuple[float, float]:
+    """CPU seconds of the uniformity term's forward and backward over ``num`` points (``pcme`` at these sizes:
+    (122 + 128) x 7 samples of 128 dimensions) and of its two matrix products alone (the floor)."""
+    points = torch.randn(num, dim, generator=torch.Generator().manual_seed(0))
+    wide = torch.randn(num, dim + 2)
+
+    def term() -> None:
+        leaf = points.clone().requires_grad_()
+        uniformity_loss(leaf, 2.0).backward()
+
+    def products() -> None:
+        weights = wide @ wide.t()  # [N, N]
+        weights @ points  # [N, D]
+
+    times: dict[str, list[float]] = {"term": [], "products": []}
+    for _ in range(repeats + 1):
+        times["term"].append(cpu_seconds(term))
+        times["products"].append(cpu_seconds(products))
+    return statistics.median(times["term"][1:]), statistics.median(times["products"][1:])
+
+
+_STARTUP = """
+import resource, sys, tempfile
+from pathlib import Path
+if {dynamo}:
+    import torch._dynamo  # what the first optimiser step loaded before
+from pcmr.train import Trainer, load_config
+from pcmr.train.recipes import find_recipe
+with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as run:
+    config = load_config(find_recipe("{recipe}"), {sizes} + ["data.options.cache_dir=" + cache,
+                         "data.options.num_train=64", "data.batch_size=32"])
+    trainer = Trainer(config, Path(run))
+    trainer._step(next(iter(trainer._epoch_loader(0, 0))), 0, 0)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(usage.ru_utime + usage.ru_stime, "torch._dynamo" in sys.modules)
+"""
+
+
+def startup(recipe: str, repeats: int) -> dict[str, float]:
+    """CPU seconds of a fresh interpreter that imports pcmr, builds ``recipe``'s trainer and takes one step,
+    as now and with ``torch._dynamo`` imported first (what the first optimiser step cost before)."""
+    out: dict[str, list[float]] = {"now": [], "with torch._dynamo": []}
+    for _ in range(repeats):
+        for label, dynamo in (("now", False), ("with torch._dynamo", True)):
+            code = _STARTUP.format(dynamo=dynamo, recipe=recipe, sizes=repr(STUDY_SIZES))
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+            seconds, loaded = result.stdout.split()
+            if label == "now" and loaded == "True":
+                raise RuntimeError("torch._dynamo was loaded by one step")
+            out[label].append(float(seconds))
+    return {label: statistics.median(values) for label, values in out.items()}
+
+
 def machine() -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
@@ -274,6 +331,13 @@ def main() -> None:
         print("|---|---:|---:|---:|")
         for label, (share, plain, flushed) in unif.items():
             print(f"| {label} | {100 * share:.1f} % | {1e3 * plain:.1f} | {1e3 * flushed:.1f} |")
+        for recipe in ("vsepp_max", "pcme"):
+            start = startup(recipe, 3)
+            print(f"\nstart-up of {recipe} (import, build, one step; fresh interpreter, median of 3): "
+                  f"{start['now']:.2f} s CPU; with torch._dynamo imported {start['with torch._dynamo']:.2f} s")
+        term, floor = uniformity_floor(args.repeats)
+        print(f"\nuniformity term, forward + backward over 1750 x 128 points: {1e3 * term:.1f} ms CPU; its two "
+              f"matrix products alone {1e3 * floor:.1f} ms ({term / floor:.2f}x)")
         steps = optimiser_steps(cache, args.repeats)
         print("\n| optimiser step over pcme's parameters | ms CPU | vs pcmr AdamP |")
         print("|---|---:|---:|")
