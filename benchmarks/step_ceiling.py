@@ -235,6 +235,17 @@ def subnormals(cache: str, repeats: int) -> dict[str, tuple[float, float, float]
         return result
 
 
+def exp_times(repeats: int) -> dict[str, float]:
+    """CPU seconds of ``exp`` over a ``[1750, 1750]`` float32 matrix whose exponents all are one value:
+    a normal result, a subnormal one, and ``-inf`` (an exact 0)."""
+    out = {}
+    for label, value in (("-3 (normal result)", -3.0), ("-44.7 (normal, the cutoff)", -44.7),
+                         ("-100 (subnormal result)", -100.0), ("-inf (0)", float("-inf"))):
+        exponents = torch.full((1750, 1750), value)
+        out[label] = statistics.median(cpu_seconds(torch.exp, exponents) for _ in range(repeats))
+    return out
+
+
 def uniformity_floor(repeats: int, num: int = 1750, dim: int = 128) -> tuple[float, float]:
     """CPU seconds of the uniformity term's forward and backward over ``num`` points (``pcme`` at these sizes:
     (122 + 128) x 7 samples of 128 dimensions) and of its two matrix products alone (the floor)."""
@@ -298,7 +309,8 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
+    parser.add_argument("--recipes", nargs="*", default=list(RECIPES), choices=list(RECIPES),
+                        help="recipes whose step to time (none: only the parts)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--later-steps", type=int, default=0,
                         help="also time pcme's step after this many training steps (0: skip)")
@@ -308,10 +320,11 @@ def main() -> None:
     print(f"{machine()}; before: {uptime()}")
     with tempfile.TemporaryDirectory() as cache:
         results = {name: step_against_ceiling(name, args.repeats, cache) for name in args.recipes}
-        print(f"torch._dynamo loaded by the training steps: {'torch._dynamo' in sys.modules}")
-        print("\n| recipe | step (ms CPU) | network alone + SGD (ms CPU) | step / network | network and loss + SGD"
-              " (ms CPU) | step / (network and loss) | first step (ms CPU) |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        if results:
+            print(f"torch._dynamo loaded by the training steps: {'torch._dynamo' in sys.modules}")
+            print("\n| recipe | step (ms CPU) | network alone + SGD (ms CPU) | step / network | network and loss + SGD"
+                  " (ms CPU) | step / (network and loss) | first step (ms CPU) |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
         for name, r in results.items():
             print(f"| {name} | {1e3 * r['step']:.0f} | {1e3 * r['alone']:.0f} | {r['step'] / r['alone']:.2f}x "
                   f"| {1e3 * r['with loss']:.0f} | {r['step'] / r['with loss']:.2f}x | {1e3 * r['first step']:.0f} |")
@@ -335,6 +348,11 @@ def main() -> None:
             start = startup(recipe, 3)
             print(f"\nstart-up of {recipe} (import, build, one step; fresh interpreter, median of 3): "
                   f"{start['now']:.2f} s CPU; with torch._dynamo imported {start['with torch._dynamo']:.2f} s")
+        exps = exp_times(args.repeats)
+        print("\n| exp over 1750 x 1750 exponents equal to | ms CPU |")
+        print("|---|---:|")
+        for label, seconds in exps.items():
+            print(f"| {label} | {1e3 * seconds:.1f} |")
         term, floor = uniformity_floor(args.repeats)
         print(f"\nuniformity term, forward + backward over 1750 x 128 points: {1e3 * term:.1f} ms CPU; its two "
               f"matrix products alone {1e3 * floor:.1f} ms ({term / floor:.2f}x)")
