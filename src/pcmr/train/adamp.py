@@ -99,7 +99,7 @@ class AdamP(WithoutDynamoImport, torch.optim.Optimizer):
         # an unprojected parameter without Nesterov momentum takes exactly AdamW's update (decoupled
         # weight decay, bias-corrected moments): torch's fused kernel, one pass per parameter
         plain = [] if group["nesterov"] else [i for i in range(len(params)) if i not in plans]
-        rest = [i for i in range(len(params)) if i not in set(plain)]
+        rest = list(range(len(params))) if group["nesterov"] else sorted(plans)
         steps = [torch.tensor(float(step), dtype=torch.float32, device=params[0].device)] * len(params)
         for chosen, step_lr, decay in ((plain, lr, weight_decay), (rest, 0.0, 0.0)):  # rest: moments only
             if chosen:
