@@ -20,7 +20,7 @@ from pcmr.data.augment import _square_box
 from pcmr.data.batch_augment import _finish_by_arithmetic, drop_words_batch, finish_images, word_slots
 from pcmr.data.batching import PairBatchSampler, finish_batch
 from pcmr.data.draws import CROP, CUTOUT, WORDS, StreamDraws, uniform, uniforms, view_stream
-from pcmr.data.images import FeatureImages, normalize_pixels
+from pcmr.data.images import IMAGE_MEAN, IMAGE_STD, FeatureImages, normalize_pixels
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import UNK_ID
 
@@ -239,3 +239,36 @@ def test_word_dropout_of_short_and_long_captions_is_the_per_item_definition(rule
     ids, new_lengths = drop_words_batch(padded, lengths, uniforms(seeds, WORDS, word_slots(lengths)), prob, rule)
     got = unpadded(torch.from_numpy(ids), torch.from_numpy(new_lengths))
     assert got == [ref_drop_words(c, int(s), WORDS, prob, rule) for c, s in zip(captions, seeds.tolist())]
+
+
+def _channels_first_by_table(images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """The earlier finishing: a per-channel look-up table of the 256 levels written channels-first,
+    then each box zeroed."""
+    levels = torch.arange(256, dtype=torch.float32).div_(255.0).view(1, 256)
+    table = (levels - torch.tensor(IMAGE_MEAN).view(3, 1)) / torch.tensor(IMAGE_STD).view(3, 1)  # [3, 256]
+    out = torch.stack([table[channel][images[..., channel].long()] for channel in range(3)], dim=-3)
+    for index in np.ndindex(*boxes.shape[:-1]):
+        top, left, h, w = boxes[index].tolist()
+        out[index][:, top: top + h, left: left + w] = 0.0
+    return out
+
+
+@pytest.mark.parametrize("shape", [(6, 7, 5, 3), (2, 3, 4, 9, 3), (0, 4, 4, 3)])
+def test_finished_batch_is_channels_last_and_equals_the_channels_first_one(shape):
+    """The finished batch has the values of the earlier channels-first one, bit for bit, boxes erased by
+    slices (CPU) or by a mask (other devices), in channels-last memory (a 4-d batch: torch.channels_last,
+    which the CNN then reads without a copy)."""
+    gen = torch.Generator().manual_seed(len(shape))
+    pixels = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
+    height, width = shape[-3], shape[-2]
+    boxes = torch.stack([torch.randint(0, height, shape[:-3], generator=gen),
+                         torch.randint(0, width, shape[:-3], generator=gen),
+                         torch.randint(0, 3, shape[:-3], generator=gen),
+                         torch.randint(0, 4, shape[:-3], generator=gen)], dim=-1)
+    want = _channels_first_by_table(pixels, boxes)
+    for got in (finish_images(pixels, boxes), _finish_by_arithmetic(pixels, boxes)):
+        assert got.shape == want.shape and torch.equal(got, want)
+        assert got.movedim(-3, -1).is_contiguous()
+        if len(shape) == 4:
+            assert got.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(finish_images(pixels), _channels_first_by_table(pixels, torch.zeros_like(boxes)))

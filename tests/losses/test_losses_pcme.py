@@ -375,3 +375,45 @@ def test_csd_label_smoothing_matches_loop(smoothing):
 def test_csd_label_smoothing_is_checked(smoothing):
     with pytest.raises(ValueError, match="label_smoothing"):
         create_loss("pcme_csd", label_smoothing=smoothing)
+
+
+def _uniformity_with_floored_weights(points: torch.Tensor, t: float) -> torch.Tensor:
+    """The earlier fused form: exponents raised to the smallest normal number's (plus one) instead of
+    dropped, so its softmax weights keep every pair (autograd through the same formulas)."""
+    weights = (-t * torch.cdist(points, points).pow(2)).clamp(max=0.0)
+    mask = torch.eye(points.shape[0], dtype=torch.bool)
+    top = weights.masked_fill(mask, float("-inf")).max().detach()
+    floor = math.log(torch.finfo(points.dtype).tiny) + 1.0
+    shifted = (weights - top).clamp(min=floor).masked_fill(mask, float("-inf"))
+    num = points.shape[0]
+    return top + shifted.exp().sum().log() - math.log(num * (num - 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("num", "dim", "spread"), [(97, 16, 0.5), (200, 48, 3.0), (150, 9, 8.0)])
+def test_uniformity_without_subnormal_weights_keeps_values_and_gradients(dtype, num, dim, spread):
+    """Weights whose exponent falls below the cutoff are exactly 0: no saved weight times a coordinate
+    is subnormal, and value and gradient equal the floored form (and the float64 pairwise form)
+    to float tolerance, from clustered points to points whose pairs nearly all underflow."""
+    gen = torch.Generator().manual_seed(num + dim)
+    base = torch.randn(num, dim, generator=gen, dtype=torch.float64) * spread
+    points = base.to(dtype).requires_grad_()
+    got = uniformity_loss(points, t=2.0)
+    weights = got.grad_fn.next_functions[0][0].saved_tensors[1]  # the fused function's exp(l - max l)
+    products = (weights.unsqueeze(2) * points.detach().unsqueeze(0)).abs()
+    tiny = torch.finfo(dtype).tiny
+    assert not ((products > 0) & (products < tiny)).any()
+    got_grad = torch.autograd.grad(got, points)[0]
+    old_points = base.to(dtype).requires_grad_()
+    old = _uniformity_with_floored_weights(old_points, 2.0)
+    old_grad = torch.autograd.grad(old, old_points)[0]
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-11, "atol": 1e-13}
+    torch.testing.assert_close(got, old, **tolerance)
+    scale = old_grad.abs().max()
+    torch.testing.assert_close(got_grad / scale, old_grad / scale, **tolerance)
+    reference = base.clone().requires_grad_()
+    want = torch.pdist(reference).pow(2).mul(-2.0).logsumexp(0) - math.log(num * (num - 1) / 2)
+    torch.testing.assert_close(got.double(), want, **tolerance)
+    want_grad = torch.autograd.grad(want, reference)[0]
+    torch.testing.assert_close(got_grad.double() / want_grad.abs().max(), want_grad / want_grad.abs().max(),
+                               **tolerance)

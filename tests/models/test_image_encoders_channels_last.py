@@ -28,3 +28,14 @@ def test_channels_last_cnn_equals_plain_layout(dtype):
     want_grads = torch.autograd.grad((local * weights).sum(), list(backbone.parameters()))
     for index, (got_grad, want_grad) in enumerate(zip(got_grads, want_grads)):
         torch.testing.assert_close(got_grad, want_grad, **tolerance, msg=f"parameter {index}")
+
+
+def test_finished_batch_reaches_the_cnn_without_a_copy():
+    """A finished uint8 batch is already in the layout the CNN reads: the conversion returns it as is."""
+    from pcmr.data.batch_augment import finish_images
+
+    images = finish_images(torch.randint(0, 256, (4, 9, 11, 3), dtype=torch.uint8))
+    assert images.shape == (4, 3, 9, 11)
+    assert images.contiguous(memory_format=torch.channels_last).data_ptr() == images.data_ptr()
+    backbone = SmallCNNBackbone([4, 6])
+    torch.testing.assert_close(backbone({"images": images}).local, backbone({"images": images.contiguous()}).local)

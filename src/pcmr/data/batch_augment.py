@@ -4,8 +4,8 @@ Each function takes the draws of its items (rows of :func:`pcmr.data.draws.unifo
 the slot layout below) and returns what the per-item definition gives for the same draws:
 
 - Cutout of pixel images is a box per image, ``(top, left, h, w)`` int64 ``[B, 4]`` (``h = w = 0``:
-  nothing erased), drawn on the CPU; :func:`finish_images` then normalises a uint8 batch and zeroes
-  the boxes in one tensor operation, on whatever device the batch lives on.
+  nothing erased), drawn on the CPU; :func:`finish_images` then normalises a uint8 batch into the
+  channels-last layout the CNN reads and zeroes the boxes, on whatever device the batch lives on.
   :func:`random_erase_boxes` (the PCME release's random erasing, :func:`pcmr.data.augment.random_erase`):
   slot 0 decides (``u < prob``), attempt ``a`` of 10 reads slots ``1 + 4a`` (area
   ``(min + (max - min) u) * H * W``), ``2 + 4a`` (aspect ``exp(log r0 + (-2 log r0) u)``), and, for the
@@ -34,7 +34,8 @@ from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
 from pcmr.data.text import UNK_ID
 
 __all__ = ["RANDOM_ERASE_SLOTS", "SQUARE_ERASE_SLOTS", "random_erase_boxes", "square_erase_boxes",
-           "feature_erase_mask", "word_slots", "drop_words_batch", "finish_images", "erase_box_mask"]
+           "feature_erase_mask", "word_slots", "drop_words_batch", "finish_images", "normalise_channels_last",
+           "erase_box_mask"]
 
 #: attempts at a rectangle that fits (the release's random erasing gives up after 10)
 ERASE_ATTEMPTS = 10
@@ -145,30 +146,34 @@ def erase_box_mask(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor
     return in_rows[..., :, None] & in_cols[..., None, :]
 
 
-def _lookup_table() -> np.ndarray:
-    """float32 ``[3, 256]``: the normalised value of every uint8 level per channel (the same operations
-    as :func:`finish_images` on a GPU, so both give the same bits)."""
-    levels = torch.arange(256, dtype=torch.float32).div_(255.0).view(1, 256)
-    return ((levels - torch.tensor(IMAGE_MEAN).view(3, 1)) / torch.tensor(IMAGE_STD).view(3, 1)).numpy()
+def normalise_channels_last(images: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[..., H, W, 3]`` -> float32 ``[..., 3, H, W]`` normalised with the ImageNet mean/std, stored
+    channels-last (a ``[..., H, W, 3]`` buffer viewed as channels-first, ``torch.channels_last`` for a
+    4-d batch: the layout the convolutions read, with no copy on the way in).
 
-
-_LEVELS = _lookup_table()
+    The operations of :func:`pcmr.data.images.normalize_pixels`, ``(x / 255 - mean_c) / std_c`` in
+    float32, so the same bits. The buffer is read as rows of ``W * 3`` values against the mean and
+    standard deviation tiled to that length: every pass is a plain vectorised loop (the per-channel
+    broadcast over an innermost dimension of 3 is not)."""
+    out = torch.empty(images.shape, dtype=torch.float32, device=images.device)
+    out.copy_(images)
+    if out.numel():
+        width = out.shape[-2]
+        mean = torch.tensor(IMAGE_MEAN, dtype=torch.float32, device=out.device).repeat(width)  # [W * 3]
+        std = torch.tensor(IMAGE_STD, dtype=torch.float32, device=out.device).repeat(width)
+        out.view(-1, width * 3).div_(255.0).sub_(mean).div_(std)
+    return out.movedim(-1, -3)
 
 
 def finish_images(images: torch.Tensor, boxes: torch.Tensor | None = None) -> torch.Tensor:
-    """uint8 ``[..., H, W, 3]`` -> float32 ``[..., 3, H, W]`` normalised with the ImageNet mean/std
-    (:func:`pcmr.data.images.normalize_pixels`, the same operations), then 0 inside ``boxes`` ``[..., 4]``.
+    """uint8 ``[..., H, W, 3]`` -> float32 ``[..., 3, H, W]`` normalised with the ImageNet mean/std and stored
+    channels-last (:func:`normalise_channels_last`), then 0 inside ``boxes`` ``[..., 4]``.
 
-    On the CPU the normalisation is a table look-up of the 256 levels per channel and each box is a
-    slice; elsewhere (a GPU) it is arithmetic and a mask over the batch. Both give the same values."""
+    On the CPU each box is a slice; elsewhere (a GPU) a mask over the batch. Both give the same values."""
     if images.device.type == "cpu":
-        pixels = images.numpy()
-        out_np = np.empty((*pixels.shape[:-3], 3, *pixels.shape[-3:-1]), dtype=np.float32)
-        for channel in range(3):
-            out_np[..., channel, :, :] = _LEVELS[channel][pixels[..., channel]]
-        out = torch.from_numpy(out_np)
+        out = normalise_channels_last(images)
         if boxes is not None and boxes.numel():
-            flat_out, flat_boxes = out.view(-1, *out.shape[-3:]), boxes.reshape(-1, 4)
+            flat_out, flat_boxes = out.view(-1, *out.shape[-3:]), boxes.reshape(-1, 4)  # a view: zeroed in place
             for row in torch.nonzero(flat_boxes[:, 2] * flat_boxes[:, 3]).view(-1).tolist():
                 top, left, h, w = flat_boxes[row].tolist()
                 flat_out[row, :, top: top + h, left: left + w] = 0.0
@@ -177,11 +182,8 @@ def finish_images(images: torch.Tensor, boxes: torch.Tensor | None = None) -> to
 
 
 def _finish_by_arithmetic(images: torch.Tensor, boxes: torch.Tensor | None) -> torch.Tensor:
-    """:func:`finish_images` as tensor arithmetic and a mask (any device)."""
-    pixels = images.movedim(-1, -3).contiguous().to(torch.float32).div_(255.0)
-    mean = torch.tensor(IMAGE_MEAN, device=pixels.device).view(3, 1, 1)
-    std = torch.tensor(IMAGE_STD, device=pixels.device).view(3, 1, 1)
-    out = (pixels - mean) / std
+    """:func:`finish_images` with the boxes as a mask over the batch (any device)."""
+    out = normalise_channels_last(images)
     if boxes is not None and boxes.numel():
         mask = erase_box_mask(boxes.to(out.device), out.shape[-2], out.shape[-1])  # [..., H, W]
         out.masked_fill_(mask.unsqueeze(-3), 0.0)

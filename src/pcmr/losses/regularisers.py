@@ -80,9 +80,16 @@ def uniformity_loss(embeddings: Tensor, t: float = 2.0) -> Tensor:
     return _Uniformity.apply(points, float(t)) - math.log(num * (num - 1))
 
 
-def _underflow_floor(dtype: torch.dtype) -> float:
-    """The most negative exponent whose ``exp`` is still a normal number of ``dtype`` (plus one)."""
-    return math.log(torch.finfo(dtype).tiny) + 1.0
+def _underflow_cutoff(dtype: torch.dtype) -> float:
+    """The exponent below which a uniformity weight ``exp(l - max l)`` is set to exactly 0.
+
+    Half the log of the smallest normal number (float32: -43.7, about ``1e-19``; float64: -354): a
+    kept weight, divided by a total of at most ``N^2``, times a coordinate above ``1e-12`` stays a
+    normal number, and the dropped terms change the total by less than ``N^2 1e-19`` relative.
+    float16 (whose range is too narrow for that) keeps every term whose ``exp`` is normal.
+    """
+    finfo = torch.finfo(dtype)
+    return 0.5 * math.log(finfo.tiny) if finfo.max > 1e38 else math.log(finfo.tiny) + 1.0
 
 
 class _Uniformity(torch.autograd.Function):
@@ -90,13 +97,17 @@ class _Uniformity(torch.autograd.Function):
     few passes over the ``N x N`` matrix (the uniformity term is the largest matrix of a PCME step).
 
     Forward: one matrix product of ``[x_i, |x_i|^2, 1]`` with ``[2t x_j, -t, -t |x_j|^2]`` gives
-    ``-t |x_i - x_j|^2`` directly; it is capped at 0 (rounding can make a squared distance slightly
-    negative), the diagonal is excluded, and ``E = exp(l - max l)`` is formed in place. Exponents
-    below the dtype's smallest normal number are raised to it (``exp`` of subnormal results is
-    slow on CPUs); each such term is below ``1e-37`` of the largest, so the value changes by less
-    than ``N^2 1e-37`` relative.
-    Backward: with ``W = E / sum E`` (the softmax weights, kept from forward) and ``W`` symmetric,
-    ``d/dx_i = -4t (sum_j W_ij x_i - (W X)_i)``: one more matrix product.
+    ``l_ij = -t |x_i - x_j|^2`` directly; the diagonal is excluded, the shift ``m = min(max l, 0)``
+    (rounding can make a squared distance slightly negative), and ``E = exp(l - m)`` is formed in
+    place. Terms whose exponent is below :func:`_underflow_cutoff` (float32: ``E < 1e-19``) are exactly
+    0: neither the ``exp`` nor the backward's matrix product then meets a subnormal number (either
+    runs tens of times slower on many CPUs when it does), and the value changes by less than
+    ``N^2 1e-19`` relative, the gradient by as little (the ``exp`` itself is taken of exponents raised
+    to one below the cutoff: of ``-inf`` or of an underflowing exponent it is several times slower).
+    The row sums of ``E`` are kept for backward.
+    Backward: with ``W = E / sum E`` (the softmax weights) symmetric,
+    ``d/dx_i = -4t (sum_j W_ij x_i - (W X)_i)``: one more matrix product, on ``E``, and the division by
+    ``sum E`` on the ``[N, D]`` result. Six passes over the ``N x N`` matrix besides the two products.
     """
 
     @staticmethod
@@ -106,22 +117,23 @@ class _Uniformity(torch.autograd.Function):
         left = torch.cat([points, squared_norms, ones], dim=1)  # [N, D + 2]
         right = torch.cat([2.0 * t * points, -t * ones, -t * squared_norms], dim=1)  # [N, D + 2]
         weights = left @ right.t()  # [N, N]: -t |x_i - x_j|^2
-        weights.clamp_(max=0.0)
         weights.fill_diagonal_(float("-inf"))
-        top = weights.max()
-        weights.sub_(top).clamp_(min=_underflow_floor(weights.dtype))
-        weights.fill_diagonal_(float("-inf"))
-        weights.exp_()  # [N, N]: exp(l - max l), 0 on the diagonal
-        total = weights.sum()
-        weights.div_(total)  # softmax weights W
-        ctx.save_for_backward(points, weights)
+        top = weights.max().clamp(max=0.0)
+        # exponents below the cutoff (the diagonal among them) are raised to one below it, whose exp is a
+        # normal number (exp of -inf, or of a subnormal or zero result, runs several times slower), and
+        # their terms are then set to exactly 0
+        cutoff = _underflow_cutoff(weights.dtype)
+        weights.sub_(top).clamp_(min=cutoff - 1.0).exp_()
+        torch.nn.functional.threshold(weights, math.exp(cutoff), 0.0, inplace=True)  # [N, N]: E = exp(l - m)
+        row_sums = weights.sum(dim=1, keepdim=True)  # [N, 1]
+        total = row_sums.sum()
+        ctx.save_for_backward(points, weights, row_sums, total)
         ctx.t = t
         return top + total.log()
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, None]:
-        points, weights = ctx.saved_tensors
-        row_sums = weights.sum(dim=1, keepdim=True)  # [N, 1]
-        grad = (row_sums * points - weights @ points).mul_(-4.0 * ctx.t * grad_output)  # [N, D]
+        points, weights, row_sums, total = ctx.saved_tensors
+        grad = (row_sums * points - weights @ points).mul_(-4.0 * ctx.t * grad_output / total)  # [N, D]
         return grad, None

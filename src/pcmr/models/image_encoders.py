@@ -100,7 +100,8 @@ class SmallCNNBackbone(nn.Module):
                 f"got shape {tuple(images.shape)}"
             )
         # channels-last memory: the same convolutions, computed by oneDNN's faster NHWC kernels on
-        # CPU (1.3x the image tower's forward + backward at 48 px; docs/benchmarks.md)
+        # CPU (1.3x the image tower's forward + backward at 48 px; docs/benchmarks.md). A finished
+        # batch (pcmr.data.batch_augment.finish_images) is stored so already: no copy then
         grid = self.layers(images.contiguous(memory_format=torch.channels_last))  # [B, C, h, w]
         local = grid.flatten(2).transpose(1, 2)  # [B, h*w, C]
         return EncodedFeatures(local=local, pooled=local.mean(dim=1))

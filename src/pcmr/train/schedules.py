@@ -40,14 +40,15 @@ fine-tune phase also starts a fresh optimizer (new moments), as the PCME release
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from pcmr.train.adamp import AdamP
 from pcmr.train.config import ConfigError, TrainConfig
+from pcmr.train.optimizers import SGD, Adam, AdamW
 
 __all__ = ["build_optimizer", "optimizer_name", "learning_rate_factor", "loss_ramp_factor", "parameter_counts",
            "plateau_reductions",
@@ -186,51 +187,33 @@ def parameter_counts(model: nn.Module) -> dict[str, dict[str, int]]:
     return counts
 
 
-def _adamp_class() -> type | None:
-    """AdamP (Heo et al., ICLR 2021) from the optional ``adamp`` package, or None when not installed."""
-    try:
-        from adamp import AdamP
-    except ImportError:
-        return None
-    return AdamP
-
-
 #: ``train.optimizer`` name of each optimizer class build_optimizer creates
 _OPTIMIZER_NAMES = {"AdamW": "adamw", "AdamP": "adamp", "Adam": "adam", "SGD": "sgd"}
 
 
 def optimizer_name(optimizer: torch.optim.Optimizer) -> str:
-    """The ``train.optimizer`` name of the optimizer that actually runs (``"adamw"`` after a fallback)."""
+    """The ``train.optimizer`` name of ``optimizer`` (its class name when not one build_optimizer makes)."""
     return _OPTIMIZER_NAMES.get(type(optimizer).__name__, type(optimizer).__name__)
 
 
 def build_optimizer(config: TrainConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """AdamW (default), AdamP (optional ``adamp`` package, as in PCME), Adam or SGD over ``parameters``.
-
-    ``train.optimizer=adamp`` without the ``adamp`` package installed falls back to AdamW with the
-    same learning rate and weight decay, with a warning; :func:`optimizer_name` then says
-    ``"adamw"`` (the trainer writes it to the run's log and ``run.json``).
-    """
+    """AdamW (default), AdamP (as in PCME and PCME++: :class:`pcmr.train.adamp.AdamP`, the ``adamp``
+    package's update with multi-tensor operations), Adam or SGD over ``parameters``: torch's optimizers
+    as :mod:`pcmr.train.optimizers` defines them, without the ``torch._dynamo`` import of their first use."""
     params = [p for p in parameters if p.requires_grad]
     if not params:
         raise ConfigError("the model and loss have no trainable parameters")
     if config.amsgrad and config.optimizer not in ("adam", "adamw"):
         raise ConfigError(f"train.amsgrad applies to train.optimizer adam or adamw, not {config.optimizer!r}")
-    adamp = _adamp_class() if config.optimizer == "adamp" else None
-    if config.optimizer == "adamp" and adamp is None:
-        warnings.warn(
-            "train.optimizer=adamp: the optional package 'adamp' is not installed (pip install 'pcmr[adamp]'); "
-            "training with AdamW instead (same lr and weight decay)",
-            stacklevel=2,
-        )
-    if adamp is not None:
-        optimizer: torch.optim.Optimizer = adamp(params, lr=config.lr, weight_decay=config.weight_decay)
-    elif config.optimizer in ("adamw", "adamp"):
-        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
+    optimizer: torch.optim.Optimizer
+    if config.optimizer == "adamp":
+        optimizer = AdamP(params, lr=config.lr, weight_decay=config.weight_decay)
+    elif config.optimizer == "adamw":
+        optimizer = AdamW(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
     elif config.optimizer == "adam":
-        optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
+        optimizer = Adam(params, lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
     else:
-        optimizer = torch.optim.SGD(
+        optimizer = SGD(
             params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
         )
     for group in optimizer.param_groups:

@@ -521,7 +521,7 @@ class Trainer:
             "trained_similarity": self.loss_fn.similarity_name,
             "validation_similarity": self.similarity,
             "select_on": self.config.train.select_on,
-            "optimizer": optimizer_name(self.optimizer),  # the one that ran (AdamW if adamp was missing)
+            "optimizer": optimizer_name(self.optimizer),
             "optimizer_requested": self.config.train.optimizer,
             "epochs": self.config.train.epochs,
             "schedule": self.config.train.schedule_summary(),  # in epochs, fractions resolved
