@@ -1,0 +1,206 @@
+"""A pair's score is the same on every search path: with candidates covering the whole gallery, every
+backend (faiss flat/ivf/hnsw/ivfpq, Milvus Lite, any candidate order) returns the exact backend's list
+and scores, for every registered score, the sampled ones (avg_l2, match_prob) included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pcmr import Gaussian
+from pcmr.inference import get_reranker
+from pcmr.search import GalleryIndex
+from pcmr.search.searcher import CandidateSearcher, Scoring
+from pcmr.similarity import get_similarity, list_similarities
+from pcmr.similarity.item_noise import item_keys, item_noise, item_samples
+
+DIM = 6
+IMAGES, CAPTIONS, QUERIES, K = 41, 33, 5, 8
+OPTIONS = {"match_prob": {"a": 3.0, "b": 1.0}}
+
+
+def _gaussian(n: int, gen: torch.Generator) -> Gaussian:
+    return Gaussian(torch.randn(n, DIM, generator=gen), 0.6 * torch.randn(n, DIM, generator=gen))
+
+
+def _index(images: int, captions: int, seed: int) -> GalleryIndex:
+    gen = torch.Generator().manual_seed(seed)
+    return GalleryIndex(_gaussian(images, gen), _gaussian(captions, gen), image_ids=list(range(images)),
+                        caption_ids=list(range(captions)), caption_texts=[f"c{i}" for i in range(captions)],
+                        similarity_options=OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def index() -> GalleryIndex:
+    return _index(IMAGES, CAPTIONS, 11)
+
+
+@pytest.fixture(scope="module")
+def large_index() -> GalleryIndex:
+    """Large enough for IVF-PQ's training (256 items)."""
+    return _index(300, 260, 13)
+
+
+@pytest.fixture(scope="module")
+def queries() -> Gaussian:
+    return _gaussian(QUERIES, torch.Generator().manual_seed(12))
+
+
+def _assert_same(fast, exact, tolerance: float = 1e-5) -> None:
+    assert torch.equal(fast.indices, exact.indices)
+    torch.testing.assert_close(fast.scores, exact.scores, rtol=tolerance, atol=tolerance)
+
+
+class ShuffledCandidates:
+    """Every gallery item, in another random order for each query (not exact: the search re-scores)."""
+
+    exact = False
+    score = "none"
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.gen = size, torch.Generator().manual_seed(seed)
+
+    def search(self, query: Gaussian, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = torch.stack([torch.randperm(self.size, generator=self.gen) for _ in range(query.num)])
+        return torch.zeros(query.num, self.size), rows
+
+
+@pytest.mark.parametrize("similarity", list_similarities())
+@pytest.mark.parametrize("modality", ["caption", "image"])
+def test_any_candidate_order_gives_the_exact_list_and_scores(index, queries, similarity, modality):
+    exact = index.search(queries, k=K, similarity=similarity, modality=modality, backend="exact")
+    gallery_modality = "image" if modality == "caption" else "caption"
+    gallery = index.gallery(gallery_modality)
+    scoring = Scoring(similarity, modality, dict(OPTIONS.get(similarity, {})), get_reranker("nns"))
+    for seed in (0, 1):
+        search = CandidateSearcher(ShuffledCandidates(gallery.num, seed), gallery, scoring, candidates=gallery.num)
+        scores, indices = search.search(queries, K)
+        assert torch.equal(indices, exact.indices), (similarity, seed)
+        torch.testing.assert_close(scores, exact.scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("index_type", ["flat", "ivf", "hnsw", "ivfpq"])
+def test_every_faiss_index_with_the_whole_gallery_gives_the_exact_backend(large_index, queries, index_type):
+    index = large_index
+    params = {"ivf": {"nlist": 4, "nprobe": 4}, "ivfpq": {"nlist": 4, "nprobe": 4}, "hnsw": {"ef_search": 400}}
+    index.build_ann("wasserstein", index_type=index_type, **params.get(index_type, {}))
+    for modality, size in (("image", 300), ("caption", 260)):  # the candidates cover the whole gallery
+        _, found = index.ann[modality].search(queries, size)
+        assert torch.equal(found.sort(dim=1).values, torch.arange(size).expand(QUERIES, -1))
+    for similarity in list_similarities():
+        for modality in ("caption", "image"):
+            exact = index.search(queries, k=K, similarity=similarity, modality=modality, backend="exact")
+            gallery = index.gallery("image" if modality == "caption" else "caption")
+            # the ANN source's own list (not the exact generator plan_search may pick for a full gallery)
+            scoring = Scoring(similarity, modality, dict(OPTIONS.get(similarity, {})), get_reranker("nns"))
+            source = index.ann["image" if modality == "caption" else "caption"]
+            scores, indices = CandidateSearcher(source, gallery, scoring, candidates=gallery.num).search(queries, K)
+            assert torch.equal(indices, exact.indices), (index_type, similarity, modality)
+            torch.testing.assert_close(scores, exact.scores, rtol=1e-5, atol=1e-5)
+            fast = index.search(queries, k=K, similarity=similarity, modality=modality, backend="faiss",
+                                candidates=gallery.num)
+            _assert_same(fast, exact)
+
+
+def test_milvus_with_the_whole_gallery_gives_the_exact_backend(index, queries, tmp_path):
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    index.build_milvus(str(tmp_path / "g.db"), "wasserstein", index_type="flat")
+    for similarity in list_similarities():
+        exact = index.search(queries, k=K, similarity=similarity, backend="exact")
+        fast = index.search(queries, k=K, similarity=similarity, backend="milvus", candidates=IMAGES)
+        _assert_same(fast, exact)  # a gallery within the default count: Milvus's own list, re-scored
+        for rerank in ("csls", "is"):  # gallery statistics from the same per-item samples
+            exact = index.search(queries, k=K, similarity=similarity, rerank=rerank, backend="exact")
+            fast = index.search(queries, k=K, similarity=similarity, rerank=rerank, backend="milvus")
+            _assert_same(fast, exact, 1e-4)  # the inverted softmax multiplies a score's rounding by 30
+
+
+def test_a_pair_scores_the_same_alone_and_among_other_items(index, queries):
+    """The score of (query, item) from a one-item gallery equals its score in the whole gallery."""
+    from pcmr.search.rescoring import oriented_scores
+
+    for similarity in [n for n in list_similarities() if get_similarity(n).sampled]:
+        options = dict(OPTIONS.get(similarity, {}))
+        whole = oriented_scores(similarity, queries, index.images, "caption", options)  # [Q, G]
+        for g in (0, 17, IMAGES - 1):
+            alone = oriented_scores(similarity, queries[2:3], index.images[g:g + 1], "caption", options)
+            torch.testing.assert_close(alone[0, 0], whole[2, g], rtol=1e-5, atol=1e-5)
+
+
+def test_item_noise_is_standard_normal_and_belongs_to_the_item():
+    gen = torch.Generator().manual_seed(5)
+    items = _gaussian(400, gen)
+    keys = item_keys(items)
+    assert keys.dtype == torch.int64 and int(keys.min()) >= 0 and int(keys.max()) < 2**32
+    assert keys.unique().numel() == 400
+    eps = item_noise(keys, 50, DIM)  # [400, 50, 6]
+    flat = eps.flatten().double()
+    assert abs(float(flat.mean())) < 0.02 and abs(float(flat.std()) - 1.0) < 0.02
+    # the fraction beyond 1.96 standard deviations, two-sided: 5 %
+    assert abs(float((flat.abs() > 1.96).double().mean()) - 0.05) < 0.005
+    # independent across samples and dimensions: correlation of neighbouring draws near 0
+    assert abs(float(torch.corrcoef(torch.stack([flat[:-1], flat[1:]]))[0, 1])) < 0.02
+    # an item's draws: the same alone, in another order, or in another dtype's key; other seeds differ
+    order = torch.randperm(400, generator=gen)
+    assert torch.equal(item_noise(item_keys(items[order]), 50, DIM), eps[order])
+    assert torch.equal(item_noise(item_keys(items[7:8]), 50, DIM)[0], eps[7])
+    assert not torch.equal(item_keys(items, seed=1), keys)
+    assert torch.equal(item_keys(items.to(dtype=torch.float64)), keys)
+    assert torch.equal(item_keys(items.to(dtype=torch.float16)), keys)  # a float16 copy of a gallery
+    point = Gaussian.point(items.mean[:3])
+    assert torch.equal(item_samples(point, 4), point.mean.unsqueeze(1).expand(-1, 4, -1))
+    # a changed value changes the item's draws only
+    moved = Gaussian(items.mean.clone(), items.logvar.clone())
+    moved.mean[3, 2] += 0.01
+    changed = item_keys(moved) != keys
+    assert changed.tolist() == [i == 3 for i in range(400)]
+
+
+def test_item_noise_reference_values_on_a_slow_path():
+    """The draws against a direct, element-by-element Python evaluation of the hash and Box-Muller."""
+    import math
+    import struct
+
+    def hash32(x: int) -> int:
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & 0xFFFFFFFF
+        return x ^ (x >> 16)
+
+    items = _gaussian(3, torch.Generator().manual_seed(6))
+    keys = item_keys(items, seed=9)
+    for n in range(3):
+        key = hash32(9)
+        for field, values in enumerate([items.mean[n], items.logvar[n]]):
+            mixed = 0
+            for d, value in enumerate(values.tolist()):
+                bits = struct.unpack("<H", struct.pack("<e", value))[0]  # rounded to float16
+                mixed += hash32(bits ^ hash32(d + (field << 24)))
+            key = hash32(key ^ hash32((mixed & 0xFFFFFFFF) ^ field))
+        assert int(keys[n]) == key
+    eps = item_noise(keys, 2, DIM, dtype=torch.float64)
+    for n in range(3):
+        for c in range(2 * DIM):
+            u1 = (hash32(int(keys[n]) ^ hash32(2 * c)) + 0.5) / 2**32
+            u2 = (hash32(int(keys[n]) ^ hash32(2 * c + 1)) + 0.5) / 2**32
+            expected = math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
+            assert float(eps[n, c // DIM, c % DIM]) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_stored_statistics_of_a_sampled_score_drawn_otherwise_are_recomputed(index, queries, tmp_path):
+    from pcmr.search.statistics import GalleryStatistics
+
+    index.build_ann("wasserstein", index_type="flat")
+    index.statistics.get("image", Scoring("match_prob", "caption", dict(OPTIONS["match_prob"]), get_reranker("csls")),
+                         100)
+    entries = index.statistics.save(tmp_path)
+    assert {e["similarity"]: e.get("samples") for e in entries}["match_prob"] == "per_item"
+    fresh = GalleryStatistics(index.gallery)
+    fresh.load(tmp_path, entries, tmp_path / "index.json")
+    assert len(fresh) == len(entries)
+    older = [{k: v for k, v in e.items() if k != "samples"} for e in entries]  # saved before per-item samples
+    stale = GalleryStatistics(index.gallery)
+    stale.load(tmp_path, older, tmp_path / "index.json")
+    assert len(stale) == len([e for e in entries if e["similarity"] != "match_prob"])
