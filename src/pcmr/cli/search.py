@@ -51,6 +51,7 @@ from pcmr.search.presentation import (
     entries_text,
     fewer_lines_warning,
     result_warnings,
+    score_note,
     search_distinct,
     shown_entries,
     uncertainty_percentile,
@@ -207,6 +208,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
+
+
+def check_query_names(similarity: str, rerank: str) -> None:
+    """``--similarity`` and ``--rerank`` name a registered score and re-ranker (ValueError naming the flag,
+    the near miss and the accepted names), before anything is loaded."""
+    for flag, check in (("--similarity", get_similarity), ("--rerank", get_reranker)):
+        try:
+            check(similarity if flag == "--similarity" else rerank)
+        except ValueError as err:
+            raise ValueError(f"{flag}: {err}") from None
 
 
 def _query_options(items: list[str], similarity: str, rerank: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -533,6 +544,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("--store-dtype sets the precision of an --on-disk gallery; add --on-disk")
     if args.similarity is None:
         args.similarity = _default_similarity(args)
+    check_query_names(args.similarity, args.rerank)
     coverage = _coverages(args)  # checked before any work
     _check_milvus_target(args)
     index = None
@@ -578,7 +590,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps([entry for block in blocks for entry in block], indent=2, ensure_ascii=False))
     else:
         print("\n\n".join(_block_text(entry) for block in blocks for entry in block))
-        print(f"\n{UNCERTAINTY_NOTE}")
+        print(f"\n{UNCERTAINTY_NOTE}\n{score_note(args.similarity, args.rerank)}")
     for entry in (e for block in blocks for e in block):
         for warning in entry["warnings"]:
             print(f"warning: {warning}", file=sys.stderr)

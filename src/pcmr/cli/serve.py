@@ -74,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     if not args.request_timeout > 0:
         raise ValueError(f"--request-timeout must be a positive number of seconds, got {args.request_timeout}")
+    from pcmr.cli.search import check_query_names
+
+    check_query_names("cosine" if args.similarity is None else args.similarity, args.rerank)
     try:
         import uvicorn
 

@@ -270,6 +270,32 @@ UNCERTAINTY_NOTE = ("uncert.: percentile of the item's uncertainty among the gal
                     "(0% most certain, 100% most uncertain); raw values with --json")
 
 
+#: what a score's number is, where its registry reference does not say it in words
+_SCORE_MEANINGS = {
+    "match_prob": "the log of the match probability (PCME eqs. 2-3) averaged over sample pairs: 0 is a certain "
+                  "match, exp(score) the probability, so -124 means a probability of about e^-124",
+    "avg_l2": "minus the average Euclidean distance between samples of the two embeddings (PCME Table 1)",
+    "cosine": "the cosine of the two means, in [-1, 1]",
+    "l2": "minus the Euclidean distance of the two means",
+    "csd": "minus the expected squared distance of two samples (PCME++'s closed-form sampled distance)",
+    "wasserstein": "minus the 2-Wasserstein distance of the two Gaussians",
+    "kl": "minus the KL divergence of the two Gaussians (ProbVSE eqs. 4-5)",
+}
+
+
+def score_note(similarity: str, rerank: str = "nns") -> str:
+    """One line saying what the ``score`` column is for ``similarity`` and ``rerank``: its meaning (the
+    log match probability for ``match_prob``, ...), that higher is closer, and the re-weighting."""
+
+    from pcmr.similarity import get_similarity
+
+    meaning = _SCORE_MEANINGS.get(similarity) or f"{similarity} ({get_similarity(similarity).reference})"
+    line = f"score: {meaning}; higher is closer"
+    if rerank != "nns":
+        line += f"; shown after the {rerank} re-ranking (a re-weighted value, compare within one query)"
+    return line
+
+
 def _ordinal(value: float) -> str:
     number = int(round(value))
     suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
