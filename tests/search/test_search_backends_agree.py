@@ -204,3 +204,24 @@ def test_stored_statistics_of_a_sampled_score_drawn_otherwise_are_recomputed(ind
     stale = GalleryStatistics(index.gallery)
     stale.load(tmp_path, older, tmp_path / "index.json")
     assert len(stale) == len([e for e in entries if e["similarity"] != "match_prob"])
+
+
+def test_the_command_scores_a_pair_alike_on_faiss_and_exact(search_index_factory, tmp_path, capsys):
+    """`pcmr search` with the trained match probability (the default score of a PCME index): faiss candidates
+    re-scored exactly give the exact backend's list and scores."""
+    import json
+
+    from pcmr.cli import main
+
+    index = search_index_factory(tmp_path)
+    common = ["search", str(index), "--text", "a red circle", "--text", "two blue squares", "-k", "13", "--json"]
+    capsys.readouterr()
+    assert main([*common, "--backend", "exact"]) == 0
+    exact = json.loads(capsys.readouterr().out)
+    assert main([*common, "--backend", "faiss", "--candidates", "13"]) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert exact[0]["similarity"] == fast[0]["similarity"] == "match_prob"
+    for a, b in zip(fast, exact):
+        assert [h["index"] for h in a["results"]] == [h["index"] for h in b["results"]]
+        assert [h["score"] for h in a["results"]] == pytest.approx([h["score"] for h in b["results"]], rel=1e-5,
+                                                                   abs=1e-5)
