@@ -273,7 +273,7 @@ UNCERTAINTY_NOTE = ("uncert.: percentile of the item's uncertainty among the gal
 #: what a score's number is, where its registry reference does not say it in words
 _SCORE_MEANINGS = {
     "match_prob": "the log of the match probability (PCME eqs. 2-3) averaged over sample pairs: 0 is a certain "
-                  "match, exp(score) the probability, so -124 means a probability of about e^-124",
+                  "match and exp(score) the probability",
     "avg_l2": "minus the average Euclidean distance between samples of the two embeddings (PCME Table 1)",
     "cosine": "the cosine of the two means, in [-1, 1]",
     "l2": "minus the Euclidean distance of the two means",

@@ -9,16 +9,13 @@ pair's score is the same on every path that scores it (``pcmr.search``: the exac
 Milvus candidates re-scored exactly, gallery statistics, matchings).
 
 How: a 32-bit key per item hashes the bit patterns of its values (rounded to float16, so a
-half-precision copy of a gallery keeps its items' draws) with their positions; draw
-``(j, d)`` of an item takes two 32-bit words ``hash(key ^ hash(counter))`` and turns them into one
-standard normal by the Box-Muller transform. The hash is Wellons's ``lowbias32``; every product is
-taken modulo ``2**32`` in 64-bit integers without overflow, so the draws are the same on every
-device up to the rounding of ``log``/``cos``.
+half-precision copy of a gallery keeps its items' draws) with their positions and a seed; the item's
+draws are ``torch.randn(J, D)`` from a CPU generator seeded with that key (the same on every device,
+copied to the item's). The hash is Wellons's ``lowbias32``; every product is taken modulo ``2**32``
+in 64-bit integers without overflow.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor
@@ -28,8 +25,6 @@ from pcmr.gaussian import Gaussian
 __all__ = ["item_keys", "item_noise", "item_samples"]
 
 _MASK = 0xFFFFFFFF
-#: draws written per step (bounds the integer temporaries of :func:`item_noise`)
-_STEP_ELEMENTS = 1 << 21
 
 
 def _mul32(x: Tensor, constant: int) -> Tensor:
@@ -57,7 +52,8 @@ def _bits(values: Tensor) -> Tensor:
 def item_keys(g: Gaussian, seed: int = 0) -> Tensor:
     """``[N]`` int64 keys in ``[0, 2**32)``: a hash of each item's mean and log-variance values (rounded to
     float16) with their positions, and of ``seed``. Equal items get equal keys; the key of an item is
-    independent of the others."""
+    independent of the others. Each field is first reduced to ``sum_d bits_d * w_d mod 2**32`` with odd
+    position weights ``w_d``, so two items that differ in one value always differ there."""
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {type(seed).__name__}")
     device = g.mean.device
@@ -65,31 +61,24 @@ def item_keys(g: Gaussian, seed: int = 0) -> Tensor:
     fields = [g.mean] if g.logvar is None else [g.mean, g.logvar]
     for field, values in enumerate(fields):
         width = values.shape[1]
-        position = _hash32(torch.arange(width, device=device, dtype=torch.int64) + (field << 24))  # [W]
-        mixed = _hash32(_bits(values) ^ position).sum(dim=1) & _MASK  # [N]
+        weights = _hash32(torch.arange(width, device=device, dtype=torch.int64) + (field << 24)) | 1  # [W], odd
+        mixed = (_bits(values) * weights).sum(dim=1) & _MASK  # [N]; each product < 2**48
         key = _hash32(key ^ _hash32(mixed ^ field))
     return key
 
 
 def item_noise(keys: Tensor, num_samples: int, dim: int, *, dtype: torch.dtype = torch.float32) -> Tensor:
     """Standard-normal draws ``eps [N, J, D]`` of the items with keys ``keys [N]`` (:func:`item_keys`),
-    ``J = num_samples``: draw ``(j, d)`` of item ``n`` depends on ``keys[n]``, ``j`` and ``d`` alone."""
+    ``J = num_samples``: item ``n``'s draws are ``torch.randn(J, D)`` of a CPU generator seeded with
+    ``keys[n]``, on the device of ``keys``."""
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
-    count = num_samples * dim
-    counter = torch.arange(count, device=keys.device, dtype=torch.int64)
-    first, second = _hash32(2 * counter), _hash32(2 * counter + 1)  # [J * D], the same for every item
-    out = torch.empty(keys.shape[0], count, dtype=dtype, device=keys.device)
-    step = max(1, _STEP_ELEMENTS // max(1, count))
-    scale = 1.0 / 2**32
-    work = torch.float64 if dtype == torch.float64 else torch.float32  # (0.5 + x) / 2**32 stays in (0, 1]
-    for start in range(0, keys.shape[0], step):
-        base = keys[start:start + step].unsqueeze(1)  # [n, 1]
-        u1 = (_hash32(base ^ first).to(work) + 0.5) * scale  # (0, 1]
-        u2 = (_hash32(base ^ second).to(work) + 0.5) * scale
-        normal = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)
-        out[start:start + step] = normal.to(dtype)
-    return out.view(keys.shape[0], num_samples, dim)
+    out = torch.empty(keys.shape[0], num_samples, dim, dtype=dtype)
+    generator = torch.Generator()
+    for row, key in enumerate(keys.tolist()):
+        generator.manual_seed(key)
+        torch.randn(num_samples, dim, generator=generator, dtype=dtype, out=out[row])
+    return out.to(keys.device)
 
 
 def item_samples(g: Gaussian, num_samples: int, seed: int = 0) -> Tensor:
