@@ -556,7 +556,7 @@ class Trainer:
         share = 100.0 * data / max(data + compute, 1e-9)
         line += f"; steps: data wait {data:.2f} s ({share:.0f} %), compute {compute:.2f} s"
         write_line(line, bars=progress_enabled(self.config.train.progress))
-        if not getattr(self, "_loss_noted", False):  # once per process: what "loss" and a small split's rsum are
+        if not getattr(self, "_loss_noted", False):  # once per run: what "loss" and a small split's rsum are
             self._loss_noted = True
             for note in (f"loss is {self.loss_fn.scale_note}", small_validation_note(self.parts.val_split)):
                 if note:
