@@ -4,6 +4,9 @@ evaluate both, print the comparison table and where the reports and plots were w
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -157,17 +160,13 @@ def run(args: argparse.Namespace) -> int:
 
 def cpu_seconds() -> float:
     """CPU time (user + system) of this process and of its finished child processes, in seconds."""
-    import resource
-
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def machine() -> str:
-    """``"2 logical CPUs (AMD EPYC), load 1.2"``: what the wall time of a run depends on besides the work."""
-    import os
-    import platform
-
+    """``"2 logical CPUs (AMD EPYC), load average 1.2"``: what the wall time of a run depends on besides
+    the work."""
     model = platform.processor() or ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:

@@ -43,7 +43,7 @@ from pcmr.search.abstain import (
     read_risk_curve,
 )
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
-from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, get_backend
+from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, check_query_names, get_backend
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.manifest import milvus_entries, stored_similarity
 from pcmr.search.presentation import (
@@ -208,16 +208,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     return parser
-
-
-def check_query_names(similarity: str, rerank: str) -> None:
-    """``--similarity`` and ``--rerank`` name a registered score and re-ranker (ValueError naming the flag,
-    the near miss and the accepted names), before anything is loaded."""
-    for flag, check in (("--similarity", get_similarity), ("--rerank", get_reranker)):
-        try:
-            check(similarity if flag == "--similarity" else rerank)
-        except ValueError as err:
-            raise ValueError(f"{flag}: {err}") from None
 
 
 def _query_options(items: list[str], similarity: str, rerank: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -13,7 +13,7 @@ import socket
 import sys
 
 from pcmr.search import GalleryIndex
-from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, search_notes
+from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, check_query_names, search_notes
 from pcmr.search.image_files import image_root
 from pcmr.search.searcher import DEFAULT_CANDIDATES
 from pcmr.search.service import ServiceLimits, create_app
@@ -74,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     if not args.request_timeout > 0:
         raise ValueError(f"--request-timeout must be a positive number of seconds, got {args.request_timeout}")
-    from pcmr.cli.search import check_query_names
-
     check_query_names("cosine" if args.similarity is None else args.similarity, args.rerank)
     try:
         import uvicorn

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from pcmr.data.text import tokenize
 from pcmr.inference import get_reranker
+from pcmr.similarity import get_similarity
 
 __all__ = [
     "ShownHit",
@@ -287,11 +288,9 @@ def score_note(similarity: str, rerank: str = "nns") -> str:
     """One line saying what the ``score`` column is for ``similarity`` and ``rerank``: its meaning (the
     log match probability for ``match_prob``, ...), that higher is closer, and the re-weighting."""
 
-    from pcmr.similarity import get_similarity
-
     meaning = _SCORE_MEANINGS.get(similarity) or f"{similarity} ({get_similarity(similarity).reference})"
     line = f"score: {meaning}; higher is closer"
-    if rerank != "nns":
+    if not get_reranker(rerank).is_identity:
         line += f"; shown after the {rerank} re-ranking (a re-weighted value, compare within one query)"
     return line
 
