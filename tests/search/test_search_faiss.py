@@ -106,7 +106,7 @@ def test_sampled_scores_rescore_candidates_with_each_items_own_samples():
     _, candidates = index.ann["image"].search(query, 12)
     for q in range(3):
         scores = score_matrix("match_prob", index.images[candidates[q]], query[q:q + 1], {"a": 3.0, "b": 1.0},
-                              per_item=True)[:, 0]
+                              common=True)[:, 0]
         order = torch.sort(scores, descending=True, stable=True).indices[:4]
         assert torch.equal(fast.indices[q], candidates[q][order])
         torch.testing.assert_close(fast.scores[q], scores[order])

@@ -151,7 +151,7 @@ def _reference_scores(index: StoredGallery, similarity: str, modality: str, opts
     if key is not None and key in index.reference_cache:
         return index.reference_cache[key]
     assert isinstance(index.images, Gaussian) and isinstance(index.captions, Gaussian)  # in memory
-    pair = score_matrix(similarity, index.images, index.captions, opts, per_item=True)  # [N_img, N_cap]
+    pair = score_matrix(similarity, index.images, index.captions, opts, common=True)  # [N_img, N_cap]
     reference = pair if modality == "image" else pair.T
     if key is not None:
         index.reference_cache[key] = reference

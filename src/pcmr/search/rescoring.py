@@ -23,12 +23,12 @@ __all__ = ["oriented_scores", "rescore_candidates"]
 def oriented_scores(similarity: str, query: Gaussian, gallery: Gaussian, query_modality: str,
                     options: dict[str, Any]) -> Tensor:
     """Exact scores ``[Q, G]`` of queries (rows) against gallery items, whatever the direction
-    (a caption query scores ``S(image, caption)`` like every other caption). Sampled scores draw each
-    item's samples from its own values, so a pair scores the same whichever items come with it."""
+    (a caption query scores ``S(image, caption)`` like every other caption). Sampled scores use each
+    side's common draws, so a pair scores the same whichever items come with it."""
 
     if query_modality == "caption":
-        return score_matrix(similarity, gallery, query, options, per_item=True).T  # [N_img, N_cap] -> [Q, G]
-    return score_matrix(similarity, query, gallery, options, per_item=True)
+        return score_matrix(similarity, gallery, query, options, common=True).T  # [N_img, N_cap] -> [Q, G]
+    return score_matrix(similarity, query, gallery, options, common=True)
 
 
 def _take(gallery: Gaussian | GalleryStore, rows: Tensor, need_logvar: bool) -> Gaussian:
@@ -42,7 +42,7 @@ def rescore_candidates(similarity: str, query: Gaussian, gallery: Gaussian | Gal
     """Exact scores ``[Q, C]`` of each query against its candidate rows ``candidates [Q, C]``
     (entries ``-1`` mark unfilled slots and score ``-inf``). Closed-form scores are evaluated on
     aligned pairs in one call; Monte-Carlo scores query by query through the path of the exact backend,
-    with each item's own samples (:func:`oriented_scores`). ``need_logvar=False`` reads only the means of a store (scores of the means)."""
+    with the common draws of each side (:func:`oriented_scores`). ``need_logvar=False`` reads only the means of a store (scores of the means)."""
 
     valid = candidates >= 0
     safe = candidates.clamp_min(0)

@@ -6,7 +6,7 @@ with its parameters, kept with the index and saved in ``statistics.safetensors``
 The reference queries of a gallery modality are at most ``sample`` stored items of the other modality
 (:func:`pcmr.search.searcher.reference_sample`); the values come from
 :func:`pcmr.search.searcher.gallery_statistic`, the one function that computes them. A statistic of a
-sampled score records how its samples were drawn (``samples``: each item's own, ``per_item``); a
+sampled score records how its samples were drawn (``samples``: ``common``, one set of draws per side); a
 stored one drawn otherwise (an index saved by an earlier version) is not read, and is recomputed on
 first use.
 """
@@ -26,8 +26,8 @@ from pcmr.inference import get_reranker, list_reweightings
 from pcmr.search.searcher import Gallery, Scoring, gallery_statistic, reference_sample
 from pcmr.similarity import get_similarity
 
-#: how a sampled score's statistics draw their samples (``pcmr.similarity.item_noise``)
-SAMPLES = "per_item"
+#: how a sampled score's statistics draw their samples (``pcmr.similarity.common_draws``)
+SAMPLES = "common"
 
 __all__ = ["GalleryStatistics", "STATISTICS_FILE", "statistic_key"]
 
