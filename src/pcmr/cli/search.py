@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pcmr.arguments import option_value, positive_int
+from pcmr.arguments import checked_name, option_value, positive_int
 from pcmr.atomic import write_folder, writing_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
@@ -43,7 +43,7 @@ from pcmr.search.abstain import (
     read_risk_curve,
 )
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
-from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, check_query_names, get_backend
+from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, get_backend
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.manifest import milvus_entries, stored_similarity
 from pcmr.search.presentation import (
@@ -534,7 +534,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("--store-dtype sets the precision of an --on-disk gallery; add --on-disk")
     if args.similarity is None:
         args.similarity = _default_similarity(args)
-    check_query_names(args.similarity, args.rerank)
+    checked_name("--similarity", args.similarity, get_similarity)
+    checked_name("--rerank", args.rerank, get_reranker)
     coverage = _coverages(args)  # checked before any work
     _check_milvus_target(args)
     index = None

@@ -44,10 +44,9 @@ from pcmr.search.searcher import (
 )
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
-from pcmr.similarity import get_similarity
 
 __all__ = ["BACKENDS", "SEARCH_BACKENDS", "Backend", "DEFAULT_TOP_K", "get_backend", "RESCORE_ALL_MAX", "candidate_count",
-           "check_query_names", "plan_search",
+           "plan_search",
            "search_index", "search_notes", "trained_similarity"]
 
 #: results per query when a search names no k (the library, pcmr search and pcmr serve)
@@ -97,16 +96,6 @@ def candidate_count(reranker: Reranker, gallery_size: int, candidates: int | Non
     return width, (f"re-ranker {reranker.name!r} re-weights every item by a statistic of the whole gallery, so its "
                    f"top-k among {width} candidates per query may differ from the exact search; ask for "
                    f"{gallery_size} candidates (--candidates {gallery_size}) or the exact backend for the exact result")
-
-
-def check_query_names(similarity: str, rerank: str) -> None:
-    """``--similarity`` and ``--rerank`` name a registered score and re-ranker (ValueError naming the flag,
-    the near miss and the accepted names), before anything is loaded."""
-    for flag, check in (("--similarity", get_similarity), ("--rerank", get_reranker)):
-        try:
-            check(similarity if flag == "--similarity" else rerank)
-        except ValueError as err:
-            raise ValueError(f"{flag}: {err}") from None
 
 
 def trained_similarity(index: StoredGallery) -> str:
