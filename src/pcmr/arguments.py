@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["option_value", "positive_int"]
+__all__ = ["checked_name", "option_value", "positive_int"]
 
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
@@ -38,3 +39,13 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer (1 or more), got {value}")
     return value
+
+
+def checked_name(flag: str, name: str, lookup: Callable[[str], Any]) -> None:
+    """``lookup(name)`` (a registry's ``get``: ``pcmr.similarity.get_similarity``,
+    ``pcmr.inference.get_reranker``) with its error prefixed by ``flag``, so a misspelt ``--similarity``
+    or ``--rerank`` is named as such, before anything is loaded."""
+    try:
+        lookup(name)
+    except ValueError as err:
+        raise ValueError(f"{flag}: {err}") from None

@@ -21,6 +21,7 @@ from torch import Tensor
 from pcmr.gaussian import Gaussian
 from pcmr.inference import Reranker, get_reranker
 from pcmr.similarity import get_similarity, pairwise
+from pcmr.similarity.common_draws import common_samples
 from pcmr.suggest import unknown_name
 
 __all__ = ["score_matrix", "unsupported_reason", "check_similarity_supported", "rerank_topk", "get_method",
@@ -67,17 +68,25 @@ def check_similarity_supported(name: str, images: Gaussian, captions: Gaussian,
 
 
 def score_matrix(name: str, images: Gaussian, captions: Gaussian, options: dict[str, Any] | None = None,
-                 *, seed: int = DEFAULT_SEED, block_size: int | None = None) -> Tensor:
+                 *, seed: int = DEFAULT_SEED, block_size: int | None = None, common: bool = False) -> Tensor:
     """``S [N_img, N_cap]`` of similarity ``name`` (higher = more similar), without autograd.
 
-    Sampled scores draw their samples from a generator seeded with ``seed`` on the inputs' device,
-    unless ``options`` carries its own ``generator`` or samples.
+    Sampled scores draw their samples from a generator seeded with ``seed`` on the inputs' device
+    (one stream for the whole matrix), unless ``options`` carries its own ``generator`` or samples.
+    ``common=True``: every item of a side uses that side's common draws from ``seed``
+    (:func:`pcmr.similarity.common_draws.common_samples`), so a pair's score does not depend on the other
+    items of the call (what the search needs: a candidate list scores a pair as the whole gallery does).
     """
 
     opts = dict(options or {})
     spec = get_similarity(name)
     if spec.sampled and "generator" not in opts and "image_samples" not in opts:
-        opts["generator"] = torch.Generator(device=images.device).manual_seed(seed)
+        if common:
+            num = int(opts.get("num_samples", spec.options["num_samples"]))
+            opts["image_samples"] = common_samples(images.detach(), num, "image", seed)
+            opts["caption_samples"] = common_samples(captions.detach(), num, "caption", seed)
+        else:
+            opts["generator"] = torch.Generator(device=images.device).manual_seed(seed)
     with torch.no_grad():
         return pairwise(name, images.detach(), captions.detach(), block_size=block_size, **opts)
 

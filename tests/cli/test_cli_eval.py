@@ -78,7 +78,7 @@ def test_search_build_text_and_image(tiny_shapes, run_dir, tmp_path, capsys):
     assert main(["search", str(index), "--text", "a red circle", "-k", "3", "--similarity", "kl"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("a red circle") and "[kl, nns]" in out[0]
-    assert len(out) == 2 + 3 + 2  # header, column titles, 3 hits, blank line, note on the uncertainty column
+    assert len(out) == 2 + 3 + 3  # header, column titles, 3 hits, blank line, notes on the uncertainty and score
     split = load_dataset("shapes", "test", **tiny_shapes)
     Image.fromarray(np.asarray(split.images.pixels[0])).save(tmp_path / "query.png")
     assert main(["search", str(index), "--image", str(tmp_path / "query.png"), "-k", "2", "--rerank", "csls",

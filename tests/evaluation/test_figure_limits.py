@@ -275,3 +275,26 @@ def test_ellipses_name_multiplicities_and_count_coinciding_means(tmp_path: Path,
     assert notes == ["2 images at this point", "4 captions at this point"]
     outlines = [p for p in ax.patches if p.get_facecolor()[3] == 0.0]
     assert len(outlines) == 2 + 2 + 1  # equal ellipses at one point are drawn once
+
+
+def test_risk_coverage_names_coinciding_curves_and_the_multiplicity_order(tmp_path: Path, caught) -> None:
+    """Similarities that give every query the same risk draw one curve, labelled with all their names;
+    the true-multiplicity reference says in which order it answers."""
+    from pcmr.evaluation.abstention import abstention_series
+
+    images, captions, relevance = _gaussians(60, 4, 4)
+    relevance |= torch.rand(relevance.shape, generator=torch.Generator().manual_seed(5)) < 0.05
+    scores = images.mean @ captions.mean.T
+    same = abstention_series(scores, relevance, images, captions, "log_det")
+    other = abstention_series(-scores, relevance, images, captions, "log_det")
+    series = {"cosine": same, "kl": same, "js": same, "l2": other}
+    assert [names for names, _ in report_plots.coinciding_curves(series, "t2i")] == [["cosine", "kl", "js"], ["l2"]]
+    report_plots.plot_risk_coverage({"measure": "log_det", "series": series}, tmp_path / "r.png")
+    figure = caught[-1]
+    for ax in figure.axes:
+        labels = ax.get_legend_handles_labels()[1]
+        assert labels[0].startswith("cosine, kl, js uncertainty (identical curves, AURC ")
+        assert any(label.startswith("true multiplicity, fewest relevant first") for label in labels)
+        assert len(ax.get_lines()) == 5  # two uncertainty curves, margin, multiplicity, no abstention
+    _legend_clear_of_marks(figure)
+    assert_readable(figure, "risk_coverage.png")

@@ -95,7 +95,7 @@ def test_candidates_with_the_whole_gallery_equal_the_exact_ranking(similarity):
     torch.testing.assert_close(fast.scores, exact.scores, rtol=1e-4, atol=1e-4)
 
 
-def test_sampled_scores_rescore_candidates_through_the_seeded_exact_path():
+def test_sampled_scores_rescore_candidates_with_each_items_own_samples():
     from pcmr.scoring import score_matrix
 
     gen = torch.Generator().manual_seed(4)
@@ -105,7 +105,8 @@ def test_sampled_scores_rescore_candidates_through_the_seeded_exact_path():
     fast = index.search(query, k=4, similarity="match_prob", backend="faiss", candidates=12)
     _, candidates = index.ann["image"].search(query, 12)
     for q in range(3):
-        scores = score_matrix("match_prob", index.images[candidates[q]], query[q:q + 1], {"a": 3.0, "b": 1.0})[:, 0]
+        scores = score_matrix("match_prob", index.images[candidates[q]], query[q:q + 1], {"a": 3.0, "b": 1.0},
+                              common=True)[:, 0]
         order = torch.sort(scores, descending=True, stable=True).indices[:4]
         assert torch.equal(fast.indices[q], candidates[q][order])
         torch.testing.assert_close(fast.scores[q], scores[order])

@@ -4,6 +4,9 @@ evaluate both, print the comparison table and where the reports and plots were w
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     _prepare(out)
     overrides = (DEMO_OVERRIDES + (["train.progress=true"] if args.progress else [])
                  + ([f"train.device={args.device}"] if args.device else []) + list(args.overrides))
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     results = []
     trained: dict[str, str] = {}
     for recipe in DEMO_RECIPES:
@@ -151,5 +154,24 @@ def run(args: argparse.Namespace) -> int:
             f"{recipe}: run {out / recipe}, report {out / recipe / 'evaluation' / 'results.md'}, "
             f"plots {out / recipe / 'evaluation' / 'plots'}"
         )
-    print(f"total time: {elapsed:.0f} s")
+    print(f"total time: {elapsed:.0f} s ({cpu_seconds() - cpu_started:.0f} s of CPU time on {machine()})")
     return 0
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its finished child processes, in seconds."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def machine() -> str:
+    """``"2 logical CPUs (AMD EPYC), load average 1.2"``: what the wall time of a run depends on besides
+    the work."""
+    model = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
+    except OSError:
+        pass
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    return f"{os.cpu_count()} logical CPUs{f' ({model})' if model else ''}{load}"

@@ -190,6 +190,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--batch-size", type=positive_int, default=None, help=f"items per encoding batch (default {ENCODE_BATCH_SIZE})")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: the run's train.device "
                         "when this machine has it, else cpu)")
+    parser.add_argument("--no-corruption", dest="corruption", action="store_false",
+                        help="skip the uncertainty-vs-corruption figure (it re-encodes up to 256 images and "
+                        "captions at 9 occlusion and word-erasure ratios, the slowest phase on a small split)")
     parser.add_argument("--progress", action="store_const", const=True, default=None,
                         help="progress bars while encoding even when output is not a terminal "
                              "(default: bars only on a terminal)")
@@ -227,7 +230,7 @@ def _evaluate(args: argparse.Namespace, model: Any, split: Any, out: Path, simil
     result = evaluate(model, split, val_split=args.val_split, data=args.data, data_name=args.data_name,
                           similarities=similarities, rerankers=rerankers, rerank_options=rerank_options,
                           batch_size=args.batch_size, device=args.device, progress=args.progress,
-                          num_folds=args.folds)
+                          num_folds=args.folds, corruption=args.corruption)
     collapsed = collapsed_recall_warning(result.rows)
     if not result.rows:
         reasons = "; ".join(f"{s['similarity']}/{s['rerank']}: {s['reason']}" for s in result.skipped)

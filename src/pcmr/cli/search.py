@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pcmr.arguments import option_value, positive_int
+from pcmr.arguments import checked_name, option_value, positive_int
 from pcmr.atomic import write_folder, writing_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
@@ -51,6 +51,7 @@ from pcmr.search.presentation import (
     entries_text,
     fewer_lines_warning,
     result_warnings,
+    score_note,
     search_distinct,
     shown_entries,
     uncertainty_percentile,
@@ -534,6 +535,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("--store-dtype sets the precision of an --on-disk gallery; add --on-disk")
     if args.similarity is None:
         args.similarity = _default_similarity(args)
+    checked_name("--similarity", args.similarity, get_similarity)
+    checked_name("--rerank", args.rerank, get_reranker)
     coverage = _coverages(args)  # checked before any work
     _check_milvus_target(args)
     index = None
@@ -579,7 +582,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps([entry for block in blocks for entry in block], indent=2, ensure_ascii=False))
     else:
         print("\n\n".join(_block_text(entry) for block in blocks for entry in block))
-        print(f"\n{UNCERTAINTY_NOTE}")
+        print(f"\n{UNCERTAINTY_NOTE}\n{score_note(args.similarity, args.rerank)}")
     for entry in (e for block in blocks for e in block):
         for warning in entry["warnings"]:
             print(f"warning: {warning}", file=sys.stderr)

@@ -12,11 +12,14 @@ import argparse
 import socket
 import sys
 
+from pcmr.arguments import checked_name
+from pcmr.inference import get_reranker
 from pcmr.search import GalleryIndex
 from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, search_notes
 from pcmr.search.image_files import image_root
 from pcmr.search.searcher import DEFAULT_CANDIDATES
 from pcmr.search.service import ServiceLimits, create_app
+from pcmr.similarity import get_similarity
 
 __all__ = ["add_parser", "run"]
 
@@ -74,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     if not args.request_timeout > 0:
         raise ValueError(f"--request-timeout must be a positive number of seconds, got {args.request_timeout}")
+    if args.similarity is not None:  # (None: the index's trained score)
+        checked_name("--similarity", args.similarity, get_similarity)
+    checked_name("--rerank", args.rerank, get_reranker)
     try:
         import uvicorn
 

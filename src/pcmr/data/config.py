@@ -49,9 +49,15 @@ def load_configured_split(config: DataConfig, split: str) -> RetrievalSplit:
     """The split ``split`` of the dataset ``config`` names (same name, root and options as training).
 
     Raises:
-        ConfigError: ``data.root`` names a missing folder, or a dataset read from its folder has none.
+        ConfigError: ``data.root`` names a missing folder, or a dataset read from its folder has none,
+        or a folder is given to built-in generated data (``data.name`` left at ``shapes``).
     """
     options = dict(config.options)
+    if config.root is not None and config.name in list_datasets() and renders_images(config.name):
+        raise ConfigError(
+            f"data.root={config.root} names a dataset folder, but data.name is {config.name!r} (the default: "
+            f"built-in generated data, which reads no folder); also name the folder's dataset format with "
+            f"--set data.name=NAME (`pcmr list datasets`, docs/datasets.md)")
     if config.root is not None:
         root = Path(config.root).expanduser()
         if not root.exists():

@@ -36,7 +36,7 @@ from pcmr.evaluation.evaluate import (
     SharedWork,
     evaluate_embeddings,
 )
-from pcmr.evaluation.figures import corruption_series
+from pcmr.evaluation.figures import CORRUPTION_ITEMS, CORRUPTION_RATIOS, corruption_series
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
 from pcmr.evaluation.settings import EvaluationSettings, check_setting_names, setting_names
 from pcmr.gaussian import Gaussian
@@ -190,8 +190,10 @@ class RetrievalEvaluator(EvaluationSettings):
                 model, getattr(self.split, "name", None), getattr(self.split, "split", None),
                 encoded.images.num, encoded.captions.num)
         if self.corruption and not (encoded.images.is_point and encoded.captions.is_point):
-            with phase("uncertainty under occlusion and word erasure (9 ratios x 256 items)", self.progress):
-                series = corruption_series(model, self.split, vocab, self.uncertainty_measure,
+            items = min(CORRUPTION_ITEMS, max(self.split.num_images, self.split.num_captions))
+            with phase(f"uncertainty under occlusion and word erasure ({len(CORRUPTION_RATIOS)} ratios x up to "
+                       f"{items} items; skip with corruption=False, pcmr evaluate --no-corruption)", self.progress):
+                series = corruption_series(model, self.split, vocab, self.uncertainty_measure, max_items=CORRUPTION_ITEMS,
                                            batch_size=self.batch_size, device=self.device)
             if series:
                 result.figures[UNCERTAINTY_VS_CORRUPTION] = series

@@ -110,9 +110,11 @@ def multiplicity_series(images: Gaussian, captions: Gaussian, relevance: Tensor,
 
 
 CORRUPTION_RATIOS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+#: images / captions of a split re-encoded at each ratio (its first ones)
+CORRUPTION_ITEMS = 256
 
 
-def corruption_series(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, measure: str, *, max_items: int = 256,
+def corruption_series(model: RetrievalModel, split: RetrievalSplit, vocab: Vocabulary, measure: str, *, max_items: int = CORRUPTION_ITEMS,
                       ratios: tuple[float, ...] = CORRUPTION_RATIOS, batch_size: int = ENCODE_BATCH_SIZE, device: torch.device | str | None = None,
                       seed: int = 0) -> dict[str, Any] | None:
     """Mean uncertainty of the model's embeddings against the occlusion ratio of images and the

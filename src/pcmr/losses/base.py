@@ -65,6 +65,10 @@ class RetrievalLoss(nn.Module):
     """
 
     similarity_name: str
+    #: what the number ``loss`` of a training line is, for a reader who has not read the paper (printed
+    #: once by the trainer); a loss with an unusual scale says so in its own
+    scale_note: str = ("the training objective averaged over the epoch's steps; its scale depends on the loss "
+                       "and the batch size, so compare it between epochs of one run, not between runs or losses")
 
     def __init__(self, config: Any) -> None:
         super().__init__()

@@ -319,6 +319,11 @@ class PcmeLoss(RetrievalLoss):
     above plus ``a`` and ``b`` (detached, for logging) and ``loss``.
     """
 
+    scale_note = ("PCME's objective as its release scales it: the soft contrastive term is summed (not averaged) "
+                  "over every image x caption pair of a batch in both directions, plus the KL prior summed over "
+                  "the batch's Gaussians, so values in the tens of thousands at a batch of 128 are normal; the "
+                  "uniformity term is a log and may be negative. Compare it between epochs of one run")
+
     similarity_name = "match_prob"
 
     def __init__(self, config: PcmeConfig) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "plot_uncertainty_vs_corruption",
     "plot_embedding_ellipses",
     "plot_uncertainty_multiplicity",
+    "coinciding_curves",
     "save_figures",
     "FIGURES",
 ]
@@ -391,16 +392,18 @@ def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Pa
     axes = figure.subplots(1, 2, squeeze=False)[0]
     for ax, direction in zip(axes, DIRECTIONS):
         drawn: list[float] = []
-        for index, (name, sides) in enumerate(series.items()):
-            side = sides[direction]
+        for index, (names, side) in enumerate(coinciding_curves(series, direction)):
+            shared = "identical curves, " if len(names) > 1 else ""  # docs/evaluation.md says why
             ax.plot(side["coverage"], side["risk"], color=f"C{index}", linewidth=1.6,
-                    label=f"{name} uncertainty (AURC {100 * side[aurc_key()]:.1f})")
+                    label=f"{', '.join(names)} uncertainty ({shared}AURC {100 * side[aurc_key()]:.1f})")
             drawn += side["risk"]
             if index == 0:
+                name = names[0]
                 ax.plot(side["coverage"], side["margin_risk"], color="0.45", linestyle="--", linewidth=1.2,
                         label=f"top-1 margin of {name} (AURC {100 * side[aurc_key('margin')]:.1f})")
                 ax.plot(side["coverage"], side["multiplicity_risk"], color="0.2", linestyle=":", linewidth=1.2,
-                        label=f"true multiplicity (AURC {100 * side[aurc_key('multiplicity')]:.1f})")
+                        label=f"true multiplicity, fewest relevant first "
+                              f"(AURC {100 * side[aurc_key('multiplicity')]:.1f})")
                 ax.axhline(side["random"], color="0.7", linewidth=0.8, label="no abstention")
                 drawn += side["margin_risk"] + side["multiplicity_risk"] + [side["random"]]
         ax.set_xlim(0.0, 1.0)
@@ -413,6 +416,23 @@ def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Pa
             legend_below(ax, figure, fontsize=8, ncol=1, frameon=False)
     figure.suptitle("risk-coverage: does abstaining on uncertain queries help?", fontsize=11)
     return save_figure(figure, path)
+
+
+def coinciding_curves(series: dict[str, Any], direction: str) -> list[tuple[list[str], dict[str, Any]]]:
+    """The risk-coverage curves of ``series`` (``{similarity: {direction: side}}``) in one direction,
+    those with equal coverage and risk merged: ``[(similarities, side)]`` in the order of ``series``.
+    Every similarity answers by the same query uncertainty, so two similarities whose rankings give
+    every query the same R-Precision draw one curve."""
+    groups: list[tuple[list[str], dict[str, Any]]] = []
+    for name, sides in series.items():
+        side = sides[direction]
+        for names, first in groups:
+            if first["coverage"] == side["coverage"] and np.allclose(first["risk"], side["risk"], rtol=0, atol=1e-12):
+                names.append(name)
+                break
+        else:
+            groups.append(([name], side))
+    return groups
 
 
 def ellipse_axes(covariance: Any) -> tuple[float, float, float]:

@@ -45,7 +45,8 @@ from pcmr.search.searcher import (
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
 
-__all__ = ["BACKENDS", "SEARCH_BACKENDS", "Backend", "DEFAULT_TOP_K", "get_backend", "RESCORE_ALL_MAX", "candidate_count", "plan_search",
+__all__ = ["BACKENDS", "SEARCH_BACKENDS", "Backend", "DEFAULT_TOP_K", "get_backend", "RESCORE_ALL_MAX", "candidate_count",
+           "plan_search",
            "search_index", "search_notes", "trained_similarity"]
 
 #: results per query when a search names no k (the library, pcmr search and pcmr serve)
@@ -139,7 +140,7 @@ def _reference_scores(index: StoredGallery, similarity: str, modality: str, opts
     if key is not None and key in index.reference_cache:
         return index.reference_cache[key]
     assert isinstance(index.images, Gaussian) and isinstance(index.captions, Gaussian)  # in memory
-    pair = score_matrix(similarity, index.images, index.captions, opts)  # [N_img, N_cap]
+    pair = score_matrix(similarity, index.images, index.captions, opts, common=True)  # [N_img, N_cap]
     reference = pair if modality == "image" else pair.T
     if key is not None:
         index.reference_cache[key] = reference

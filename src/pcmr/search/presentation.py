@@ -28,6 +28,7 @@ from torch import Tensor
 
 from pcmr.data.text import tokenize
 from pcmr.inference import get_reranker
+from pcmr.similarity import get_similarity
 
 __all__ = [
     "ShownHit",
@@ -268,6 +269,30 @@ def entries_text(query: str, header: str, entries: Sequence[Mapping[str, Any]], 
 
 UNCERTAINTY_NOTE = ("uncert.: percentile of the item's uncertainty among the gallery's items "
                     "(0% most certain, 100% most uncertain); raw values with --json")
+
+
+#: what a score's number is, where its registry reference does not say it in words
+_SCORE_MEANINGS = {
+    "match_prob": "the log of the match probability (PCME eqs. 2-3) averaged over sample pairs: 0 is a certain "
+                  "match and exp(score) the probability",
+    "avg_l2": "minus the average Euclidean distance between samples of the two embeddings (PCME Table 1)",
+    "cosine": "the cosine of the two means, in [-1, 1]",
+    "l2": "minus the Euclidean distance of the two means",
+    "csd": "minus the expected squared distance of two samples (PCME++'s closed-form sampled distance)",
+    "wasserstein": "minus the 2-Wasserstein distance of the two Gaussians",
+    "kl": "minus the KL divergence of the two Gaussians (ProbVSE eqs. 4-5)",
+}
+
+
+def score_note(similarity: str, rerank: str = "nns") -> str:
+    """One line saying what the ``score`` column is for ``similarity`` and ``rerank``: its meaning (the
+    log match probability for ``match_prob``, ...), that higher is closer, and the re-weighting."""
+
+    meaning = _SCORE_MEANINGS.get(similarity) or f"{similarity} ({get_similarity(similarity).reference})"
+    line = f"score: {meaning}; higher is closer"
+    if not get_reranker(rerank).is_identity:
+        line += f"; shown after the {rerank} re-ranking (a re-weighted value, compare within one query)"
+    return line
 
 
 def _ordinal(value: float) -> str:

@@ -23,11 +23,12 @@ __all__ = ["oriented_scores", "rescore_candidates"]
 def oriented_scores(similarity: str, query: Gaussian, gallery: Gaussian, query_modality: str,
                     options: dict[str, Any]) -> Tensor:
     """Exact scores ``[Q, G]`` of queries (rows) against gallery items, whatever the direction
-    (a caption query scores ``S(image, caption)`` like every other caption)."""
+    (a caption query scores ``S(image, caption)`` like every other caption). Sampled scores use each
+    side's common draws, so a pair scores the same whichever items come with it."""
 
     if query_modality == "caption":
-        return score_matrix(similarity, gallery, query, options).T  # [N_img, N_cap] -> [Q, G]
-    return score_matrix(similarity, query, gallery, options)
+        return score_matrix(similarity, gallery, query, options, common=True).T  # [N_img, N_cap] -> [Q, G]
+    return score_matrix(similarity, query, gallery, options, common=True)
 
 
 def _take(gallery: Gaussian | GalleryStore, rows: Tensor, need_logvar: bool) -> Gaussian:
@@ -40,8 +41,8 @@ def rescore_candidates(similarity: str, query: Gaussian, gallery: Gaussian | Gal
                        query_modality: str, options: dict[str, Any], *, need_logvar: bool = True) -> Tensor:
     """Exact scores ``[Q, C]`` of each query against its candidate rows ``candidates [Q, C]``
     (entries ``-1`` mark unfilled slots and score ``-inf``). Closed-form scores are evaluated on
-    aligned pairs in one call; Monte-Carlo scores query by query through the same seeded path as the
-    exact backend. ``need_logvar=False`` reads only the means of a store (scores of the means)."""
+    aligned pairs in one call; Monte-Carlo scores query by query through the path of the exact backend,
+    with the common draws of each side (:func:`oriented_scores`). ``need_logvar=False`` reads only the means of a store (scores of the means)."""
 
     valid = candidates >= 0
     safe = candidates.clamp_min(0)

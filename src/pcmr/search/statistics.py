@@ -5,7 +5,10 @@ with its parameters, kept with the index and saved in ``statistics.safetensors``
 
 The reference queries of a gallery modality are at most ``sample`` stored items of the other modality
 (:func:`pcmr.search.searcher.reference_sample`); the values come from
-:func:`pcmr.search.searcher.gallery_statistic`, the one function that computes them.
+:func:`pcmr.search.searcher.gallery_statistic`, the one function that computes them. A statistic of a
+sampled score records how its samples were drawn (``samples``: ``common``, one set of draws per side); a
+stored one drawn otherwise (an index saved by an earlier version) is not read, and is recomputed on
+first use.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from torch import Tensor
 from pcmr.atomic import atomic_write_safetensors
 from pcmr.inference import get_reranker, list_reweightings
 from pcmr.search.searcher import Gallery, Scoring, gallery_statistic, reference_sample
+from pcmr.similarity import get_similarity
+
+#: how a sampled score's statistics draw their samples (``pcmr.similarity.common_draws``)
+SAMPLES = "common"
 
 __all__ = ["GalleryStatistics", "STATISTICS_FILE", "statistic_key"]
 
@@ -74,6 +81,8 @@ class GalleryStatistics:
             self.entries[key] = {"modality": gallery_modality, "similarity": scoring.similarity,
                                  "reranker": scoring.reranker.name, "params": scoring.reranker.parameters(),
                                  "options": scoring.options, "sample": sample, "value": value}
+            if get_similarity(scoring.similarity).sampled:
+                self.entries[key]["samples"] = SAMPLES
         return value
 
     def compute_defaults(self, gallery_modality: str, similarity: str, options: dict[str, Any], sample: int) -> None:
@@ -112,6 +121,8 @@ class GalleryStatistics:
                 raise ValueError(f"{meta_path}: entry {i} of field 'statistics' is malformed ({err})") from None
             if value is None or value.shape != (size,):
                 raise ValueError(f"{folder / STATISTICS_FILE}: 'statistic_{i}' must hold one value per {modality}")
+            if get_similarity(scoring.similarity).sampled and entry.get("samples") != SAMPLES:
+                continue  # drawn from another sampling: recomputed on first use
             key = statistic_key(modality, scoring)
             if key is not None:
                 self.entries[key] = {**entry, "value": value}

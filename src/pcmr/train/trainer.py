@@ -65,6 +65,7 @@ from pcmr.train.distributed import (
 from pcmr.train.faults import NonFiniteGuard
 from pcmr.train.feature_cache import attach_feature_caches, loader_augments
 from pcmr.train.global_batchnorm import convert_global_batchnorm
+from pcmr.train.guards import ProgressLines, check_steps_per_epoch, note_image_size, small_validation_note
 from pcmr.train.loggers import JsonlLog, RunLog, open_run_log
 from pcmr.train.precision import autocast_factory, grad_scaler
 from pcmr.train.preemption import StopRequest, TrainingInterrupted, resume_command
@@ -196,6 +197,9 @@ class Trainer:
             **self.loader_settings,
             **config.data.loader_options,
         )
+        check_steps_per_epoch(self.loader.batch_sampler, config.data.batch_size)
+        if self.context.is_main:
+            note_image_size(self.parts.train_split, config.data.options)
         self.cached_towers: list[str] = []
         if train.cache_frozen_features:
             image_augmented, caption_augmented = loader_augments(config.data.loader_options)
@@ -418,6 +422,8 @@ class Trainer:
         iterator = iter(loader)
         world = self.context.world_size
         self.epoch_times = {"data_seconds": 0.0, "compute_seconds": 0.0}
+        lines = ProgressLines(bar is None and train.progress is None and self.context.is_main,
+                              f"epoch {epoch + 1}/{train.epochs}", self.steps_per_epoch)
         while True:
             seed_everything(train.seed, self.progress.global_step)
             start = time.perf_counter()
@@ -443,6 +449,8 @@ class Trainer:
                 bar.update(1)
                 shown = {k: f"{v:.4g}" for k, v in list(terms.items())[:4]}
                 bar.set_postfix(**shown, pairs_s=f"{pairs_per_s:.0f}", data_ms=f"{1e3 * data_s:.1f}")
+            else:
+                lines.step(done, self.progress.step_in_epoch, terms, pairs_per_s)
             if train.log_every > 0 and self.progress.global_step % train.log_every == 0:
                 lr = self.optimizer.param_groups[0]["lr"]
                 self.log.write(
@@ -548,6 +556,11 @@ class Trainer:
         share = 100.0 * data / max(data + compute, 1e-9)
         line += f"; steps: data wait {data:.2f} s ({share:.0f} %), compute {compute:.2f} s"
         write_line(line, bars=progress_enabled(self.config.train.progress))
+        if not getattr(self, "_loss_noted", False):  # once per run: what "loss" and a small split's rsum are
+            self._loss_noted = True
+            for note in (f"loss is {self.loss_fn.scale_note}", small_validation_note(self.parts.val_split)):
+                if note:
+                    write_line(f"note: {note}", bars=progress_enabled(self.config.train.progress))
 
     def fit(self) -> dict[str, Any]:
         """Train to the last epoch (continuing a checkpoint when resuming); return the run summary.
