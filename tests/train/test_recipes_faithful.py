@@ -19,9 +19,9 @@ RECIPES = sorted(name for name, path in list_recipes().items() if path.parent ==
 MEAN_ONLY_SCORES = {"cosine", "l2"}
 #: the recipes whose papers train with Cutout and word dropping (PCME 4.1; PCME++), and CalibPE,
 #: whose augmented views estimate its distributions (CalibPE 3.3)
-AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd", "calibpe"}
+AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd", "pcmepp_csd_small_init", "calibpe"}
 #: the recipes that apply them as the PCME release does
-RELEASE_AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd"}
+RELEASE_AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd", "pcmepp_csd_small_init"}
 
 
 def tiny_overrides(cache_dir) -> list[str]:
