@@ -33,7 +33,7 @@ def main() -> None:
             skills.append((rp - qb) / (100.0 - qb))
         cells += [f"{float(row['i2t_r_precision']):.1f}", f"{float(row['t2i_r_precision']):.1f}",
                   f"{float(row['i2t_query_blind_r_precision']):.1f}", f"{float(row['t2i_query_blind_r_precision']):.1f}",
-                  f"{skills[0]:.3f}", f"{skills[1]:.3f}"]
+                  f"{skills[0]:.4f}", f"{skills[1]:.4f}"]
         lines.append("| " + " | ".join(cells) + " |")
     text = "# pcmepp_csd and calibpe probes (papers study setting, one seed)\n\n" + "\n".join(lines) + "\n"
     (HERE / "probes.md").write_text(text)
