@@ -5,7 +5,6 @@ encoders (fixture: tools/reference/pcmepp_release_training.py)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from _reference import load_fixture, part
@@ -14,8 +13,6 @@ from pcmr.models import create_model
 from pcmr.train import load_config
 from pcmr.train.recipes import list_recipes
 from pcmr.train.schedules import build_optimizer
-
-pytest.importorskip("adamp")  # the release's optimiser; pcmr's recipe names it (the 'adamp' extra)
 
 TENSORS, INFO = load_fixture("pcmepp_training")
 TOLERANCE = INFO["tolerance"]
