@@ -20,9 +20,11 @@ RECIPES = sorted(name for name, path in list_recipes().items() if path.parent ==
 MEAN_ONLY_SCORES = {"cosine", "l2"}
 #: the recipes whose papers train with Cutout and word dropping (PCME 4.1; PCME++), and CalibPE,
 #: whose augmented views estimate its distributions (CalibPE 3.3)
-AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd", "calibpe"}
+AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd", "pcmepp_csd_small_init", "calibpe"}
+#: CalibPE without Cutout: word dropping makes its caption views, its image views are equal
+VIEWS_WITHOUT_CUTOUT = {"calibpe_no_cutout"}
 #: the recipes that apply them as the PCME release does
-RELEASE_AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd"}
+RELEASE_AUGMENTED = {"pcme", "pcme_mu_only", "pcmepp_csd", "pcmepp_csd_small_init"}
 
 
 def tiny_overrides(cache_dir) -> list[str]:
@@ -92,6 +94,8 @@ def test_recipe_states_its_papers_augmentation(recipe):
         assert (options["word_dropout"], options["word_dropout_rule"]) == (0.1, "unk_then_delete")
     elif recipe in AUGMENTED:
         assert (options["erase_ratio"], options["word_dropout"]) == (0.2, 0.1)
+    elif recipe in VIEWS_WITHOUT_CUTOUT:
+        assert (options["erase_ratio"], options["word_dropout"]) == (0.0, 0.1)
     else:
         assert (options["erase_ratio"], options["word_dropout"]) == (0.0, 0.0)
 

@@ -20,14 +20,20 @@ the targets of both cross-entropies are ``1 - eps`` for matches and ``eps`` for 
 (:func:`smoothed_targets`), as the release's training step builds its ``matched`` matrix
 (``pcmepp/engine.py``: ``(1 - eps) * matched + eps * (1 - matched)``; its mixup targets use the same
 values for the pairs it does not mix).
+
+Parametrisation of ``a`` and ``b`` (``scale_parametrisation``): ``"softplus"`` (pcmr's default,
+``a = softplus(a_raw)``) or ``"release"``: the release's two free parameters ``negative_scale`` and
+``shift`` (``pcmepp/criterions/pcmepp.py``), the logit ``-negative_scale * csd + shift``, so an
+optimiser step moves ``a`` itself (:class:`FreeMatchScale`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 
 from pcmr.gaussian import Gaussian
@@ -37,7 +43,7 @@ from pcmr.losses.match_scale import MatchScale
 from pcmr.losses.regularisers import kl_prior_loss
 from pcmr.similarity import pairwise
 
-__all__ = ["CsdConfig", "CsdLoss", "csd_logits", "csd_loss", "pseudo_positive_targets", "smoothed_targets"]
+__all__ = ["CsdConfig", "CsdLoss", "FreeMatchScale", "csd_logits", "csd_loss", "pseudo_positive_targets", "smoothed_targets"]
 
 
 def csd_logits(image: Gaussian, caption: Gaussian, a: Tensor | float, b: Tensor | float) -> Tensor:
@@ -98,6 +104,46 @@ def csd_loss(
     return F.binary_cross_entropy_with_logits(logits, targets, reduction=reduction)
 
 
+#: how ``pcme_csd`` holds ``a`` and ``b``: ``softplus`` (:class:`MatchScale`) or ``release`` (:class:`FreeMatchScale`)
+CSD_SCALE_PARAMETRISATIONS = ("softplus", "release")
+
+
+class FreeMatchScale(nn.Module):
+    """PCME++'s release's ``negative_scale`` (= ``a``) and ``shift`` (= ``b``): two free 0-dim parameters
+    (``pcmepp/criterions/pcmepp.py``, ``ClosedFormSampledDistanceLoss``). Nothing keeps ``a`` positive, as
+    in the release.
+
+    Args:
+        init_a: initial ``a`` (> 0); init_b: initial ``b``.
+    """
+
+    def __init__(self, init_a: float, init_b: float) -> None:
+        super().__init__()
+        check_positive_number("init_a", init_a)
+        if isinstance(init_b, bool) or not isinstance(init_b, (int, float)) or not math.isfinite(init_b):
+            raise ValueError(f"init_b must be a finite number, got {init_b!r}")
+        self.negative_scale = nn.Parameter(torch.tensor(float(init_a)))
+        self.shift = nn.Parameter(torch.tensor(float(init_b)))
+
+    @property
+    def a(self) -> Tensor:
+        """``negative_scale`` (0-dim, differentiable)."""
+        return self.negative_scale
+
+    @property
+    def b(self) -> Tensor:
+        """``shift`` (0-dim, differentiable)."""
+        return self.shift
+
+    def as_floats(self) -> dict[str, float]:
+        """``{"a": ..., "b": ...}`` as Python floats."""
+        return {"a": float(self.a.detach()), "b": float(self.b.detach())}
+
+    def extra_repr(self) -> str:
+        values = self.as_floats()
+        return f"a={values['a']:.4g}, b={values['b']:.4g} (release parametrisation)"
+
+
 @dataclass
 class CsdConfig:
     """Configuration of ``pcme_csd`` (defaults: PCME++'s released configuration).
@@ -110,6 +156,8 @@ class CsdConfig:
             ``smoothness_alpha``: 0.1; 0 switches it off).
         label_smoothing: the targets are ``1 - label_smoothing`` for matches and
             ``label_smoothing`` otherwise (PCME++'s release: 1e-4; 0: plain 0 / 1 targets).
+        scale_parametrisation: ``"softplus"`` (``a = softplus(a_raw)``) or ``"release"`` (the
+            release's free ``negative_scale`` and ``shift``: :class:`FreeMatchScale`).
     """
 
     init_a: float = 5.0
@@ -117,8 +165,10 @@ class CsdConfig:
     lambda_kl: float = 1e-4
     lambda_pseudo: float = 0.1
     label_smoothing: float = 1e-4
+    scale_parametrisation: str = "softplus"
 
     def __post_init__(self) -> None:
+        check_choice("scale_parametrisation", self.scale_parametrisation, CSD_SCALE_PARAMETRISATIONS)
         check_positive_number("init_a", self.init_a)
         check_positive_number("lambda_kl", self.lambda_kl, allow_zero=True)
         check_positive_number("lambda_pseudo", self.lambda_pseudo, allow_zero=True)
@@ -140,7 +190,7 @@ class CsdLoss(RetrievalLoss):
     * ``pseudo_positive``: the mean cross-entropy with pseudo-positive targets, image->text plus
       text->image (only computed, and reported, when ``lambda_pseudo > 0``).
 
-    Holds the learnable ``a`` (softplus-parametrised) and ``b``; the optimiser must
+    Holds the learnable ``a`` (softplus-parametrised, or free: ``scale_parametrisation``) and ``b``; the optimiser must
     include this module's parameters. The ranking score is ``csd`` (a monotone
     logit of it gives the same ranking), so ``similarity_options()`` is ``{}``.
     """
@@ -149,7 +199,9 @@ class CsdLoss(RetrievalLoss):
 
     def __init__(self, config: CsdConfig) -> None:
         super().__init__(config)
-        self.match_scale = MatchScale(config.init_a, config.init_b)
+        self.match_scale: MatchScale | FreeMatchScale = (
+            FreeMatchScale(config.init_a, config.init_b) if config.scale_parametrisation == "release"
+            else MatchScale(config.init_a, config.init_b))
 
     def forward(self, image: Gaussian, caption: Gaussian, positives: Tensor, **optional: object) -> dict[str, Tensor]:
         check_gaussian_pair(image, caption, positives)
