@@ -38,6 +38,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from pcmr.study.rejudge import rejudge_markdown
+
 __all__ = ["BlockError", "check", "render"]
 
 _BLOCK = re.compile(r"<!-- results (?P<attrs>[^>]*?) -->(?P<body>.*?)<!-- /results -->", re.S)
@@ -162,8 +164,6 @@ def _render_block(root: Path, attrs: dict[str, str], where: str) -> str:
     if "cell" in attrs:
         return _cell(_read(root, attrs["cell"], where), attrs, where)
     if "rejudge" in attrs:
-        from pcmr.study.rejudge import rejudge_markdown
-
         folder, study = root / attrs["rejudge"], root / attrs.get("study", "")
         if not (folder / "results.csv").is_file() or not study.is_file():
             raise BlockError(f"{where}: rejudge needs a results folder with results.csv and study=\"FILE\", got "
