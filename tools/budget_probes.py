@@ -184,8 +184,12 @@ def budgets(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
     return lines
 
 
-def choice(lines: list[dict[str, Any]]) -> str:
-    """The rule of the study file, applied: the passing budget with the fewest median training seconds."""
+def choice(lines: list[dict[str, Any]], missing: int = 0) -> str:
+    """The rule of the study file, applied: the passing budget with the fewest median training seconds;
+    no choice while ``missing`` probes have not finished (a larger budget may still pass)."""
+    if missing:
+        return (f"{missing} probe(s) have not finished: no budget is chosen until every probe of the study file "
+                "has run (`python tools/budget_probes.py --out runs/budget_probes` resumes them).")
     passing = [line for line in lines if line["passes"] == "yes"]
     if not passing:
         return "No probed budget passes the rule: none is chosen."
@@ -201,6 +205,9 @@ def choice(lines: list[dict[str, Any]]) -> str:
 
 def markdown(rows: list[dict[str, str]]) -> str:
     from pcmr.report import format_table
+    from pcmr.study import load_study
+
+    missing = len(load_study(STUDY).runs()) - len(rows)
 
     lines = budgets(rows)
     recipes = list(dict.fromkeys(r["recipe"] for r in rows))
@@ -219,7 +226,7 @@ def markdown(rows: list[dict[str, str]]) -> str:
         f">= {PASS_SKILL} both ways and the caption heads agree at rho >= {AGREEMENT_MIN} (the rule in the "
         "study file, written before the probes ran).", "",
         format_table(lines, columns), "",
-        choice(lines), "",
+        choice(lines, missing), "",
         f"CPU: {', '.join(cpus) or '-'}.", ""])
 
 
