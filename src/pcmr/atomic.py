@@ -100,8 +100,18 @@ def move_into_place(source: PathLike, destination: PathLike) -> Path:
     return destination
 
 
+def _check_size(handle: IO[bytes], path: Path) -> None:
+    """The file on disk holds every byte written through ``handle`` (a write that was cut short without
+    an error, e.g. by a library that ignores a failed write, is caught here before the rename)."""
+    written, on_disk = handle.tell(), os.fstat(handle.fileno()).st_size
+    if on_disk != written:
+        raise OSError(errno.EIO, f"only {on_disk} of the {written} bytes written reached the disk", str(path))
+
+
 def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write(handle)`` on a binary temp file next to ``path``, then move it into place.
+    """Call ``write(handle)`` on a binary temp file next to ``path``, then move it into place once its
+    size on disk is the number of bytes written (an ``OSError`` otherwise; every write error raises, as
+    ``handle`` is a Python file object).
 
     Creates the parent folder when missing. Returns ``path`` as a :class:`~pathlib.Path`.
     """
@@ -114,6 +124,7 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+            _check_size(handle, path)
         return move_into_place(tmp, path)
     except BaseException as err:
         with contextlib.suppress(FileNotFoundError):

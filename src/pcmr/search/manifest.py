@@ -34,7 +34,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
-from pcmr.atomic import atomic_write_json, atomic_write_safetensors, atomic_write_via_path, repair_folder
+from pcmr.atomic import atomic_write, atomic_write_json, atomic_write_safetensors, repair_folder
 from pcmr.data import Vocabulary
 from pcmr.gaussian import Gaussian
 from pcmr.hub import Model
@@ -87,11 +87,7 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
             ann_info[modality] = ann.describe()
             continue
         name = f"ann-{modality}.faiss"
-
-        def write_ann(tmp: Path, ann: Any = ann) -> None:
-            ann.write(str(tmp))
-
-        atomic_write_via_path(out / name, write_ann)
+        atomic_write(out / name, ann.write)  # through Python's file I/O: a failed write raises
         ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
                               "layout": ann.layout, "dim": ann.dim, "ntotal": ann.ntotal, "params": ann.params}
     statistics_info = index.statistics.save(out)

@@ -1,0 +1,92 @@
+"""Nothing lost through ``pcmr search``: a faiss file cut short by a real file-size limit is an error (the old
+index stays), ``--overwrite`` replaces only an index, a symlinked index path is locked and written through
+its target, and a repeated ``--add`` of one file is refused. Tiny embeddings files, no trained model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from pcmr.cli import main
+from pcmr.search import GalleryIndex
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def embeddings(path: Path, images: int, captions: int, dim: int = 16, seed: int = 0) -> Path:
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, n in (("image", images), ("caption", captions)):
+        if n:
+            tensors[f"{name}_mean"] = torch.randn(n, dim, generator=gen)
+            tensors[f"{name}_logvar"] = torch.randn(n, dim, generator=gen) - 2
+    meta = {"caption_texts": json.dumps([f"caption {seed} {i}" for i in range(captions)])} if captions else None
+    save_file(tensors, str(path), metadata=meta)
+    return path
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def pcmr_limited(limit: int, *args: str) -> subprocess.CompletedProcess:
+    """``pcmr ARGS`` in a child process whose files may not grow beyond ``limit`` bytes (``ulimit -f``)."""
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "pcmr", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}, preexec_fn=small_files)
+
+
+HNSW = ["--backend", "faiss", "--index-type", "hnsw", "--ann-score", "wasserstein"]
+
+
+@pytest.mark.parametrize("how", ["overwrite", "add"])
+def test_a_file_size_limit_inside_the_faiss_write_keeps_the_old_index(tmp_path, how):
+    """The limit lands in the last bytes of the faiss file, the largest of the index: faiss's own writer would
+    only print ``close error`` and report success; the write is an error and the old index stays."""
+    caps = embeddings(tmp_path / "caps.safetensors", 0, 600)
+    index = tmp_path / "fe"
+    assert main(["search", str(index), "--from-embeddings", str(caps), *HNSW]) == 0
+    faiss_file = index / "ann-caption.faiss"
+    largest = max(p.stat().st_size for p in index.rglob("*") if p.is_file())
+    assert faiss_file.stat().st_size == largest
+    before = snapshot(index)
+    if how == "overwrite":
+        args = ["search", str(index), "--from-embeddings", str(caps), *HNSW, "--overwrite"]
+        limit = largest - 300  # the new faiss file is as large as the old one
+    else:
+        more = embeddings(tmp_path / "more.safetensors", 0, 20, seed=1)
+        args = ["search", str(index), "--add", str(more)]
+        limit = largest + 300  # the grown faiss file passes it by a little
+    done = pcmr_limited(limit, *args)
+    assert done.returncode == 1, done.stderr
+    assert f"writing {faiss_file} failed (File too large); the previous {index} is intact" in done.stderr
+    assert snapshot(index) == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "caps.safetensors", "fe", *(["more.safetensors"] if how == "add" else [])]
+    loaded = GalleryIndex.load(index)
+    assert loaded.ann["caption"].ntotal == 600
+
+
+def test_a_write_cut_short_without_an_error_is_caught_before_the_rename(tmp_path):
+    from pcmr.atomic import atomic_write
+
+    def lying(handle):  # a library that ignores a failed write: fewer bytes on disk than it wrote
+        handle.write(b"x" * 100)
+        handle.flush()
+        os.ftruncate(handle.fileno(), 60)
+
+    (tmp_path / "a.bin").write_bytes(b"old")
+    with pytest.raises(OSError, match="only 60 of the 100 bytes written reached the disk"):
+        atomic_write(tmp_path / "a.bin", lying)
+    assert (tmp_path / "a.bin").read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["a.bin"]
