@@ -90,3 +90,35 @@ def test_a_write_cut_short_without_an_error_is_caught_before_the_rename(tmp_path
     with pytest.raises(OSError, match="only 60 of the 100 bytes written reached the disk"):
         atomic_write(tmp_path / "a.bin", lying)
     assert (tmp_path / "a.bin").read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["a.bin"]
+
+
+def test_overwrite_replaces_only_an_index(tmp_path, capsys):
+    caps = embeddings(tmp_path / "caps.safetensors", 4, 6)
+    victim = tmp_path / "victim"
+    (victim / "docs").mkdir(parents=True)
+    (victim / "docs" / "thesis.txt").write_text("years of work")
+    assert main(["search", str(victim), "--from-embeddings", str(caps), "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"{victim} is not a pcmr gallery index (it holds docs; no index.json of a gallery index); --overwrite "
+        "replaces only a whole gallery index: choose a new or empty INDEX folder, or move those files out")
+    assert (victim / "docs" / "thesis.txt").read_text() == "years of work"
+    run = tmp_path / "run"  # a run folder given as both the model and the index
+    (run / "model").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "model" / "config.json").write_text("{}")
+    assert main(["search", str(run), "--build", str(run), "--overwrite"]) == 2
+    assert f"{run} is not a pcmr gallery index (it holds config.yaml, model;" in capsys.readouterr().err
+    assert sorted(p.name for p in run.rglob("*")) == ["config.json", "config.yaml", "model"]
+    (tmp_path / "file").write_text("not a folder")
+    assert main(["search", str(tmp_path / "file"), "--from-embeddings", str(caps), "--overwrite"]) == 2
+    assert f"{tmp_path / 'file'} is a file, not a pcmr gallery index" in capsys.readouterr().err
+    index = tmp_path / "index"  # an index someone put a file into: the file is named, nothing replaced
+    assert main(["search", str(index), "--from-embeddings", str(caps)]) == 0
+    (index / "notes.txt").write_text("mine")
+    before = snapshot(index)
+    assert main(["search", str(index), "--from-embeddings", str(caps), "--overwrite"]) == 2
+    assert (f"{index} holds files that are not part of its gallery index (notes.txt); --overwrite replaces only"
+            in capsys.readouterr().err)
+    assert snapshot(index) == before
+    (index / "notes.txt").unlink()
+    assert main(["search", str(index), "--from-embeddings", str(caps), "--overwrite"]) == 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from pcmr.search.abstain import (
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, get_backend
 from pcmr.search.embeddings import read_embeddings
-from pcmr.search.manifest import milvus_entries, stored_similarity
+from pcmr.search.manifest import milvus_entries, not_an_index, stored_similarity
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
@@ -250,9 +251,16 @@ def _query_options(items: list[str], similarity: str, rerank: str) -> tuple[dict
 
 
 def _check_target(args: argparse.Namespace) -> None:
-    """--build / --from-embeddings never replace an existing index (or other files) without --overwrite."""
+    """--build / --from-embeddings never replace an existing index without --overwrite, and never replace
+    anything that is not a pcmr gallery index (a run folder, documents), even with it."""
     target = Path(args.index)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not args.overwrite:
+    if not os.path.lexists(target) or (target.is_dir() and not any(target.iterdir())):
+        return
+    problem = not_an_index(target)
+    if problem is not None:
+        raise FileExistsError(f"{problem}; --overwrite replaces only a whole gallery index: choose a new or "
+                              "empty INDEX folder, or move those files out")
+    if not args.overwrite:
         raise FileExistsError(f"{target} already exists; pass --overwrite to replace it, or --add FILE to "
                               f"append items to the index")
 

@@ -49,7 +49,8 @@ from pcmr.search.vectordb import MilvusCandidates
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "milvus_entries", "save_index", "stored_similarity"]
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "milvus_entries", "not_an_index", "save_index",
+           "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
 INDEX_VERSION = 3
@@ -126,6 +127,43 @@ def stored_similarity(directory: str | os.PathLike[str]) -> str | None:
         return None
     first = next(iter(options), None) if isinstance(options, dict) else None
     return first if isinstance(first, str) else None
+
+
+#: files an index of any version may hold besides those its manifest lists under ``checksums``
+_INDEX_NAMES = frozenset({META_FILE, EMBEDDINGS_FILE, "vocab.json", STATISTICS_FILE, UNCERTAINTY_FILE})
+
+
+def not_an_index(directory: str | os.PathLike[str]) -> str | None:
+    """Why the existing path ``directory`` may not be replaced as a gallery index, or None when it is one.
+
+    It must be a folder whose ``index.json`` is a pcmr gallery index manifest and which holds no file
+    the index does not account for (its ``checksums``, the manifest itself, and the fixed names of older
+    versions: its ``model/`` folder, ``vocab.json``, faiss files): ``pcmr search --overwrite`` replaces the
+    whole folder, so a run folder, a folder of documents or an index someone put other files into is
+    refused, naming what is there."""
+    root = Path(directory)
+    if not root.is_dir():
+        return f"{root} is a file, not a pcmr gallery index"
+    entries = sorted(p.name for p in root.iterdir())
+    shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+    try:
+        info = json.loads((root / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        info = None
+    if not isinstance(info, dict) or info.get("format") != INDEX_FORMAT:
+        return f"{root} is not a pcmr gallery index (it holds {shown}; no {META_FILE} of a gallery index)"
+    listed = info.get("checksums") if isinstance(info.get("checksums"), dict) else {}
+    ann = [entry.get("file") for entry in (info.get("ann") or {}).values() if isinstance(entry, dict)] \
+        if isinstance(info.get("ann"), dict) else []
+    old_model = info.get("version") in (1, 2) and isinstance(info.get("model"), str)
+    foreign = sorted(
+        name for name in (str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink())
+        if name not in listed and name not in _INDEX_NAMES and name not in ann
+        and not (old_model and name.startswith(f"{info['model']}/")))
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        return f"{root} holds files that are not part of its gallery index ({', '.join(foreign[:5])}{more})"
+    return None
 
 
 def _store_files(index: StoredGallery, out: Path) -> list[str]:
