@@ -152,7 +152,8 @@ def not_an_index(directory: str | os.PathLike[str]) -> str | None:
         info = None
     if not isinstance(info, dict) or info.get("format") != INDEX_FORMAT:
         return f"{root} is not a pcmr gallery index (it holds {shown}; no {META_FILE} of a gallery index)"
-    listed = info.get("checksums") if isinstance(info.get("checksums"), dict) else {}
+    checksums = info.get("checksums")
+    listed: dict[str, Any] = checksums if isinstance(checksums, dict) else {}
     ann = [entry.get("file") for entry in (info.get("ann") or {}).values() if isinstance(entry, dict)] \
         if isinstance(info.get("ann"), dict) else []
     old_model = info.get("version") in (1, 2) and isinstance(info.get("model"), str)
