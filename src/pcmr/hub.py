@@ -35,7 +35,7 @@ import yaml
 from huggingface_hub import ModelCard, ModelHubMixin, snapshot_download
 from torch import Tensor, nn
 
-from pcmr.atomic import atomic_write_text, repair_folder
+from pcmr.atomic import atomic_write_text, repair_folder, write_folder
 from pcmr.data import Vocabulary, load_dataset
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
 from pcmr.device import resolve_device
@@ -175,6 +175,22 @@ def _read_run_config(path: Path) -> dict[str, Any]:
         raise ValueError(f"run config file {str(path)!r} must hold a mapping with sections model/loss/data/train/"
                          f"eval, got a {type(raw).__name__}")
     return raw
+
+
+#: the files a :meth:`Model.save_pretrained` folder may hold (the Hugging Face layout of this module)
+MODEL_FILES = frozenset({"config.json", "model.safetensors", "README.md", "vocabulary.json", "similarity_options.json",
+                         "metrics.json", "preprocessor_config.json", RUN_CONFIG_FILE})
+
+
+def _not_model_files(directory: Path) -> str:
+    """The entries of an existing ``directory`` that a saved model does not hold, as a short list ('' when
+    none, or when it does not exist)."""
+    if not os.path.lexists(directory):
+        return ""
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{directory} is a file; save_pretrained writes a folder")
+    foreign = sorted(p.name for p in directory.iterdir() if p.name not in MODEL_FILES or not p.is_file())
+    return ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
 
 
 def _metrics_markdown(metrics: dict[str, Any]) -> str:
@@ -366,16 +382,28 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         atomic_write_text(save_directory / "README.md", str(card))
 
     def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> str | None:
-        """Write the model in the Hugging Face layout (see the module docstring); an existing folder of the
-        same files is replaced file by file (each write atomic). ``push_to_hub=True, repo_id=...`` uploads
-        it (needs network and a token). Returns the commit URL when pushed, else None."""
+        """Write the model in the Hugging Face layout (see the module docstring), all or nothing: the new
+        folder is written beside ``save_directory`` and swapped in whole (:func:`pcmr.atomic.write_folder`),
+        so an earlier export stays complete and loadable until the new one is, and a failed write (a full
+        disk) raises one :class:`~pcmr.atomic.FolderWriteError` naming the file and saying that the previous
+        folder is intact. A folder holding anything but a saved model's files is refused
+        (``FileExistsError``), never replaced. ``push_to_hub=True, repo_id=...`` uploads it (needs network
+        and a token). Returns the commit URL when pushed, else None."""
         directory = Path(save_directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        foreign = _not_model_files(directory)
+        if foreign:
+            raise FileExistsError(f"{directory} holds files that are not part of a saved model ({foreign}); "
+                                  "save_pretrained replaces the whole folder: choose a new or empty folder")
         previous = self._card_model_id  # set by push_to_hub, which saves into a temporary folder
-        self._card_model_id = kwargs.get("repo_id") or previous
-        (directory / "README.md").unlink(missing_ok=True)  # regenerated with the current metrics
+        self._card_model_id = kwargs.get("repo_id") or previous or str(directory)
+        pushed: list[str | None] = [None]
+
+        def write(folder: Path) -> None:
+            pushed[0] = super(Model, self).save_pretrained(folder, **kwargs)
+
         try:
-            return super().save_pretrained(directory, **kwargs)
+            write_folder(directory, write)
+            return pushed[0]
         finally:
             self._card_model_id = previous
 
@@ -427,6 +455,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
     def _from_pretrained(cls, *, model_id: str, revision: str | None, cache_dir: str | Path | None,
                          force_download: bool, local_files_only: bool, token: str | bool | None,
                          map_location: str | torch.device = "cpu", **model_kwargs: Any) -> Model:
+        repair_folder(model_id)  # a local export whose write was killed between its renames: put it back
         if os.path.isdir(model_id):
             return _load_folder(Path(model_id), map_location)
         try:
