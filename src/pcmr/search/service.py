@@ -8,7 +8,7 @@ Endpoints (every error is a 4xx JSON object ``{"error": "..."}``):
 - ``GET /api/images/{index}?k=5``: one gallery image with its nearest captions;
 - ``GET /api/captions/{index}``: one gallery caption;
 - ``GET /images/{index}``: the image itself (shapes scenes are rendered; file datasets serve their file,
-  only from the gallery's image folder: :mod:`pcmr.search.image_files`);
+  only from the folder given when the server starts, ``image_folder``: :mod:`pcmr.search.image_files`);
 - ``GET /``: the page (``pcmr/search/web``).
 
 The three search endpoints take ``similarity=`` and ``rerank=`` to override the server's settings for
@@ -20,6 +20,7 @@ Needs the ``search`` extra (FastAPI, uvicorn, python-multipart).
 """
 
 import io
+import os
 import threading
 import time
 from collections.abc import AsyncGenerator, Mapping
@@ -36,7 +37,7 @@ from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.search.compose import DEFAULT_TOP_K, get_backend, trained_similarity
 from pcmr.search.gallery import GalleryIndex
-from pcmr.search.image_files import confined_file, image_root, public_metadata
+from pcmr.search.image_files import confined_file, public_metadata, serving_folder
 from pcmr.search.presentation import (
     fewer_lines_warning,
     result_warnings,
@@ -80,10 +81,11 @@ class _BadRequest(Exception):
 class _Images:
     """Image bytes of gallery items: re-rendered shapes scenes or the files named in the metadata."""
 
-    def __init__(self, index: Any) -> None:
+    def __init__(self, index: Any, folder: str | os.PathLike[str] | None) -> None:
         self.index = index
         self.source = index.meta.get("image_source") or {}
-        self.root = image_root(index.meta, index.image_metadata)  # None: no image file is ever served
+        # only the folder given when the server starts, resolved once; never one the manifest names
+        self.root = serving_folder(folder)  # None: no image file is ever served
         self._pixels: Any = None
         self._lock = threading.Lock()
 
@@ -150,12 +152,13 @@ def _request_target(scope: Mapping[str, Any]) -> str:
 
 def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: str = "nns", backend: str = "auto",
                candidates: int | None = None, limits: ServiceLimits | None = None,
-               access_log: TextIO | None = None) -> Any:
+               access_log: TextIO | None = None, image_folder: str | os.PathLike[str] | None = None) -> Any:
     """A FastAPI application serving ``index`` (module docstring). ``similarity``/``rerank``/``backend``/
     ``candidates`` are the search settings of every query (``similarity`` None: the one the index's model
     was trained with, :func:`pcmr.search.compose.trained_similarity`; a query may override similarity and
     re-ranker); with ``access_log`` (a text stream, e.g. stderr) every request writes one
-    :func:`access_line` to it."""
+    :func:`access_line` to it. Image files are served only from ``image_folder`` (resolved once; None:
+    none are), each item's ``path`` relative to it (:mod:`pcmr.search.image_files`)."""
     from fastapi import FastAPI, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -170,7 +173,7 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
     if index.on_disk and not get_reranker(rerank).works_on_candidates:
         index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
-    images = _Images(index)
+    images = _Images(index, image_folder)
     measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
 
