@@ -218,8 +218,9 @@ def _leftover_pattern(path: Path) -> re.Pattern[str]:
 
 
 def folder_leftovers(path: PathLike) -> list[Path]:
-    """The copies of ``path`` left by a :func:`write_folder` that was killed (``kill -9``, a power cut)."""
-    path = Path(os.path.abspath(path))
+    """The copies of ``path`` (symbolic links resolved) left by a :func:`write_folder` that was killed
+    (``kill -9``, a power cut)."""
+    path = Path(os.path.realpath(path))
     pattern = _leftover_pattern(path)
     try:
         return sorted(p for p in path.parent.iterdir() if pattern.match(p.name))
@@ -236,7 +237,7 @@ def recover_folder(path: PathLike) -> list[Path]:
     be several), so the old state loads again. Every other leftover (``.NAME.X.tmp``: a partial or
     unswapped new folder; ``.NAME.X.old``: an old folder whose removal did not finish) is deleted.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))
     found = folder_leftovers(path)
     if not found:
         return found
@@ -278,7 +279,8 @@ def _written_file(err: OSError, tmp: Path, path: Path) -> str:
         return str(path)
     if name.startswith(str(tmp)):
         name = str(path) + name[len(str(tmp)):]
-    return re.sub(r"/\.([^/]+)\.[a-z0-9_]{8}\.tmp$", r"/\1", name)  # an atomic_write temp file: its target
+    # an atomic_write temp file, or a folder of a nested write_folder: the name it is written for
+    return re.sub(r"/\.([^/]+)\.[a-z0-9_]{8}\.tmp(?=/|$)", r"/\1", name)
 
 
 def _folder_error(err: OSError, tmp: Path, path: Path, existed: bool) -> FolderWriteError:
@@ -299,9 +301,10 @@ def write_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
     leaves the old folder aside, which the next writer (or reader, :func:`repair_folder`) renames
     back. The whole write holds ``path``'s lock (:class:`~pcmr.locking.PathLock`), so a second writer
     of the same path is refused. An OS error is raised as :class:`FolderWriteError` naming the file
-    being written and saying that the previous folder is intact.
+    being written and saying that the previous folder is intact. A symbolic link ``path`` is written
+    through: the folder it leads to is replaced and locked, and the link stays.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a link is written through: its target is replaced, under its lock
     path.parent.mkdir(parents=True, exist_ok=True)
     with PathLock(path, "writing it"):
         recover_folder(path)

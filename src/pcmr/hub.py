@@ -407,6 +407,18 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         finally:
             self._card_model_id = previous
 
+    def save_files(self, directory: str | Path) -> None:
+        """Write the files of a :meth:`save_pretrained` folder into the new folder ``directory`` as they
+        are, without the swap: for a folder that is itself inside a folder written whole (a gallery
+        index's ``model/``, written under :func:`pcmr.atomic.write_folder`)."""
+        folder = Path(directory)
+        previous = self._card_model_id
+        self._card_model_id = previous or str(folder)
+        try:
+            super().save_pretrained(folder)
+        finally:
+            self._card_model_id = previous
+
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> str:
         """Upload the :meth:`save_pretrained` folder to the Hugging Face Hub repository ``repo_id``
         (``huggingface_hub``'s ``push_to_hub``: needs network access and a token with write access)."""

@@ -53,6 +53,7 @@ def test_a_full_disk_at_each_step_keeps_the_previous_export(tmp_path, monkeypatc
     steps = calls[0]
     assert steps == len(before) + 2  # each file, then the old folder aside and the new one in
     tiny_model(0).save_pretrained(export)
+    before = snapshot(export)
     for k in range(1, steps + 1):
         with monkeypatch.context() as patch:
             full_disk_at(patch, k, export)

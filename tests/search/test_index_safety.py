@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from _kill_runner import pcmr_process
 from pcmr.cli import main
 from pcmr.search import GalleryIndex
 
@@ -122,3 +123,26 @@ def test_overwrite_replaces_only_an_index(tmp_path, capsys):
     assert snapshot(index) == before
     (index / "notes.txt").unlink()
     assert main(["search", str(index), "--from-embeddings", str(caps), "--overwrite"]) == 0
+
+
+def test_a_symlinked_index_is_locked_and_written_through_its_target(tmp_path, capsys):
+    caps, more = embeddings(tmp_path / "caps.safetensors", 4, 6), embeddings(tmp_path / "more.safetensors", 2, 3, seed=1)
+    index, link = tmp_path / "idx", tmp_path / "link"
+    assert main(["search", str(index), "--from-embeddings", str(caps)]) == 0
+    link.symlink_to("idx")
+    assert main(["search", str(link), "--add", str(more)]) == 0
+    assert link.is_symlink() and os.readlink(link) == "idx"  # the link stays; its target holds the items
+    assert GalleryIndex.load(index).images.num == 6
+    first = pcmr_process("hold:1", "search", str(index), "--add", str(more), wait=False)
+    try:
+        assert first.stdout.readline().strip() == "holding", first.communicate()
+        assert main(["search", str(link), "--add", str(more)]) == 2
+        err = capsys.readouterr().err
+        assert f"{link} is in use: process {first.pid} is writing this index (lock file {tmp_path / '.idx.lock'})" in err
+        assert main(["search", str(link), "--from-embeddings", str(caps), "--overwrite"]) == 2
+    finally:
+        first.kill()
+        first.communicate()
+    assert main(["search", str(link), "--from-embeddings", str(caps), "--overwrite"]) == 0
+    assert link.is_symlink() and GalleryIndex.load(link).images.num == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["caps.safetensors", "idx", "link", "more.safetensors"]

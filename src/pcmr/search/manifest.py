@@ -81,7 +81,7 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
     has_model = include_model and index.model is not None
     if has_model:
         assert index.model is not None
-        index.model.save_pretrained(out / MODEL_DIR)
+        index.model.save_files(out / MODEL_DIR)  # the index folder is written whole: no second swap
     ann_info = {}
     for modality, ann in index.ann.items():
         if ann.engine != "faiss":  # a vector database: how to reconnect
