@@ -39,6 +39,7 @@ __all__ = [
     "atomic_write_via_path",
     "DISK_FULL_ERRNOS",
     "folder_leftovers",
+    "folder_written",
     "FolderWriteError",
     "fsync_dir",
     "move_into_place",
@@ -211,6 +212,15 @@ class FolderWriteError(OSError):
         return str(self.strerror).split("; free disk space")[0]
 
 
+_WRITTEN: set[str] = set()  # folders whose new content write_folder put in place in this process
+
+
+def folder_written(path: PathLike) -> bool:
+    """Whether a :func:`write_folder` of ``path`` in this process put its new folder in place (so a
+    command stopped afterwards, e.g. by SIGTERM, says that ``path`` holds the new content)."""
+    return os.path.realpath(path) in _WRITTEN
+
+
 def _leftover_pattern(path: Path) -> re.Pattern[str]:
     """Names of the temporary (``.tmp``) and set-aside (``.old``) copies :func:`write_folder` makes
     for ``path``: ``.NAME.<8 random characters of tempfile>.tmp|old``."""
@@ -326,6 +336,11 @@ def write_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
             if isinstance(err, OSError) and not isinstance(err, FolderWriteError):
                 raise _folder_error(err, tmp, path, existed) from err
             raise
+        _WRITTEN.add(str(path))
         if existed:
-            shutil.rmtree(old, ignore_errors=True)
+            try:
+                shutil.rmtree(old, ignore_errors=True)
+            except BaseException:  # a signal while removing the old copy: the new folder is in place, finish
+                shutil.rmtree(old, ignore_errors=True)
+                raise
     return path

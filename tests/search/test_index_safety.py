@@ -133,7 +133,8 @@ def test_a_symlinked_index_is_locked_and_written_through_its_target(tmp_path, ca
     assert main(["search", str(link), "--add", str(more)]) == 0
     assert link.is_symlink() and os.readlink(link) == "idx"  # the link stays; its target holds the items
     assert GalleryIndex.load(index).images.num == 6
-    first = pcmr_process("hold:1", "search", str(index), "--add", str(more), wait=False)
+    other = embeddings(tmp_path / "other.safetensors", 1, 1, seed=2)
+    first = pcmr_process("hold:1", "search", str(index), "--add", str(other), wait=False)
     try:
         assert first.stdout.readline().strip() == "holding", first.communicate()
         assert main(["search", str(link), "--add", str(more)]) == 2
@@ -145,4 +146,27 @@ def test_a_symlinked_index_is_locked_and_written_through_its_target(tmp_path, ca
         first.communicate()
     assert main(["search", str(link), "--from-embeddings", str(caps), "--overwrite"]) == 0
     assert link.is_symlink() and GalleryIndex.load(link).images.num == 4
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["caps.safetensors", "idx", "link", "more.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["caps.safetensors", "idx", "link", "more.safetensors",
+                                                          "other.safetensors"]
+
+
+def test_a_repeated_add_is_refused_naming_the_file_and_sigterm_after_the_swap_says_so(tmp_path, capsys):
+    caps, more = embeddings(tmp_path / "caps.safetensors", 4, 6), embeddings(tmp_path / "more.safetensors", 2, 3, seed=1)
+    index = tmp_path / "idx"
+    assert main(["search", str(index), "--from-embeddings", str(caps)]) == 0
+    assert main(["search", str(index), "--add", str(caps)]) == 2  # the file the index was built from
+    assert (f"{caps} (SHA-256 " in (err := capsys.readouterr().err)
+            and f"is already in {index}: built from {caps}; adding it again would give its items twice" in err)
+    stopped = pcmr_process("term-cleanup", "search", str(index), "--add", str(more))
+    assert stopped.returncode == 128 + 15, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"pcmr search: stopped by SIGTERM after its write was complete: {index} holds the new content (do not run "
+        "the same command again to finish it)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["caps.safetensors", "idx", "more.safetensors"]
+    copy = tmp_path / "copy.safetensors"  # the same bytes under another name: still refused
+    copy.write_bytes(more.read_bytes())
+    assert main(["search", str(index), "--add", str(copy)]) == 2
+    assert f"is already in {index}: added {more}; adding it again" in capsys.readouterr().err
+    loaded = GalleryIndex.load(index)
+    assert (loaded.images.num, loaded.captions.num) == (6, 9)
+    assert [entry["file"] for entry in loaded.meta["added"]] == [str(more)]

@@ -46,7 +46,7 @@ from pcmr.search.abstain import (
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, get_backend
 from pcmr.search.embeddings import read_embeddings
-from pcmr.search.manifest import milvus_entries, not_an_index, stored_similarity
+from pcmr.search.manifest import file_sha256, milvus_entries, not_an_index, stored_similarity
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
@@ -356,7 +356,8 @@ def _from_embeddings(args: argparse.Namespace) -> Any:
     index = GalleryIndex(saved.images if saved.images is not None else empty,
                          saved.captions if saved.captions is not None else empty,
                          image_ids=saved.image_ids, caption_ids=saved.caption_ids, caption_texts=saved.caption_texts,
-                         image_metadata=saved.image_metadata, meta={"source": str(args.from_embeddings)})
+                         image_metadata=saved.image_metadata,
+                         meta={"source": str(args.from_embeddings), "source_sha256": file_sha256(args.from_embeddings)})
     _maybe_build_ann(index, args)
     _save_new(index, args)
     print(f"built {args.index}: {index.images.num} images, {index.captions.num} captions from "
@@ -369,12 +370,25 @@ def _add(args: argparse.Namespace) -> Any:
     index = GalleryIndex.load(args.index, device=args.device)
     saved = read_embeddings(args.add, shard_rows=args.shard_size, progress=None,
                             first_image_id=index.images.num, first_caption_id=index.captions.num)
+    digest = file_sha256(args.add)
+    earlier = next((entry for entry in index.meta.get("added") or [] if isinstance(entry, dict)
+                    and entry.get("sha256") == digest), None)
+    if earlier is None and index.meta.get("source_sha256") == digest:
+        earlier = {"file": index.meta.get("source"), "how": "built from"}
+    if earlier is not None:
+        raise FileExistsError(f"{args.add} (SHA-256 {digest[:12]}...) is already in {args.index}: "
+                              f"{earlier.get('how', 'added')} {earlier.get('file')}; adding it again would give its "
+                              "items twice (the index records the SHA-256 of every file added)")
     if saved.images is not None:
         index.add_images(saved.images, saved.image_ids, saved.image_metadata, shard_size=args.shard_size,
                          progress=None)
     if saved.captions is not None:
         index.add_captions(saved.captions, saved.caption_ids, saved.caption_texts, shard_size=args.shard_size,
                            progress=None)
+    index.meta["added"] = [*(index.meta.get("added") or []),
+                           {"file": str(args.add), "sha256": digest, "images": 0 if saved.images is None else
+                            saved.images.num, "captions": 0 if saved.captions is None else saved.captions.num}]
+
     def save(folder: Path) -> None:
         index.save(folder)
 

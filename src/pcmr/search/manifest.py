@@ -49,7 +49,7 @@ from pcmr.search.vectordb import MilvusCandidates
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "milvus_entries", "not_an_index", "save_index",
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "file_sha256", "load_index", "milvus_entries", "not_an_index", "save_index",
            "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
@@ -281,6 +281,11 @@ def _read_embeddings(path: Path) -> dict[str, Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"{path} cannot be read ({err}); the index is corrupted") from None
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file, read in 4 MiB pieces (hex)."""
+    return _sha256(Path(path))
 
 
 def _sha256(path: Path) -> str:
