@@ -55,7 +55,7 @@ from pcmr.models.model import RetrievalModel
 from pcmr.models.serialization import WEIGHTS_FILE, load_model, save_model
 from pcmr.report import Report
 
-__all__ = ["Model", "load", "preprocessor_config", "read_similarity_options", "trained_similarity", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
+__all__ = ["MAX_IMAGE_SIDE", "Model", "check_image_side", "load", "preprocessor_config", "read_similarity_options", "trained_similarity", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
            "SIMILARITY_OPTIONS_FILE", "METRICS_FILE", "RUN_CONFIG_FILE", "RUN_CONFIG_YAML", "RUN_VOCAB_FILE"]
 
 VOCABULARY_FILE = "vocabulary.json"
@@ -110,6 +110,27 @@ def preprocessor_config(image_size: int | None, image_resize: str = "square",
         transform = {"image_resize": "square", "resample": "bicubic"}
     return {"input": "pixels", "image_size": int(image_size), **transform, "convert": "RGB",
             "image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)}
+
+
+#: the largest image side a model's preprocessing may ask for: pcmr's models see 32 to 256 pixels (shapes
+#: 64, EfficientNet 224, the PCME release 256 -> 224); a size read from a file beyond it is refused, so an
+#: edited preprocessor_config.json or index manifest cannot make one query allocate gigabytes
+MAX_IMAGE_SIDE = 1024
+
+
+def check_image_side(value: Any, where: str, field: str, run_config: dict[str, Any] | None = None) -> int:
+    """``value`` (an image side read from ``where``'s ``field``) as an int, refused with one ``ValueError``
+    naming the file, field and value unless it is an integer in ``[1, MAX_IMAGE_SIDE]`` and, for
+    ``image_size``, equal to the side the model's run trained at (``data.options.image_size`` of
+    ``run_config``) where that is recorded."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_IMAGE_SIDE:
+        raise ValueError(f"{where}: {field} must be an integer side in pixels from 1 to {MAX_IMAGE_SIDE}, got "
+                         f"{value!r}; the file was edited or is not a pcmr model's")
+    trained = (((run_config or {}).get("data") or {}).get("options") or {}).get("image_size")
+    if field == "image_size" and isinstance(trained, int) and not isinstance(trained, bool) and trained != value:
+        raise ValueError(f"{where}: image_size {value} differs from the image_size {trained} the model was trained "
+                         "at (its run config's data.options.image_size); the file was edited")
+    return value
 
 
 def _preprocessor_transform(preprocessor: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -546,9 +567,12 @@ def _load_folder(directory: Path, map_location: str | torch.device,
         if not isinstance(preprocessor, dict) or preprocessor.get("input") not in ("pixels", "features"):
             raise ValueError(f"preprocessor config file {str(preprocessor_path)!r} must hold "
                              "{'input': 'pixels', 'image_size': N} or {'input': 'features'}")
-        model._image_size = int(preprocessor["image_size"]) if preprocessor["input"] == "pixels" else None
+        model._image_size = check_image_side(preprocessor.get("image_size"), str(preprocessor_path), "image_size",
+                                             model.run_config) if preprocessor["input"] == "pixels" else None
         if model._image_size is not None:
             model._image_transform = _preprocessor_transform(preprocessor, preprocessor_path)
+            if model._image_transform["resize_size"] is not None:
+                check_image_side(model._image_transform["resize_size"], str(preprocessor_path), "resize_size")
     elif model.run_config is not None:
         model._image_size_source = _LazyImageSize(model.run_config)
     return model.eval()

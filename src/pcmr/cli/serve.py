@@ -47,6 +47,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="folder the gallery's image files are served from (each item's path is relative to "
                         "it; the index records where they were, e.g. data/coco/images). Without it no image file "
                         "is served: the folder is never taken from the index")
+    parser.add_argument("--trusted-proxy", default=None, metavar="ADDRESS",
+                        help="address(es) of a reverse proxy (comma-separated) whose X-Forwarded-For header gives the "
+                        "client address in the access log (default: none; the connection's own address is logged)")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="do not print one line per request on stderr (default: print them)")
     parser.add_argument("--request-timeout", type=float, default=ServiceLimits.request_timeout_s, metavar="SECONDS",
@@ -104,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"serving {args.index} ({index.images.num} images, {index.captions.num} captions) on "
           f"http://{shown_host}:{args.port}/ (Ctrl+C to stop)", flush=True)
-    server = uvicorn.Server(server_config(app, limits, log_level="warning", access_log=False))
+    server = uvicorn.Server(server_config(app, limits, trusted_proxy=args.trusted_proxy, log_level="warning",
+                                          access_log=False))
     try:
         server.run(sockets=[sock])
     finally:

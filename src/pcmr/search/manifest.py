@@ -37,7 +37,7 @@ from torch import Tensor
 from pcmr.atomic import atomic_write, atomic_write_json, atomic_write_safetensors, repair_folder
 from pcmr.data import Vocabulary
 from pcmr.gaussian import Gaussian
-from pcmr.hub import Model
+from pcmr.hub import Model, check_image_side
 from pcmr.models import load_model as load_pcmr_model
 from pcmr.point_set import PointSet
 from pcmr.search.ann import AnnIndex
@@ -239,7 +239,7 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
     if load_model and info.get("model"):
         folder = _inside(root, info["model"], "model", meta_path)
         if info.get("version") in (1, 2) or info.get("vocab") is not None:
-            model = _stored_parts(folder, _inside(root, info.get("vocab"), "vocab", meta_path), info, dev)
+            model = _stored_parts(folder, _inside(root, info.get("vocab"), "vocab", meta_path), info, dev, meta_path)
         else:
             model = Model.from_pretrained(folder, map_location=dev)
     index = cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
@@ -255,13 +255,18 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
     return index
 
 
-def _stored_parts(folder: Path, vocab_path: Path, info: dict[str, Any], device: torch.device) -> Model:
+def _stored_parts(folder: Path, vocab_path: Path, info: dict[str, Any], device: torch.device,
+                  meta_path: Path) -> Model:
     """The :class:`pcmr.Model` of a version 1 or 2 index, which stored its parts: the network in ``model/``,
     the vocabulary in ``vocab.json`` and the gallery's image transform in ``meta``."""
     network = load_pcmr_model(folder).to(device).eval()
     model = Model(network, Vocabulary.load(vocab_path), similarity_options=info.get("similarity_options"))
     meta = info.get("meta") or {}
-    model.set_image_transform(meta.get("image_size"), meta.get("image_resize", "square"), meta.get("resize_size"))
+    sizes = {field: meta.get(field) for field in ("image_size", "resize_size")}
+    for field, value in sizes.items():  # an edited manifest never sets a size a query would be allocated at
+        if value is not None:
+            sizes[field] = check_image_side(value, str(meta_path), f"meta.{field}")
+    model.set_image_transform(sizes["image_size"], meta.get("image_resize", "square"), sizes["resize_size"])
     return model.eval()
 
 
