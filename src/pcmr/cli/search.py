@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,12 @@ def _check_milvus_target(args: argparse.Namespace) -> None:
         if not folder.is_dir():
             raise FileNotFoundError(f"--uri {args.uri}: the folder {folder} does not exist; create it first "
                                     f"(mkdir -p {folder}) or name a .db file in an existing folder")
+        try:  # Milvus Lite writes its database and lock files there: a folder that refuses a file fails now
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as err:
+            raise ValueError(f"--uri {args.uri}: Milvus Lite cannot write {uri} ({err.strerror or err}); "
+                                  "name a .db file in a folder you can write") from None
 
 
 def _save_new(index: Any, args: argparse.Namespace) -> None:
