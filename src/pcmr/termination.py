@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from pcmr.atomic import folder_written
+
 __all__ = ["Terminated", "run_until_terminated"]
 
 
@@ -37,8 +39,6 @@ def run_until_terminated(command: str, run: Callable[[argparse.Namespace], int],
     try:
         return run(args)
     except Terminated:
-        from pcmr.atomic import folder_written
-
         if folder_written(output):  # stopped after the new folder was in place
             print(f"pcmr {command}: stopped by SIGTERM after its write was complete: {output} holds the new "
                   "content (do not run the same command again to finish it)", file=sys.stderr)
