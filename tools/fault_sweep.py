@@ -244,7 +244,10 @@ def operations(work: Path) -> list[Operation]:
 
         def rebuild(out: Path = out) -> None:  # collections live in the database: the old index is built again
             for stale in [out, *out.parent.glob(f".{out.name}.*")]:
-                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale)
+                elif os.path.lexists(stale):
+                    stale.unlink()
             _ok(main(["search", str(out), "--from-embeddings", str(base), *milvus]))
             _release_milvus()
         ops.append(Operation(f"search {name}", out, ["search", str(out), *command], rebuild, index_sizes))
