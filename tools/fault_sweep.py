@@ -167,7 +167,7 @@ def sweep(op: Operation, work: Path) -> tuple[int, list[str]]:
     steps, new = int(count_file.read_text()), op.read(op.out)
     largest = max(p.stat().st_size for p in op.out.rglob("*") if p.is_file())
     faults = [f"enospc:{k}" for k in range(1, steps + 1)]
-    faults += [f"fsize:{size}" for size in sorted({4096, largest // 2, largest - 1}) if size > 0]
+    faults += [f"fsize:{size}" for size in sorted({4096, largest // 2, largest - 1}) if 0 < size < largest]
     faults += [f"kill:{k}" for k in sorted({1, max(1, steps - 2), steps - 1, steps})] + ["kill:cleanup"]
     failures = []
     for fault in faults:
@@ -302,7 +302,7 @@ def sweep_train(work: Path) -> tuple[int, list[str]]:
         raise SystemExit(f"train: {done.stderr.strip()[-2000:]}")
     steps = int(count_file.read_text())
     largest = max(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    faults = ([f"enospc:{k}" for k in range(1, steps + 1)] + [f"fsize:{s}" for s in (4096, largest // 2, largest - 1)]
+    faults = ([f"enospc:{k}" for k in range(1, steps + 1)] + [f"fsize:{s}" for s in sorted({4096, largest // 2, largest - 1}) if 0 < s < largest]
               + [f"kill:{k}" for k in range(1, steps + 1, max(1, steps // 8))])
     failures = []
     for fault in faults:
