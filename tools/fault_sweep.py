@@ -310,6 +310,7 @@ def sweep_train(work: Path) -> tuple[int, list[str]]:
         done = run_child(fault, out, command)
         if done.returncode == 0:
             failures.append(f"train {fault}: the command failed to write but exited 0")
+            print(f"FAILED {failures[-1]}", flush=True)
             continue
         started = (out / "config.yaml").is_file()
         again = run_child("none", out, ["train", "--resume", str(out), "--no-progress"] if started else command)
