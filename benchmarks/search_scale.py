@@ -42,6 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import peak_rss_bytes  # noqa: E402
 from pcmr import Gaussian  # noqa: E402
+from pcmr.atomic import atomic_write  # noqa: E402
 from pcmr.search.ann import AnnIndex  # noqa: E402
 from pcmr.search.searcher import CandidateSearcher, ExactSearcher, Scoring  # noqa: E402
 from pcmr.search.store import GalleryStore, write_store  # noqa: E402
@@ -126,8 +127,7 @@ def stage_build(root: Path, size: int, args: argparse.Namespace) -> None:
     for _, chunk in store.chunks(250_000, need_logvar=False):
         ann.add(chunk, shard_size=250_000)
     elapsed = time.perf_counter() - start
-    ann.write(str(path) + ".tmp")
-    os.replace(str(path) + ".tmp", path)
+    atomic_write(path, ann.write)
     (root / f"ivfpq{args.refine_tag}-{size}.json").write_text(json.dumps(ann.params))
     emit(root, {"stage": "build", "size": size, "threads": args.build_threads, "seconds": round(elapsed, 1),
                 "train_seconds": round(trained, 1),

@@ -10,6 +10,7 @@ test) where STEP is
 - ``in``: SIGKILL just before the new folder is renamed in (the old one is already aside);
 - ``cleanup``: SIGKILL just before the set-aside old folder is removed (the new one is in place);
 - ``term:N``: SIGTERM to itself just before the N-th file is moved into place;
+- ``term-cleanup``: SIGTERM to itself just before the set-aside old folder is removed;
 - ``hold:N``: wait (up to two minutes) just before the N-th file is moved into place, after printing
   ``holding`` on stdout, so that a test can act while the command holds its lock.
 """
@@ -50,8 +51,9 @@ def install(step: str) -> None:
         return replace(src, dst, *args, **kwargs)
 
     def patched_rmtree(path, *args, **kwargs):
-        if kind == "cleanup" and OLD.search(str(path)):
-            os.kill(os.getpid(), signal.SIGKILL)
+        if kind in ("cleanup", "term-cleanup") and OLD.search(str(path)) and not count.get("signalled"):
+            count["signalled"] = 1  # once: a second removal of the copy proceeds
+            os.kill(os.getpid(), signal.SIGKILL if kind == "cleanup" else signal.SIGTERM)
         return rmtree(path, *args, **kwargs)
 
     os.replace = patched_replace

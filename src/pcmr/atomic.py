@@ -39,6 +39,7 @@ __all__ = [
     "atomic_write_via_path",
     "DISK_FULL_ERRNOS",
     "folder_leftovers",
+    "folder_written",
     "FolderWriteError",
     "fsync_dir",
     "move_into_place",
@@ -100,8 +101,18 @@ def move_into_place(source: PathLike, destination: PathLike) -> Path:
     return destination
 
 
+def _check_size(handle: IO[bytes], path: Path) -> None:
+    """The file on disk holds every byte written through ``handle`` (a write that was cut short without
+    an error, e.g. by a library that ignores a failed write, is caught here before the rename)."""
+    written, on_disk = handle.tell(), os.fstat(handle.fileno()).st_size
+    if on_disk != written:
+        raise OSError(errno.EIO, f"only {on_disk} of the {written} bytes written reached the disk", str(path))
+
+
 def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write(handle)`` on a binary temp file next to ``path``, then move it into place.
+    """Call ``write(handle)`` on a binary temp file next to ``path``, then move it into place once its
+    size on disk is the number of bytes written (an ``OSError`` otherwise; every write error raises, as
+    ``handle`` is a Python file object).
 
     Creates the parent folder when missing. Returns ``path`` as a :class:`~pathlib.Path`.
     """
@@ -114,6 +125,7 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], None]) -> Path:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+            _check_size(handle, path)
         return move_into_place(tmp, path)
     except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
@@ -200,6 +212,15 @@ class FolderWriteError(OSError):
         return str(self.strerror).split("; free disk space")[0]
 
 
+_WRITTEN: set[str] = set()  # folders whose new content write_folder put in place in this process
+
+
+def folder_written(path: PathLike) -> bool:
+    """Whether a :func:`write_folder` of ``path`` in this process put its new folder in place (so a
+    command stopped afterwards, e.g. by SIGTERM, says that ``path`` holds the new content)."""
+    return os.path.realpath(path) in _WRITTEN
+
+
 def _leftover_pattern(path: Path) -> re.Pattern[str]:
     """Names of the temporary (``.tmp``) and set-aside (``.old``) copies :func:`write_folder` makes
     for ``path``: ``.NAME.<8 random characters of tempfile>.tmp|old``."""
@@ -207,8 +228,9 @@ def _leftover_pattern(path: Path) -> re.Pattern[str]:
 
 
 def folder_leftovers(path: PathLike) -> list[Path]:
-    """The copies of ``path`` left by a :func:`write_folder` that was killed (``kill -9``, a power cut)."""
-    path = Path(os.path.abspath(path))
+    """The copies of ``path`` (symbolic links resolved) left by a :func:`write_folder` that was killed
+    (``kill -9``, a power cut)."""
+    path = Path(os.path.realpath(path))
     pattern = _leftover_pattern(path)
     try:
         return sorted(p for p in path.parent.iterdir() if pattern.match(p.name))
@@ -225,7 +247,7 @@ def recover_folder(path: PathLike) -> list[Path]:
     be several), so the old state loads again. Every other leftover (``.NAME.X.tmp``: a partial or
     unswapped new folder; ``.NAME.X.old``: an old folder whose removal did not finish) is deleted.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))
     found = folder_leftovers(path)
     if not found:
         return found
@@ -267,7 +289,8 @@ def _written_file(err: OSError, tmp: Path, path: Path) -> str:
         return str(path)
     if name.startswith(str(tmp)):
         name = str(path) + name[len(str(tmp)):]
-    return re.sub(r"/\.([^/]+)\.[a-z0-9_]{8}\.tmp$", r"/\1", name)  # an atomic_write temp file: its target
+    # an atomic_write temp file, or a folder of a nested write_folder: the name it is written for
+    return re.sub(r"/\.([^/]+)\.[a-z0-9_]{8}\.tmp(?=/|$)", r"/\1", name)
 
 
 def _folder_error(err: OSError, tmp: Path, path: Path, existed: bool) -> FolderWriteError:
@@ -288,9 +311,10 @@ def write_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
     leaves the old folder aside, which the next writer (or reader, :func:`repair_folder`) renames
     back. The whole write holds ``path``'s lock (:class:`~pcmr.locking.PathLock`), so a second writer
     of the same path is refused. An OS error is raised as :class:`FolderWriteError` naming the file
-    being written and saying that the previous folder is intact.
+    being written and saying that the previous folder is intact. A symbolic link ``path`` is written
+    through: the folder it leads to is replaced and locked, and the link stays.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a link is written through: its target is replaced, under its lock
     path.parent.mkdir(parents=True, exist_ok=True)
     with PathLock(path, "writing it"):
         recover_folder(path)
@@ -312,6 +336,11 @@ def write_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
             if isinstance(err, OSError) and not isinstance(err, FolderWriteError):
                 raise _folder_error(err, tmp, path, existed) from err
             raise
+        _WRITTEN.add(str(path))
         if existed:
-            shutil.rmtree(old, ignore_errors=True)
+            try:
+                shutil.rmtree(old, ignore_errors=True)
+            except BaseException:  # a signal while removing the old copy: the new folder is in place, finish
+                shutil.rmtree(old, ignore_errors=True)
+                raise
     return path

@@ -35,7 +35,7 @@ import yaml
 from huggingface_hub import ModelCard, ModelHubMixin, snapshot_download
 from torch import Tensor, nn
 
-from pcmr.atomic import atomic_write_text, repair_folder
+from pcmr.atomic import atomic_write_text, repair_folder, write_folder
 from pcmr.data import Vocabulary, load_dataset
 from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
 from pcmr.device import resolve_device
@@ -55,7 +55,7 @@ from pcmr.models.model import RetrievalModel
 from pcmr.models.serialization import WEIGHTS_FILE, load_model, save_model
 from pcmr.report import Report
 
-__all__ = ["Model", "load", "preprocessor_config", "read_similarity_options", "trained_similarity", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
+__all__ = ["MAX_IMAGE_SIDE", "Model", "check_image_side", "load", "preprocessor_config", "read_similarity_options", "trained_similarity", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
            "SIMILARITY_OPTIONS_FILE", "METRICS_FILE", "RUN_CONFIG_FILE", "RUN_CONFIG_YAML", "RUN_VOCAB_FILE"]
 
 VOCABULARY_FILE = "vocabulary.json"
@@ -110,6 +110,27 @@ def preprocessor_config(image_size: int | None, image_resize: str = "square",
         transform = {"image_resize": "square", "resample": "bicubic"}
     return {"input": "pixels", "image_size": int(image_size), **transform, "convert": "RGB",
             "image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)}
+
+
+#: the largest image side a model's preprocessing may ask for: pcmr's models see 32 to 256 pixels (shapes
+#: 64, EfficientNet 224, the PCME release 256 -> 224); a size read from a file beyond it is refused, so an
+#: edited preprocessor_config.json or index manifest cannot make one query allocate gigabytes
+MAX_IMAGE_SIDE = 1024
+
+
+def check_image_side(value: Any, where: str, field: str, run_config: dict[str, Any] | None = None) -> int:
+    """``value`` (an image side read from ``where``'s ``field``) as an int, refused with one ``ValueError``
+    naming the file, field and value unless it is an integer in ``[1, MAX_IMAGE_SIDE]`` and, for
+    ``image_size``, equal to the side the model's run trained at (``data.options.image_size`` of
+    ``run_config``) where that is recorded."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_IMAGE_SIDE:
+        raise ValueError(f"{where}: {field} must be an integer side in pixels from 1 to {MAX_IMAGE_SIDE}, got "
+                         f"{value!r}; the file was edited or is not a pcmr model's")
+    trained = (((run_config or {}).get("data") or {}).get("options") or {}).get("image_size")
+    if field == "image_size" and isinstance(trained, int) and not isinstance(trained, bool) and trained != value:
+        raise ValueError(f"{where}: image_size {value} differs from the image_size {trained} the model was trained "
+                         "at (its run config's data.options.image_size); the file was edited")
+    return value
 
 
 def _preprocessor_transform(preprocessor: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -175,6 +196,22 @@ def _read_run_config(path: Path) -> dict[str, Any]:
         raise ValueError(f"run config file {str(path)!r} must hold a mapping with sections model/loss/data/train/"
                          f"eval, got a {type(raw).__name__}")
     return raw
+
+
+#: the files a :meth:`Model.save_pretrained` folder may hold (the Hugging Face layout of this module)
+MODEL_FILES = frozenset({"config.json", "model.safetensors", "README.md", "vocabulary.json", "similarity_options.json",
+                         "metrics.json", "preprocessor_config.json", RUN_CONFIG_FILE})
+
+
+def _not_model_files(directory: Path) -> str:
+    """The entries of an existing ``directory`` that a saved model does not hold, as a short list ('' when
+    none, or when it does not exist)."""
+    if not os.path.lexists(directory):
+        return ""
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{directory} is a file; save_pretrained writes a folder")
+    foreign = sorted(p.name for p in directory.iterdir() if p.name not in MODEL_FILES or not p.is_file())
+    return ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
 
 
 def _metrics_markdown(metrics: dict[str, Any]) -> str:
@@ -366,16 +403,40 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         atomic_write_text(save_directory / "README.md", str(card))
 
     def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> str | None:
-        """Write the model in the Hugging Face layout (see the module docstring); an existing folder of the
-        same files is replaced file by file (each write atomic). ``push_to_hub=True, repo_id=...`` uploads
-        it (needs network and a token). Returns the commit URL when pushed, else None."""
+        """Write the model in the Hugging Face layout (see the module docstring), all or nothing: the new
+        folder is written beside ``save_directory`` and swapped in whole (:func:`pcmr.atomic.write_folder`),
+        so an earlier export stays complete and loadable until the new one is, and a failed write (a full
+        disk) raises one :class:`~pcmr.atomic.FolderWriteError` naming the file and saying that the previous
+        folder is intact. A folder holding anything but a saved model's files is refused
+        (``FileExistsError``), never replaced. ``push_to_hub=True, repo_id=...`` uploads it (needs network
+        and a token). Returns the commit URL when pushed, else None."""
         directory = Path(save_directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        foreign = _not_model_files(directory)
+        if foreign:
+            raise FileExistsError(f"{directory} holds files that are not part of a saved model ({foreign}); "
+                                  "save_pretrained replaces the whole folder: choose a new or empty folder")
         previous = self._card_model_id  # set by push_to_hub, which saves into a temporary folder
-        self._card_model_id = kwargs.get("repo_id") or previous
-        (directory / "README.md").unlink(missing_ok=True)  # regenerated with the current metrics
+        self._card_model_id = kwargs.get("repo_id") or previous or str(directory)
+        pushed: list[str | None] = [None]
+
+        def write(folder: Path) -> None:
+            pushed[0] = super(Model, self).save_pretrained(folder, **kwargs)
+
         try:
-            return super().save_pretrained(directory, **kwargs)
+            write_folder(directory, write)
+            return pushed[0]
+        finally:
+            self._card_model_id = previous
+
+    def save_files(self, directory: str | Path) -> None:
+        """Write the files of a :meth:`save_pretrained` folder into the new folder ``directory`` as they
+        are, without the swap: for a folder that is itself inside a folder written whole (a gallery
+        index's ``model/``, written under :func:`pcmr.atomic.write_folder`)."""
+        folder = Path(directory)
+        previous = self._card_model_id
+        self._card_model_id = previous or str(folder)
+        try:
+            super().save_pretrained(folder)
         finally:
             self._card_model_id = previous
 
@@ -427,6 +488,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
     def _from_pretrained(cls, *, model_id: str, revision: str | None, cache_dir: str | Path | None,
                          force_download: bool, local_files_only: bool, token: str | bool | None,
                          map_location: str | torch.device = "cpu", **model_kwargs: Any) -> Model:
+        repair_folder(model_id)  # a local export whose write was killed between its renames: put it back
         if os.path.isdir(model_id):
             return _load_folder(Path(model_id), map_location)
         try:
@@ -505,9 +567,12 @@ def _load_folder(directory: Path, map_location: str | torch.device,
         if not isinstance(preprocessor, dict) or preprocessor.get("input") not in ("pixels", "features"):
             raise ValueError(f"preprocessor config file {str(preprocessor_path)!r} must hold "
                              "{'input': 'pixels', 'image_size': N} or {'input': 'features'}")
-        model._image_size = int(preprocessor["image_size"]) if preprocessor["input"] == "pixels" else None
+        model._image_size = check_image_side(preprocessor.get("image_size"), str(preprocessor_path), "image_size",
+                                             model.run_config) if preprocessor["input"] == "pixels" else None
         if model._image_size is not None:
             model._image_transform = _preprocessor_transform(preprocessor, preprocessor_path)
+            if model._image_transform["resize_size"] is not None:
+                check_image_side(model._image_transform["resize_size"], str(preprocessor_path), "resize_size")
     elif model.run_config is not None:
         model._image_size_source = _LazyImageSize(model.run_config)
     return model.eval()

@@ -5,6 +5,8 @@
 writer of the same path is refused at once with :class:`PathLockedError` (naming the path and the
 process that holds it) instead of silently replacing the first one's result or losing its items.
 
+The lock belongs to the resolved path: writers through ``idx`` and through a link ``link -> idx`` take one
+lock (and :func:`pcmr.atomic.write_folder` writes through the link, replacing ``idx``, never the link).
 The lock is an ``flock`` on the lock file, which the operating system drops when its process ends
 (``kill -9`` included): a lock is never left stale. The file records the holder's PID and work for
 the message and is removed on release (a process that waited on a file removed meanwhile locks the new
@@ -37,8 +39,9 @@ class PathLockedError(FileExistsError):
 
 
 def lock_file_for(path: str | os.PathLike[str]) -> Path:
-    """The lock file of ``path``: ``.NAME.lock`` in the folder holding ``path`` (absolute)."""
-    target = Path(os.path.abspath(path))
+    """The lock file of ``path``: ``.NAME.lock`` in the folder holding ``path`` once symbolic links are
+    resolved (``os.path.realpath``), so a path and a link to it share one lock."""
+    target = Path(os.path.realpath(path))
     return target.with_name(f".{target.name}.lock")
 
 

@@ -74,9 +74,14 @@ def test_search_build_refuses_an_existing_index(run_dir, tmp_path, capsys):
     (index / "stale.txt").write_text("x")
     capsys.readouterr()
     assert main(["search", str(index), "--build", str(run_dir)]) == 2
+    assert f"{index} holds files that are not part of its gallery index (stale.txt)" in _error(capsys)
+    assert main(["search", str(index), "--build", str(run_dir), "--overwrite"]) == 2  # never replaced with them
+    assert "stale.txt" in _error(capsys) and (index / "stale.txt").read_text() == "x"
+    (index / "stale.txt").unlink()
+    assert main(["search", str(index), "--build", str(run_dir)]) == 2
     assert f"{index} already exists; pass --overwrite" in _error(capsys)
     assert main(["search", str(index), "--build", str(run_dir), "--overwrite"]) == 0
-    assert not (index / "stale.txt").exists() and (index / "index.json").is_file()
+    assert (index / "index.json").is_file()
 
 
 def test_search_output_merges_identical_captions_and_warns(tiny_shapes, run_dir, tmp_path, capsys):

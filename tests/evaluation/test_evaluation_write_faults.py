@@ -63,3 +63,28 @@ def test_two_evaluations_into_one_folder_and_sigterm(run_dir, tmp_path, capsys):
         f"pcmr evaluate: stopped by SIGTERM; its temporary files were removed and an unfinished write left {out} "
         "as it was")
     assert report(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["eval"]
+
+
+def test_a_report_whose_swap_was_killed_is_put_back_by_any_reader_and_sigterm_after_it_says_so(run_dir, tmp_path,
+                                                                                                capsys):
+    from pcmr.report import Report
+    from pcmr.search.abstain import read_risk_curve
+
+    out = tmp_path / "ev"
+    assert main(["evaluate", str(run_dir), "--out", str(out), *ARGS]) == 0
+    before = report(out)
+    readers = [lambda: Report.load(out), lambda: read_risk_curve(out, "cosine", "t2i"),
+               lambda: main(["evaluate", str(run_dir), "--out", str(out), *ARGS])]  # refused: a report is there
+    for read in readers:
+        killed = pcmr_process("in", "evaluate", str(run_dir), "--out", str(out), *ARGS, "--overwrite")
+        assert killed.returncode == -9, killed.stderr
+        assert not out.exists() and any(p.name.endswith(".old") for p in tmp_path.iterdir())
+        read()
+        assert report(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["ev"]
+    assert "already holds an evaluation report" in capsys.readouterr().err
+    stopped = pcmr_process("term-cleanup", "evaluate", str(run_dir), "--out", str(out), *ARGS, "--overwrite")
+    assert stopped.returncode == 128 + 15, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"pcmr evaluate: stopped by SIGTERM after its write was complete: {out} holds the new content (do not run "
+        "the same command again to finish it)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev"] and (out / "results.json").is_file()

@@ -98,9 +98,11 @@ def test_add_killed_at_a_step_leaves_the_old_or_the_new_index_and_the_next_add_c
         assert sizes(index_dir) == (16, 70)
     else:  # the old index loads, byte for byte (put back from its copy when killed between the renames)
         assert sizes(index_dir) == (13, 65) and snapshot(index_dir) == before
-    assert main(["search", str(index_dir), "--add", str(more)]) == 0
+    # the next --add of the file cleans up; once the file is in (killed after the new folder was in place)
+    # it is refused, naming the file, instead of adding its items twice
+    assert main(["search", str(index_dir), "--add", str(more)]) == (2 if step == "cleanup" else 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
-    assert sizes(index_dir) == ((19, 75) if step == "cleanup" else (16, 70))
+    assert sizes(index_dir) == (16, 70)
 
 
 def test_add_beyond_a_real_file_size_limit_keeps_the_old_index(built, tmp_path):
@@ -164,6 +166,13 @@ def test_overwrite_under_a_full_disk_or_sigterm_keeps_the_old_index(built, tmp_p
         f"pcmr search: stopped by SIGTERM; its temporary files were removed and an unfinished write left "
         f"{index_dir} as it was")
     assert snapshot(index_dir) == before and sorted(p.name for p in tmp_path.iterdir()) == ["index"]
+    # SIGTERM while the old copy is removed: the new index is in place, and the line says so
+    stopped = pcmr_process("term-cleanup", "search", str(index_dir), "--from-embeddings", str(more), "--overwrite")
+    assert stopped.returncode == 128 + 15, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"pcmr search: stopped by SIGTERM after its write was complete: {index_dir} holds the new content (do "
+        "not run the same command again to finish it)")
+    assert sizes_without_ann(index_dir) == (3, 5) and sorted(p.name for p in tmp_path.iterdir()) == ["index"]
 
 
 def test_two_builds_into_one_new_path_the_second_is_refused_and_a_killed_build_is_cleaned(built, tmp_path, capsys):

@@ -146,7 +146,8 @@ def test_refine_codes_reorder_candidates_and_survive_a_round_trip(tmp_path, refi
     _, coarse_idx = CandidateSearcher(ann, gallery, Scoring("wasserstein"), candidates=20).search(query, 10)
     assert _recall(refined_idx, exact_idx) >= 0.95 and _recall(refined_idx, exact_idx) >= _recall(coarse_idx, exact_idx)
     ann.set_search_params(refine_factor=10)
-    ann.write(str(tmp_path / "a.faiss"))
+    with open(tmp_path / "a.faiss", "wb") as handle:
+        ann.write(handle)
     again = AnnIndex.read(str(tmp_path / "a.faiss"), "wasserstein", "ivfpq", ann.layout, DIM, ann.params)
     assert torch.equal(again.search(query, 20)[1], ann.search(query, 20)[1])
     with pytest.raises(ValueError, match="refine must be"):

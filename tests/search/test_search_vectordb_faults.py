@@ -105,3 +105,38 @@ def test_a_failed_rebuild_or_add_leaves_the_old_index_on_its_old_collections(tmp
     index = GalleryIndex.load(index_dir)
     expected = (35, 47) if operation == "add" else (5, 7)
     assert (index.ann["image"].ntotal, index.ann["caption"].ntotal) == expected
+
+
+@pytest.mark.parametrize("step", ["cleanup", "file:1"])
+def test_collections_orphaned_by_a_killed_add_are_dropped_by_the_next_build(tmp_path, step):
+    """kill -9 of an --add after its new folder was in place ("cleanup": the old collections, committed, are
+    no longer named) or while writing it ("file:1": the new ones were never saved): the next build with
+    the prefix drops exactly the collections no index names."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    from _kill_runner import pcmr_process
+
+    uri = str(tmp_path / "g.db")
+    index_dir = tmp_path / "a"
+    assert build(index_dir, embeddings(tmp_path / "a.safetensors", 0), uri) == 0
+    server_manager_instance.release_server(uri)  # one process at a time opens a Milvus Lite file
+    killed = pcmr_process(step, "search", str(index_dir), "--add",
+                          str(embeddings(tmp_path / "more.safetensors", 1, images=5, captions=7)))
+    assert killed.returncode == -9, killed.stderr
+    if step == "cleanup":  # the old and the new build's collections, the old ones committed but named by no index
+        assert len(collections(uri)) == 4
+    assert build(tmp_path / "b", embeddings(tmp_path / "b.safetensors", 2), uri) == 0
+    named = sorted(entry["collection"] for folder in (index_dir, tmp_path / "b")
+                   for entry in json.loads((folder / "index.json").read_text())["ann"].values())
+    assert collections(uri) == named
+    assert top(index_dir) == top(index_dir) and GalleryIndex.load(index_dir).ann["image"].ntotal == (
+        35 if step == "cleanup" else 30)
+
+
+def test_a_milvus_uri_in_a_folder_that_refuses_files_fails_before_encoding(tmp_path, capsys):
+    source = embeddings(tmp_path / "a.safetensors", 0)
+    assert build(tmp_path / "a", source, "/proc/x.db") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("pcmr search: error: --uri /proc/x.db: Milvus Lite cannot write "
+                                                   "/proc/x.db (")
+    assert not (tmp_path / "a").exists()

@@ -1,7 +1,8 @@
-"""`pcmr serve` sends only image files under the gallery's folder, and an index names only files inside its
-own folder: an edited `index.json` (with its `manifest_sha256` recomputed, as anyone can) pointing at
-`/etc/passwd`, at `../secret` or through a symbolic link gets 404 from the server or an error at load;
-answers never carry a path of the server's disk."""
+"""`pcmr serve` sends only image files under the folder given when it starts (`--images DIR`, never a folder
+the index names), and an index names only files inside its own folder: an edited `index.json` (with its
+`manifest_sha256` recomputed, as anyone can) pointing at `/etc/passwd`, at `../secret`, through a symbolic
+link or moving its recorded image root gets 404 from the server or an error at load; answers never carry a
+path of the server's disk."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_files_under_the_root_are_served_and_answers_carry_relative_paths(built,
     info = json.loads((index_dir / "index.json").read_text())
     assert info["meta"]["image_source"] == {"kind": "files", "root": str(root / "sub")}
     assert info["image_metadata"][3] == {"path": "3.png"}
-    client = TestClient(create_app(GalleryIndex.load(index_dir)), raise_server_exceptions=False)
+    client = TestClient(create_app(GalleryIndex.load(index_dir), image_folder=root / "sub"),
+                        raise_server_exceptions=False)
     picture = client.get("/images/3")
     assert picture.status_code == 200 and picture.content == (root / "sub" / "3.png").read_bytes()
     body = client.get("/api/search", params={"text": "a red circle", "k": 5}).json()
@@ -77,7 +79,8 @@ def test_a_manifest_naming_a_file_outside_the_root_gets_404(built, tmp_path, nam
     index_dir, root, secret = _file_gallery(built, tmp_path)
     (root / "sub" / "link.png").symlink_to(secret)  # a link inside the root that leads out of it
     _edit_manifest(index_dir, lambda info: info["image_metadata"][0].update(path=named))
-    client = TestClient(create_app(GalleryIndex.load(index_dir)), raise_server_exceptions=False)
+    client = TestClient(create_app(GalleryIndex.load(index_dir), image_folder=root / "sub"),
+                        raise_server_exceptions=False)
     response = client.get("/images/0")
     assert response.status_code == 404 and "no image file" in response.json()["error"]
     assert b"not part of the gallery" not in response.content
@@ -86,17 +89,40 @@ def test_a_manifest_naming_a_file_outside_the_root_gets_404(built, tmp_path, nam
     assert "path" not in shown or not os.path.isabs(shown["path"])
 
 
-def test_a_root_edited_to_the_file_system_root_serves_nothing(built, tmp_path):
-    index_dir, _, _ = _file_gallery(built, tmp_path)
+@pytest.mark.parametrize(("root", "named"), [("/etc", "passwd"), ("//etc", "passwd"), ("/", "etc/passwd"),
+                                              ("ABOVE", "secret.txt")])
+def test_a_root_edited_in_the_manifest_moves_nothing(built, tmp_path, root, named):
+    """The recorded root only says where the images were: the server serves from the folder it was given."""
+    index_dir, images, _ = _file_gallery(built, tmp_path)
 
     def edit(info):
-        info["meta"]["image_source"]["root"] = "/"
-        info["image_metadata"][0]["path"] = "etc/passwd"
+        info["meta"]["image_source"]["root"] = str(tmp_path) if root == "ABOVE" else root
+        info["image_metadata"][0]["path"] = named
 
     _edit_manifest(index_dir, edit)
-    client = TestClient(create_app(GalleryIndex.load(index_dir)), raise_server_exceptions=False)
-    assert client.get("/images/0").status_code == 404 and client.get("/images/1").status_code == 404
-    assert client.get("/api/images/0").json()["image_url"] is None
+    index = GalleryIndex.load(index_dir)
+    for folder in (images / "sub", None):
+        client = TestClient(create_app(index, image_folder=folder), raise_server_exceptions=False)
+        response = client.get("/images/0")
+        assert response.status_code == 404 and b"root:" not in response.content
+        assert b"not part of the gallery" not in response.content
+        assert client.get("/images/1").status_code == (200 if folder else 404)
+    assert client.get("/api/images/0").json()["image_url"] is None  # no folder given: no file is served
+
+
+def test_the_image_folder_is_resolved_once_and_never_the_file_system_root(built, tmp_path):
+    index_dir, images, _ = _file_gallery(built, tmp_path)
+    index = GalleryIndex.load(index_dir)
+    with pytest.raises(ValueError, match="is the file system root"):
+        create_app(index, image_folder="/")
+    with pytest.raises(ValueError, match="does not exist"):
+        create_app(index, image_folder=tmp_path / "missing")
+    (tmp_path / "link").symlink_to(images / "sub")
+    client = TestClient(create_app(index, image_folder=tmp_path / "link"), raise_server_exceptions=False)
+    (tmp_path / "link").unlink()
+    (tmp_path / "link").symlink_to("/etc")  # repointed after start: the server keeps the folder it resolved
+    _ = client.get("/images/2")
+    assert client.get("/images/2").content == (images / "sub" / "2.png").read_bytes()
 
 
 def test_older_indexes_with_absolute_paths(tmp_path):
@@ -154,16 +180,22 @@ def test_a_link_inside_the_index_folder_leading_out_does_not_load(search_index_f
 
 
 def test_pcmr_serve_warns_when_no_image_file_can_be_served(built, tmp_path, capsys, monkeypatch):
-    """`pcmr serve` on an index whose image folder would be `/`: a warning before it listens."""
+    """`pcmr serve` on an index of image files without `--images`: a warning naming the recorded folder before
+    it listens; `--images /` is refused."""
     import uvicorn
 
     from pcmr.cli import main
 
-    index_dir, _, _ = _file_gallery(built, tmp_path)
-    _edit_manifest(index_dir, lambda info: info["meta"]["image_source"].update(root="/"))
+    index_dir, images, _ = _file_gallery(built, tmp_path)
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)  # bind, then serve nothing
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     assert main(["serve", str(index_dir), "--port", str(port), "--no-access-log"]) == 0
-    assert "no image file will be served" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no --images DIR was given, so no image file will be served" in err
+    assert f"(pass --images {images / 'sub'} to serve them)" in err
+    assert main(["serve", str(index_dir), "--port", str(port), "--no-access-log", "--images", "/"]) == 2
+    assert "is the file system root" in capsys.readouterr().err
+    assert main(["serve", str(index_dir), "--port", str(port), "--no-access-log", "--images", str(images)]) == 0
+    assert "no image file will be served" not in capsys.readouterr().err

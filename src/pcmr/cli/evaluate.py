@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pcmr.arguments import option_value, positive_int
-from pcmr.atomic import write_folder, writing_folder
+from pcmr.atomic import repair_folder, write_folder, writing_folder
 from pcmr.config import ConfigError, parse_override
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.evaluation import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
@@ -204,6 +204,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.out:  # a report whose swap was killed between its renames is put back before anything else
+        repair_folder(args.out)
     model = load(args.run_or_model, device=args.device or "cpu", vocabulary=args.vocab)
     chosen = selection(model, split=args.split, similarities=parse_names(args.similarity),
                        rerankers=parse_names(args.rerank))

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,7 @@ from pcmr.search.abstain import (
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES, ann_score_for, parse_memory
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX, get_backend
 from pcmr.search.embeddings import read_embeddings
-from pcmr.search.manifest import milvus_entries, stored_similarity
+from pcmr.search.manifest import file_sha256, milvus_entries, not_an_index, stored_similarity
 from pcmr.search.presentation import (
     UNCERTAINTY_NOTE,
     entries_text,
@@ -252,9 +254,16 @@ def _query_options(items: list[str], similarity: str, rerank: str) -> tuple[dict
 
 
 def _check_target(args: argparse.Namespace) -> None:
-    """--build / --from-embeddings never replace an existing index (or other files) without --overwrite."""
+    """--build / --from-embeddings never replace an existing index without --overwrite, and never replace
+    anything that is not a pcmr gallery index (a run folder, documents), even with it."""
     target = Path(args.index)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not args.overwrite:
+    if not os.path.lexists(target) or (target.is_dir() and not any(target.iterdir())):
+        return
+    problem = not_an_index(target)
+    if problem is not None:
+        raise FileExistsError(f"{problem}; --overwrite replaces only a whole gallery index: choose a new or "
+                              "empty INDEX folder, or move those files out")
+    if not args.overwrite:
         raise FileExistsError(f"{target} already exists; pass --overwrite to replace it, or --add FILE to "
                               f"append items to the index")
 
@@ -275,6 +284,12 @@ def _check_milvus_target(args: argparse.Namespace) -> None:
         if not folder.is_dir():
             raise FileNotFoundError(f"--uri {args.uri}: the folder {folder} does not exist; create it first "
                                     f"(mkdir -p {folder}) or name a .db file in an existing folder")
+        try:  # Milvus Lite writes its database and lock files there: a folder that refuses a file fails now
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as err:
+            raise ValueError(f"--uri {args.uri}: Milvus Lite cannot write {uri} ({err.strerror or err}); "
+                                  "name a .db file in a folder you can write") from None
 
 
 def _save_new(index: Any, args: argparse.Namespace) -> None:
@@ -350,7 +365,8 @@ def _from_embeddings(args: argparse.Namespace) -> Any:
     index = GalleryIndex(saved.images if saved.images is not None else empty,
                          saved.captions if saved.captions is not None else empty,
                          image_ids=saved.image_ids, caption_ids=saved.caption_ids, caption_texts=saved.caption_texts,
-                         image_metadata=saved.image_metadata, meta={"source": str(args.from_embeddings)})
+                         image_metadata=saved.image_metadata,
+                         meta={"source": str(args.from_embeddings), "source_sha256": file_sha256(args.from_embeddings)})
     _maybe_build_ann(index, args)
     _save_new(index, args)
     print(f"built {args.index}: {index.images.num} images, {index.captions.num} captions from "
@@ -363,12 +379,25 @@ def _add(args: argparse.Namespace) -> Any:
     index = GalleryIndex.load(args.index, device=args.device)
     saved = read_embeddings(args.add, shard_rows=args.shard_size, progress=None,
                             first_image_id=index.images.num, first_caption_id=index.captions.num)
+    digest = file_sha256(args.add)
+    earlier = next((entry for entry in index.meta.get("added") or [] if isinstance(entry, dict)
+                    and entry.get("sha256") == digest), None)
+    if earlier is None and index.meta.get("source_sha256") == digest:
+        earlier = {"file": index.meta.get("source"), "how": "built from"}
+    if earlier is not None:
+        raise FileExistsError(f"{args.add} (SHA-256 {digest[:12]}...) is already in {args.index}: "
+                              f"{earlier.get('how', 'added')} {earlier.get('file')}; adding it again would give its "
+                              "items twice (the index records the SHA-256 of every file added)")
     if saved.images is not None:
         index.add_images(saved.images, saved.image_ids, saved.image_metadata, shard_size=args.shard_size,
                          progress=None)
     if saved.captions is not None:
         index.add_captions(saved.captions, saved.caption_ids, saved.caption_texts, shard_size=args.shard_size,
                            progress=None)
+    index.meta["added"] = [*(index.meta.get("added") or []),
+                           {"file": str(args.add), "sha256": digest, "images": 0 if saved.images is None else
+                            saved.images.num, "captions": 0 if saved.captions is None else saved.captions.num}]
+
     def save(folder: Path) -> None:
         index.save(folder)
 

@@ -2,6 +2,7 @@
 
     pcmr serve idx/shapes-test                       # http://127.0.0.1:8000/
     pcmr serve idx/big --similarity wasserstein --port 9000
+    pcmr serve idx/coco-test --images data/coco/images   # image files served only from this folder
 
 Loopback only unless ``--host`` says otherwise. Endpoints: see ``pcmr.search.service`` and docs/search.md.
 """
@@ -16,7 +17,7 @@ from pcmr.arguments import checked_name
 from pcmr.inference import get_reranker
 from pcmr.search import GalleryIndex
 from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, search_notes
-from pcmr.search.image_files import image_root
+from pcmr.search.image_files import image_root, serving_folder
 from pcmr.search.searcher import DEFAULT_CANDIDATES
 from pcmr.search.service import ServiceLimits, create_app
 from pcmr.similarity import get_similarity
@@ -45,6 +46,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help=f"faiss/milvus backend: candidates per query re-scored exactly (default {DEFAULT_CANDIDATES}; "
                         f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
     parser.add_argument("--device", default=None, help="torch device (default cpu)")
+    parser.add_argument("--images", default=None, metavar="DIR",
+                        help="folder the gallery's image files are served from (each item's path is relative to "
+                        "it; the index records where they were, e.g. data/coco/images). Without it no image file "
+                        "is served: the folder is never taken from the index")
+    parser.add_argument("--trusted-proxy", default=None, metavar="ADDRESS",
+                        help="address(es) of a reverse proxy (comma-separated) whose X-Forwarded-For header gives the "
+                        "client address in the access log (default: none; the connection's own address is logged)")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="do not print one line per request on stderr (default: print them)")
     parser.add_argument("--request-timeout", type=float, default=ServiceLimits.request_timeout_s, metavar="SECONDS",
@@ -87,22 +95,26 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise ValueError("pcmr serve needs the 'search' extra: pip install 'pcmr[search]'") from err
 
+    folder = serving_folder(args.images) if args.images is not None else None  # checked before the index loads
     index = GalleryIndex.load(args.index, device=args.device)
     limits = ServiceLimits(request_timeout_s=args.request_timeout)
     app = create_app(index, similarity=args.similarity, rerank=args.rerank, backend=args.backend,
-                     candidates=args.candidates, limits=limits, access_log=sys.stderr if args.access_log else None)
+                     candidates=args.candidates, limits=limits, access_log=sys.stderr if args.access_log else None,
+                     image_folder=folder)
     for note in search_notes(index, args.rerank, backend=args.backend, candidates=args.candidates):
         print(f"warning: {note}", file=sys.stderr)
     names_files = any("path" in (m or {}) for m in index.image_metadata or [])
-    if names_files and image_root(index.meta, index.image_metadata) is None:
-        print("warning: the index names image files but no folder holding them all (its image_source root, or "
-              "for an older index the common folder of their absolute paths, is missing or the file system "
-              "root); no image file will be served", file=sys.stderr)
+    if names_files and folder is None:
+        recorded = image_root(index.meta, index.image_metadata)
+        print("warning: the index names image files but no --images DIR was given, so no image file will be "
+              "served" + (f"; the index records them under {recorded} (pass --images {recorded} to serve them)"
+                          if recorded is not None else ""), file=sys.stderr)
     sock = bind_socket(args.host, args.port)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"serving {args.index} ({index.images.num} images, {index.captions.num} captions) on "
           f"http://{shown_host}:{args.port}/ (Ctrl+C to stop)", flush=True)
-    server = uvicorn.Server(server_config(app, limits, log_level="warning", access_log=False))
+    server = uvicorn.Server(server_config(app, limits, trusted_proxy=args.trusted_proxy, log_level="warning",
+                                          access_log=False))
     try:
         server.run(sockets=[sock])
     finally:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pcmr.atomic import atomic_write_text
+from pcmr.atomic import atomic_write_text, repair_folder
 from pcmr.report.plots import save_figures
 from pcmr.suggest import unknown_name
 
@@ -390,8 +390,11 @@ class Report:
     @classmethod
     def load(cls, path: str | os.PathLike[str], schema: ColumnSchema = GENERIC_COLUMNS) -> Report:
         """Read a ``results.json`` written by :meth:`save` (a folder holding one is accepted);
-        ``schema`` titles its columns (it is not saved)."""
+        ``schema`` titles its columns (it is not saved). A report folder whose swap was killed between its
+        renames (``pcmr evaluate --out``) is put back first (:func:`pcmr.atomic.repair_folder`)."""
         path = Path(path)
+        if path.suffix != ".json":
+            repair_folder(path)
         if path.is_dir():
             path = path / "results.json"
         try:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pcmr.atomic import repair_folder
 from pcmr.encode.fingerprint import fingerprint_mismatches
 from pcmr.report.figure_keys import RISK_COVERAGE
 
@@ -31,6 +32,8 @@ class AbstentionError(ValueError):
 
 def _results_file(path: str | Path) -> Path:
     path = Path(path)
+    if path.suffix != ".json":  # an evaluation folder whose swap was killed between its renames: put it back
+        repair_folder(path)
     file = path / "results.json" if path.is_dir() else path
     if not file.is_file():
         raise AbstentionError(f"{file}: not found; expected the results.json of `pcmr evaluate --out DIR`")

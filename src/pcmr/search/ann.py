@@ -17,7 +17,7 @@ Each of the four says how its vectors are built in its registry entry (``Similar
 :class:`pcmr.similarity.AnnVectors`); this module reads that, never the score's name. Every other
 score uses one of these as a candidate generator (its ``ann_score``) followed by exact re-scoring
 (:mod:`pcmr.search.searcher`, :mod:`pcmr.search.rescoring`). faiss structures are written with ``faiss.write_index`` (faiss's own
-binary format, not pickle).
+binary format, not pickle) through a Python file object, so a failed write raises.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import numpy as np
 import torch
@@ -401,8 +401,16 @@ class AnnIndex:
         return scores, indices
 
     # ----------------------------------------------------------------- storage
-    def write(self, path: str) -> None:
-        _faiss().write_index(self.index, path)
+    def write(self, handle: IO[bytes]) -> None:
+        """Write the faiss index to the open binary file ``handle`` through Python's file I/O
+        (``faiss.PyCallbackIOWriter``), so a failed write (a full disk, a file-size limit) raises
+        ``OSError``; faiss's own file writer only prints a failed close and reports success."""
+        faiss = _faiss()
+        writer = faiss.PyCallbackIOWriter(handle.write, 1 << 22)
+        try:
+            faiss.write_index(self.index, writer)
+        finally:
+            del writer
 
     @classmethod
     def read(cls, path: str, score: str, index_type: str, layout: str, dim: int,

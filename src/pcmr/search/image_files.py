@@ -5,10 +5,15 @@ An index built from a file dataset records ``meta["image_source"] = {"kind": "fi
 ``image_metadata`` relative to ``ROOT``. Older indexes hold absolute paths and no root; their root is
 the deepest folder holding every listed file.
 
-:func:`confined_file` is the only way ``pcmr serve`` turns an item into a file: the path must stay
-under the root once symbolic links are resolved (no absolute path elsewhere, no ``..``), so an edited
-``index.json`` can never make the server send another file. :func:`public_metadata` is an item's
-metadata as the server shows it: the path relative to the root, never a path of the server's disk.
+``pcmr serve`` never takes the folder it serves from the index: the manifest is a file anyone who can
+write the index can edit (its ``manifest_sha256`` is a plain hash), so its root only says where the
+images were. The server serves image files only from the folder given when it starts (``pcmr serve
+--images DIR``, ``create_app(image_folder=...)``), resolved once by :func:`serving_folder`.
+:func:`confined_file` is the only way the server turns an item into a file: the path (relative to that
+folder, or absolute under it) must stay under it once symbolic links are resolved (no absolute path
+elsewhere, no ``..``), so an edited ``index.json`` can never make the server send another file.
+:func:`public_metadata` is an item's metadata as the server shows it: the path relative to the folder,
+never a path of the server's disk.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-__all__ = ["FILES_SOURCE", "confined_file", "files_source", "image_root", "public_metadata", "relative_paths"]
+__all__ = ["FILES_SOURCE", "confined_file", "files_source", "image_root", "public_metadata", "relative_paths",
+           "serving_folder"]
 
 FILES_SOURCE = "files"
 
@@ -38,7 +44,8 @@ def relative_paths(paths: Sequence[str], root: str) -> list[str]:
 
 
 def image_root(meta: dict[str, Any], metadata: Sequence[dict[str, Any]] | None) -> Path | None:
-    """The folder the images of an index may be served from: the recorded root of ``meta["image_source"]``,
+    """The folder the index says its images are in (a hint for ``pcmr serve --images``, never served from
+    unless given there): the recorded root of ``meta["image_source"]``,
     else (an index built before roots were recorded) the deepest folder holding every absolute ``path``
     of ``metadata``. None when the index names no image files, or when that folder would be a file
     system root (``/``): then no file is served."""
@@ -57,9 +64,29 @@ def image_root(meta: dict[str, Any], metadata: Sequence[dict[str, Any]] | None) 
     return None if folder == Path(folder.anchor) else folder
 
 
+def serving_folder(folder: str | os.PathLike[str] | None) -> Path | None:
+    """The folder image files are served from, resolved once (symbolic links followed): ``folder`` as
+    given when the server starts, never a folder read from an index. None gives None (no file is served).
+    Raises ``ValueError`` when it is not an existing folder or is a file system root (``/``)."""
+    if folder is None:
+        return None
+    try:
+        real = Path(folder).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise ValueError(f"image folder {os.fspath(folder)!r} does not exist; give the folder holding the "
+                         "gallery's images") from None
+    if not real.is_dir():
+        raise ValueError(f"image folder {os.fspath(folder)!r} is not a folder")
+    if real == Path(real.anchor):
+        raise ValueError(f"image folder {os.fspath(folder)!r} is the file system root; give the folder holding the "
+                         "gallery's images, never '/'")
+    return real
+
+
 def confined_file(root: Path | None, path: Any) -> Path | None:
     """The file ``path`` (relative to ``root``, or absolute under it) names, or None when it is missing,
-    not a regular file, or not under ``root`` once ``..`` and symbolic links are resolved."""
+    not a regular file, or not under ``root`` once ``..`` and symbolic links are resolved. ``root`` is
+    resolved here too unless it already is (:func:`serving_folder`)."""
     if root is None or not isinstance(path, str) or not path or "\x00" in path:
         return None
     candidate = Path(path)
@@ -72,7 +99,7 @@ def confined_file(root: Path | None, path: Any) -> Path | None:
         real_root = root.resolve(strict=True)
     except (OSError, RuntimeError):
         return None
-    if not real.is_relative_to(real_root) or not real.is_file():
+    if real_root == Path(real_root.anchor) or not real.is_relative_to(real_root) or not real.is_file():
         return None
     return real
 

@@ -34,10 +34,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
-from pcmr.atomic import atomic_write_json, atomic_write_safetensors, atomic_write_via_path, repair_folder
+from pcmr.atomic import atomic_write, atomic_write_json, atomic_write_safetensors, repair_folder
 from pcmr.data import Vocabulary
 from pcmr.gaussian import Gaussian
-from pcmr.hub import Model
+from pcmr.hub import Model, check_image_side
 from pcmr.models import load_model as load_pcmr_model
 from pcmr.point_set import PointSet
 from pcmr.search.ann import AnnIndex
@@ -49,7 +49,8 @@ from pcmr.search.vectordb import MilvusCandidates
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "load_index", "milvus_entries", "save_index", "stored_similarity"]
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "file_sha256", "load_index", "milvus_entries", "not_an_index", "save_index",
+           "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
 INDEX_VERSION = 3
@@ -80,18 +81,14 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
     has_model = include_model and index.model is not None
     if has_model:
         assert index.model is not None
-        index.model.save_pretrained(out / MODEL_DIR)
+        index.model.save_files(out / MODEL_DIR)  # the index folder is written whole: no second swap
     ann_info = {}
     for modality, ann in index.ann.items():
         if ann.engine != "faiss":  # a vector database: how to reconnect
             ann_info[modality] = ann.describe()
             continue
         name = f"ann-{modality}.faiss"
-
-        def write_ann(tmp: Path, ann: Any = ann) -> None:
-            ann.write(str(tmp))
-
-        atomic_write_via_path(out / name, write_ann)
+        atomic_write(out / name, ann.write)  # through Python's file I/O: a failed write raises
         ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
                               "layout": ann.layout, "dim": ann.dim, "ntotal": ann.ntotal, "params": ann.params}
     statistics_info = index.statistics.save(out)
@@ -130,6 +127,44 @@ def stored_similarity(directory: str | os.PathLike[str]) -> str | None:
         return None
     first = next(iter(options), None) if isinstance(options, dict) else None
     return first if isinstance(first, str) else None
+
+
+#: files an index of any version may hold besides those its manifest lists under ``checksums``
+_INDEX_NAMES = frozenset({META_FILE, EMBEDDINGS_FILE, "vocab.json", STATISTICS_FILE, UNCERTAINTY_FILE})
+
+
+def not_an_index(directory: str | os.PathLike[str]) -> str | None:
+    """Why the existing path ``directory`` may not be replaced as a gallery index, or None when it is one.
+
+    It must be a folder whose ``index.json`` is a pcmr gallery index manifest and which holds no file
+    the index does not account for (its ``checksums``, the manifest itself, and the fixed names of older
+    versions: its ``model/`` folder, ``vocab.json``, faiss files): ``pcmr search --overwrite`` replaces the
+    whole folder, so a run folder, a folder of documents or an index someone put other files into is
+    refused, naming what is there."""
+    root = Path(directory)
+    if not root.is_dir():
+        return f"{root} is a file, not a pcmr gallery index"
+    entries = sorted(p.name for p in root.iterdir())
+    shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+    try:
+        info = json.loads((root / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        info = None
+    if not isinstance(info, dict) or info.get("format") != INDEX_FORMAT:
+        return f"{root} is not a pcmr gallery index (it holds {shown}; no {META_FILE} of a gallery index)"
+    checksums = info.get("checksums")
+    listed: dict[str, Any] = checksums if isinstance(checksums, dict) else {}
+    ann = [entry.get("file") for entry in (info.get("ann") or {}).values() if isinstance(entry, dict)] \
+        if isinstance(info.get("ann"), dict) else []
+    old_model = info.get("version") in (1, 2) and isinstance(info.get("model"), str)
+    foreign = sorted(
+        name for name in (str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink())
+        if name not in listed and name not in _INDEX_NAMES and name not in ann
+        and not (old_model and name.startswith(f"{info['model']}/")))
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        return f"{root} holds files that are not part of its gallery index ({', '.join(foreign[:5])}{more})"
+    return None
 
 
 def _store_files(index: StoredGallery, out: Path) -> list[str]:
@@ -204,7 +239,7 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
     if load_model and info.get("model"):
         folder = _inside(root, info["model"], "model", meta_path)
         if info.get("version") in (1, 2) or info.get("vocab") is not None:
-            model = _stored_parts(folder, _inside(root, info.get("vocab"), "vocab", meta_path), info, dev)
+            model = _stored_parts(folder, _inside(root, info.get("vocab"), "vocab", meta_path), info, dev, meta_path)
         else:
             model = Model.from_pretrained(folder, map_location=dev)
     index = cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
@@ -220,13 +255,18 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
     return index
 
 
-def _stored_parts(folder: Path, vocab_path: Path, info: dict[str, Any], device: torch.device) -> Model:
+def _stored_parts(folder: Path, vocab_path: Path, info: dict[str, Any], device: torch.device,
+                  meta_path: Path) -> Model:
     """The :class:`pcmr.Model` of a version 1 or 2 index, which stored its parts: the network in ``model/``,
     the vocabulary in ``vocab.json`` and the gallery's image transform in ``meta``."""
     network = load_pcmr_model(folder).to(device).eval()
     model = Model(network, Vocabulary.load(vocab_path), similarity_options=info.get("similarity_options"))
     meta = info.get("meta") or {}
-    model.set_image_transform(meta.get("image_size"), meta.get("image_resize", "square"), meta.get("resize_size"))
+    sizes = {field: meta.get(field) for field in ("image_size", "resize_size")}
+    for field, value in sizes.items():  # an edited manifest never sets a size a query would be allocated at
+        if value is not None:
+            sizes[field] = check_image_side(value, str(meta_path), f"meta.{field}")
+    model.set_image_transform(sizes["image_size"], meta.get("image_resize", "square"), sizes["resize_size"])
     return model.eval()
 
 
@@ -246,6 +286,11 @@ def _read_embeddings(path: Path) -> dict[str, Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"{path} cannot be read ({err}); the index is corrupted") from None
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file, read in 4 MiB pieces (hex)."""
+    return _sha256(Path(path))
 
 
 def _sha256(path: Path) -> str:

@@ -66,10 +66,19 @@ class ReadDeadlineProtocol(H11Protocol):
             self.transport.close()
 
 
-def server_config(app: Any, limits: ServiceLimits | None = None, **kwargs: Any) -> uvicorn.Config:
+def server_config(app: Any, limits: ServiceLimits | None = None, *, trusted_proxy: str | None = None,
+                  **kwargs: Any) -> uvicorn.Config:
     """A ``uvicorn.Config`` for ``app`` with :class:`ReadDeadlineProtocol` (``limits.request_timeout_s``)
-    and ``limits.idle_timeout_s`` as the keep-alive timeout; ``kwargs`` go to ``uvicorn.Config``."""
+    and ``limits.idle_timeout_s`` as the keep-alive timeout; ``kwargs`` go to ``uvicorn.Config``.
+
+    The client address (the access log's) is the socket's peer: ``X-Forwarded-For`` and
+    ``X-Forwarded-Proto`` are read only from the proxy address(es) ``trusted_proxy`` names (a comma-separated
+    list, uvicorn's ``forwarded_allow_ips``); uvicorn by itself trusts them from 127.0.0.1, so any local
+    client could write another address into the log."""
     limits = limits or ServiceLimits()
+    kwargs.setdefault("proxy_headers", trusted_proxy is not None)
+    if trusted_proxy is not None:
+        kwargs.setdefault("forwarded_allow_ips", trusted_proxy)
     if not limits.request_timeout_s > 0 or not limits.idle_timeout_s > 0:
         raise ValueError(f"request and idle timeouts must be positive seconds, got {limits.request_timeout_s} and "
                          f"{limits.idle_timeout_s}")

@@ -8,7 +8,7 @@ Endpoints (every error is a 4xx JSON object ``{"error": "..."}``):
 - ``GET /api/images/{index}?k=5``: one gallery image with its nearest captions;
 - ``GET /api/captions/{index}``: one gallery caption;
 - ``GET /images/{index}``: the image itself (shapes scenes are rendered; file datasets serve their file,
-  only from the gallery's image folder: :mod:`pcmr.search.image_files`);
+  only from the folder given when the server starts, ``image_folder``: :mod:`pcmr.search.image_files`);
 - ``GET /``: the page (``pcmr/search/web``).
 
 The three search endpoints take ``similarity=`` and ``rerank=`` to override the server's settings for
@@ -19,10 +19,15 @@ runs outside the lock that serialises the searches.
 Needs the ``search`` extra (FastAPI, uvicorn, python-multipart).
 """
 
+import contextlib
+import ctypes
+import ctypes.util
+import functools
 import io
+import os
 import threading
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, TextIO, cast
@@ -36,7 +41,7 @@ from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.search.compose import DEFAULT_TOP_K, get_backend, trained_similarity
 from pcmr.search.gallery import GalleryIndex
-from pcmr.search.image_files import confined_file, image_root, public_metadata
+from pcmr.search.image_files import confined_file, public_metadata, serving_folder
 from pcmr.search.presentation import (
     fewer_lines_warning,
     result_warnings,
@@ -48,7 +53,7 @@ from pcmr.search.presentation import (
 from pcmr.similarity import get_similarity, list_similarities
 from pcmr.suggest import unknown_name
 
-__all__ = ["FORM_OVERHEAD_BYTES", "ServiceLimits", "access_line", "create_app", "log_safe"]
+__all__ = ["DecodeBudget", "FORM_OVERHEAD_BYTES", "ServiceLimits", "access_line", "create_app", "log_safe"]
 
 
 #: bytes of multipart framing (boundaries, part headers) read beyond ``max_upload_bytes`` before a 413
@@ -58,7 +63,8 @@ FORM_OVERHEAD_BYTES = 16 * 2**10
 @dataclass(frozen=True)
 class ServiceLimits:
     """Request limits: results per query, text length, upload size (bytes), pixels of an uploaded image
-    (checked from its header, before decoding), seconds to receive a whole request once a connection
+    (checked from its header, before decoding), uploads decoded at once and their pixels in total (a
+    decode waits for room, at most ``request_timeout_s``, then 503), seconds to receive a whole request once a connection
     is open (headers and body; ``pcmr serve``'s server closes slower connections) and seconds an idle
     kept-alive connection is held."""
 
@@ -68,6 +74,10 @@ class ServiceLimits:
     max_image_pixels: int = 40_000_000
     request_timeout_s: float = 30.0
     idle_timeout_s: float = 5.0
+    #: uploads decoded at once, and their pixels in total (the default: one image at the cap): a decode
+    #: takes about 8 bytes per pixel, so these bound the server's memory however many uploads arrive
+    max_concurrent_decodes: int = 2
+    max_decode_pixels: int = 40_000_000
 
 
 class _BadRequest(Exception):
@@ -80,10 +90,11 @@ class _BadRequest(Exception):
 class _Images:
     """Image bytes of gallery items: re-rendered shapes scenes or the files named in the metadata."""
 
-    def __init__(self, index: Any) -> None:
+    def __init__(self, index: Any, folder: str | os.PathLike[str] | None) -> None:
         self.index = index
         self.source = index.meta.get("image_source") or {}
-        self.root = image_root(index.meta, index.image_metadata)  # None: no image file is ever served
+        # only the folder given when the server starts, resolved once; never one the manifest names
+        self.root = serving_folder(folder)  # None: no image file is ever served
         self._pixels: Any = None
         self._lock = threading.Lock()
 
@@ -150,12 +161,13 @@ def _request_target(scope: Mapping[str, Any]) -> str:
 
 def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: str = "nns", backend: str = "auto",
                candidates: int | None = None, limits: ServiceLimits | None = None,
-               access_log: TextIO | None = None) -> Any:
+               access_log: TextIO | None = None, image_folder: str | os.PathLike[str] | None = None) -> Any:
     """A FastAPI application serving ``index`` (module docstring). ``similarity``/``rerank``/``backend``/
     ``candidates`` are the search settings of every query (``similarity`` None: the one the index's model
     was trained with, :func:`pcmr.search.compose.trained_similarity`; a query may override similarity and
     re-ranker); with ``access_log`` (a text stream, e.g. stderr) every request writes one
-    :func:`access_line` to it."""
+    :func:`access_line` to it. Image files are served only from ``image_folder`` (resolved once; None:
+    none are), each item's ``path`` relative to it (:mod:`pcmr.search.image_files`)."""
     from fastapi import FastAPI, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -170,9 +182,11 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
     if index.on_disk and not get_reranker(rerank).works_on_candidates:
         index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
-    images = _Images(index)
+    images = _Images(index, image_folder)
     measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
     lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
+    decoding = DecodeBudget(limits.max_concurrent_decodes, limits.max_decode_pixels, limits.request_timeout_s)
+    app.state.decoding = decoding
 
     if access_log is not None:
         @app.middleware("http")
@@ -300,7 +314,7 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         if image_size is None:
             raise _BadRequest(400, "this model reads precomputed image features, not pixels; image queries need a "
                                    "model trained on pixel images")
-        pixels = await run_in_threadpool(_decode_upload, data, limits.max_image_pixels, int(image_size))
+        pixels = await run_in_threadpool(_decode_upload, data, limits.max_image_pixels, int(image_size), decoding)
 
         encoded: list[Any] = []  # the query's Gaussian, encoded once however many times search_distinct asks
 
@@ -419,10 +433,65 @@ async def _read_upload(request: Any, max_bytes: int) -> tuple[str | None, bytes]
         await form.close()
 
 
-def _decode_upload(data: bytes, max_pixels: int, image_size: int) -> torch.Tensor:
+class DecodeBudget:
+    """Room for decoding uploads: at most ``slots`` at once and ``pixels`` pixels in total (one image
+    larger than that still runs, alone). :meth:`take` waits up to ``timeout_s`` for room, then refuses
+    with 503; after a large decode the freed memory is handed back to the system (:func:`release_memory`)."""
+
+    def __init__(self, slots: int, pixels: int, timeout_s: float) -> None:
+        if slots < 1 or pixels < 1:
+            raise ValueError(f"max_concurrent_decodes and max_decode_pixels must be positive, got {slots}, {pixels}")
+        self.slots, self.pixels, self.timeout_s = slots, pixels, timeout_s
+        self.running = self.in_flight = 0
+        self.peak_in_flight = 0  # the most pixels ever decoding at once (read by the tests)
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def take(self, pixels: int) -> Iterator[None]:
+        with self._cond:
+            fits = self._cond.wait_for(lambda: self.running < self.slots and (
+                self.running == 0 or self.in_flight + pixels <= self.pixels), timeout=self.timeout_s)
+            if not fits:
+                raise _BadRequest(503, "the server is busy decoding other images; try again in a moment")
+            self.running += 1
+            self.in_flight += pixels
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.running -= 1
+                self.in_flight -= pixels
+                self._cond.notify_all()
+            if pixels >= LARGE_DECODE_PIXELS:
+                release_memory()
+
+
+#: a decode at least this large hands its freed memory back to the system afterwards
+LARGE_DECODE_PIXELS = 1_000_000
+
+
+def release_memory() -> None:
+    """Hand freed heap memory back to the system (glibc ``malloc_trim``; a no-op elsewhere): the buffers of a
+    large decode are freed in the decoding thread's arena, which glibc otherwise keeps for that thread."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def _decode_upload(data: bytes, max_pixels: int, image_size: int, budget: DecodeBudget | None = None) -> torch.Tensor:
     """An uploaded image -> model-ready pixels ``[3, S, S]`` (:func:`pcmr.data.images.pil_to_pixels`, the
     preprocessing of image-file queries). Its width x height is read from the header and refused (413)
-    above ``max_pixels`` before anything is decoded; data Pillow cannot decode is refused (415)."""
+    above ``max_pixels`` before anything is decoded; the decode then waits for room in ``budget``; data
+    Pillow cannot decode is refused (415)."""
     if not data:
         raise _BadRequest(400, "the uploaded file is empty")
     try:
@@ -431,6 +500,9 @@ def _decode_upload(data: bytes, max_pixels: int, image_size: int) -> torch.Tenso
             if width * height > max_pixels:
                 raise _BadRequest(413, f"the uploaded image has {width} x {height} = {width * height:,} pixels; "
                                        f"this server decodes at most {max_pixels:,}")
+        # decoded under the budget, and every decoded buffer freed (the image closed) before room is given back
+        with budget.take(width * height) if budget is not None else contextlib.nullcontext(), \
+                Image.open(io.BytesIO(data)) as image:
             return pil_to_pixels(image, image_size)
     except Image.DecompressionBombError:
         raise _BadRequest(413, f"the uploaded image has too many pixels to decode safely (at most "

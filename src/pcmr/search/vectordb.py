@@ -23,7 +23,8 @@ rebuilt with ``--overwrite`` (or grown with ``--add``) keeps pointing at its old
 its new folder is in place; the collections it replaced are dropped only then
 (:func:`drop_collection`). The settings also name the index folder being written (its ``owner``) and
 whether that folder was saved (``committed``): collections of a build that was killed before its
-folder was saved are dropped by the next build with the same prefix (:func:`drop_unfinished`).
+folder was saved, or replaced by a build killed before it dropped them, are dropped by the next build
+with the same prefix (:func:`drop_unfinished`).
 """
 
 from __future__ import annotations
@@ -90,6 +91,18 @@ def _referenced(index_dir: str, collection: str, build_id: str) -> bool:
                for e in entries)
 
 
+def _replaced(index_dir: str, collection: str) -> bool:
+    """Whether the index folder ``index_dir`` is still a pcmr index whose manifest names another collection
+    for the modality of ``collection`` (a rebuild or ``--add`` killed before it dropped what it replaced)."""
+    modality = re.match(rf"^.*_(image|caption)_[0-9a-f]{{{BUILD_ID_HEX}}}$", collection)
+    try:
+        info = json.loads((Path(index_dir) / "index.json").read_text(encoding="utf-8"))
+        entry = (info.get("ann") or {}).get(modality.group(1) if modality else "")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(entry, dict) and entry.get("engine") == "milvus" and entry.get("collection") != collection
+
+
 def _being_written(index_dir: str) -> bool:
     """Whether another process holds the lock of ``index_dir`` (True when that cannot be checked)."""
     if not Path(index_dir).parent.is_dir():  # its folder is gone: nobody writes there
@@ -102,11 +115,13 @@ def _being_written(index_dir: str) -> bool:
 
 
 def drop_unfinished(uri: str, prefix: str, keep: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """Drop the collections ``PREFIX_*_<build id>`` at ``uri`` left by a build killed before its index
-    folder was saved: not committed, written from this host, whose index folder is not being written
-    by another process and does not name them, and not in ``keep`` (those the caller is building).
-    Returns the names dropped. Collections of saved indexes, of other hosts and of other prefixes are
-    never touched."""
+    """Drop the orphan collections ``PREFIX_*_<build id>`` at ``uri``: written from this host, not in
+    ``keep`` (those the caller is building), whose index folder is not being written by another process
+    and does not name them, and that either were never committed (a build killed before its folder was
+    saved) or were replaced (their index folder now names another collection for that modality: a
+    rebuild or ``--add`` killed after its new folder was in place, before it dropped the old ones).
+    Returns the names dropped. Collections an index names, those of a saved index whose folder is gone
+    or moved, of other hosts and of other prefixes are never touched."""
     client = milvus_client(uri, create=True)
     pattern = re.compile(rf"^{re.escape(prefix)}_(image|caption)_[0-9a-f]{{{BUILD_ID_HEX}}}$")
     dropped = []
@@ -115,11 +130,12 @@ def drop_unfinished(uri: str, prefix: str, keep: set[str] | frozenset[str] = fro
             continue
         info = _settings(client, name)
         owner = (info or {}).get("owner") or {}
-        if (info is None or info.get("committed") or owner.get("host") != socket.gethostname()
-                or not owner.get("index")):
+        if info is None or owner.get("host") != socket.gethostname() or not owner.get("index"):
             continue
         if _referenced(owner["index"], name, str(info.get("build_id"))) or _being_written(owner["index"]):
             continue
+        if info.get("committed") and not _replaced(owner["index"], name):
+            continue  # a saved index's, whose folder is gone or moved: it may still be used from elsewhere
         client.drop_collection(name)
         dropped.append(name)
     return dropped
