@@ -5,6 +5,8 @@ Usage: ``python tests/train/fault_runner.py FAULT -- pcmr arguments...`` where F
 - ``none``: no fault;
 - ``enospc:K``: the K-th checkpoint write runs out of disk space half way through its weights file;
 - ``nan:S1,S2,...``: the training loss is NaN at the given 1-based training steps;
+- ``killconfig``: the process is killed (SIGKILL) as the run's ``config.yaml`` is renamed into place, i.e.
+  the state a start killed before its config was written leaves;
 - ``hold:S``: training step S waits (up to two minutes) so that the test can act while the run holds its
   lock, e.g. kill it.
 """
@@ -77,6 +79,20 @@ def hold_at(step_to_hold: int) -> None:
     _wrap_loss(on_step)
 
 
+def kill_at_config() -> None:
+    import os
+    import signal
+
+    replace = os.replace
+
+    def patched(src, dst, *args, **kwargs):
+        if str(dst).endswith("config.yaml"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return replace(src, dst, *args, **kwargs)
+
+    os.replace = patched
+
+
 def main(argv: list[str]) -> int:
     fault, separator, *args = argv
     assert separator == "--", "usage: fault_runner.py FAULT -- pcmr arguments..."
@@ -87,6 +103,8 @@ def main(argv: list[str]) -> int:
         nan_at({int(step) for step in value.split(",")})
     elif kind == "hold":
         hold_at(int(value))
+    elif kind == "killconfig":
+        kill_at_config()
     elif kind != "none":
         raise SystemExit(f"unknown fault {fault!r}")
     from pcmr.cli import main as pcmr_main

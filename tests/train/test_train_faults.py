@@ -151,3 +151,26 @@ def test_non_finite_loss_steps_are_skipped_counted_and_stop_the_run(tmp_path, ca
         assert torch.equal(kept.weights[key], value), key  # the skipped step 3 did not touch the weights
     step_one = [e for e in events(run_dir) if e["event"] == "step" and e["global_step"] == 1]
     assert step_one and "loss" not in step_one[0]  # no loss terms of a skipped step in the log or averages
+
+
+def test_a_start_killed_before_its_config_was_written_is_started_again_by_the_same_command(tmp_path, cache_dir):
+    """A kill -9 while ``config.yaml`` is renamed into place leaves a run folder with only the lock and a
+    temporary file: the same ``pcmr train --name`` starts it afresh (it is not refused as existing), while
+    a folder holding anything else is still refused."""
+    run_dir = tmp_path / "run"
+    command = ("train", "vsepp_max", "--out", str(tmp_path), "--name", "run", *tiny(cache_dir))
+    killed = pcmr(*command, fault="killconfig")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert run_dir.is_dir() and not (run_dir / "config.yaml").exists()
+    again = pcmr(*command)
+    assert again.returncode == 0, again.stderr
+    assert load_latest_checkpoint(run_dir / "checkpoints").state["progress"]["global_step"] == 4
+    assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")]
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    refused = pcmr("train", "vsepp_max", "--out", str(tmp_path), "--name", "other", *tiny(cache_dir))
+    assert refused.returncode == 2
+    assert "already exists" in refused.stderr
+    assert (other / "notes.txt").read_text() == "mine"

@@ -79,6 +79,16 @@ def _clear_run_folder(run_dir: Path) -> None:
             entry.unlink()
 
 
+def killed_before_config(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds only what a start killed before its config was written leaves: the
+    lock files and temporary files of an unfinished write (``.NAME.X.tmp``), and no config. Such a
+    folder is started afresh by the same ``pcmr train --name``; any other file keeps it refused."""
+    if not run_dir.is_dir() or (run_dir / CONFIG_FILE).exists():
+        return False
+    return all(entry.name in LOCK_FILES or (entry.name.startswith(".") and entry.name.endswith(".tmp"))
+               for entry in run_dir.iterdir())
+
+
 def remove_run(run_dir: str | Path) -> None:
     """Delete the run folder ``run_dir`` under its lock (refused with :class:`RunLockedError` while a
     live process trains it). The folder itself goes last, after the lock is released; one that
@@ -154,7 +164,7 @@ def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs"
     error = None
     created = _missing_folders(run_dir) if context.is_main else []  # what a failure may take away again
     if context.is_main:  # rank 0 makes the folder; the others learn its name (or the error)
-        if run_dir.exists() and any(run_dir.iterdir()):
+        if run_dir.exists() and any(run_dir.iterdir()) and not killed_before_config(run_dir):
             error = f"run folder {run_dir} already exists; choose another --name or continue it with --resume"
         else:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -163,6 +173,8 @@ def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs"
         raise ConfigError(error)
     with RunLock(run_dir):  # one training run per run folder (rank 0 holds the lock)
         if context.is_main:
+            if killed_before_config(run_dir):  # a start killed before its config was written: afresh
+                _clear_run_folder(run_dir)
             save_config(config, run_dir / CONFIG_FILE)
         try:
             trainer = Trainer(config, run_dir, context=context)
