@@ -77,18 +77,18 @@ def test_readme_quickstart_runs(tmp_path, monkeypatch, capsys, make):
             file_name = file_name.split("/", 1)[1].replace("trip_", "trip/") + ".png"
         assert caption == written[file_name][0]
     if make is make_folder:
-        _page_shows_file_and_caption(tmp_path / "myphotos_index", written)
+        _page_shows_file_and_caption(tmp_path / "myphotos_index", written, tmp_path / "myphotos")
 
 
-def _page_shows_file_and_caption(index_folder: Path, written: dict[str, list[str]]) -> None:
+def _page_shows_file_and_caption(index_folder: Path, written: dict[str, list[str]], images: Path) -> None:
     """The search page's API gives each result its file name and captions, the page draws both, and the
-    images are served from the folder."""
+    images are served from the folder given to the server (``pcmr serve --images``)."""
     from fastapi.testclient import TestClient
 
     from pcmr.search import GalleryIndex
     from pcmr.search.service import create_app
 
-    client = TestClient(create_app(GalleryIndex.load(index_folder)))
+    client = TestClient(create_app(GalleryIndex.load(index_folder), image_folder=images))
     results = client.get("/api/search", params={"text": "a blue picture", "k": 3}).json()["results"]
     for hit in results:
         assert hit["metadata"]["file"] == hit["id"] and hit["metadata"]["captions"] == written[hit["id"]]

@@ -136,7 +136,7 @@ def test_training_with_the_cache_equals_training_without(tmp_path, monkeypatch, 
 def test_refused_where_nothing_can_be_cached(tmp_path) -> None:
     from_scratch = load_config(None, [
         "model.name=vsepp", "loss.name=triplet_sum", "train.cache_frozen_features=true", "train.progress=false",
-        "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
+        "data.batch_size=10", "data.options={num_train: 12, num_val: 8, num_test: 8, num_test_unseen: 1, num_binary_selection: 1, "
         f"image_size: 32, cache_dir: {tmp_path / 'cache'}}}",
         "model.embed_dim=8", "model.text_encoder={word_dim: 8, hidden_dim: 8}",
         "model.image_encoder={cnn_channels: [4, 4, 4, 4]}"])
