@@ -158,3 +158,23 @@ def test_an_unknown_similarity_or_reranker_in_the_query_string_is_a_400(client, 
     response = client.get("/api/search", params={"text": "a red circle", **params})
     assert response.status_code == 400 and message in response.json()["error"]
     assert "did you mean" in response.json()["error"]
+
+
+def test_the_page_says_what_the_score_is(client):
+    """The number on each result is named in the server's words (as `pcmr search` names it): the log of the
+    match probability for PCME's trained similarity, the cosine for cosine, and the re-weighting of a
+    re-ranker; the page shows that text in its legend."""
+    health = client.get("/api/health").json()
+    assert health["score_note"].startswith("score: the log of the match probability")
+    body = client.get("/api/search", params={"text": "a red circle", "k": 3}).json()
+    assert body["score_note"] == health["score_note"]
+    body = client.get("/api/search", params={"text": "a red circle", "k": 3, "similarity": "cosine",
+                                             "rerank": "csls"}).json()
+    assert body["score_note"].startswith("score: the cosine of the two means")
+    assert "after the csls re-ranking" in body["score_note"]
+    upload = client.post("/api/search/image", params={"k": 3},
+                         files={"file": ("q.png", _png(np.zeros((16, 16, 3), np.uint8)), "image/png")}).json()
+    assert upload["score_note"] == health["score_note"]
+    assert 'id="score-note"' in client.get("/").text
+    script = client.get("/static/app.js").text
+    assert all(f"showScoreNote({source}.score_note)" in script for source in ("data", "health"))

@@ -45,6 +45,7 @@ from pcmr.search.image_files import confined_file, public_metadata, serving_fold
 from pcmr.search.presentation import (
     fewer_lines_warning,
     result_warnings,
+    score_note,
     search_distinct,
     shown_entries,
     uncertainty_percentile,
@@ -286,7 +287,8 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
                 "dim": index.images.dim, "similarity": similarity, "rerank": rerank,
                 "backend": {m: (f"{a.engine}/{a.index_type}" if a is not None else "exact")
                             for m, a in [(m, index.ann.get(m)) for m in ("image", "caption")]},
-                "text_queries": index.model is not None, "images_served": images.available()}
+                "text_queries": index.model is not None, "images_served": images.available(),
+                "score_note": score_note(similarity, rerank)}
 
     @app.get("/api/search")
     def search_text(text: Annotated[str, Query(description="caption query")], k: int = DEFAULT_TOP_K,
@@ -300,7 +302,7 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         chosen = settings(similarity, rerank)
         results, warnings = run_search(index.search_text, [text], k, "image", chosen, text=text)
         return {"query": text, "similarity": chosen[0], "rerank": chosen[1], "results": results,
-                "warnings": warnings}
+                "warnings": warnings, "score_note": score_note(*chosen)}
 
     @app.post("/api/search/image")
     async def search_image(request: Request, k: int = 5, similarity: str | None = None,
@@ -326,7 +328,7 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
 
         results, warnings = await run_in_threadpool(run_search, encoded_search, pixels[None], k, "caption", chosen)
         return {"query": filename, "similarity": chosen[0], "rerank": chosen[1], "results": results,
-                "warnings": warnings}
+                "warnings": warnings, "score_note": score_note(*chosen)}
 
     @app.get("/api/images/{item}")
     def image_item(item: int, k: int = 5, similarity: str | None = None,

@@ -166,6 +166,10 @@ async function showImage(index, metadata) {
   }
 }
 
+function showScoreNote(note) {  // what the number on each result is (the server's words)
+  if (note) $("score-note").textContent = note;
+}
+
 async function runSearch(text, k) {
   try {
     const data = await getJSON(`/api/search?text=${encodeURIComponent(text)}&k=${encodeURIComponent(k)}`);
@@ -173,6 +177,7 @@ async function runSearch(text, k) {
     grid.innerHTML = "";
     for (const hit of data.results) grid.appendChild(imageCard(hit));
     grid.dataset.query = data.query;
+    showScoreNote(data.score_note);
     showWarnings(data.warnings);
     showError("");
   } catch (err) {
@@ -238,6 +243,7 @@ async function searchImage(event) {
     body.appendChild(title);
     body.appendChild(captionRows(data.results));
     $("detail").hidden = false;
+    showScoreNote(data.score_note);
     showWarnings(data.warnings);
     showError("");
   } catch (err) {
@@ -255,6 +261,7 @@ async function init() {
     const health = await getJSON("/api/health");
     $("status").textContent = `${health.images} images, ${health.captions} captions; ` +
       `${health.similarity}/${health.rerank}, ${health.backend.image}`;
+    showScoreNote(health.score_note);
   } catch (err) {
     showError(err.message);
   }
