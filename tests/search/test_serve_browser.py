@@ -165,6 +165,12 @@ def test_legend_preview_warning_and_plain_upload_error(server, browser, tmp_path
     _wait_ready(browser)
     legend = browser.find_element(By.ID, "legend")
     assert legend.is_displayed() and "percentile" in legend.text and "most uncertain" in legend.text
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/api/health") as response:  # the server's words for what a score is
+        note = json.loads(response.read())["score_note"]
+    wait.until(lambda d: d.find_element(By.ID, "score-note").text == note)
     wait.until(lambda d: "no word of the query" in d.find_element(By.ID, "warning").text)
     bar = browser.find_element(By.CSS_SELECTOR, "#results .card .bar")
     assert "percentile of the gallery" in bar.get_attribute("title")
