@@ -231,3 +231,21 @@ def test_generated_captions_files_load_exactly_or_raise_one_error(tmp_path_facto
     assert [[split.caption_texts[c] for c in caps] for caps in split.source_captions[:len(named)]] == \
         [expected[name] for name in named]
     assert split.caption_ids == list(range(len(rows)))
+
+
+@pytest.mark.parametrize("name", ["../outside.png", "/ABS/outside.png", "inner/../../outside.png", "link.png"])
+def test_an_image_outside_the_folder_is_never_read(tmp_path, name):
+    """A captions row naming a file outside the data folder (absolute, through '..', or a link leading out)
+    is refused naming the row, though the file exists; with on_error="skip" it is skipped, not read."""
+    root = make_folder(tmp_path / "photos", 20)
+    outside = tmp_path / "outside.png"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(outside)
+    (root / "link.png").symlink_to(outside)
+    name = name.replace("/ABS", str(tmp_path))
+    with (root / "captions.csv").open("a", encoding="utf-8") as handle:
+        handle.write(f"{name},a picture from elsewhere\n")
+    with pytest.raises(DataError, match="lies outside the data folder") as caught:
+        load_dataset(root, "all")
+    assert "captions.csv" in str(caught.value)
+    kept = load_dataset(root, "all", on_error="skip")
+    assert all(outside.name not in path and "link" not in path for path in kept.images.paths)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import sys
 import time
@@ -20,6 +19,7 @@ from pcmr.hub import load
 from pcmr.inference import get_reranker
 from pcmr.relevance import I2T, T2I
 from pcmr.report import format_table, merge_rows
+from pcmr.study.provenance import cpu_model
 from pcmr.train.lifecycle import remove_run, start_run
 
 __all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
@@ -167,11 +167,6 @@ def cpu_seconds() -> float:
 def machine() -> str:
     """``"2 logical CPUs (AMD EPYC), load average 1.2"``: what the wall time of a run depends on besides
     the work."""
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
-    except OSError:
-        pass
+    model = cpu_model()
     load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     return f"{os.cpu_count()} logical CPUs{f' ({model})' if model else ''}{load}"

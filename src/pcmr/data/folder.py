@@ -158,12 +158,15 @@ def _rows(sources: list[tuple[Path, str | None]]) -> Iterator[tuple[str, Any, An
 
 
 def _image_files(folder: Path) -> list[str]:
-    """Every image file under ``folder`` (by its ending), relative POSIX paths, sorted."""
+    """Every image file under ``folder`` (by its ending), relative POSIX paths, sorted; a link whose
+    target lies outside ``folder`` is left out (nothing outside the data folder is read)."""
     found = []
+    inside = Path(folder).resolve()
     for directory, subdirs, files in os.walk(folder):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
         for name in files:
-            if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith("."):
+            if (name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
+                    and (Path(directory) / name).resolve().is_relative_to(inside)):
                 found.append(PurePosixPath(*(Path(directory) / name).relative_to(folder).parts).as_posix())
     return sorted(found)
 
@@ -226,6 +229,10 @@ def load_folder(
             if isinstance(caption, list) and not caption:
                 raise DataError("empty caption list", path=file, location=f"{where}, caption",
                                 expected="at least one caption")
+            if not (folder / key).resolve().is_relative_to(folder.resolve()):  # never read outside the folder
+                raise DataError(f"image {image.strip()!r} lies outside the data folder {folder}", path=file,
+                                location=where, expected="a file name relative to the captions file's folder and "
+                                "inside it (no absolute path, no '..' out of it, no link leading out)")
             if check_images and key not in records and not (folder / key).is_file():
                 raise MissingDataError("image file not found", path=folder / key, location=f"{file.name}, {where}",
                                        expected="an image file next to the captions file")
