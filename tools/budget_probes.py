@@ -75,9 +75,10 @@ def run_probes(out: Path, workers: int = 2) -> None:
 
     spec = load_study(STUDY)
     runs = spec.runs()
+    committed = {_key(row) for row in _committed_rows()}
     pending: queue.Queue[int] = queue.Queue()
     for index in _budget_order(spec):
-        if _finished_folder(out, runs[index]) is None:
+        if _finished_folder(out, runs[index]) is None and _run_key(runs[index]) not in committed:
             pending.put(index)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     failed: list[str] = []
@@ -102,6 +103,30 @@ def run_probes(out: Path, workers: int = 2) -> None:
         thread.join()
     if failed:
         raise SystemExit(f"{len(failed)} probe(s) failed ({', '.join(failed)}); rerun to resume")
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return (str(row["recipe"]), str(row["variant"]), str(row["seed"]))
+
+
+def _run_key(run: Any) -> tuple[str, str, str]:
+    return (run.label, run.variant, str(run.seed))
+
+
+def _committed_rows() -> list[dict[str, str]]:
+    """The probes of the committed CSV: a probe recorded there is not run again (its run folder need not
+    survive), and its row is kept when the table is rewritten."""
+    if not CSV_OUT.is_file():
+        return []
+    return list(csv.DictReader(io.StringIO(CSV_OUT.read_text(encoding="utf-8"))))
+
+
+def merged(found: list[dict[str, Any]], committed: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The committed rows, each replaced by the probe of the same (recipe, variant, seed) found in a run
+    folder, then the probes found that the CSV does not hold yet, in the study file's run order."""
+    fresh = {_key(row): row for row in found}
+    rows = [fresh.pop(_key(row), row) for row in committed]
+    return rows + list(fresh.values())
 
 
 def _headline_row(marker: dict[str, Any], similarity: str) -> dict[str, Any]:
@@ -222,7 +247,8 @@ def markdown(rows: list[dict[str, str]]) -> str:
         "pairs of the `multiplicity_distinct` preset (3,000 training images, batch 128, learning rate 3e-4) and "
         "is read on its test split under the exact relation with its headline similarity (PCME: match "
         "probability; the twin: cosine), no re-ranking. Each recipe's cell: mean skill (R-P - QB) / (100 - QB) "
-        "i2t / t2i over its seeds. `caption heads rho`: mean pairwise Spearman rho of pcme_small_init's "
+        "i2t / t2i over its seeds. A budget named `_min2` or `_min3` writes captions whose every description names "
+        "at least 2 or 3 of its object's 5 slots (the preset's own minimum is 1). `caption heads rho`: mean pairwise Spearman rho of pcme_small_init's "
         "per-caption uncertainty across the two seeds. Training seconds: one torch thread, two probes at a "
         f"time on a 2-core machine shared with other work. A budget passes when every recipe reaches skill "
         f">= {PASS_SKILL} both ways and the caption heads agree at rho >= {AGREEMENT_MIN} (the rule in the "
@@ -248,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if same else 1
     if not args.no_run:
         run_probes(args.out, args.workers)
-    rows = collect(args.out)
+    rows = merged(collect(args.out), _committed_rows())
     CSV_OUT.parent.mkdir(parents=True, exist_ok=True)
     CSV_OUT.write_text(to_csv(rows), encoding="utf-8")
     MD_OUT.write_text(markdown(list(csv.DictReader(io.StringIO(to_csv(rows))))), encoding="utf-8")

@@ -76,3 +76,14 @@ def test_the_rule_chooses_the_cheapest_budget_where_every_recipe_learns_and_the_
     assert "`px32_e64`" in tool.choice(list(lines.values()))
     assert "no budget is chosen" in tool.choice(list(lines.values()), missing=2)
     assert tool.choice([lines["px32_e16"]]).startswith("No probed budget passes")
+
+
+def test_a_probe_recorded_in_the_csv_is_kept_and_one_found_again_replaces_it() -> None:
+    tool = _tool()
+    committed = [_probe("pcme_small_init", "px32_e16", 900, 0.2, 0.5, 100),
+                 _probe("pcme_mu_only", "px32_e16", 900, 0.2, 0.5, 90)]
+    again = _probe("pcme_mu_only", "px32_e16", 900, 0.3, 0.5, 80)
+    new = _probe("pcme_mu_only", "px32_e16_min2", 900, 0.4, 0.6, 85)
+    rows = tool.merged([new, again], committed)
+    assert rows == [committed[0], again, new]
+    assert tool.merged([], committed) == committed
