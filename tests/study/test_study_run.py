@@ -20,6 +20,8 @@ import pcmr
 from pcmr.cli import main
 from pcmr.study import StudyError, find_study, load_study, read_marker, run_study
 from pcmr.study.backend import train_run
+from pcmr.study.ledger import LEDGER_FILES, restore_ledger, save_run
+from pcmr.study.steps import NULL_DIR, null_recipes, run_null
 from pcmr.train.lock import LOCK_FILE, read_lock
 from pcmr.train.lock import _alive as lock_owner_alive
 
@@ -246,3 +248,57 @@ def test_signal_gate_does_not_depend_on_the_process_random_state(finished: Path,
         rows = evaluate_run(run_dir, ["cosine"], ["nns"], ["exact"], options)
         values.append([rows[0][key] for key in gate])
     assert values[0] == values[1] and values[0][0] > 0
+
+
+def test_a_study_resumes_from_its_ledger_on_a_fresh_checkout(finished: Path, tmp_path: Path) -> None:
+    """The ledger keeps each finished run's result files (no weights); a fresh study folder restored from it
+    skips every run and collects the same results.csv, summary and claims."""
+    ledger = tmp_path / "ledger"
+    for run_dir in sorted((finished / "runs").iterdir()):
+        save_run(run_dir, ledger / "runs" / run_dir.name)
+    kept = {path.name for path in (ledger / "runs").rglob("*") if path.is_file()}
+    assert kept <= set(LEDGER_FILES) and "study.json" in kept
+    assert not any(path.suffix in (".pt", ".safetensors") for path in ledger.rglob("*"))
+    out = tmp_path / "fresh"
+    outcome = run_study(load_study(STUDY), out, threads=1, echo=lambda line: None, ledger=ledger)
+    assert outcome.ran == [] and len(outcome.skipped) == 6
+    for name in ("results.csv", "summary.md", "claims.md", "agreement.md", "curves.md"):
+        assert (out / name).read_text() == (finished / name).read_text(), name
+    # a run with its own checkpoints in the study folder is left to resume from them, never overwritten
+    (out / "runs" / "pcme-base-s0" / "study.json").unlink()
+    (out / "runs" / "pcme-base-s0" / "checkpoints").mkdir()
+    assert restore_ledger(ledger, out) == []
+    shutil.rmtree(out / "runs" / "pcme-base-s0")
+    assert restore_ledger(ledger, out) == ["runs/pcme-base-s0"]
+    # a ledger run without its marker (killed while kept) is not a finished run
+    (ledger / "runs" / "pcme-base-s1" / "study.json").unlink()
+    shutil.rmtree(out / "runs" / "pcme-base-s1")
+    assert restore_ledger(ledger, out) == []
+
+
+def test_save_run_refuses_an_unfinished_run(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a finished run"):
+        save_run(tmp_path / "run", tmp_path / "ledger" / "run")
+
+
+def test_a_null_kept_whole_in_the_ledger_needs_no_run_with_weights(tmp_path: Path) -> None:
+    """The null of untrained models restored from a ledger with every initialisation is collected as it is;
+    with initialisations missing and no run holding its model, it is left for later."""
+    spec = load_study(find_study("uncertainty"))
+    assert spec.design.null is not None
+    recipe = null_recipes(spec)[0]
+    inits = range(spec.design.null.first_seed, spec.design.null.first_seed + spec.design.null.inits)
+    ledger = tmp_path / "ledger"
+    (ledger / NULL_DIR).mkdir(parents=True)
+    whole = "recipe,init,relevance\n" + "".join(f"{recipe},{i},exact\n" for i in inits)
+    (ledger / NULL_DIR / f"{recipe}.csv").write_text(whole)
+    out = tmp_path / "out"
+    assert restore_ledger(ledger, out) == []
+    lines: list[str] = []
+    assert run_null(spec, out, {}, lines.append) == [out / NULL_DIR / f"{recipe}.csv"]
+    assert not lines and (out / NULL_DIR / f"{recipe}.csv").read_text() == whole
+    (out / NULL_DIR / f"{recipe}.csv").write_text("\n".join(whole.splitlines()[:-1]) + "\n")  # one short
+    assert run_null(spec, out, {}, lines.append) == []
+    assert lines == [f"null of {recipe}: no finished run with its model yet; left for later"]
+    assert restore_ledger(ledger, out) == [] and (out / NULL_DIR / f"{recipe}.csv").read_text() == whole

@@ -31,6 +31,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--only", type=int, default=None, metavar="I",
                         help="run number I alone (for job arrays; numbers from --list); writes no summary")
     parser.add_argument("--list", action="store_true", help="print the numbered runs and whether each is finished")
+    parser.add_argument("--ledger", metavar="LEDGER", default=None,
+                        help="a folder (meant to be committed) that keeps each finished run's result files, without "
+                        "weights: its runs are restored into DIR first, and each run that finishes is kept there, so "
+                        "a long study resumes on a fresh checkout")
     return parser
 
 
@@ -45,11 +49,12 @@ def run(args: argparse.Namespace) -> int:
     runs = spec.runs()
     if args.list:
         for item in runs:
-            done = read_marker(out / "runs" / item.name) is not None
+            done = any(read_marker(folder / "runs" / item.name) is not None
+                       for folder in (out, *([Path(args.ledger)] if args.ledger else [])))
             print(f"{item.index}\t{item.name}\t{'finished' if done else 'pending'}")
         return 0
     outcome = run_study(spec, out, workers=args.workers, threads=args.threads, only=args.only,
-                        echo=lambda line: print(line, file=sys.stderr, flush=True))
+                        echo=lambda line: print(line, file=sys.stderr, flush=True), ledger=args.ledger)
     for path in outcome.written:
         print(f"wrote {path}")
     if outcome.failed:

@@ -45,6 +45,7 @@ from pcmr.study.benchmark import apply_benchmark, check_benchmark
 from pcmr.study.claims import JudgeOptions, judge_claims
 from pcmr.study.curves import Curves, curves_markdown, plot_validation_curves, read_curve
 from pcmr.study.design import StudyDesign
+from pcmr.study.ledger import MARKER, has_weights, restore_ledger, save_null, save_run
 from pcmr.study.plots import plot_claims, plot_recipes
 from pcmr.study.provenance import provenance, provenance_markdown
 from pcmr.study.report import (
@@ -70,7 +71,6 @@ from pcmr.study.steps import (
 
 __all__ = ["MARKER", "StudyOutcome", "collect", "execute_run", "read_marker", "run_study", "threads_per_worker"]
 
-MARKER = "study.json"
 MARKER_FORMAT = 1
 
 
@@ -197,7 +197,9 @@ def _parent_alive() -> bool:
 
 
 def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: int, threads: int,
-                  outcome: StudyOutcome, echo: Callable[[str], None]) -> None:
+                  outcome: StudyOutcome, echo: Callable[[str], None], ledger: Path | None = None) -> None:
+    """Run ``pending`` as child processes, ``workers`` at a time; each run that finishes is kept in
+    ``ledger`` (its ``runs/<name>``) at once, when one is given."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "NUMBA_NUM_THREADS": str(threads), PARENT_ENV: str(os.getpid())}
     logs = Path(out) / "logs"
@@ -224,6 +226,8 @@ def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: 
                 log.close()
                 del active[name]
                 if code == 0 and read_marker(Path(out) / "runs" / name) is not None:
+                    if ledger is not None:
+                        save_run(Path(out) / "runs" / name, ledger / "runs" / name)
                     outcome.ran.append(name)
                     finished += 1
                     echo(f"{name}: done in {time.perf_counter() - started[name]:.0f} s "
@@ -240,7 +244,8 @@ def _run_children(spec: StudySpec, pending: list[StudyRun], out: Path, workers: 
 
 
 def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: int | None = None,
-              only: int | None = None, echo: Callable[[str], None] = print) -> StudyOutcome:
+              only: int | None = None, echo: Callable[[str], None] = print,
+              ledger: str | Path | None = None) -> StudyOutcome:
     """Run the unfinished runs of ``spec`` into ``out`` and (unless ``only``) collect the results.
 
     Args:
@@ -248,6 +253,10 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
         threads: torch / OpenMP threads per run (default: the cores divided by ``workers``).
         only: run number ``only`` alone, in this process (``pcmr study --list`` numbers them), and
             collect nothing.
+        ledger: a folder that keeps each finished run's result files, without weights
+            (:mod:`pcmr.study.ledger`): its runs are restored into ``out`` first, and every run that
+            finishes (drift runs and the null included) is kept there, so that the study resumes from a
+            committed ledger on a fresh checkout.
     """
     out = Path(out)
     runs = spec.runs()
@@ -259,13 +268,17 @@ def run_study(spec: StudySpec, out: str | Path, *, workers: int = 1, threads: in
     # one study process per --out (its own child processes run under its lock): a second is refused
     child = only is not None and os.environ.get(PARENT_ENV) is not None
     with contextlib.nullcontext() if child else PathLock(out, "running a study into it"):
-        return _run_locked(spec, out, runs, workers, threads, only, echo)
+        return _run_locked(spec, out, runs, workers, threads, only, echo, None if ledger is None else Path(ledger))
 
 
 def _run_locked(spec: StudySpec, out: Path, runs: list[StudyRun], workers: int, threads: int, only: int | None,
-                echo: Callable[[str], None]) -> StudyOutcome:
+                echo: Callable[[str], None], ledger: Path | None) -> StudyOutcome:
     selected = [runs[only]] if only is not None else runs
     outcome = StudyOutcome()
+    if ledger is not None and only is None:
+        restored = restore_ledger(ledger, out)
+        if restored:
+            echo(f"{len(restored)} finished runs restored from the ledger {ledger}")
     pending = []
     for run in selected:
         if read_marker(run_folder(out, run)) is not None:
@@ -282,8 +295,8 @@ def _run_locked(spec: StudySpec, out: Path, runs: list[StudyRun], workers: int, 
                 raise StudyError(f"run {run.index} ({run.name}): {err}") from err
         if spec.design.distinct_test_split and runs:
             check_test_split(spec, runs[0])  # one clear error before anything trains
-        _run_children(spec, pending, out, workers, threads, outcome, echo)
-        _design_steps(spec, out, workers, threads, outcome, echo)
+        _run_children(spec, pending, out, workers, threads, outcome, echo, ledger)
+        _design_steps(spec, out, workers, threads, outcome, echo, ledger)
     else:
         _die_with_parent()
         torch.set_num_threads(threads)
@@ -297,7 +310,7 @@ def _run_locked(spec: StudySpec, out: Path, runs: list[StudyRun], workers: int, 
 
 
 def _design_steps(spec: StudySpec, out: Path, workers: int, threads: int, outcome: StudyOutcome,
-                  echo: Callable[[str], None]) -> None:
+                  echo: Callable[[str], None], ledger: Path | None = None) -> None:
     """After the runs: the drift runs (``OUT/drift``, the drift's thread count) and the null of untrained
     models (``OUT/null``, in this process, alone: with the threads of every worker); see
     :mod:`pcmr.study.steps`."""
@@ -309,14 +322,18 @@ def _design_steps(spec: StudySpec, out: Path, workers: int, threads: int, outcom
             # runs of 2 threads on 2 cores took 6x as long as one run after the other
             drift_workers = drift_parallelism(workers, drift.threads, threads * workers)
             echo(f"drift: {len(pending)} runs again with {drift.threads} threads, {drift_workers} at a time")
-            _run_children(spec, pending, out / DRIFT_DIR, drift_workers, drift.threads, outcome, echo)
+            _run_children(spec, pending, out / DRIFT_DIR, drift_workers, drift.threads, outcome, echo,
+                          None if ledger is None else ledger / DRIFT_DIR)
     if spec.design.null is not None:
         torch.set_num_threads(threads * workers)
         sources: dict[str, Path] = {}
-        for run in spec.runs():  # the first finished run of each recipe: its configuration and vocabulary
-            if run.label not in sources and read_marker(run_folder(out, run)) is not None:
-                sources[run.label] = run_folder(out, run)
+        for run in spec.runs():  # the first finished run of each recipe with its model (a run restored from a
+            folder = run_folder(out, run)  # ledger has none): its configuration and vocabulary
+            if run.label not in sources and read_marker(folder) is not None and has_weights(folder):
+                sources[run.label] = folder
         run_null(spec, out, sources, echo)
+        if ledger is not None:
+            save_null(out, ledger)
 
 
 def _finished_by_group(spec: StudySpec, out: Path) -> dict[tuple[str, str], list[StudyRun]]:

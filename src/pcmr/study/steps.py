@@ -93,16 +93,17 @@ def run_null(spec: StudySpec, out: str | Path, sources: dict[str, Path],
         return []
     written = []
     for recipe in null_recipes(spec):
-        source = sources.get(recipe)
-        if source is None:
-            echo(f"null of {recipe}: no finished run yet; left for later")
-            continue
         path = _null_path(Path(out), recipe)
         rows = read_results_csv(path.read_text(encoding="utf-8")) if path.is_file() else []
         wanted = [null.first_seed + i for i in range(null.inits)]
         done = {int(row["init"]) for row in rows}
         missing = [seed for seed in wanted if seed not in done]
+        source = sources.get(recipe)
+        if source is None and missing:
+            echo(f"null of {recipe}: no finished run with its model yet; left for later")
+            continue
         for start in range(0, len(missing), NULL_CHUNK):
+            assert source is not None  # checked above: missing initialisations need a source run
             chunk = missing[start:start + NULL_CHUNK]
             new = backend.null_statistics(source, spec.relevance, spec.analysis, chunk)
             rows.extend({"recipe": recipe, **row} for row in new)
