@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pcmr import __version__
 
@@ -82,7 +82,12 @@ def _run_command(args: argparse.Namespace) -> int:
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are two lines: a short usage and the error (the full usage of a
-    command runs to twenty lines and hides the one that matters)."""
+    command runs to twenty lines and hides the one that matters). ``commands``: the sub-parsers built
+    (by command name)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
 
     def error(self, message: str) -> NoReturn:
         positionals = " ".join(action.metavar if isinstance(action.metavar, str) else action.dest.upper()
@@ -90,6 +95,15 @@ class _Parser(argparse.ArgumentParser):
                                if action.help is not argparse.SUPPRESS)
         usage = f"usage: {self.prog} [options]{' ' + positionals if positionals else ''}  (see {self.prog} --help)"
         self.exit(2, f"{usage}\n{self.prog}: error: {message}\n")
+
+    def read(self, argv: Sequence[str]) -> argparse.Namespace:
+        """``parse_args(argv)``, but an argument no parser takes is refused by the parser of the command
+        given (``pcmr train --bogus``: the usage line of ``pcmr train``, not of ``pcmr``)."""
+        parsed, extras = self.parse_known_args(argv)
+        if extras:
+            owner = self.commands.get(getattr(parsed, "command", None) or "", self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def _command_in(argv: Sequence[str]) -> str | None:
@@ -103,7 +117,7 @@ def _command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> _Parser:
     """The top-level parser. The sub-parser of ``command`` is built by its parser module
     (``pcmr.cli.parsers.<module>``, imported now; torch-free); every other command gets a placeholder
     carrying its help line, so its parser is not imported (``""``: placeholders only, enough for
@@ -133,6 +147,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             sub.set_defaults(_run=lambda args, n=name, m=dotted: _raise(_missing_command(n, m)))
             continue
         sub = module.add_parser(subparsers)
+        parser.commands[name] = sub
         if not any("--debug" in action.option_strings for action in sub._actions):
             sub.add_argument(
                 "--debug",
@@ -186,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pcmr`` console script; returns the exit status."""
     arguments = list(argv) if argv is not None else sys.argv[1:]
     parser = build_parser(_command_in(arguments) or "")
-    args = parser.parse_args(arguments)
+    args = parser.read(arguments)
     debug = bool(getattr(args, "debug", False))
     try:
         if getattr(args, "device", None) is not None:  # every command's --device, checked one way
