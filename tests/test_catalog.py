@@ -13,7 +13,7 @@ import pytest
 import pcmr
 from pcmr import catalog
 from pcmr.cli.parsers.study import shipped_studies
-from pcmr.data import ENCODE_BATCH_SIZE, DATASETS, list_datasets
+from pcmr.data import DATASETS, ENCODE_BATCH_SIZE, list_datasets
 from pcmr.inference import MATCHINGS, REWEIGHTINGS, list_rerankers
 from pcmr.losses import LOSSES, list_losses
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
