@@ -1,5 +1,7 @@
 """Start-up time of the commands that need no model: ``pcmr --version``, ``pcmr --help``,
-``pcmr list models`` and ``pcmr list recipes`` (wall time of a fresh ``python -m pcmr`` process).
+``pcmr list models``, ``pcmr list recipes``, a command's ``--help`` and a refused command line
+(``pcmr train --bogus``, ``pcmr evaluate RUN --batch-size 0``): wall time of a fresh
+``python -m pcmr`` process.
 
 Baselines measured in the same run: the interpreter alone (``python -c pass``), ``import torch`` (what
 every command paid while the command line imported the library at start), and, with ``--before SRC``,
@@ -19,7 +21,8 @@ import time
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-COMMANDS = (["--version"], ["--help"], ["list", "models"], ["list", "recipes"])
+COMMANDS = (["--version"], ["--help"], ["list", "models"], ["list", "recipes"], ["search", "--help"],
+            ["train", "--bogus"], ["evaluate", "run", "--batch-size", "0"])
 
 
 def wall(argv: list[str], src: Path, repeats: int) -> float:
@@ -42,11 +45,12 @@ def main() -> None:
     floor = wall(["-c", "pass"], SRC, args.repeats)
     torch = wall(["-c", "import torch"], SRC, args.repeats)
     print(f"python -c pass: {floor:.2f} s; python -c 'import torch': {torch:.2f} s (median of {args.repeats})")
-    header = f"{'command':<20} {'now (s)':>8} {'/ import torch':>15}"
+    width = max(len("pcmr " + " ".join(argv)) for argv in COMMANDS)
+    header = f"{'command':<{width}} {'now (s)':>8} {'/ import torch':>15}"
     print(header + (f" {'before (s)':>11} {'speed-up':>9}" if args.before else ""))
     for argv in COMMANDS:
         now = wall(["-m", "pcmr", *argv], SRC, args.repeats)
-        line = f"{'pcmr ' + ' '.join(argv):<20} {now:>8.2f} {now / torch:>15.2f}"
+        line = f"{'pcmr ' + ' '.join(argv):<{width}} {now:>8.2f} {now / torch:>15.2f}"
         if args.before:
             before = wall(["-m", "pcmr", *argv], args.before, args.repeats)
             line += f" {before:>11.2f} {before / now:>8.1f}x"

@@ -1,5 +1,5 @@
-"""What a first use of the command line meets: ``--version``, ``--help`` and ``list`` answer without
-importing torch, a refused value prints two lines, output piped into a reader that stops early ends
+"""What a first use of the command line meets: ``--version``, ``--help``, every command's ``--help``, a
+usage error of every command and ``list`` answer without importing torch, a refused value prints two lines, output piped into a reader that stops early ends
 quietly, and a training that fails before it starts leaves no empty ``--out`` folder."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pcmr.cli import main
-from pcmr.cli.listing import BUILT_IN
+from pcmr.catalog import REGISTERED
+from pcmr.cli import COMMANDS, main
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -23,32 +23,87 @@ def _python(code: str) -> subprocess.CompletedProcess:
                           check=False)
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["list", "models"], ["list", "recipes"],
-                                  ["list", "similarities"], ["search", "--badflag"]])
-def test_version_help_and_list_do_not_import_torch(argv):
-    code = (f"import sys\nfrom pcmr.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
-            "print('TORCH', 'torch' in sys.modules)")
-    if argv[0] == "search":  # the command given builds its own parser: its module (and torch) is imported
-        assert "TORCH True" in _python(code).stdout
-        return
+def _torch_free_run(argv: list[str]) -> tuple[object, str, str]:
+    """``pcmr.cli.main(argv)`` in a fresh interpreter: (its exit status, its stderr, whether torch, numpy or
+    a run module of the command line was imported, as ``"TORCH False NUMPY False RUN []"``)."""
+    code = (f"import sys\nfrom pcmr.cli import main\ntry:\n    status = main({argv!r})\nexcept SystemExit as exc:\n"
+            "    status = exc.code\n"
+            "run = sorted(m for m in sys.modules if m.startswith('pcmr.cli.') and not m.startswith('pcmr.cli.parsers'))\n"
+            "print('STATUS', status)\n"
+            "print('TORCH', 'torch' in sys.modules, 'NUMPY', 'numpy' in sys.modules, 'RUN', run)")
     done = _python(code)
-    assert done.returncode == 0, done.stderr
-    assert "TORCH False" in done.stdout, argv
+    lines = done.stdout.splitlines()
+    assert lines and lines[-1].startswith("TORCH"), done.stdout + done.stderr
+    status = lines[-2].split(" ", 1)[1]
+    return (int(status) if status.lstrip("-").isdigit() else status), done.stderr, lines[-1]
 
 
-@pytest.mark.parametrize("kind", sorted(BUILT_IN))
-def test_the_listed_names_are_the_registries(kind, capsys):
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["list", "models"], ["list", "recipes"],
+                                  ["list", "similarities"], ["list", "backends"]])
+def test_version_help_and_list_do_not_import_torch(argv):
+    status, stderr, imported = _torch_free_run(argv)
+    assert status in (0, "None"), stderr
+    assert imported.startswith("TORCH False NUMPY False"), (argv, imported)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_commands_help_answers_without_torch(command):
+    status, stderr, imported = _torch_free_run([command, "--help"])
+    assert status == 0, stderr
+    assert imported == "TORCH False NUMPY False RUN []", (command, imported)
+
+
+#: a usage error of each command: an unknown flag, a missing argument, a refused value
+USAGE_ERRORS = {
+    "train": [["train", "--bogus"], ["train", "pcme", "--nproc", "two"]],
+    "evaluate": [["evaluate"], ["evaluate", "run", "--batch-size", "0"]],
+    "search": [["search"], ["search", "idx", "-k", "0"], ["search", "idx", "--backend", "nosuch"]],
+    "serve": [["serve"], ["serve", "idx", "--port", "x"]],
+    "demo": [["demo", "--bogus"]],
+    "list": [["list"], ["list", "nosuch"]],
+    "study": [["study"], ["study", "tiny", "--workers", "x"]],
+    "convert": [["convert", "nosuch", "a.pth", "out"], ["convert", "pcme-release"]],
+}
+
+
+def test_every_command_has_usage_errors_to_try():
+    assert set(USAGE_ERRORS) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("argv", [argv for cases in USAGE_ERRORS.values() for argv in cases], ids=" ".join)
+def test_a_usage_error_is_refused_without_torch(argv):
+    """argparse refuses the command line before the command's run module (and torch) is imported: a
+    short usage line and the error, exit status 2."""
+    status, stderr, imported = _torch_free_run(argv)
+    assert status == 2, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"usage: pcmr {argv[0]} [options]"), lines
+    assert lines[1].startswith(f"pcmr {argv[0]}: error: "), lines
+    assert imported == "TORCH False NUMPY False RUN []", (argv, imported)
+
+
+@pytest.mark.parametrize("kind", sorted(REGISTERED))
+def test_pcmr_list_prints_the_registries(kind, capsys):
+    """Every registered name of each registry is listed, in the registry's order (the catalog is checked
+    against every registry of the package in tests/test_catalog.py)."""
     from pcmr.data import list_datasets
     from pcmr.inference import list_rerankers
     from pcmr.losses import list_losses
     from pcmr.models import list_models
+    from pcmr.search.compose import SEARCH_BACKENDS
     from pcmr.similarity import list_similarities
 
     registry = {"models": list_models, "similarities": list_similarities, "losses": list_losses,
-                "rerankers": list_rerankers, "datasets": list_datasets}[kind]
-    assert list(BUILT_IN[kind]) == list(registry())
+                "rerankers": list_rerankers, "datasets": list_datasets, "backends": SEARCH_BACKENDS.names}[kind]
     assert main(["list", kind]) == 0
     assert capsys.readouterr().out.split() == list(registry())
+
+
+def test_pcmr_list_recipes_prints_the_recipes(capsys):
+    from pcmr.train.recipes import list_recipes
+
+    assert main(["list", "recipes"]) == 0
+    assert capsys.readouterr().out.split() == list(list_recipes())
 
 
 def test_the_help_lists_every_command(capsys):

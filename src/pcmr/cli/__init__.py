@@ -1,12 +1,14 @@
 """The ``pcmr`` command line: ``train``, ``evaluate``, ``search``, ``serve``, ``demo``, ``list``, ``study``,
 ``convert``.
 
-Each subcommand lives in its own module of this package, imported by name from
-:data:`COMMANDS`, and exposes ``add_parser(subparsers)`` (registers its parser)
-and ``run(args) -> int`` (does the work). Only the module of the command given is imported
-(the others are listed from :data:`COMMANDS`' one-line help), and nothing here imports torch, so
-``pcmr --version``, ``pcmr --help`` and ``pcmr list`` answer at once; the library is imported inside
-``run``.
+Each subcommand is two modules, named in :data:`COMMANDS`: its parser,
+``pcmr.cli.parsers.<module>`` with ``add_parser(subparsers)``, and its run module,
+``pcmr.cli.<module>`` with ``run(args) -> int`` (does the work). Only the parser of the command given
+is imported (the others are listed from :data:`COMMANDS`' one-line help), and no parser imports torch
+or a library module that does (the names and defaults they offer come from :mod:`pcmr.catalog`), so
+``pcmr --version``, ``pcmr --help``, ``pcmr COMMAND --help`` and a refused argument answer at once.
+The run module, and through it the library, is imported only once the arguments have been read;
+``pcmr list`` reads the catalog and the recipe folders and loads no torch either.
 
 Errors a user can cause end the program with one line on stderr saying what is
 wrong and what is accepted, and a non-zero exit status (2 for bad input, 1 for
@@ -25,7 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pcmr import __version__
 
@@ -47,11 +49,13 @@ EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
 
 
-def _load_command(module_name: str) -> ModuleType | None:
+def _load_module(dotted: str) -> ModuleType | None:
+    """The module ``dotted``; None when it is not part of this installation (an import error inside it
+    is raised)."""
     try:
-        return importlib.import_module(f"pcmr.cli.{module_name}")
+        return importlib.import_module(dotted)
     except ModuleNotFoundError as exc:
-        if exc.name == f"pcmr.cli.{module_name}":
+        if exc.name == dotted:
             return None
         raise
 
@@ -60,15 +64,30 @@ class CommandUnavailableError(RuntimeError):
     """The module implementing a command is not part of this installation."""
 
 
-def _missing_command(name: str, module_name: str) -> None:
-    raise CommandUnavailableError(
-        f"the '{name}' command is not available in this installation (module pcmr.cli.{module_name} is missing)"
+def _missing_command(name: str, dotted: str) -> CommandUnavailableError:
+    return CommandUnavailableError(
+        f"the '{name}' command is not available in this installation (module {dotted} is missing)"
     )
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Import the run module of the command parsed (``pcmr.cli.<module>``: the library, torch) and run it."""
+    name = args.command
+    dotted = f"pcmr.cli.{COMMANDS[name][0]}"
+    module = _load_module(dotted)
+    if module is None:
+        raise _missing_command(name, dotted)
+    return int(module.run(args) or 0)
 
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are two lines: a short usage and the error (the full usage of a
-    command runs to twenty lines and hides the one that matters)."""
+    command runs to twenty lines and hides the one that matters). ``commands``: the sub-parsers built
+    (by command name)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
 
     def error(self, message: str) -> NoReturn:
         positionals = " ".join(action.metavar if isinstance(action.metavar, str) else action.dest.upper()
@@ -76,6 +95,15 @@ class _Parser(argparse.ArgumentParser):
                                if action.help is not argparse.SUPPRESS)
         usage = f"usage: {self.prog} [options]{' ' + positionals if positionals else ''}  (see {self.prog} --help)"
         self.exit(2, f"{usage}\n{self.prog}: error: {message}\n")
+
+    def read(self, argv: Sequence[str]) -> argparse.Namespace:
+        """``parse_args(argv)``, but an argument no parser takes is refused by the parser of the command
+        given (``pcmr train --bogus``: the usage line of ``pcmr train``, not of ``pcmr``)."""
+        parsed, extras = self.parse_known_args(argv)
+        if extras:
+            owner = self.commands.get(getattr(parsed, "command", None) or "", self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def _command_in(argv: Sequence[str]) -> str | None:
@@ -89,11 +117,12 @@ def _command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The top-level parser. The sub-parser of ``command`` is built by its module (imported now); every
-    other command gets a placeholder carrying its help line, so its module is not imported (``""``:
-    placeholders only, enough for ``--help`` and ``--version``). With ``command=None`` every command's
-    module builds its own parser (the complete parser)."""
+def build_parser(command: str | None = None) -> _Parser:
+    """The top-level parser. The sub-parser of ``command`` is built by its parser module
+    (``pcmr.cli.parsers.<module>``, imported now; torch-free); every other command gets a placeholder
+    carrying its help line, so its parser is not imported (``""``: placeholders only, enough for
+    ``--help`` and ``--version``). With ``command=None`` every command's parser module builds its own
+    sub-parser (the complete parser). No run module is imported here."""
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors"
@@ -111,12 +140,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if command is not None and name != command:
             subparsers.add_parser(name, help=help_text, add_help=False)
             continue
-        module = _load_command(module_name)
+        dotted = f"pcmr.cli.parsers.{module_name}"
+        module = _load_module(dotted)
         if module is None:
-            sub = subparsers.add_parser(name, help=f"(unavailable: pcmr.cli.{module_name} is not installed)")
-            sub.set_defaults(_run=lambda args, n=name, m=module_name: _missing_command(n, m))
+            sub = subparsers.add_parser(name, help=f"(unavailable: {dotted} is not installed)")
+            sub.set_defaults(_run=lambda args, n=name, m=dotted: _raise(_missing_command(n, m)))
             continue
         sub = module.add_parser(subparsers)
+        parser.commands[name] = sub
         if not any("--debug" in action.option_strings for action in sub._actions):
             sub.add_argument(
                 "--debug",
@@ -124,8 +155,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                 default=argparse.SUPPRESS,
                 help="show full tracebacks on errors",
             )
-        sub.set_defaults(_run=module.run)
+        sub.set_defaults(_run=_run_command)
     return parser
+
+
+def _raise(error: Exception) -> NoReturn:
+    raise error
 
 
 def _one_line(exc: BaseException) -> str:
@@ -166,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pcmr`` console script; returns the exit status."""
     arguments = list(argv) if argv is not None else sys.argv[1:]
     parser = build_parser(_command_in(arguments) or "")
-    args = parser.parse_args(arguments)
+    args = parser.read(arguments)
     debug = bool(getattr(args, "debug", False))
     try:
         if getattr(args, "device", None) is not None:  # every command's --device, checked one way

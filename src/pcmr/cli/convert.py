@@ -24,23 +24,7 @@ from pcmr.models import save_model
 from pcmr.models.convert_pcme_release import convert_pcme_release
 from pcmr.train.run import MODEL_DIR, SIMILARITY_OPTIONS_FILE, VOCAB_FILE
 
-__all__ = ["add_parser", "run"]
-
-FORMATS = ("pcme-release",)
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "convert",
-        help="convert a checkpoint of a paper's official release into a pcmr model folder",
-        description="Convert a checkpoint of an official release (pcme-release: github.com/naver-ai/pcme) "
-        "into a pcmr model folder with its vocabulary and learned similarity options.",
-    )
-    parser.add_argument("format", choices=FORMATS, help="which release wrote the checkpoint")
-    parser.add_argument("checkpoint", help="the release's checkpoint file (.pth)")
-    parser.add_argument("out", help="output folder (model/, vocab.json, similarity_options.json)")
-    return parser
-
+__all__ = ["run"]
 
 def run(args: argparse.Namespace) -> int:
     converted = convert_pcme_release(args.checkpoint)

@@ -22,7 +22,7 @@ from pcmr.report import format_table, merge_rows
 from pcmr.study.provenance import cpu_model
 from pcmr.train.lifecycle import remove_run, start_run
 
-__all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "add_parser", "run"]
+__all__ = ["DEMO_OVERRIDES", "DEMO_RECIPES", "run"]
 
 DEMO_RECIPES = ("pcme", "pcme_mu_only")
 
@@ -52,34 +52,6 @@ DEMO_COLUMNS = [
     r_precision(T2I),
     HS_SUM,
 ]
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "demo",
-        help="train and compare pcme and pcme_mu_only on the built-in data (a few minutes on a CPU)",
-        description=(
-            "Train the pcme and pcme_mu_only recipes on the built-in shapes dataset, evaluate both with "
-            "several similarities and re-rankers, and print the comparison table."
-        ),
-    )
-    parser.add_argument(
-        "--out", default="runs/demo", metavar="DIR", help="output folder (default: runs/demo)"
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra config override applied to both recipes (repeatable), e.g. --set train.epochs=2",
-    )
-    parser.add_argument("--device", default=None, metavar="DEVICE",
-                        help="torch device of both trainings and evaluations, e.g. cuda (train.device; default cpu)")
-    parser.add_argument("--progress", action="store_const", const=True, default=None,
-                        help="progress bars even when output is not a terminal (default: bars only on a "
-                             "terminal, plain per-epoch lines otherwise)")
-    return parser
 
 
 def _prepare(out: Path) -> None:

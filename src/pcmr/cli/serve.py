@@ -16,49 +16,12 @@ import sys
 from pcmr.arguments import checked_name
 from pcmr.inference import get_reranker
 from pcmr.search import GalleryIndex
-from pcmr.search.compose import BACKENDS, RESCORE_ALL_MAX, search_notes
+from pcmr.search.compose import search_notes
 from pcmr.search.image_files import image_root, serving_folder
-from pcmr.search.searcher import DEFAULT_CANDIDATES
 from pcmr.search.service import ServiceLimits, create_app
 from pcmr.similarity import get_similarity
 
-__all__ = ["add_parser", "run"]
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "serve",
-        help="serve a gallery index: a search page and a JSON API",
-        description="Serve a gallery index (pcmr search --build) over HTTP: a page at / (query box, result "
-        "grid with score and uncertainty, click an image for its captions) and a JSON API under /api. "
-        "Needs the 'search' extra. See docs/search.md.",
-    )
-    parser.add_argument("index", metavar="INDEX", help="index folder (written by `pcmr search INDEX --build ...`)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    parser.add_argument("--similarity", default=None,
-                        help="similarity of every query that names none (default: the one the index's model was "
-                        "trained with, e.g. match_prob with its trained a and b for PCME; cosine when unknown)")
-    parser.add_argument("--rerank", default="nns", help="re-ranker of every query (default nns)")
-    parser.add_argument("--backend", default="auto", choices=list(BACKENDS),
-                        help="search backend (default auto: the index's candidate source, faiss or milvus, if any)")
-    parser.add_argument("--candidates", type=int, default=None,
-                        help=f"faiss/milvus backend: candidates per query re-scored exactly (default {DEFAULT_CANDIDATES}; "
-                        f"is/csls: every item of a gallery of up to {RESCORE_ALL_MAX:,})")
-    parser.add_argument("--device", default=None, help="torch device (default cpu)")
-    parser.add_argument("--images", default=None, metavar="DIR",
-                        help="folder the gallery's image files are served from (each item's path is relative to "
-                        "it; the index records where they were, e.g. data/coco/images). Without it no image file "
-                        "is served: the folder is never taken from the index")
-    parser.add_argument("--trusted-proxy", default=None, metavar="ADDRESS",
-                        help="address(es) of a reverse proxy (comma-separated) whose X-Forwarded-For header gives the "
-                        "client address in the access log (default: none; the connection's own address is logged)")
-    parser.add_argument("--no-access-log", dest="access_log", action="store_false",
-                        help="do not print one line per request on stderr (default: print them)")
-    parser.add_argument("--request-timeout", type=float, default=ServiceLimits.request_timeout_s, metavar="SECONDS",
-                        help="close a connection whose request (headers and body) has not arrived in full within "
-                        f"SECONDS (default {ServiceLimits.request_timeout_s:g})")
-    return parser
+__all__ = ["run"]
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

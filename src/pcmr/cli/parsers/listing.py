@@ -1,0 +1,23 @@
+"""The parser of ``pcmr list`` (the run side: :mod:`pcmr.cli.listing`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from pcmr.catalog import REGISTERED
+
+__all__ = ["KINDS", "add_parser"]
+
+#: what `pcmr list` lists: the registries' names and the recipes
+KINDS = (*REGISTERED, "recipes")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "list",
+        help="list the names a config or command may use",
+        description="Print the registered models, similarities, losses, re-rankers, datasets, search backends or "
+        "recipes.",
+    )
+    parser.add_argument("kind", choices=sorted(KINDS), help="what to list")
+    return parser
