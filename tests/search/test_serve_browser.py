@@ -1,6 +1,9 @@
 """The `pcmr serve` page in a real browser: Debian's chromium, headless, driven by selenium through
 /usr/bin/chromedriver (no driver download). Run by `make test-browser` (which `.ci/run` calls after
-installing chromium and chromium-driver); a missing browser is a failure, never a skip."""
+installing chromium and chromium-driver); a missing browser is a failure, never a skip.
+
+The pages: a tiny shapes index (query, grid, detail pane, shared links, legend, upload), and an index of
+one's own image folder served with ``--images`` (file names, written captions, the image files)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import shutil
 import socket
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -27,20 +31,18 @@ def _require_browser() -> None:
                     "(.ci/run installs them)", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def server(search_index_factory, tmp_path_factory):
+@contextmanager
+def _serve(app):
+    """Serve ``app`` on a free port of 127.0.0.1 in a thread, as ``pcmr serve`` does (:func:`server_config`);
+    yields the page's address and stops the server afterwards."""
     import uvicorn
 
-    from pcmr.search import GalleryIndex
     from pcmr.search.server import server_config
-    from pcmr.search.service import create_app
 
-    index = GalleryIndex.load(search_index_factory(tmp_path_factory.mktemp("browser")))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    config = server_config(create_app(index), host="127.0.0.1", port=port, log_level="warning")  # as pcmr serve
-    instance = uvicorn.Server(config)
+    instance = uvicorn.Server(server_config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -48,9 +50,51 @@ def server(search_index_factory, tmp_path_factory):
         if time.monotonic() > deadline or not thread.is_alive():
             pytest.fail("uvicorn did not start", pytrace=False)
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", index
+    yield f"http://127.0.0.1:{port}"
     instance.should_exit = True
     thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(search_index_factory, tmp_path_factory):
+    from pcmr.search import GalleryIndex
+    from pcmr.search.service import create_app
+
+    index = GalleryIndex.load(search_index_factory(tmp_path_factory.mktemp("browser")))
+    with _serve(create_app(index)) as url:
+        yield url, index
+
+
+#: a one-step training of a tiny model on an own image folder (the page needs an index, not accuracy)
+OWN_TRAINING = ["--no-progress", "--set", "data.batch_size=8", "--set", "train.epochs=1",
+                "--set", "train.max_steps_per_epoch=1", "--set", "model.embed_dim=8",
+                "--set", "model.text_encoder={word_dim: 8, hidden_dim: 8}",
+                "--set", "model.image_encoder={cnn_channels: [4, 4, 4, 4]}"]
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory):
+    """``pcmr serve INDEX --images FOLDER`` on an index of one's own image folder (20 PNG files with two
+    captions each in ``captions.csv``, some in a subfolder), built as the README's quickstart does. The
+    folder is moved after the build, so images load only from the folder given to the server, never from
+    the one the index records. Yields the address, the index and the captions written for each file."""
+    from tests._own_data import make_folder, samples
+
+    from pcmr.cli import main
+    from pcmr.search import GalleryIndex
+    from pcmr.search.service import create_app
+
+    root = tmp_path_factory.mktemp("own-browser")
+    built = make_folder(root / "myphotos", 20)
+    assert main(["train", "pcme", "--data", str(built), "--out", str(root / "runs"), "--name", "myphotos",
+                 *OWN_TRAINING]) == 0
+    assert main(["search", str(root / "index"), "--build", str(root / "runs" / "myphotos"), "--data", str(built),
+                 "--backend", "faiss", "--index-type", "flat", "--ann-score", "cosine"]) == 0
+    served = built.rename(root / "moved")
+    index = GalleryIndex.load(root / "index")
+    written = {name: (pixels.shape, captions) for name, pixels, captions in samples(20)}
+    with _serve(create_app(index, image_folder=served)) as url:  # as pcmr serve INDEX --images moved
+        yield url, index, written
 
 
 @pytest.fixture
@@ -191,3 +235,59 @@ def test_legend_preview_warning_and_plain_upload_error(server, browser, tmp_path
     error = browser.find_element(By.ID, "error").text
     assert error == ("the uploaded file is not an image this server can read; upload a PNG, JPEG, GIF, BMP or "
                      "WebP file")
+
+
+def test_own_folder_cards_show_file_caption_and_image(own_server, browser):
+    """The page of one's own image folder: each card shows its file name and the first caption written for
+    it, its picture is the file itself (its pixel size) served from the --images folder, and opening a card
+    lists all the captions written for the file above its nearest captions."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from pcmr.search.compose import trained_similarity
+
+    url, index, written = own_server
+    wait = WebDriverWait(browser, 30)
+    browser.get(url + "/")
+    wait.until(lambda d: "20 images, 40 captions" in d.find_element(By.ID, "status").text)
+    browser.find_element(By.ID, "query").send_keys("a blue picture with a red square")
+    browser.find_element(By.ID, "k").clear()
+    browser.find_element(By.ID, "k").send_keys("5")
+    browser.find_element(By.ID, "search-button").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results .card")) == 5)
+    wait.until(lambda d: d.execute_script(
+        "return Array.from(document.querySelectorAll('#results .card img')).every(i => i.complete)"))
+    cards = browser.find_elements(By.CSS_SELECTOR, "#results .card")
+    expected = index.search_text("a blue picture with a red square", k=5, similarity=trained_similarity(index))
+    assert [int(c.get_attribute("data-index")) for c in cards] == expected.indices[0].tolist()
+    for card in cards:
+        name = card.find_element(By.CSS_SELECTOR, ".file").text
+        assert name == index.image_ids[int(card.get_attribute("data-index"))] and name in written
+        (height, width, _), captions = written[name]
+        lines = card.find_elements(By.CSS_SELECTOR, ".labels")
+        assert [line.text for line in lines] == [captions[0]], name
+        assert lines[0].get_attribute("title") == "\n".join(captions)  # every caption on hover
+        pictures = card.find_elements(By.TAG_NAME, "img")
+        assert len(pictures) == 1, f"{name}: the card has no picture"
+        picture = pictures[0]
+        assert picture.get_attribute("src") == f"{url}/images/{card.get_attribute('data-index')}"
+        size = browser.execute_script("return [arguments[0].naturalWidth, arguments[0].naturalHeight]", picture)
+        assert size == [width, height], name  # the PNG file of the folder, loaded: not a broken image
+    opened = cards[-1]
+    name = opened.find_element(By.CSS_SELECTOR, ".file").text
+    opened.click()
+    wait.until(ec.visibility_of_element_located((By.ID, "detail")))
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#detail-body > .caption-row")) == 2)
+    assert browser.find_element(By.CSS_SELECTOR, "#detail-body h2").text == f"image {name}"
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#detail-body h3")]
+    assert headings == ["its captions", "nearest captions"]
+    rows = browser.find_elements(By.CSS_SELECTOR, "#detail-body > .caption-row")
+    assert [row.text for row in rows] == written[name][1]
+    nearest = browser.find_elements(By.CSS_SELECTOR, "#detail-body > div > .caption-row")
+    assert len(nearest) == 5
+    wait.until(lambda d: d.execute_script(
+        "const i = document.querySelector('#detail-body img'); return i.complete && i.naturalWidth > 0"))
+    (height, width, _), _ = written[name]
+    assert browser.execute_script("const i = document.querySelector('#detail-body img'); "
+                                  "return [i.naturalWidth, i.naturalHeight]") == [width, height]
