@@ -1,6 +1,6 @@
 """Approximate nearest-neighbour search over Gaussians with faiss (flat, IVF, HNSW).
 
-Three scores are *exactly* nearest-neighbour problems on fixed vectors (docs/search.md):
+Four scores are *exactly* nearest-neighbour problems on fixed vectors (docs/search.md):
 
 - ``cosine``: inner product of the normalised means, ``x = m / |m|``;
 - ``l2``: ``-|m1 - m2|``, Euclidean distance of the means, ``x = m``;
