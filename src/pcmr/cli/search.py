@@ -18,16 +18,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from pcmr.arguments import checked_name, positive_int
 from pcmr.data import ENCODE_BATCH_SIZE
-from pcmr.hub import trained_similarity
 from pcmr.inference import get_reranker
-from pcmr.search import GalleryIndex
 from pcmr.search.ann import ANN_SCORES, INDEX_TYPES
 from pcmr.search.compose import BACKENDS, DEFAULT_TOP_K, RESCORE_ALL_MAX
-from pcmr.search.indexing import IndexWrite, check_index_write, check_source_target, write_index
-from pcmr.search.manifest import stored_similarity
+from pcmr.search.indexing import (
+    IndexWrite,
+    check_index_write,
+    check_source_target,
+    default_similarity,
+    write_index,
+)
 from pcmr.search.presentation import answer_text
 from pcmr.search.request import Abstention, SearchRequest, parse_query_options
 from pcmr.search.searcher import DEFAULT_CANDIDATES, DEFAULT_REFERENCE_SAMPLE
@@ -195,16 +199,6 @@ def _index_write(args: argparse.Namespace) -> IndexWrite:
                       device=args.device, source=source)
 
 
-def _default_similarity(args: argparse.Namespace) -> str:
-    """The similarity the model was trained with: the one of ``--build RUN_OR_MODEL``, else the one the index
-    records (small files only, nothing is loaded); cosine for ``--from-embeddings`` or when none is recorded."""
-    if args.build:
-        return trained_similarity(args.build)
-    if args.from_embeddings:
-        return "cosine"
-    return stored_similarity(args.index) or "cosine"
-
-
 def _warn(line: str) -> None:
     print(f"warning: {line}", file=sys.stderr)
 
@@ -220,7 +214,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("--text must be a non-empty caption, e.g. --text 'a red circle'")
     spec = _index_write(args)
     check_index_write(spec)
-    spec.similarity = args.similarity = args.similarity or _default_similarity(args)
+    spec.similarity = args.similarity = args.similarity or default_similarity(spec)
     checked_name("--similarity", args.similarity, get_similarity)
     checked_name("--rerank", args.rerank, get_reranker)
     abstention = Abstention(args.answer_coverage, args.max_risk, args.risk_curve)
@@ -234,8 +228,10 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError("nothing to do: give --text TEXT or --image PATH to search, or --build RUN_OR_MODEL")
         return 0
     args.backend = spec.backend  # an --on-disk build answers through its candidate source
-    session = SearchSession(index or GalleryIndex.load(args.index, device=args.device), similarity=args.similarity,
-                            rerank=args.rerank, backend=args.backend, candidates=args.candidates)
+    settings: dict[str, Any] = {"similarity": args.similarity, "rerank": args.rerank, "backend": args.backend,
+                "candidates": args.candidates}
+    session = SearchSession(index, **settings) if index is not None else SearchSession.open(args.index, device=args.device,
+                                                                                  **settings)
     if args.risk_curve is not None and args.max_risk is not None:
         session.check_risk_curve(args.risk_curve, args.index)
     request.rerank_options, request.similarity_options = parse_query_options(args.option, args.similarity,

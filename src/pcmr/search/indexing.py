@@ -18,7 +18,7 @@ from typing import Any
 from pcmr.atomic import write_folder, writing_folder
 from pcmr.data import ENCODE_BATCH_SIZE
 from pcmr.gaussian import Gaussian
-from pcmr.hub import load
+from pcmr.hub import load, trained_similarity
 from pcmr.progress import phase
 from pcmr.run_defaults import default_split, load_split, run_defaults
 from pcmr.search.ann import ann_score_for
@@ -26,10 +26,16 @@ from pcmr.search.candidate_sources import CANDIDATE_SOURCES, source_kind
 from pcmr.search.compose import get_backend
 from pcmr.search.embeddings import read_embeddings
 from pcmr.search.gallery import GalleryIndex
-from pcmr.search.manifest import drop_replaced_sources, file_sha256, not_an_index, source_entries
+from pcmr.search.manifest import (
+    drop_replaced_sources,
+    file_sha256,
+    not_an_index,
+    source_entries,
+    stored_similarity,
+)
 from pcmr.search.sources import BuildSettings
 
-__all__ = ["IndexWrite", "check_index_write", "write_index"]
+__all__ = ["IndexWrite", "check_index_write", "check_source_target", "default_similarity", "write_index"]
 
 
 def _quiet(line: str) -> None:
@@ -66,6 +72,16 @@ class IndexWrite:
     @property
     def writes(self) -> bool:
         return any(x is not None for x in (self.build, self.from_embeddings, self.add))
+
+
+def default_similarity(spec: IndexWrite) -> str:
+    """The similarity the model was trained with: the one of ``spec.build``, else the one the index folder
+    records (small files only, nothing is loaded); cosine for ``from_embeddings`` or when none is recorded."""
+    if spec.build:
+        return trained_similarity(spec.build)
+    if spec.from_embeddings:
+        return "cosine"
+    return stored_similarity(spec.index) or "cosine"
 
 
 def check_index_write(spec: IndexWrite) -> None:
@@ -119,7 +135,11 @@ def _save_new(index: GalleryIndex, spec: IndexWrite) -> None:
     """Write a newly built index; the folder is swapped in whole, so a replaced one leaves no file behind.
     The candidate sources of a replaced index outside its folder are dropped once the new one is in place."""
     replaced = source_entries(spec.index)
-    write_folder(spec.index, index.save)
+
+    def save(folder: Path) -> None:
+        index.save(folder)
+
+    write_folder(spec.index, save)
     index.commit_sources()
     drop_replaced_sources(replaced)
 

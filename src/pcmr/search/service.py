@@ -38,21 +38,12 @@ from PIL import Image, UnidentifiedImageError
 from pcmr.data.images import ArrayImages, pil_to_pixels
 from pcmr.data.registry import load_dataset, renders_images
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
-from pcmr.inference import get_reranker, list_rerankers
-from pcmr.search.compose import DEFAULT_TOP_K, get_backend, trained_similarity
+from pcmr.search.compose import DEFAULT_TOP_K
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.image_files import confined_file, public_metadata, serving_folder
-from pcmr.search.presentation import (
-    fewer_lines_warning,
-    result_warnings,
-    score_note,
-    search_distinct,
-    shown_entries,
-    uncertainty_percentile,
-    word_vocabulary,
-)
-from pcmr.similarity import get_similarity, list_similarities
-from pcmr.suggest import unknown_name
+from pcmr.search.presentation import score_note, uncertainty_percentile
+from pcmr.search.request import SearchRequest
+from pcmr.search.session import SearchSession
 
 __all__ = ["DecodeBudget", "FORM_OVERHEAD_BYTES", "ServiceLimits", "access_line", "create_app", "log_safe"]
 
@@ -160,49 +151,57 @@ def _request_target(scope: Mapping[str, Any]) -> str:
     return raw.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
 
 
-def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: str = "nns", backend: str = "auto",
-               candidates: int | None = None, limits: ServiceLimits | None = None,
+def create_app(index: GalleryIndex | SearchSession, *, similarity: str | None = None, rerank: str = "nns",
+               backend: str = "auto", candidates: int | None = None, limits: ServiceLimits | None = None,
                access_log: TextIO | None = None, image_folder: str | os.PathLike[str] | None = None) -> Any:
-    """A FastAPI application serving ``index`` (module docstring). ``similarity``/``rerank``/``backend``/
-    ``candidates`` are the search settings of every query (``similarity`` None: the one the index's model
-    was trained with, :func:`pcmr.search.compose.trained_similarity`; a query may override similarity and
-    re-ranker); with ``access_log`` (a text stream, e.g. stderr) every request writes one
-    :func:`access_line` to it. Image files are served only from ``image_folder`` (resolved once; None:
-    none are), each item's ``path`` relative to it (:mod:`pcmr.search.image_files`)."""
-    from fastapi import FastAPI, Query, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, JSONResponse, Response
-    from starlette.concurrency import run_in_threadpool
-    from starlette.exceptions import HTTPException as StarletteHTTPException
+    """A FastAPI application serving ``index`` (module docstring): a gallery index, searched by a
+    :class:`~pcmr.search.session.SearchSession` with ``similarity``/``rerank``/``backend``/``candidates``
+    as the settings of every query (``similarity`` None: the one the index's model was trained with,
+    :func:`pcmr.search.compose.trained_similarity`; a query may override similarity and re-ranker), or
+    such a session itself (its settings then). With ``access_log`` (a text stream, e.g. stderr) every
+    request writes one :func:`access_line` to it. Image files are served only from ``image_folder``
+    (resolved once; None: none are), each item's ``path`` relative to it (:mod:`pcmr.search.image_files`)."""
+    from fastapi import FastAPI
 
+    session = index if isinstance(index, SearchSession) else SearchSession(
+        index, similarity=similarity, rerank=rerank, backend=backend, candidates=candidates)
+    session.check_settings()  # an unknown name, or what an on-disk index cannot answer: ValueError before serving
     limits = limits or ServiceLimits()
-    similarity = similarity or trained_similarity(index)
-    get_similarity(similarity)  # an unknown name: ValueError before serving
-    if index.on_disk and get_backend(backend).exact:
-        index.refuse_on_disk("the exact backend")
-    if index.on_disk and not get_reranker(rerank).works_on_candidates:
-        index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
     app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
-    images = _Images(index, image_folder)
-    measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
-    lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
-    decoding = DecodeBudget(limits.max_concurrent_decodes, limits.max_decode_pixels, limits.request_timeout_s)
-    app.state.decoding = decoding
-
+    app.state.decoding = DecodeBudget(limits.max_concurrent_decodes, limits.max_decode_pixels,
+                                      limits.request_timeout_s)
     if access_log is not None:
-        @app.middleware("http")
-        async def _log_request(request: Request, call_next: Any) -> Any:
-            started = time.perf_counter()
-            status = 500
-            try:
-                response = await call_next(request)
-                status = response.status_code
-                return response
-            finally:
-                target = _request_target(request.scope)
-                client = request.client.host if request.client else "-"
-                print(access_line(client, request.method, target, status, time.perf_counter() - started),
-                      file=access_log, flush=True)
+        _add_access_log(app, access_log)
+    _add_error_handlers(app)
+    images = _Images(session.index, image_folder)
+    _add_search_routes(app, session, images, limits)
+    _add_item_routes(app, session, images, limits)
+    return app
+
+
+def _add_access_log(app: Any, access_log: TextIO) -> None:
+    from fastapi import Request
+
+    @app.middleware("http")
+    async def _log_request(request: Request, call_next: Any) -> Any:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            target = _request_target(request.scope)
+            client = request.client.host if request.client else "-"
+            print(access_line(client, request.method, target, status, time.perf_counter() - started),
+                  file=access_log, flush=True)
+
+
+def _add_error_handlers(app: Any) -> None:
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @app.exception_handler(_BadRequest)
     async def _bad(request: Request, exc: _BadRequest) -> JSONResponse:
@@ -217,78 +216,65 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
 
-    def check_k(k: int, modality: str) -> int:
-        top = min(limits.max_k, index.gallery(modality).num)
-        if not 1 <= k <= top:
-            raise _BadRequest(400, f"k must be an integer in [1, {top}], got {k}")
-        return k
 
-    def require_encoder() -> None:
-        if index.model is None:
-            raise _BadRequest(409, "this index holds no model, so it cannot encode queries")
+def _check_k(session: SearchSession, limits: ServiceLimits, k: int, modality: str) -> int:
+    top = min(limits.max_k, session.index.gallery(modality).num)
+    if not 1 <= k <= top:
+        raise _BadRequest(400, f"k must be an integer in [1, {top}], got {k}")
+    return k
 
-    def percentile(modality: str, value: float | None) -> float | None:
-        """The one uncertainty rank of the API: an item's percentile among its gallery's items (0-100)."""
-        gallery = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
-        return uncertainty_percentile(value, gallery)
 
-    def hit_json(entry: dict[str, Any], modality: str) -> dict[str, Any]:
-        """A shown result line (pcmr.search.presentation.shown_entries) for the page."""
-        out = dict(entry)  # its uncertainty_percentile is the one rank the API gives
-        if modality == "image":
-            out.pop("text", None)
-            out["metadata"] = images.metadata(entry["index"])
-            out["image_url"] = f"/images/{entry['index']}" if images.available() else None
-        else:
-            out.pop("metadata", None)
-        return out
+def _settings(session: SearchSession, similarity: str | None, rerank: str | None) -> tuple[str, str]:
+    """The similarity and re-ranker of one query: the server's unless the query string names others."""
+    try:
+        return session.settings(similarity, rerank)
+    except ValueError as err:
+        raise _BadRequest(400, str(err)) from None
 
-    def settings(query_similarity: str | None, query_rerank: str | None) -> tuple[str, str]:
-        """The similarity and re-ranker of one query: the server's unless the query string names others."""
-        chosen = (query_similarity or similarity, query_rerank or rerank)
-        if chosen[0] not in list_similarities():
-            raise _BadRequest(400, unknown_name("similarity", chosen[0], list_similarities()))
-        if chosen[1] not in list_rerankers():
-            raise _BadRequest(400, unknown_name("re-ranker", chosen[1], list_rerankers()))
-        if index.on_disk and not get_reranker(chosen[1]).works_on_candidates:
-            raise _BadRequest(400, f"re-ranker {chosen[1]!r} matches all queries together and needs the whole "
-                                   "gallery in memory; this index keeps its Gaussians on disk")
-        return chosen
 
-    def run_search(function: Any, queries: Any, k: int, modality: str, chosen: tuple[str, str],
-                   text: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-        """Result lines of one query, ``k`` distinct ones when the gallery holds them (identical captions
-        merged, more fetched until ``k`` lines remain: :func:`pcmr.search.presentation.search_distinct`), and
-        warnings, among them one when fewer than ``k`` lines remain."""
-        score, reranker = chosen
-        gallery_size = index.gallery(modality).num
+def _answer(session: SearchSession, images: _Images, request: SearchRequest, modality: str) -> dict[str, Any]:
+    """The result lines and warnings of a one-query request: ``k`` distinct lines when the gallery holds
+    them (``modality``: of the gallery searched), warnings about the query, the search's notes, and one when
+    fewer than ``k`` lines remain."""
+    try:
+        found = session.search(request).queries[0]
+    except ValueError as err:
+        raise _BadRequest(400, str(err)) from None
+    return {"results": [_hit_json(images, line, modality) for line in found.lines],
+            "warnings": found.warnings + found.notes + ([found.fewer] if found.fewer else [])}
 
-        def search(fetch: int) -> Any:
-            with lock:
-                return function(queries, k=fetch, similarity=score, rerank=reranker, backend=backend,
-                                candidates=candidates)
 
-        try:
-            results, fetched = search_distinct(search, k, gallery_size, modality, reranker)
-        except ValueError as err:
-            raise _BadRequest(400, str(err)) from None
-        gallery_unc = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
-        entries = shown_entries(results.hits[0], k, gallery_unc)
-        vocabulary = word_vocabulary(index.model) if text is not None else None
-        warnings = result_warnings(entries, text if text is not None else "", vocabulary) + results.notes
-        fewer = fewer_lines_warning(len(entries), k, fetched, gallery_size, get_reranker(reranker).returns_scores)
-        if fewer:
-            warnings.append(fewer)
-        return [hit_json(e, modality) for e in entries], warnings
+def _hit_json(images: _Images, entry: dict[str, Any], modality: str) -> dict[str, Any]:
+    """A shown result line (pcmr.search.presentation.shown_entries) for the page."""
+    out = dict(entry)  # its uncertainty_percentile is the one rank the API gives
+    if modality == "image":
+        out.pop("text", None)
+        out["metadata"] = images.metadata(entry["index"])
+        out["image_url"] = f"/images/{entry['index']}" if images.available() else None
+    else:
+        out.pop("metadata", None)
+    return out
+
+
+def _require_encoder(session: SearchSession) -> None:
+    if session.index.model is None:
+        raise _BadRequest(409, "this index holds no model, so it cannot encode queries")
+
+
+def _add_search_routes(app: Any, session: SearchSession, images: _Images, limits: ServiceLimits) -> None:
+    from fastapi import Query, Request
+    from starlette.concurrency import run_in_threadpool
+
+    index = session.index
 
     @app.get("/api/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "images": index.images.num, "captions": index.captions.num,
-                "dim": index.images.dim, "similarity": similarity, "rerank": rerank,
+                "dim": index.images.dim, "similarity": session.similarity, "rerank": session.rerank,
                 "backend": {m: (f"{a.engine}/{a.index_type}" if a is not None else "exact")
                             for m, a in [(m, index.ann.get(m)) for m in ("image", "caption")]},
                 "text_queries": index.model is not None, "images_served": images.available(),
-                "score_note": score_note(similarity, rerank)}
+                "score_note": score_note(session.similarity, session.rerank)}
 
     @app.get("/api/search")
     def search_text(text: Annotated[str, Query(description="caption query")], k: int = DEFAULT_TOP_K,
@@ -297,38 +283,49 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
             raise _BadRequest(400, "text must be a non-empty caption")
         if len(text) > limits.max_text_chars:
             raise _BadRequest(400, f"text is longer than {limits.max_text_chars} characters")
-        require_encoder()
-        check_k(k, "image")
-        chosen = settings(similarity, rerank)
-        results, warnings = run_search(index.search_text, [text], k, "image", chosen, text=text)
-        return {"query": text, "similarity": chosen[0], "rerank": chosen[1], "results": results,
-                "warnings": warnings, "score_note": score_note(*chosen)}
+        _require_encoder(session)
+        _check_k(session, limits, k, "image")
+        chosen = _settings(session, similarity, rerank)
+        found = _answer(session, images, SearchRequest(texts=[text], k=k, similarity=chosen[0], rerank=chosen[1]),
+                        "image")
+        return {"query": text, "similarity": chosen[0], "rerank": chosen[1], **found,
+                "score_note": score_note(*chosen)}
 
     @app.post("/api/search/image")
     async def search_image(request: Request, k: int = 5, similarity: str | None = None,
                            rerank: str | None = None) -> dict[str, Any]:
-        require_encoder()
-        check_k(k, "caption")
-        chosen = settings(similarity, rerank)
+        _require_encoder(session)
+        _check_k(session, limits, k, "caption")
+        chosen = _settings(session, similarity, rerank)
         filename, data = await _read_upload(request, limits.max_upload_bytes)
         assert index.model is not None
         image_size = index.model.image_size
         if image_size is None:
             raise _BadRequest(400, "this model reads precomputed image features, not pixels; image queries need a "
                                    "model trained on pixel images")
-        pixels = await run_in_threadpool(_decode_upload, data, limits.max_image_pixels, int(image_size), decoding)
+        pixels = await run_in_threadpool(_decode_upload, data, limits.max_image_pixels, int(image_size),
+                                         app.state.decoding)
+        query = SearchRequest(pixels=pixels[None], k=k, similarity=chosen[0], rerank=chosen[1])
+        found = await run_in_threadpool(_answer, session, images, query, "caption")
+        return {"query": filename, "similarity": chosen[0], "rerank": chosen[1], **found,
+                "score_note": score_note(*chosen)}
 
-        encoded: list[Any] = []  # the query's Gaussian, encoded once however many times search_distinct asks
 
-        def encoded_search(queries: Any, **kwargs: Any) -> Any:  # under the lock: encoding uses every core
-            assert index.model is not None
-            if not encoded:  # pixels already at the model's image size
-                encoded.append(index.model.encode_image(queries))
-            return index.search(encoded[0], modality="image", **kwargs)
+def _add_item_routes(app: Any, session: SearchSession, images: _Images, limits: ServiceLimits) -> None:
+    from fastapi.responses import HTMLResponse, Response
 
-        results, warnings = await run_in_threadpool(run_search, encoded_search, pixels[None], k, "caption", chosen)
-        return {"query": filename, "similarity": chosen[0], "rerank": chosen[1], "results": results,
-                "warnings": warnings, "score_note": score_note(*chosen)}
+    index = session.index
+    measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
+
+    def percentile(modality: str, value: float | None) -> float | None:
+        """The one uncertainty rank of the API: an item's percentile among its gallery's items (0-100)."""
+        gallery = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
+        return uncertainty_percentile(value, gallery)
+
+    def check_item(item: int, modality: str) -> None:
+        n = index.gallery(modality).num
+        if not 0 <= item < n:
+            raise _BadRequest(404, f"unknown {modality} {item}: the gallery has {n} {modality}s (0..{n - 1})")
 
     @app.get("/api/images/{item}")
     def image_item(item: int, k: int = 5, similarity: str | None = None,
@@ -339,10 +336,12 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
                "uncertainty": unc, "uncertainty_percentile": percentile("image", unc),
                "image_url": f"/images/{item}" if images.available() else None, "captions": []}
         if index.captions.num:
-            check_k(k, "caption")
-            chosen = settings(similarity, rerank)
-            out["captions"], out["warnings"] = run_search(lambda q, **kw: index.search(q, modality="image", **kw),
-                                                          index.item("image", item), k, "caption", chosen)
+            _check_k(session, limits, k, "caption")
+            chosen = _settings(session, similarity, rerank)
+            found = _answer(session, images, SearchRequest(gaussian=index.item("image", item), modality="image",
+                                                           k=k, similarity=chosen[0], rerank=chosen[1]),
+                            "caption")
+            out["captions"], out["warnings"] = found["results"], found["warnings"]
         return out
 
     @app.get("/api/captions/{item}")
@@ -357,11 +356,6 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         check_item(item, "image")
         return images.response(item)
 
-    def check_item(item: int, modality: str) -> None:
-        n = index.gallery(modality).num
-        if not 0 <= item < n:
-            raise _BadRequest(404, f"unknown {modality} {item}: the gallery has {n} {modality}s (0..{n - 1})")
-
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
         return _asset("index.html")
@@ -372,8 +366,6 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         if name not in types:
             raise _BadRequest(404, f"no static file {name!r}")
         return Response(_asset(name), media_type=types[name])
-
-    return app
 
 
 def _plain_validation(error: dict[str, Any]) -> str:
