@@ -1,6 +1,7 @@
 """Candidate sources of a gallery index: faiss indexes (:mod:`pcmr.search.ann`) or Milvus collections
 (:mod:`pcmr.search.vectordb`) built over its stored items, and items appended to an index together
-with its faiss indexes.
+with its candidate sources. What differs between engines is their registered kind's
+(:mod:`pcmr.search.sources`); this module asks the kind of each source.
 
 Building a source for a score also computes the gallery statistics of every re-weighting that needs
 one (CSLS, inverted softmax, default parameters; :mod:`pcmr.search.statistics`), so those re-rankers
