@@ -27,5 +27,8 @@ See docs/search.md.
 """
 
 from pcmr.search.gallery import GalleryIndex, SearchHit, SearchResults
+from pcmr.search.request import Abstention, SearchRequest
+from pcmr.search.session import SearchAnswer, SearchSession
 
-__all__ = ["GalleryIndex", "SearchHit", "SearchResults"]
+__all__ = ["Abstention", "GalleryIndex", "SearchAnswer", "SearchHit", "SearchRequest", "SearchResults",
+           "SearchSession"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,7 +39,8 @@ class BuildSettings:
     """How to build a candidate source (``pcmr search --build ... --backend ENGINE``): the index
     structure (``index_type``: auto, flat, ivf, hnsw, ivfpq; each kind says which it takes) and its
     parameters (None: the kind's default), rows per add, the reference sample of the gallery statistics,
-    and for a database ``uri`` / ``collection_prefix``. ``owner``: the folder the index will be saved to."""
+    and for a database ``uri`` / ``collection_prefix``; ``options``: a kind's own further settings. ``owner``:
+    the folder the index will be saved to."""
 
     index_type: str = "auto"
     nlist: int | None = None
@@ -55,6 +56,8 @@ class BuildSettings:
     uri: str | None = None
     collection_prefix: str = "pcmr"
     owner: str | None = None
+    #: settings of a kind that the fields above do not name (a new database's own)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class SourceKind(ABC):
