@@ -190,8 +190,8 @@ def test_the_path_of_pcmr_search(run, tmp_path):
     index = tmp_path / "index"
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(tmp_path / "q.png")
     for args, steps, documented in (
-            (["search", str(index), "--build", str(run)], ("pcmr.hub", "pcmr.run_defaults", "pcmr.search"),
-             ("pcmr.hub", "pcmr.models", "pcmr.run_defaults", "pcmr.search", "pcmr.encode")),
+            (["search", str(index), "--build", str(run)], ("pcmr.search",),
+             ("pcmr.search", "pcmr.hub", "pcmr.models", "pcmr.run_defaults", "pcmr.encode")),
             (["search", str(index), "--text", "a red circle", "--rerank", "csls", "--image", str(tmp_path / "q.png")],
              ("pcmr.search",), ("pcmr.search", "pcmr.hub", "pcmr.models", "pcmr.encode", "pcmr.scoring"))):
         code, crossings = trace(lambda args=args: main(args))

@@ -15,7 +15,8 @@ from pcmr.data import DATASETS, DataError
 from pcmr.inference import MATCHINGS, REWEIGHTINGS
 from pcmr.losses import LOSSES
 from pcmr.registry import Registry, every_registry
-from pcmr.search.compose import SEARCH_BACKENDS
+from pcmr.search.candidate_sources import CANDIDATE_SOURCES
+from pcmr.search.compose import SEARCH_BACKENDS, backend_names
 from pcmr.similarity import SIMILARITIES
 
 
@@ -113,7 +114,9 @@ def test_the_built_in_listing_orders():
     assert SIMILARITIES.names()[-1] == "max_cosine"
     assert DATASETS.names() == sorted(DATASETS.names())
     assert REWEIGHTINGS.names() == ["nns", "is", "csls"] and MATCHINGS.names() == ["gm", "rgm"]
-    assert SEARCH_BACKENDS.names() == ["auto", "exact", "faiss", "milvus"]
+    assert SEARCH_BACKENDS.names() == ["auto", "exact"]  # no candidate source; then one backend per kind of source
+    assert CANDIDATE_SOURCES.names() == ["faiss", "milvus"]
+    assert backend_names() == ("auto", "exact", "faiss", "milvus")
     assert LOSSES.names()[0] == "triplet_sum"
 
 
@@ -142,5 +145,5 @@ def test_every_registry_of_the_package_is_one_registry():
                 hand_kept.append(f"{name}.{attribute}")
     assert hand_kept == [], "a mapping of names to named entries; make it a pcmr.registry.Registry"
     registries = every_registry()
-    for known in (SIMILARITIES, REWEIGHTINGS, MATCHINGS, LOSSES, DATASETS, SEARCH_BACKENDS):
+    for known in (SIMILARITIES, REWEIGHTINGS, MATCHINGS, LOSSES, DATASETS, SEARCH_BACKENDS, CANDIDATE_SOURCES):
         assert isinstance(known, Registry) and known in registries

@@ -104,8 +104,9 @@ def rerank_topk(name: str, scores: Tensor, k: int, **params: Any) -> tuple[Tenso
     """Top-k lists of every query under re-ranker ``name`` (queries in rows of ``scores [Q, G]``);
     ``params`` as ``pcmr.inference.get_reranker`` takes them (``beta``, ``csls_k``, ``lam``, ``backend``).
 
-    Returns ``(indices [Q, k], values [Q, k])`` where ``values`` are the re-weighted scores of the
-    listed items (for matchings, in acceptance order, not necessarily sorted).
+    Returns ``(values [Q, k], indices [Q, k])``, the order of every pair the search returns: ``values``
+    are the re-weighted scores of the listed items (for matchings, in acceptance order, not necessarily
+    sorted).
     """
     _check_k(scores, k)
     return reranked_topk(get_reranker(name, **params), scores, k)
@@ -113,12 +114,12 @@ def rerank_topk(name: str, scores: Tensor, k: int, **params: Any) -> tuple[Tenso
 
 def reranked_topk(reranker: Reranker, scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """:func:`rerank_topk` with the re-ranker object itself (its parameters already set), ``fitted`` to
-    the shape of ``scores [Q, G]``: ``(indices [Q, k], values [Q, k])``."""
+    the shape of ``scores [Q, G]``: ``(values [Q, k], indices [Q, k])``."""
     _check_k(scores, k)
     method = reranker.fitted(tuple(scores.shape))
     rescored = method.rescore(scores)  # [Q, G]
     indices = method.topk_rescored(rescored, k)  # [Q, k]
-    return indices, rescored.gather(1, indices)
+    return rescored.gather(1, indices), indices
 
 
 def _check_k(scores: Tensor, k: int) -> None:

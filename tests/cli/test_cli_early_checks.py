@@ -17,12 +17,12 @@ def run_dir(search_run_factory, tmp_path_factory):
 @pytest.fixture
 def no_model_loading(monkeypatch):
     """Fail the test if a command gets as far as opening the model (the check came too late)."""
-    import pcmr.cli.search
+    import pcmr.search.indexing
 
     def never(*args, **kwargs):
         raise AssertionError("the model was loaded before the bad value was refused")
 
-    monkeypatch.setattr(pcmr.cli.search, "load", never)
+    monkeypatch.setattr(pcmr.search.indexing, "load", never)
 
 
 def _parse_error(capsys, argv) -> str:

@@ -68,7 +68,7 @@ def test_table_equals_library_metrics_on_the_same_scores():
             lam = select_lambda(vs, vrel, ks=KS, method="csls+rgm").best_lam
             assert row[f"{direction}_lambda"] == pytest.approx(float(lam))
             for k in KS:
-                lists, _ = rerank_topk("csls+rgm", s, k, lam=float(lam))
+                _, lists = rerank_topk("csls+rgm", s, k, lam=float(lam))
                 assert row[f"{direction}_R@{k}"] == pytest.approx(recall_at_k_from_topk(lists, rel, k=k), abs=1e-9)
             assert row[f"{direction}_r_precision"] is None and row[f"{direction}_map_at_r"] is None
         assert result.meta["selected_lambda"][f"{name}/csls+rgm/i2t"] == row["i2t_lambda"]

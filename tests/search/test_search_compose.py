@@ -86,7 +86,7 @@ def test_matching_ranker_equals_the_reranker_on_the_reference_plus_query_rows(re
                     MatchingRanker(get_reranker(rerank), reference), gallery.num)
     _, indices = search.search(query, 4)
     rows = torch.cat([reference, oriented_scores("kl", query, gallery, query_modality, {}).double()])
-    expected, _ = rerank_topk(rerank, rows, 4)
+    _, expected = rerank_topk(rerank, rows, 4)
     assert torch.equal(indices, expected[stored.num:])
     index = _index(images, captions)
     results = index.search(query, k=4, similarity="kl", rerank=rerank, modality=query_modality)

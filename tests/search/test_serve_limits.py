@@ -17,7 +17,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 from PIL import Image
 
-import pcmr.search.service as service
+import pcmr.search.uploads as uploads
 from pcmr.search import GalleryIndex
 from pcmr.search.server import server_config
 from pcmr.search.service import FORM_OVERHEAD_BYTES, ServiceLimits, create_app, log_safe
@@ -89,7 +89,7 @@ def test_an_upload_within_the_cap_is_searched(index):
 
 def test_pixels_are_counted_from_the_header_before_decoding(index, monkeypatch):
     decoded = []
-    monkeypatch.setattr(service, "pil_to_pixels", lambda image, size: decoded.append(image.size))
+    monkeypatch.setattr(uploads, "pil_to_pixels", lambda image, size: decoded.append(image.size))
     client = TestClient(create_app(index, limits=ServiceLimits(max_image_pixels=1_000_000)),
                         raise_server_exceptions=False)
     data = _png(2000, 1000)  # 2 megapixels in a few kilobytes
@@ -106,7 +106,7 @@ def test_decoding_an_upload_does_not_hold_the_search_lock(index, monkeypatch):
     decoding still waits (were decoding under the lock, the search would wait for it)."""
     release = threading.Event()
     order = []
-    real = service.pil_to_pixels
+    real = uploads.pil_to_pixels
 
     def slow_decode(image, size):
         order.append("decoding")
@@ -114,7 +114,7 @@ def test_decoding_an_upload_does_not_hold_the_search_lock(index, monkeypatch):
         order.append("decoded")
         return real(image, size)
 
-    monkeypatch.setattr(service, "pil_to_pixels", slow_decode)
+    monkeypatch.setattr(uploads, "pil_to_pixels", slow_decode)
     client = TestClient(create_app(index), raise_server_exceptions=False)
     upload = threading.Thread(target=lambda: order.append(client.post(
         "/api/search/image", files={"file": ("q.png", _png(16, 16), "image/png")}).status_code))

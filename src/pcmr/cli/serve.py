@@ -15,10 +15,10 @@ import sys
 
 from pcmr.arguments import checked_name
 from pcmr.inference import get_reranker
-from pcmr.search import GalleryIndex
 from pcmr.search.compose import search_notes
 from pcmr.search.image_files import image_root, serving_folder
 from pcmr.search.service import ServiceLimits, create_app
+from pcmr.search.session import SearchSession
 from pcmr.similarity import get_similarity
 
 __all__ = ["run"]
@@ -59,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("pcmr serve needs the 'search' extra: pip install 'pcmr[search]'") from err
 
     folder = serving_folder(args.images) if args.images is not None else None  # checked before the index loads
-    index = GalleryIndex.load(args.index, device=args.device)
+    session = SearchSession.open(args.index, device=args.device, similarity=args.similarity, rerank=args.rerank,
+                                 backend=args.backend, candidates=args.candidates)
+    index = session.index
     limits = ServiceLimits(request_timeout_s=args.request_timeout)
-    app = create_app(index, similarity=args.similarity, rerank=args.rerank, backend=args.backend,
-                     candidates=args.candidates, limits=limits, access_log=sys.stderr if args.access_log else None,
+    app = create_app(session, limits=limits, access_log=sys.stderr if args.access_log else None,
                      image_folder=folder)
     for note in search_notes(index, args.rerank, backend=args.backend, candidates=args.candidates):
         print(f"warning: {note}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Approximate nearest-neighbour search over Gaussians with faiss (flat, IVF, HNSW).
 
-Three scores are *exactly* nearest-neighbour problems on fixed vectors (docs/search.md):
+Four scores are *exactly* nearest-neighbour problems on fixed vectors (docs/search.md):
 
 - ``cosine``: inner product of the normalised means, ``x = m / |m|``;
 - ``l2``: ``-|m1 - m2|``, Euclidean distance of the means, ``x = m``;
@@ -219,7 +219,7 @@ def _padded(vectors: np.ndarray, pad: int) -> np.ndarray:
     return np.ascontiguousarray(np.pad(vectors, ((0, 0), (0, pad))), dtype=np.float32)
 
 
-def ann_score_for(similarity: str, gallery: Gaussian) -> str:
+def ann_score_for(similarity: str, gallery: Gaussian | GalleryStore) -> str:
     """The ANN score that serves ``similarity`` on ``gallery``: the similarity's own ``ann_score``
     (:class:`pcmr.similarity.Similarity`), except that a point gallery gives no spread to index, so a
     score that an ANN index cannot rank by exactly takes its candidates from ``cosine`` there."""

@@ -28,6 +28,7 @@ from pcmr.gaussian import Gaussian
 from pcmr.inference import Reranker, get_reranker
 from pcmr.registry import Registry
 from pcmr.scoring import check_similarity_supported, score_matrix
+from pcmr.search.candidate_sources import CANDIDATE_SOURCES
 from pcmr.search.results import SearchResults, hits_of
 from pcmr.search.searcher import (
     DEFAULT_CANDIDATES,
@@ -44,8 +45,9 @@ from pcmr.search.searcher import (
 )
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
+from pcmr.suggest import unknown_name
 
-__all__ = ["BACKENDS", "SEARCH_BACKENDS", "Backend", "DEFAULT_TOP_K", "get_backend", "RESCORE_ALL_MAX", "candidate_count",
+__all__ = ["BACKENDS", "SEARCH_BACKENDS", "Backend", "DEFAULT_TOP_K", "backend_names", "get_backend", "RESCORE_ALL_MAX", "candidate_count",
            "plan_search",
            "search_index", "search_notes", "trained_similarity"]
 
@@ -64,19 +66,30 @@ class Backend:
     exact: bool = False
 
 
-#: the search backends by name (``--backend``), in registration order
+#: the search backends that need no candidate source, by name; every registered kind of candidate source
+#: (:data:`pcmr.search.sources.CANDIDATE_SOURCES`: faiss, milvus) is a backend of its engine's name too
 SEARCH_BACKENDS: Registry[Backend] = Registry("backend")
 SEARCH_BACKENDS.register(Backend("auto"))  # the index's candidate source for the gallery modality when it has one, else exact
 SEARCH_BACKENDS.register(Backend("exact", exact=True))
-SEARCH_BACKENDS.register(Backend("faiss", engine="faiss"))
-SEARCH_BACKENDS.register(Backend("milvus", engine="milvus"))
-#: the names of the search backends (``--backend``)
-BACKENDS = tuple(SEARCH_BACKENDS.names())
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every search backend: auto, exact and one per registered kind of candidate source."""
+    return (*SEARCH_BACKENDS.names(), *CANDIDATE_SOURCES.names())
+
+
+#: the names of the search backends (``--backend``) when pcmr is loaded
+BACKENDS = backend_names()
 
 
 def get_backend(name: str) -> Backend:
     """The :class:`Backend` called ``name`` (ValueError naming the near miss and the accepted ones otherwise)."""
-    return SEARCH_BACKENDS.get(name)
+    found = SEARCH_BACKENDS.find(name)
+    if found is not None:
+        return found
+    if name in CANDIDATE_SOURCES:
+        return Backend(name, engine=name)
+    raise ValueError(unknown_name("backend", name, list(backend_names())))
 
 
 #: galleries up to this size are re-scored whole under a re-weighting with a gallery statistic

@@ -11,7 +11,8 @@ its own module; the methods here call it:
 
 - :mod:`pcmr.search.manifest`: the folder on disk (``index.json`` with checksums, safetensors, no pickle);
 - :mod:`pcmr.search.building`: encoding a split into a new index, and encoding raw queries;
-- :mod:`pcmr.search.backends`: building faiss / Milvus candidate sources, appending items;
+- :mod:`pcmr.search.backends`: building faiss / Milvus candidate sources (each kind in
+  :mod:`pcmr.search.sources`), appending items;
 - :mod:`pcmr.search.statistics`: the re-rankers' gallery statistics, computed once and saved;
 - :mod:`pcmr.search.compose`: which candidate generator, exact re-scorer and re-ranker answer a query
   (:mod:`pcmr.search.searcher`).

@@ -34,22 +34,22 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
-from pcmr.atomic import atomic_write, atomic_write_json, atomic_write_safetensors, repair_folder
+from pcmr.atomic import atomic_write_json, atomic_write_safetensors, repair_folder
 from pcmr.data import Vocabulary
 from pcmr.gaussian import Gaussian
 from pcmr.hub import Model, check_image_side
 from pcmr.models import load_model as load_pcmr_model
 from pcmr.point_set import PointSet
-from pcmr.search.ann import AnnIndex
+from pcmr.search.candidate_sources import source_kind
 from pcmr.search.searcher import Gallery
+from pcmr.search.sources import entry_engine
 from pcmr.search.statistics import STATISTICS_FILE
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
-from pcmr.search.vectordb import MilvusCandidates
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "file_sha256", "load_index", "milvus_entries", "not_an_index", "save_index",
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "file_sha256", "load_index", "drop_replaced_sources", "source_entries", "not_an_index", "save_index",
            "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
@@ -83,14 +83,8 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
         assert index.model is not None
         index.model.save_files(out / MODEL_DIR)  # the index folder is written whole: no second swap
     ann_info = {}
-    for modality, ann in index.ann.items():
-        if ann.engine != "faiss":  # a vector database: how to reconnect
-            ann_info[modality] = ann.describe()
-            continue
-        name = f"ann-{modality}.faiss"
-        atomic_write(out / name, ann.write)  # through Python's file I/O: a failed write raises
-        ann_info[modality] = {"file": name, "score": ann.score, "index_type": ann.index_type,
-                              "layout": ann.layout, "dim": ann.dim, "ntotal": ann.ntotal, "params": ann.params}
+    for modality, ann in index.ann.items():  # a file in the folder, or how to reconnect to a database
+        ann_info[modality] = source_kind(ann.engine).save(ann, out, modality)
     statistics_info = index.statistics.save(out)
     uncertain = [m for m in MODALITIES if index.on_disk and not index.gallery(m).is_point]
     if uncertain:  # read once here, not by every load
@@ -102,7 +96,7 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
         files += sorted(str(p.relative_to(out)) for p in (out / MODEL_DIR).rglob("*") if p.is_file())
     meta = {
         "format": INDEX_FORMAT, "version": INDEX_VERSION,
-        "backend": next((a.get("engine", "faiss") for a in ann_info.values()), "exact"), "ann": ann_info, "statistics": statistics_info,
+        "backend": next((entry_engine(a) for a in ann_info.values()), "exact"), "ann": ann_info, "statistics": statistics_info,
         "checksums": {name: _sha256(out / name) for name in files},
         **({"on_disk": True, "stores": dict(STORE_DIRS)} if index.on_disk else {}),
         **({"uncertainty": {"file": UNCERTAINTY_FILE, "measure": index.meta["uncertainty_measure"]}}
@@ -270,15 +264,22 @@ def _stored_parts(folder: Path, vocab_path: Path, info: dict[str, Any], device: 
     return model.eval()
 
 
-def milvus_entries(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The Milvus collections (``uri``, ``collection``, ``build_id``) the index folder ``directory``
-    names; none when it holds no readable index."""
+def source_entries(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The candidate-source entries (``ann`` of ``index.json``) the index folder ``directory`` names;
+    none when it holds no readable index."""
     try:
         info = json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
         entries = list((info.get("ann") or {}).values())
     except (OSError, ValueError, AttributeError):
         return []
-    return [e for e in entries if isinstance(e, dict) and e.get("engine") == "milvus" and "collection" in e]
+    return [e for e in entries if isinstance(e, dict)]
+
+
+def drop_replaced_sources(entries: list[dict[str, Any]]) -> None:
+    """Drop the candidate sources of a replaced index (:func:`source_entries`, read before it was
+    replaced) that live outside its folder, each by its kind."""
+    for entry in entries:
+        source_kind(entry_engine(entry)).drop_entry(entry)
 
 
 def _read_embeddings(path: Path) -> dict[str, Tensor]:
@@ -345,26 +346,17 @@ def _inside(root: Path, name: Any, field: str, meta_path: Path) -> Path:
 
 
 def _load_ann(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
-    """Read the faiss indexes (or reconnect to the Milvus collections) listed in ``index.json`` and check
-    they fit the gallery."""
+    """Read the candidate sources listed in ``index.json`` (a faiss file, a database collection), each
+    through its kind (:mod:`pcmr.search.sources`), which checks it fits the gallery."""
     for modality, entry in (info.get("ann") or {}).items():
-        if isinstance(entry, dict) and entry.get("engine") == "milvus":
-            index.ann[modality] = _open_milvus(entry, index.gallery(modality), meta_path)
-            continue
-        try:
-            file = _inside(root, entry["file"], f"ann.{modality}.file", meta_path)
-            ann = AnnIndex.read(str(file), entry["score"], entry["index_type"], entry["layout"],
-                                int(entry["dim"]), entry.get("params") or {})
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"{meta_path}: field 'ann.{modality}' is malformed ({err})") from None
-        except RuntimeError as err:
-            raise ValueError(f"{root / entry['file']} cannot be read by faiss ({_first_line(err)}); "
-                             "the index is corrupted") from None
-        gallery = index.gallery(modality)
-        if ann.ntotal != gallery.num or ann.dim != gallery.dim:
-            raise ValueError(f"{root / entry['file']} holds {ann.ntotal} items of D={ann.dim} but the gallery has "
-                             f"{gallery.num} {modality}s of D={gallery.dim}; the index files do not match")
-        index.ann[modality] = ann
+        if not isinstance(entry, dict):
+            raise ValueError(f"{meta_path}: field 'ann.{modality}' is malformed (not an object)")
+
+        def inside(name: Any, field: str, modality: str = modality) -> Path:
+            return _inside(root, name, f"ann.{modality}.{field}", meta_path)
+
+        index.ann[modality] = source_kind(entry_engine(entry)).reconnect(entry, modality, index.gallery(modality),
+                                                                         inside, meta_path)
 
 
 def _load_uncertainty(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
@@ -380,25 +372,3 @@ def _load_uncertainty(index: StoredGallery, root: Path, info: dict[str, Any], me
         if modality not in MODALITIES or value.shape != (index.gallery(modality).num,):
             raise ValueError(f"{root / UNCERTAINTY_FILE}: {modality!r} must hold one value per item of a modality")
         index.uncertainty_cache[modality] = value
-
-
-def _open_milvus(entry: dict[str, Any], gallery: Gallery, meta_path: Path) -> Any:
-    """Reconnect to the Milvus collection an index names and check it holds the gallery."""
-    try:
-        source = MilvusCandidates.open(entry["uri"], entry["collection"])
-    except KeyError as err:
-        raise ValueError(f"{meta_path}: a milvus entry of field 'ann' lacks {err}") from None
-    if entry.get("build_id") != source.build_id:
-        raise ValueError(f"{entry['uri']}: collection {entry['collection']!r} holds build "
-                         f"{source.build_id or '(none recorded)'} but {meta_path} was saved with build "
-                         f"{entry.get('build_id') or '(none recorded)'}; the collection was replaced by another "
-                         "index, rebuild this one")
-    if source.ntotal != gallery.num or source.dim != gallery.dim:
-        raise ValueError(f"{entry['uri']}: collection {entry['collection']!r} holds {source.ntotal} items of "
-                         f"D={source.dim} but the gallery has {gallery.num} of D={gallery.dim}; rebuild it")
-    source.set_search_params(nprobe=(entry.get("params") or {}).get("nprobe"))
-    return source
-
-
-def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

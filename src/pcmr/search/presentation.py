@@ -19,6 +19,7 @@ the JSON API of ``pcmr serve`` and its page.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -326,3 +327,23 @@ def word_vocabulary(model: Any) -> Any | None:
     if config is not None and not getattr(getattr(config, "text_encoder", None), "reads_word_ids", True):
         return None
     return vocab
+
+
+def answer_block_text(entry: Mapping[str, Any]) -> str:
+    """The plain-text block of one query's JSON block (``pcmr search``): its lines, or "uncertain" and why
+    when it was not answered, and why it was when answered under abstention."""
+    if entry.get("abstained"):
+        return f"{entry['query']}  [{entry['similarity']}, {entry['rerank']}]\nuncertain: {entry['reason']}"
+    kind = "images" if entry["results"] and entry["results"][0].get("text") is not None else "captions"
+    text = entries_text(entry["query"], f"{entry['similarity']}, {entry['rerank']}", entry["results"], [],
+                        entry["query_uncertainty_percentile"], kind)
+    return text + f"\n{entry['reason']}" if "coverage" in entry else text
+
+
+def answer_text(entries: Sequence[Mapping[str, Any]], similarity: str, rerank: str, as_json: bool) -> str:
+    """What ``pcmr search`` prints for the JSON blocks of a request's answers: them as JSON, or their text
+    blocks followed by what the columns and the score mean."""
+    if as_json:
+        return json.dumps(list(entries), indent=2, ensure_ascii=False)
+    return ("\n\n".join(answer_block_text(entry) for entry in entries)
+            + f"\n\n{UNCERTAINTY_NOTE}\n{score_note(similarity, rerank)}")

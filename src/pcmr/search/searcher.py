@@ -233,7 +233,7 @@ class MatchingRanker:
             raise ValueError(f"a matching ranks the whole gallery ({self.reference.shape[1]} items), got candidate "
                              f"lists of {scores.shape[1]}")
         offset = self.reference.shape[0]
-        found, values = reranked_topk(self.reranker, torch.cat([self.reference, scores], dim=0), k)
+        values, found = reranked_topk(self.reranker, torch.cat([self.reference, scores], dim=0), k)
         return values[offset:], found[offset:]  # [Q, k]
 
 

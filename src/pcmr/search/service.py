@@ -14,51 +14,39 @@ Endpoints (every error is a 4xx JSON object ``{"error": "..."}``):
 The three search endpoints take ``similarity=`` and ``rerank=`` to override the server's settings for
 one query. Uploads are read at most :attr:`ServiceLimits.max_upload_bytes` (plus the form's framing)
 before a 413, and an image's pixel count is checked from its header before it is decoded; decoding
-runs outside the lock that serialises the searches.
+runs outside the lock that serialises the searches (:mod:`pcmr.search.uploads`). Every query is one
+:class:`~pcmr.search.request.SearchRequest` answered by the server's
+:class:`~pcmr.search.session.SearchSession`: this module validates the HTTP request and serialises the
+answer.
 
 Needs the ``search`` extra (FastAPI, uvicorn, python-multipart).
 """
 
-import contextlib
-import ctypes
-import ctypes.util
-import functools
 import io
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, TextIO, cast
 
-import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from pcmr.data.images import ArrayImages, pil_to_pixels
+from pcmr.data.images import ArrayImages
 from pcmr.data.registry import load_dataset, renders_images
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE
-from pcmr.inference import get_reranker, list_rerankers
-from pcmr.search.compose import DEFAULT_TOP_K, get_backend, trained_similarity
+from pcmr.search.compose import DEFAULT_TOP_K
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.image_files import confined_file, public_metadata, serving_folder
-from pcmr.search.presentation import (
-    fewer_lines_warning,
-    result_warnings,
-    score_note,
-    search_distinct,
-    shown_entries,
-    uncertainty_percentile,
-    word_vocabulary,
-)
-from pcmr.similarity import get_similarity, list_similarities
-from pcmr.suggest import unknown_name
+from pcmr.search.presentation import score_note, uncertainty_percentile
+from pcmr.search.request import SearchRequest
+from pcmr.search.session import SearchSession
+from pcmr.search.uploads import FORM_OVERHEAD_BYTES, DecodeBudget, RequestRefused, decode_upload, read_upload
 
 __all__ = ["DecodeBudget", "FORM_OVERHEAD_BYTES", "ServiceLimits", "access_line", "create_app", "log_safe"]
 
 
-#: bytes of multipart framing (boundaries, part headers) read beyond ``max_upload_bytes`` before a 413
-FORM_OVERHEAD_BYTES = 16 * 2**10
 
 
 @dataclass(frozen=True)
@@ -79,13 +67,6 @@ class ServiceLimits:
     #: takes about 8 bytes per pixel, so these bound the server's memory however many uploads arrive
     max_concurrent_decodes: int = 2
     max_decode_pixels: int = 40_000_000
-
-
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class _Images:
@@ -128,14 +109,14 @@ class _Images:
         if self._rendered():
             pixels = self._rendered_pixels()
             if i >= len(pixels):
-                raise _BadRequest(404, f"image {i} is not in the rendered shapes split")
+                raise RequestRefused(404, f"image {i} is not in the rendered shapes split")
             buffer = io.BytesIO()
             Image.fromarray(pixels[i]).save(buffer, format="PNG")
             return Response(buffer.getvalue(), media_type="image/png")
         path = (self.index.image_metadata[i] or {}).get("path") if self.index.image_metadata else None
         file = confined_file(self.root, path)
         if file is None:  # no file, or one outside the gallery's image folder: never sent
-            raise _BadRequest(404, f"image {i} has no image file to serve")
+            raise RequestRefused(404, f"image {i} has no image file to serve")
         return FileResponse(file)
 
 
@@ -160,52 +141,60 @@ def _request_target(scope: Mapping[str, Any]) -> str:
     return raw.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
 
 
-def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: str = "nns", backend: str = "auto",
-               candidates: int | None = None, limits: ServiceLimits | None = None,
+def create_app(index: GalleryIndex | SearchSession, *, similarity: str | None = None, rerank: str = "nns",
+               backend: str = "auto", candidates: int | None = None, limits: ServiceLimits | None = None,
                access_log: TextIO | None = None, image_folder: str | os.PathLike[str] | None = None) -> Any:
-    """A FastAPI application serving ``index`` (module docstring). ``similarity``/``rerank``/``backend``/
-    ``candidates`` are the search settings of every query (``similarity`` None: the one the index's model
-    was trained with, :func:`pcmr.search.compose.trained_similarity`; a query may override similarity and
-    re-ranker); with ``access_log`` (a text stream, e.g. stderr) every request writes one
-    :func:`access_line` to it. Image files are served only from ``image_folder`` (resolved once; None:
-    none are), each item's ``path`` relative to it (:mod:`pcmr.search.image_files`)."""
-    from fastapi import FastAPI, Query, Request
+    """A FastAPI application serving ``index`` (module docstring): a gallery index, searched by a
+    :class:`~pcmr.search.session.SearchSession` with ``similarity``/``rerank``/``backend``/``candidates``
+    as the settings of every query (``similarity`` None: the one the index's model was trained with,
+    :func:`pcmr.search.compose.trained_similarity`; a query may override similarity and re-ranker), or
+    such a session itself (its settings then). With ``access_log`` (a text stream, e.g. stderr) every
+    request writes one :func:`access_line` to it. Image files are served only from ``image_folder``
+    (resolved once; None: none are), each item's ``path`` relative to it (:mod:`pcmr.search.image_files`)."""
+    from fastapi import FastAPI
+
+    session = index if isinstance(index, SearchSession) else SearchSession(
+        index, similarity=similarity, rerank=rerank, backend=backend, candidates=candidates)
+    session.check_settings()  # an unknown name, or what an on-disk index cannot answer: ValueError before serving
+    limits = limits or ServiceLimits()
+    app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.decoding = DecodeBudget(limits.max_concurrent_decodes, limits.max_decode_pixels,
+                                      limits.request_timeout_s)
+    if access_log is not None:
+        _add_access_log(app, access_log)
+    _add_error_handlers(app)
+    images = _Images(session.index, image_folder)
+    _add_search_routes(app, session, images, limits)
+    _add_item_routes(app, session, images, limits)
+    return app
+
+
+def _add_access_log(app: Any, access_log: TextIO) -> None:
+    from fastapi import Request
+
+    @app.middleware("http")
+    async def _log_request(request: Request, call_next: Any) -> Any:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            target = _request_target(request.scope)
+            client = request.client.host if request.client else "-"
+            print(access_line(client, request.method, target, status, time.perf_counter() - started),
+                  file=access_log, flush=True)
+
+
+def _add_error_handlers(app: Any) -> None:
+    from fastapi import Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, JSONResponse, Response
-    from starlette.concurrency import run_in_threadpool
+    from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    limits = limits or ServiceLimits()
-    similarity = similarity or trained_similarity(index)
-    get_similarity(similarity)  # an unknown name: ValueError before serving
-    if index.on_disk and get_backend(backend).exact:
-        index.refuse_on_disk("the exact backend")
-    if index.on_disk and not get_reranker(rerank).works_on_candidates:
-        index.refuse_on_disk(f"re-ranker {rerank!r} (a matching of all queries together)")
-    app = FastAPI(title="pcmr search", docs_url=None, redoc_url=None, openapi_url=None)
-    images = _Images(index, image_folder)
-    measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
-    lock = threading.Lock()  # one search at a time: torch and faiss use all cores themselves
-    decoding = DecodeBudget(limits.max_concurrent_decodes, limits.max_decode_pixels, limits.request_timeout_s)
-    app.state.decoding = decoding
-
-    if access_log is not None:
-        @app.middleware("http")
-        async def _log_request(request: Request, call_next: Any) -> Any:
-            started = time.perf_counter()
-            status = 500
-            try:
-                response = await call_next(request)
-                status = response.status_code
-                return response
-            finally:
-                target = _request_target(request.scope)
-                client = request.client.host if request.client else "-"
-                print(access_line(client, request.method, target, status, time.perf_counter() - started),
-                      file=access_log, flush=True)
-
-    @app.exception_handler(_BadRequest)
-    async def _bad(request: Request, exc: _BadRequest) -> JSONResponse:
+    @app.exception_handler(RequestRefused)
+    async def _bad(request: Request, exc: RequestRefused) -> JSONResponse:
         return JSONResponse({"error": exc.message}, status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
@@ -217,118 +206,116 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
 
-    def check_k(k: int, modality: str) -> int:
-        top = min(limits.max_k, index.gallery(modality).num)
-        if not 1 <= k <= top:
-            raise _BadRequest(400, f"k must be an integer in [1, {top}], got {k}")
-        return k
 
-    def require_encoder() -> None:
-        if index.model is None:
-            raise _BadRequest(409, "this index holds no model, so it cannot encode queries")
+def _check_k(session: SearchSession, limits: ServiceLimits, k: int, modality: str) -> int:
+    top = min(limits.max_k, session.index.gallery(modality).num)
+    if not 1 <= k <= top:
+        raise RequestRefused(400, f"k must be an integer in [1, {top}], got {k}")
+    return k
+
+
+def _settings(session: SearchSession, similarity: str | None, rerank: str | None) -> tuple[str, str]:
+    """The similarity and re-ranker of one query: the server's unless the query string names others."""
+    try:
+        return session.settings(similarity, rerank)
+    except ValueError as err:
+        raise RequestRefused(400, str(err)) from None
+
+
+def _answer(session: SearchSession, images: _Images, request: SearchRequest, modality: str) -> dict[str, Any]:
+    """The result lines and warnings of a one-query request: ``k`` distinct lines when the gallery holds
+    them (``modality``: of the gallery searched), warnings about the query, the search's notes, and one when
+    fewer than ``k`` lines remain."""
+    try:
+        found = session.search(request).queries[0]
+    except ValueError as err:
+        raise RequestRefused(400, str(err)) from None
+    return {"results": [_hit_json(images, line, modality) for line in found.lines],
+            "warnings": found.warnings + found.notes + ([found.fewer] if found.fewer else [])}
+
+
+def _hit_json(images: _Images, entry: dict[str, Any], modality: str) -> dict[str, Any]:
+    """A shown result line (pcmr.search.presentation.shown_entries) for the page."""
+    out = dict(entry)  # its uncertainty_percentile is the one rank the API gives
+    if modality == "image":
+        out.pop("text", None)
+        out["metadata"] = images.metadata(entry["index"])
+        out["image_url"] = f"/images/{entry['index']}" if images.available() else None
+    else:
+        out.pop("metadata", None)
+    return out
+
+
+def _require_encoder(session: SearchSession) -> None:
+    if session.index.model is None:
+        raise RequestRefused(409, "this index holds no model, so it cannot encode queries")
+
+
+def _add_search_routes(app: Any, session: SearchSession, images: _Images, limits: ServiceLimits) -> None:
+    from fastapi import Query, Request
+    from starlette.concurrency import run_in_threadpool
+
+    index = session.index
+
+    @app.get("/api/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "images": index.images.num, "captions": index.captions.num,
+                "dim": index.images.dim, "similarity": session.similarity, "rerank": session.rerank,
+                "backend": {m: (f"{a.engine}/{a.index_type}" if a is not None else "exact")
+                            for m, a in [(m, index.ann.get(m)) for m in ("image", "caption")]},
+                "text_queries": index.model is not None, "images_served": images.available(),
+                "score_note": score_note(session.similarity, session.rerank)}
+
+    @app.get("/api/search")
+    def search_text(text: Annotated[str, Query(description="caption query")], k: int = DEFAULT_TOP_K,
+                    similarity: str | None = None, rerank: str | None = None) -> dict[str, Any]:
+        if not text.strip():
+            raise RequestRefused(400, "text must be a non-empty caption")
+        if len(text) > limits.max_text_chars:
+            raise RequestRefused(400, f"text is longer than {limits.max_text_chars} characters")
+        _require_encoder(session)
+        _check_k(session, limits, k, "image")
+        chosen = _settings(session, similarity, rerank)
+        found = _answer(session, images, SearchRequest(texts=[text], k=k, similarity=chosen[0], rerank=chosen[1]),
+                        "image")
+        return {"query": text, "similarity": chosen[0], "rerank": chosen[1], **found,
+                "score_note": score_note(*chosen)}
+
+    @app.post("/api/search/image")
+    async def search_image(request: Request, k: int = 5, similarity: str | None = None,
+                           rerank: str | None = None) -> dict[str, Any]:
+        _require_encoder(session)
+        _check_k(session, limits, k, "caption")
+        chosen = _settings(session, similarity, rerank)
+        filename, data = await read_upload(request, limits.max_upload_bytes)
+        assert index.model is not None
+        image_size = index.model.image_size
+        if image_size is None:
+            raise RequestRefused(400, "this model reads precomputed image features, not pixels; image queries need a "
+                                   "model trained on pixel images")
+        pixels = await run_in_threadpool(decode_upload, data, limits.max_image_pixels, int(image_size),
+                                         app.state.decoding)
+        query = SearchRequest(pixels=pixels[None], k=k, similarity=chosen[0], rerank=chosen[1])
+        found = await run_in_threadpool(_answer, session, images, query, "caption")
+        return {"query": filename, "similarity": chosen[0], "rerank": chosen[1], **found,
+                "score_note": score_note(*chosen)}
+
+
+def _add_item_routes(app: Any, session: SearchSession, images: _Images, limits: ServiceLimits) -> None:
+    from fastapi.responses import HTMLResponse, Response
+
+    index = session.index
+    measure = index.meta.get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE)
 
     def percentile(modality: str, value: float | None) -> float | None:
         """The one uncertainty rank of the API: an item's percentile among its gallery's items (0-100)."""
         gallery = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
         return uncertainty_percentile(value, gallery)
 
-    def hit_json(entry: dict[str, Any], modality: str) -> dict[str, Any]:
-        """A shown result line (pcmr.search.presentation.shown_entries) for the page."""
-        out = dict(entry)  # its uncertainty_percentile is the one rank the API gives
-        if modality == "image":
-            out.pop("text", None)
-            out["metadata"] = images.metadata(entry["index"])
-            out["image_url"] = f"/images/{entry['index']}" if images.available() else None
-        else:
-            out.pop("metadata", None)
-        return out
-
-    def settings(query_similarity: str | None, query_rerank: str | None) -> tuple[str, str]:
-        """The similarity and re-ranker of one query: the server's unless the query string names others."""
-        chosen = (query_similarity or similarity, query_rerank or rerank)
-        if chosen[0] not in list_similarities():
-            raise _BadRequest(400, unknown_name("similarity", chosen[0], list_similarities()))
-        if chosen[1] not in list_rerankers():
-            raise _BadRequest(400, unknown_name("re-ranker", chosen[1], list_rerankers()))
-        if index.on_disk and not get_reranker(chosen[1]).works_on_candidates:
-            raise _BadRequest(400, f"re-ranker {chosen[1]!r} matches all queries together and needs the whole "
-                                   "gallery in memory; this index keeps its Gaussians on disk")
-        return chosen
-
-    def run_search(function: Any, queries: Any, k: int, modality: str, chosen: tuple[str, str],
-                   text: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-        """Result lines of one query, ``k`` distinct ones when the gallery holds them (identical captions
-        merged, more fetched until ``k`` lines remain: :func:`pcmr.search.presentation.search_distinct`), and
-        warnings, among them one when fewer than ``k`` lines remain."""
-        score, reranker = chosen
-        gallery_size = index.gallery(modality).num
-
-        def search(fetch: int) -> Any:
-            with lock:
-                return function(queries, k=fetch, similarity=score, rerank=reranker, backend=backend,
-                                candidates=candidates)
-
-        try:
-            results, fetched = search_distinct(search, k, gallery_size, modality, reranker)
-        except ValueError as err:
-            raise _BadRequest(400, str(err)) from None
-        gallery_unc = None if index.gallery(modality).is_point else index.item_uncertainty(modality)
-        entries = shown_entries(results.hits[0], k, gallery_unc)
-        vocabulary = word_vocabulary(index.model) if text is not None else None
-        warnings = result_warnings(entries, text if text is not None else "", vocabulary) + results.notes
-        fewer = fewer_lines_warning(len(entries), k, fetched, gallery_size, get_reranker(reranker).returns_scores)
-        if fewer:
-            warnings.append(fewer)
-        return [hit_json(e, modality) for e in entries], warnings
-
-    @app.get("/api/health")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", "images": index.images.num, "captions": index.captions.num,
-                "dim": index.images.dim, "similarity": similarity, "rerank": rerank,
-                "backend": {m: (f"{a.engine}/{a.index_type}" if a is not None else "exact")
-                            for m, a in [(m, index.ann.get(m)) for m in ("image", "caption")]},
-                "text_queries": index.model is not None, "images_served": images.available(),
-                "score_note": score_note(similarity, rerank)}
-
-    @app.get("/api/search")
-    def search_text(text: Annotated[str, Query(description="caption query")], k: int = DEFAULT_TOP_K,
-                    similarity: str | None = None, rerank: str | None = None) -> dict[str, Any]:
-        if not text.strip():
-            raise _BadRequest(400, "text must be a non-empty caption")
-        if len(text) > limits.max_text_chars:
-            raise _BadRequest(400, f"text is longer than {limits.max_text_chars} characters")
-        require_encoder()
-        check_k(k, "image")
-        chosen = settings(similarity, rerank)
-        results, warnings = run_search(index.search_text, [text], k, "image", chosen, text=text)
-        return {"query": text, "similarity": chosen[0], "rerank": chosen[1], "results": results,
-                "warnings": warnings, "score_note": score_note(*chosen)}
-
-    @app.post("/api/search/image")
-    async def search_image(request: Request, k: int = 5, similarity: str | None = None,
-                           rerank: str | None = None) -> dict[str, Any]:
-        require_encoder()
-        check_k(k, "caption")
-        chosen = settings(similarity, rerank)
-        filename, data = await _read_upload(request, limits.max_upload_bytes)
-        assert index.model is not None
-        image_size = index.model.image_size
-        if image_size is None:
-            raise _BadRequest(400, "this model reads precomputed image features, not pixels; image queries need a "
-                                   "model trained on pixel images")
-        pixels = await run_in_threadpool(_decode_upload, data, limits.max_image_pixels, int(image_size), decoding)
-
-        encoded: list[Any] = []  # the query's Gaussian, encoded once however many times search_distinct asks
-
-        def encoded_search(queries: Any, **kwargs: Any) -> Any:  # under the lock: encoding uses every core
-            assert index.model is not None
-            if not encoded:  # pixels already at the model's image size
-                encoded.append(index.model.encode_image(queries))
-            return index.search(encoded[0], modality="image", **kwargs)
-
-        results, warnings = await run_in_threadpool(run_search, encoded_search, pixels[None], k, "caption", chosen)
-        return {"query": filename, "similarity": chosen[0], "rerank": chosen[1], "results": results,
-                "warnings": warnings, "score_note": score_note(*chosen)}
+    def check_item(item: int, modality: str) -> None:
+        n = index.gallery(modality).num
+        if not 0 <= item < n:
+            raise RequestRefused(404, f"unknown {modality} {item}: the gallery has {n} {modality}s (0..{n - 1})")
 
     @app.get("/api/images/{item}")
     def image_item(item: int, k: int = 5, similarity: str | None = None,
@@ -339,10 +326,12 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
                "uncertainty": unc, "uncertainty_percentile": percentile("image", unc),
                "image_url": f"/images/{item}" if images.available() else None, "captions": []}
         if index.captions.num:
-            check_k(k, "caption")
-            chosen = settings(similarity, rerank)
-            out["captions"], out["warnings"] = run_search(lambda q, **kw: index.search(q, modality="image", **kw),
-                                                          index.item("image", item), k, "caption", chosen)
+            _check_k(session, limits, k, "caption")
+            chosen = _settings(session, similarity, rerank)
+            found = _answer(session, images, SearchRequest(gaussian=index.item("image", item), modality="image",
+                                                           k=k, similarity=chosen[0], rerank=chosen[1]),
+                            "caption")
+            out["captions"], out["warnings"] = found["results"], found["warnings"]
         return out
 
     @app.get("/api/captions/{item}")
@@ -357,11 +346,6 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
         check_item(item, "image")
         return images.response(item)
 
-    def check_item(item: int, modality: str) -> None:
-        n = index.gallery(modality).num
-        if not 0 <= item < n:
-            raise _BadRequest(404, f"unknown {modality} {item}: the gallery has {n} {modality}s (0..{n - 1})")
-
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
         return _asset("index.html")
@@ -370,10 +354,8 @@ def create_app(index: GalleryIndex, *, similarity: str | None = None, rerank: st
     def static(name: str) -> Response:
         types = {"app.js": "text/javascript", "style.css": "text/css"}
         if name not in types:
-            raise _BadRequest(404, f"no static file {name!r}")
+            raise RequestRefused(404, f"no static file {name!r}")
         return Response(_asset(name), media_type=types[name])
-
-    return app
 
 
 def _plain_validation(error: dict[str, Any]) -> str:
@@ -390,125 +372,3 @@ def _plain_validation(error: dict[str, Any]) -> str:
 
 def _asset(name: str) -> str:
     return resources.files("pcmr.search").joinpath("web").joinpath(name).read_text(encoding="utf-8")
-
-
-async def _read_upload(request: Any, max_bytes: int) -> tuple[str | None, bytes]:
-    """The file name and bytes of the multipart field ``file`` of ``request``. The body is read chunk by
-    chunk and refused (413) as soon as it exceeds ``max_bytes`` plus :data:`FORM_OVERHEAD_BYTES` (or
-    when its declared ``Content-Length`` does), so an oversized upload is never read, spooled or
-    written to disk whole."""
-    from starlette.datastructures import UploadFile
-    from starlette.formparsers import MultiPartException, MultiPartParser
-
-    cap = max_bytes + FORM_OVERHEAD_BYTES
-    too_large = _BadRequest(413, f"upload is larger than {max_bytes} bytes")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > cap:
-            raise too_large
-
-    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise _BadRequest(422, "file: field required (send the image as the multipart form field 'file')")
-
-    async def replay() -> AsyncGenerator[bytes, None]:
-        yield bytes(body)
-
-    parser = MultiPartParser(request.headers, replay(), max_files=1, max_fields=16)
-    parser.spool_max_size = cap  # the (capped) file part stays in memory: no temporary file on disk
-    try:
-        form = await parser.parse()
-    except MultiPartException as err:
-        raise _BadRequest(400, f"the upload is not a valid multipart form ({err.message})") from None
-    try:
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise _BadRequest(422, "file: field required (send the image as the multipart form field 'file')")
-        data = await upload.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            raise too_large
-        return upload.filename, data
-    finally:
-        await form.close()
-
-
-class DecodeBudget:
-    """Room for decoding uploads: at most ``slots`` at once and ``pixels`` pixels in total (one image
-    larger than that still runs, alone). :meth:`take` waits up to ``timeout_s`` for room, then refuses
-    with 503; after a large decode the freed memory is handed back to the system (:func:`release_memory`)."""
-
-    def __init__(self, slots: int, pixels: int, timeout_s: float) -> None:
-        if slots < 1 or pixels < 1:
-            raise ValueError(f"max_concurrent_decodes and max_decode_pixels must be positive, got {slots}, {pixels}")
-        self.slots, self.pixels, self.timeout_s = slots, pixels, timeout_s
-        self.running = self.in_flight = 0
-        self.peak_in_flight = 0  # the most pixels ever decoding at once (read by the tests)
-        self._cond = threading.Condition()
-
-    @contextlib.contextmanager
-    def take(self, pixels: int) -> Iterator[None]:
-        with self._cond:
-            fits = self._cond.wait_for(lambda: self.running < self.slots and (
-                self.running == 0 or self.in_flight + pixels <= self.pixels), timeout=self.timeout_s)
-            if not fits:
-                raise _BadRequest(503, "the server is busy decoding other images; try again in a moment")
-            self.running += 1
-            self.in_flight += pixels
-            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        try:
-            yield
-        finally:
-            with self._cond:
-                self.running -= 1
-                self.in_flight -= pixels
-                self._cond.notify_all()
-            if pixels >= LARGE_DECODE_PIXELS:
-                release_memory()
-
-
-#: a decode at least this large hands its freed memory back to the system afterwards
-LARGE_DECODE_PIXELS = 1_000_000
-
-
-def release_memory() -> None:
-    """Hand freed heap memory back to the system (glibc ``malloc_trim``; a no-op elsewhere): the buffers of a
-    large decode are freed in the decoding thread's arena, which glibc otherwise keeps for that thread."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def _decode_upload(data: bytes, max_pixels: int, image_size: int, budget: DecodeBudget | None = None) -> torch.Tensor:
-    """An uploaded image -> model-ready pixels ``[3, S, S]`` (:func:`pcmr.data.images.pil_to_pixels`, the
-    preprocessing of image-file queries). Its width x height is read from the header and refused (413)
-    above ``max_pixels`` before anything is decoded; the decode then waits for room in ``budget``; data
-    Pillow cannot decode is refused (415)."""
-    if not data:
-        raise _BadRequest(400, "the uploaded file is empty")
-    try:
-        with Image.open(io.BytesIO(data)) as image:  # reads the header only
-            width, height = image.size
-            if width * height > max_pixels:
-                raise _BadRequest(413, f"the uploaded image has {width} x {height} = {width * height:,} pixels; "
-                                       f"this server decodes at most {max_pixels:,}")
-        # decoded under the budget, and every decoded buffer freed (the image closed) before room is given back
-        with budget.take(width * height) if budget is not None else contextlib.nullcontext(), \
-                Image.open(io.BytesIO(data)) as image:
-            return pil_to_pixels(image, image_size)
-    except Image.DecompressionBombError:
-        raise _BadRequest(413, f"the uploaded image has too many pixels to decode safely (at most "
-                               f"{max_pixels:,})") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
-        raise _BadRequest(415, "the uploaded file is not an image this server can read; upload a PNG, JPEG, "
-                               "GIF, BMP or WebP file") from None
