@@ -20,16 +20,18 @@ from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.models import list_models
 from pcmr.registry import Registry
 from pcmr.search import ann, compose, searcher, service
+from pcmr.search.sources import CANDIDATE_SOURCES
 from pcmr.similarity import SIMILARITIES, list_similarities
 from pcmr.study.spec import list_studies
 
 #: each kind of ``pcmr list`` and the library's listing of it
 LISTINGS = {"models": list_models, "similarities": list_similarities, "losses": list_losses,
-            "rerankers": list_rerankers, "datasets": list_datasets, "backends": compose.SEARCH_BACKENDS.names}
+            "rerankers": list_rerankers, "datasets": list_datasets, "backends": compose.backend_names}
 
 #: each registry of the package and the kind of ``pcmr list`` that shows its names
 SHOWN_IN = {id(SIMILARITIES): "similarities", id(LOSSES): "losses", id(DATASETS): "datasets",
-            id(REWEIGHTINGS): "rerankers", id(MATCHINGS): "rerankers", id(compose.SEARCH_BACKENDS): "backends"}
+            id(REWEIGHTINGS): "rerankers", id(MATCHINGS): "rerankers", id(compose.SEARCH_BACKENDS): "backends",
+            id(CANDIDATE_SOURCES): "backends"}
 
 
 def test_the_catalog_lists_the_kinds_of_the_library():

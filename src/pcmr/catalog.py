@@ -17,7 +17,7 @@ __all__ = ["ANN_SCORES", "DEFAULT_CANDIDATES", "DEFAULT_REFERENCE_SAMPLE", "DEFA
 #: (``pcmr.models.list_models``), scores (``pcmr.similarity.list_similarities``), losses
 #: (``pcmr.losses.list_losses``), re-rankers (``pcmr.inference.list_rerankers``: the re-weightings and
 #: matchings and their combinations), datasets (``pcmr.data.list_datasets``) and search backends
-#: (``pcmr.search.compose.SEARCH_BACKENDS``)
+#: (``pcmr.search.compose.backend_names``: the built-in ones, then one per registered candidate source)
 REGISTERED: dict[str, tuple[str, ...]] = {
     "models": ("gce", "gcie", "gie", "pcme", "pcme_mu_only", "probvse", "probvsrn", "pvse", "vsepp", "vsepp_wide"),
     "similarities": ("cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",

@@ -90,11 +90,11 @@ def test_pcmr_list_prints_the_registries(kind, capsys):
     from pcmr.inference import list_rerankers
     from pcmr.losses import list_losses
     from pcmr.models import list_models
-    from pcmr.search.compose import SEARCH_BACKENDS
+    from pcmr.search.compose import backend_names
     from pcmr.similarity import list_similarities
 
     registry = {"models": list_models, "similarities": list_similarities, "losses": list_losses,
-                "rerankers": list_rerankers, "datasets": list_datasets, "backends": SEARCH_BACKENDS.names}[kind]
+                "rerankers": list_rerankers, "datasets": list_datasets, "backends": backend_names}[kind]
     assert main(["list", kind]) == 0
     assert capsys.readouterr().out.split() == list(registry())
 
