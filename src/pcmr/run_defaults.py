@@ -34,7 +34,7 @@ import torch
 from pcmr.config import ConfigError, build_dataclass
 from pcmr.data import ENCODE_BATCH_SIZE, RetrievalSplit, list_datasets, load_dataset
 from pcmr.data.config import DataConfig, load_configured_split
-from pcmr.data.registry import detect_format, gallery_split
+from pcmr.data.registry import detect_format, gallery_split, reads_image_files
 from pcmr.hub import RUN_CONFIG_FILE, RUN_CONFIG_YAML, Model
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 
@@ -117,14 +117,10 @@ def evaluation_device(model: Model, device: torch.device | str | None = None) ->
     return model.device
 
 
-#: dataset formats read from image files, whose loaders take the test-time transform (image_size,
-#: image_resize, resize_size)
-_FILE_IMAGE_FORMATS = ("karpathy", "coco", "flickr30k", "cub", "folder", "hf", "webdataset")
-
-
 def _transform_options(name: str, model: Model | None) -> dict[str, Any]:
-    """The model's test-time image transform as loader options, for a dataset of image files."""
-    transform = model.image_transform if model is not None and name in _FILE_IMAGE_FORMATS else None
+    """The model's test-time image transform as loader options, for a dataset that reads image files
+    (:attr:`pcmr.data.registry.DatasetSpec.reads_image_files`)."""
+    transform = model.image_transform if model is not None and reads_image_files(name) else None
     if transform is None:
         return {}
     options = {"image_size": transform["image_size"], "image_resize": transform["image_resize"]}
