@@ -104,12 +104,14 @@ def run_defaults(model: Model) -> RunDefaults:
     return RunDefaults(data, evaluation, device)
 
 
-def evaluation_device(model: Model, device: torch.device | str | None = None) -> torch.device:
+def evaluation_device(model: Model, device: torch.device | str | None = None,
+                      defaults: RunDefaults | None = None) -> torch.device:
     """Where ``model`` is evaluated: ``device``, else its run's ``train.device`` (when this machine has
-    it: a CUDA run opened where CUDA is absent stays on the model's device), else the model's device."""
+    it: a CUDA run opened where CUDA is absent stays on the model's device), else the model's device
+    (``defaults``: the model's :func:`run_defaults` when the caller has them already)."""
     if device is not None:
         return torch.device(device)
-    trained = run_defaults(model).device
+    trained = (defaults if defaults is not None else run_defaults(model)).device
     if trained is not None:
         trained_on = torch.device(trained)
         if trained_on.type != "cuda" or torch.cuda.is_available():

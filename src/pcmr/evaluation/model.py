@@ -76,7 +76,7 @@ def model_evaluator(model: Model, split: RetrievalSplit | str | None = None, *,
     """
     check_setting_names(settings, [name for name in evaluator_setting_names() if name != "val_split"])
     defaults = run_defaults(model)
-    dev = evaluation_device(model, settings.pop("device", None))
+    dev = evaluation_device(model, settings.pop("device", None), defaults)
     if model.device != dev:
         model.to(dev)
     if not isinstance(split, RetrievalSplit):
