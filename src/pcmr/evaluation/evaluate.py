@@ -30,7 +30,7 @@ from pcmr.encode.checks import check_finite_embeddings
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, format_number
 from pcmr.evaluation.producers import EvaluationContext, run_producers
 from pcmr.evaluation.rows import score_rows
-from pcmr.evaluation.score_cache import ScoreCache, SharedWork
+from pcmr.evaluation.score_cache import ScoreCache
 from pcmr.evaluation.settings import EvaluationSettings, check_setting_names, setting_names
 from pcmr.gaussian import Gaussian
 from pcmr.inference import DEFAULT_LAMBDA_GRID, get_reranker, list_rerankers
@@ -40,7 +40,7 @@ from pcmr.report import Report
 from pcmr.scoring import check_names
 from pcmr.similarity import list_similarities
 
-__all__ = ["evaluate_embeddings", "ScoreCache", "SharedWork", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
+__all__ = ["evaluate_embeddings", "ScoreCache", "DEFAULT_SIMILARITIES", "DEFAULT_RERANKERS",
            "DEFAULT_LAMBDA_GRID"]
 
 

@@ -28,7 +28,7 @@ from pcmr.inference import Reranker
 from pcmr.metrics.driver import DIRECTIONS
 from pcmr.scoring import score_matrix
 
-__all__ = ["KeptRuns", "ScoreCache", "SharedWork"]
+__all__ = ["KeptRuns", "ScoreCache"]
 
 
 @dataclass
@@ -71,10 +71,6 @@ class ScoreCache:
     def keep_pmrp(self, name: str, rerank: str, columns: dict[str, Any]) -> None:
         """Remember the PMRP columns of ``(name, rerank)`` for the later modes."""
         self.pmrp[(name, rerank)] = columns
-
-
-#: the former name of :class:`ScoreCache`
-SharedWork = ScoreCache
 
 
 @dataclass(frozen=True)
