@@ -1,7 +1,8 @@
 """``RetrievalEvaluator``: the one way pcmr evaluates a model on a retrieval split.
 
 Training validation (``pcmr.train.validation``), ``pcmr evaluate``, ``pcmr demo`` and ``pcmr study``
-all build a :class:`RetrievalEvaluator` and call :meth:`RetrievalEvaluator.evaluate` with a model;
+all build a :class:`RetrievalEvaluator` and call :meth:`RetrievalEvaluator.evaluate` with a
+:class:`pcmr.Model` (the network with its vocabulary and trained score parameters, never passed apart);
 what differs between them is only configuration: which similarities, re-rankers and relevance
 modes, whether figures are drawn, and *extras*, callables that add columns to the rows (the
 study's analysis columns).
@@ -12,7 +13,9 @@ re-ranker tunes a parameter on it (RGM's lambda, HAL/RGM paper Sec. 3.3) that is
 (:func:`pcmr.evaluation.evaluate.evaluate_embeddings`, the lambda selected under the same mode);
 the tables are merged into one :class:`~pcmr.report.Report` whose rows carry their mode in the
 ``relevance`` column. Class labels (PMRP, PCME Sec. 4.1.2) are used under every mode; extra
-positive sets (CxC, ECCV Caption), folds and the figures under the first mode only.
+positive sets (CxC, ECCV Caption), folds and the figures under the first mode only. The modes share
+one :class:`~pcmr.evaluation.score_cache.ScoreCache`; after merging, the model-level producers
+(:data:`pcmr.evaluation.producers.MODEL_PRODUCERS`: uncertainty under occlusion and word erasure) run.
 """
 
 from __future__ import annotations
