@@ -21,9 +21,11 @@ TINY_MODEL: dict[str, Any] = {"embed_dim": 4, "image_encoder": {"cnn_channels": 
 def make_tiny_run(root: Path, *, shapes: dict[str, Any] | None = None, eval_section: dict[str, Any] | None = None,
                   similarity_options: dict[str, Any] | None = None, vocabulary_in_model: bool = False) -> Path:
     """A run folder as ``pcmr train`` writes it (``config.yaml``, ``vocab.json``, ``model/`` with
-    untrained PCME weights from seed 0, ``similarity_options.json`` when given): the tests that use it
+    untrained PCME weights from seed 0 and its image preprocessing, ``similarity_options.json`` when given): the tests that use it
     need the files and shapes, not accuracy."""
     from pcmr.data import Vocabulary, load_dataset
+    from pcmr.encode.inputs import image_input_size
+    from pcmr.hub import preprocessor_config
     from pcmr.models import create_model, save_model
     from pcmr.train.config import RunConfig, save_config
 
@@ -34,11 +36,15 @@ def make_tiny_run(root: Path, *, shapes: dict[str, Any] | None = None, eval_sect
     if eval_section is not None:
         raw["eval"] = eval_section
     save_config(RunConfig.from_dict(raw), root / "config.yaml")
-    vocab = Vocabulary.from_split(load_dataset("shapes", "train", **shapes))
+    train = load_dataset("shapes", "train", **shapes)
+    vocab = Vocabulary.from_split(train)
     vocab.save(root / "vocab.json")
     torch.manual_seed(0)
     model = create_model("pcme", vocab_size=len(vocab), **TINY_MODEL)
-    save_model(model, root / "model", extra_json={"vocabulary": vocab.to_dict()} if vocabulary_in_model else None)
+    extra: dict[str, Any] = {"preprocessor_config": preprocessor_config(image_input_size(train))}
+    if vocabulary_in_model:
+        extra["vocabulary"] = vocab.to_dict()
+    save_model(model, root / "model", extra_json=extra)
     if similarity_options is not None:
         (root / "similarity_options.json").write_text(json.dumps(similarity_options))
     return root

@@ -186,8 +186,8 @@ def test_library_never_imports_the_trainer_the_study_or_the_cli():
 # imports modules of its own package, of an earlier layer or of the foundations (every library module
 # not listed: pcmr.gaussian, pcmr.report, ...), never a later layer nor another package of its own
 # layer: encoding and scoring sit below both the evaluation and the search, which import them and
-# never each other; the loaded model (pcmr.hub) and its run's defaults (pcmr.run_defaults) sit
-# between, so both take a pcmr.Model.
+# never each other; the loaded model (pcmr.hub, its on-disk form in pcmr.model_files) and its run's
+# defaults (pcmr.run_defaults) sit between, so both take a pcmr.Model.
 LIBRARY_LAYERS = (
     ("pcmr.similarity",),
     ("pcmr.losses", "pcmr.models", "pcmr.data"),
@@ -195,6 +195,7 @@ LIBRARY_LAYERS = (
     ("pcmr.metrics",),
     ("pcmr.inference",),
     ("pcmr.encode", "pcmr.scoring"),
+    ("pcmr.model_files",),
     ("pcmr.hub",),
     ("pcmr.run_defaults",),
     ("pcmr.evaluation", "pcmr.search"),

@@ -24,6 +24,7 @@ model (``pcmr evaluate``, ``pcmr search --build``, ``pcmr demo``, the study) goe
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Sequence
@@ -31,239 +32,48 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from huggingface_hub import ModelCard, ModelHubMixin, snapshot_download
 from torch import Tensor, nn
 
 from pcmr.atomic import atomic_write_text, repair_folder, write_folder
-from pcmr.data import Vocabulary, load_dataset
-from pcmr.data.images import IMAGE_MEAN, IMAGE_STD
+from pcmr.data import Vocabulary
 from pcmr.device import resolve_device
-from pcmr.encode.inputs import (
-    ENCODE_BATCH_SIZE,
-    ImageInput,
-    encode_image_inputs,
-    encode_texts,
-    image_input_size,
-    image_input_transform,
-    model_device,
-)
+from pcmr.encode.inputs import ENCODE_BATCH_SIZE, ImageInput, encode_image_inputs, encode_texts, model_device
 from pcmr.finite import check_finite_tensors
 from pcmr.gaussian import Gaussian
+from pcmr.model_files import (
+    MAX_IMAGE_SIDE,
+    METRICS_FILE,
+    MODEL_CARD,
+    PREPROCESSOR_FILE,
+    RUN_CONFIG_FILE,
+    RUN_CONFIG_YAML,
+    RUN_VOCAB_FILE,
+    SIMILARITY_OPTIONS_FILE,
+    VOCABULARY_FILE,
+    check_image_side,
+    check_model_vocabulary,
+    companion,
+    metrics_markdown,
+    not_model_files,
+    preprocessor_config,
+    preprocessor_transform,
+    read_json_file,
+    read_run_config,
+    read_similarity_options,
+    run_metrics,
+)
 from pcmr.models.config import ModelConfig
 from pcmr.models.model import RetrievalModel
 from pcmr.models.serialization import WEIGHTS_FILE, load_model, save_model
-from pcmr.report import Report
 
-__all__ = ["MAX_IMAGE_SIDE", "Model", "check_image_side", "load", "preprocessor_config", "read_similarity_options", "trained_similarity", "VOCABULARY_FILE", "PREPROCESSOR_FILE",
-           "SIMILARITY_OPTIONS_FILE", "METRICS_FILE", "RUN_CONFIG_FILE", "RUN_CONFIG_YAML", "RUN_VOCAB_FILE"]
-
-VOCABULARY_FILE = "vocabulary.json"
-PREPROCESSOR_FILE = "preprocessor_config.json"
-SIMILARITY_OPTIONS_FILE = "similarity_options.json"
-METRICS_FILE = "metrics.json"
-RUN_CONFIG_FILE = "run_config.json"  # a save_pretrained folder: the config of the run that trained it
-RUN_VOCAB_FILE = "vocab.json"  # RUN/vocab.json, next to RUN/model
-RUN_CONFIG_YAML = "config.yaml"  # RUN/config.yaml, written by pcmr train
-_SIMILARITY_OPTIONS_FORM = 'an object mapping similarity names to their options, e.g. {"match_prob": {"a": 12.0, "b": 4.0}}'
-_MODEL_CARD = """---
-{{ card_data }}
----
-
-# {{ title }}
-
-A probabilistic cross-modal retrieval model trained with [pcmr]({{ repo_url | default("https://pypi.org/project/pcmr/", true) }}):
-each image and each caption is encoded as a Gaussian (mean and log-variance) in a shared
-{{ embed_dim }}-dimensional space.
-
-{{ description }}
-
-## Use
-
-```python
-import pcmr
-
-model = pcmr.Model.from_pretrained("{{ model_id }}")
-captions = model.encode_text(["a red circle"])      # pcmr.Gaussian [1, {{ embed_dim }}]
-images = model.encode_image(["photo.png"])           # pcmr.Gaussian [1, {{ embed_dim }}]
-scores = pcmr.similarity.pairwise({{ pairwise_arguments }})
-```
-
-## Metrics
-
-{{ metrics }}
-"""
-
-
-def preprocessor_config(image_size: int | None, image_resize: str = "square",
-                        resize_size: int | None = None) -> dict[str, Any]:
-    """The ``preprocessor_config.json`` of a model: how raw images become its input at test time (None:
-    features): ``image_resize`` ``square`` (the whole image resized, bicubic, to ``image_size``) or
-    ``center_crop`` (the shorter side resized, bilinear, to ``resize_size``, then the central
-    ``image_size`` square: Resize 256 + CenterCrop 224 for the PCME release)."""
-    if image_size is None:
-        return {"input": "features"}
-    if image_resize == "center_crop":
-        size = int(resize_size) if resize_size is not None else int(round(int(image_size) * 8 / 7))
-        transform: dict[str, Any] = {"image_resize": "center_crop", "resize_size": size, "resample": "bilinear"}
-    else:
-        transform = {"image_resize": "square", "resample": "bicubic"}
-    return {"input": "pixels", "image_size": int(image_size), **transform, "convert": "RGB",
-            "image_mean": list(IMAGE_MEAN), "image_std": list(IMAGE_STD)}
-
-
-#: the largest image side a model's preprocessing may ask for: pcmr's models see 32 to 256 pixels (shapes
-#: 64, EfficientNet 224, the PCME release 256 -> 224); a size read from a file beyond it is refused, so an
-#: edited preprocessor_config.json or index manifest cannot make one query allocate gigabytes
-MAX_IMAGE_SIDE = 1024
-
-
-def check_image_side(value: Any, where: str, field: str, run_config: dict[str, Any] | None = None) -> int:
-    """``value`` (an image side read from ``where``'s ``field``) as an int, refused with one ``ValueError``
-    naming the file, field and value unless it is an integer in ``[1, MAX_IMAGE_SIDE]`` and, for
-    ``image_size``, equal to the side the model's run trained at (``data.options.image_size`` of
-    ``run_config``) where that is recorded."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_IMAGE_SIDE:
-        raise ValueError(f"{where}: {field} must be an integer side in pixels from 1 to {MAX_IMAGE_SIDE}, got "
-                         f"{value!r}; the file was edited or is not a pcmr model's")
-    trained = (((run_config or {}).get("data") or {}).get("options") or {}).get("image_size")
-    if field == "image_size" and isinstance(trained, int) and not isinstance(trained, bool) and trained != value:
-        raise ValueError(f"{where}: image_size {value} differs from the image_size {trained} the model was trained "
-                         "at (its run config's data.options.image_size); the file was edited")
-    return value
-
-
-def _preprocessor_transform(preprocessor: dict[str, Any], path: Path) -> dict[str, Any]:
-    """``image_resize`` / ``resize_size`` of a ``preprocessor_config.json`` (absent: ``square``, as files written
-    before the transform was recorded)."""
-    resize = preprocessor.get("image_resize", "square")
-    if resize == "square":
-        return {"image_resize": "square", "resize_size": None}
-    size = preprocessor.get("resize_size")
-    if resize != "center_crop" or isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"preprocessor config file {str(path)!r}: image_resize must be 'square', or 'center_crop' "
-                         f"with an integer resize_size; got image_resize={resize!r}, resize_size={size!r}")
-    return {"image_resize": "center_crop", "resize_size": size}
-
-
-def _read_json_file(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{what} file {str(path)!r} is not readable JSON: {error}") from error
-
-
-def read_similarity_options(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
-    """The trained score parameters of ``similarity_options.json``: ``{similarity: {option: number}}``.
-
-    Raises:
-        ValueError: naming the file and the expected form when it is not JSON, or not that mapping.
-    """
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"similarity options file {str(path)!r} cannot be read ({error}); expected "
-                         f"{_SIMILARITY_OPTIONS_FORM}") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"similarity options file {str(path)!r} is not valid JSON ({error.msg} at line "
-                         f"{error.lineno}, column {error.colno}); expected {_SIMILARITY_OPTIONS_FORM}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"similarity options file {str(path)!r} holds a JSON {type(data).__name__}; expected "
-                         f"{_SIMILARITY_OPTIONS_FORM}")
-    for name, options in data.items():
-        if not isinstance(options, dict):
-            raise ValueError(f"similarity options file {str(path)!r}: the options of {name!r} are a JSON "
-                             f"{type(options).__name__}; expected {_SIMILARITY_OPTIONS_FORM}")
-        for key, value in options.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"similarity options file {str(path)!r}: {name}.{key} is {value!r}, not a number; "
-                                 f"expected {_SIMILARITY_OPTIONS_FORM}")
-    return data
-
-
-def _read_run_config(path: Path) -> dict[str, Any]:
-    """The raw mapping of a run's ``config.yaml`` or a model's ``run_config.json`` (checked by the trainer's
-    config layer where it is used)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"run config file {str(path)!r} is not readable: {error}") from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"run config file {str(path)!r} must hold a mapping with sections model/loss/data/train/"
-                         f"eval, got a {type(raw).__name__}")
-    return raw
-
-
-#: the files a :meth:`Model.save_pretrained` folder may hold (the Hugging Face layout of this module)
-MODEL_FILES = frozenset({"config.json", "model.safetensors", "README.md", "vocabulary.json", "similarity_options.json",
-                         "metrics.json", "preprocessor_config.json", RUN_CONFIG_FILE})
-
-
-def _not_model_files(directory: Path) -> str:
-    """The entries of an existing ``directory`` that a saved model does not hold, as a short list ('' when
-    none, or when it does not exist)."""
-    if not os.path.lexists(directory):
-        return ""
-    if not directory.is_dir():
-        raise NotADirectoryError(f"{directory} is a file; save_pretrained writes a folder")
-    foreign = sorted(p.name for p in directory.iterdir() if p.name not in MODEL_FILES or not p.is_file())
-    return ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-
-
-def _metrics_markdown(metrics: dict[str, Any]) -> str:
-    """The model card's metrics section: the validation choice and the test table, when known."""
-    lines: list[str] = []
-    validation = metrics.get("validation")
-    if isinstance(validation, dict) and validation:
-        lines.append("Validation (the selected epoch): " + ", ".join(
-            f"{key} = {value:.4g}" if isinstance(value, float) else f"{key} = {value}"
-            for key, value in validation.items()))
-    test = metrics.get("test")
-    if isinstance(test, dict) and test.get("markdown"):
-        table = [("###" + line[1:]) if line.startswith("# ") else line for line in str(test["markdown"]).splitlines()]
-        lines += ["", f"Test ({test.get('source', 'evaluation report')}):", "", *table]
-    return "\n".join(lines).strip() or "No metrics were recorded for this model (evaluate it with `pcmr evaluate`)."
-
-
-def _run_metrics(run_dir: Path) -> dict[str, Any]:
-    """Metrics of a run folder: the best validation epoch (run.json) and the newest evaluation report."""
-    metrics: dict[str, Any] = {}
-    summary_path = run_dir / "run.json"
-    if summary_path.is_file():
-        summary = _read_json_file(summary_path, "run summary")
-        best = summary.get("best_epoch") if isinstance(summary, dict) else None
-        history = summary.get("history", []) if isinstance(summary, dict) else []
-        for record in history if isinstance(history, list) else []:
-            if isinstance(record, dict) and record.get("epoch") == best and isinstance(record.get("val"), dict):
-                metrics["validation"] = {"epoch": best, **record["val"]}
-    reports = sorted(run_dir.glob("eval-*/results.json"), key=lambda p: p.stat().st_mtime)
-    if reports:
-        report = Report.load(reports[-1])
-        metrics["test"] = {"source": f"{reports[-1].parent.name}/results.json", "markdown": report.to_markdown()}
-    return metrics
-
-
-class _LazyImageSize:
-    """The image side of a run's data, found on first use by loading its validation split."""
-
-    def __init__(self, run_config: dict[str, Any]) -> None:
-        self.run_config = run_config
-
-    def __call__(self) -> tuple[int | None, dict[str, Any]]:
-        data = self.run_config.get("data") or {}
-        options = dict(data.get("options") or {})
-        if data.get("root") is not None:
-            options["root"] = str(Path(data["root"]).expanduser())
-        split = load_dataset(data.get("name", "shapes"), data.get("val_split", "val"), **options)
-        return image_input_size(split), image_input_transform(split)
+__all__ = ["MAX_IMAGE_SIDE", "Model", "check_image_side", "load", "preprocessor_config", "read_similarity_options",
+           "trained_similarity", "VOCABULARY_FILE", "PREPROCESSOR_FILE", "SIMILARITY_OPTIONS_FILE", "METRICS_FILE",
+           "RUN_CONFIG_FILE", "RUN_CONFIG_YAML", "RUN_VOCAB_FILE"]
 
 
 class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-retrieval", "probabilistic-embeddings"],
-            model_card_template=_MODEL_CARD):
+            model_card_template=MODEL_CARD):
     """A trained two-tower model with its tokenizer and image preprocessing (open it with :func:`load`).
 
     Args:
@@ -271,6 +81,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         vocabulary: the training vocabulary (needed by GRU text towers; None for MiniLM).
         image_size: side of the square pixel images the model was trained on; None when it reads
             precomputed features (then ``encode_image`` takes feature tensors only).
+        image_resize, resize_size: the rest of its test-time image transform (:attr:`image_transform`).
         similarity_options: trained score parameters, e.g. ``{"match_prob": {"a": 12.0, "b": 4.0}}``.
         metrics: ``{"validation": {...}, "test": {"source", "markdown"}}`` for the model card.
 
@@ -285,7 +96,8 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
 
     def __init__(self, network: RetrievalModel, vocabulary: Vocabulary | None = None, image_size: int | None = None,
                  similarity_options: dict[str, dict[str, Any]] | None = None,
-                 metrics: dict[str, Any] | None = None) -> None:
+                 metrics: dict[str, Any] | None = None, *, image_resize: str = "square",
+                 resize_size: int | None = None) -> None:
         super().__init__()
         if not isinstance(network, RetrievalModel):
             raise TypeError(f"network must be a model made by pcmr.create_model, got {type(network).__name__}")
@@ -293,9 +105,9 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
             raise ValueError("a GRU text tower needs its training vocabulary (vocabulary=Vocabulary.load(...))")
         self.network = network
         self.vocabulary = vocabulary
-        self._image_size = image_size
+        self._image_size: int | None = None
         self._image_transform: dict[str, Any] = {"image_resize": "square", "resize_size": None}
-        self._image_size_source: _LazyImageSize | None = None
+        self.set_image_transform(image_size, image_resize, resize_size)
         self.similarity_options = dict(similarity_options or {})
         self.metrics = dict(metrics or {})
         self.run_config: dict[str, Any] | None = None
@@ -322,17 +134,15 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
     @property
     def image_size(self) -> int | None:
         """Side of the pixel images the model was trained on (None: it reads precomputed features)."""
-        if self._image_size_source is not None:
-            self._image_size, self._image_transform = self._image_size_source()
-            self._image_size_source = None
         return self._image_size
 
     @property
     def image_transform(self) -> dict[str, Any] | None:
         """The test-time transform of image files and Pillow images: ``{"image_size", "image_resize",
         "resize_size"}`` (``image_resize``: ``square``, or ``center_crop``: Resize ``resize_size`` + CenterCrop
-        ``image_size``), as the model's ``preprocessor_config.json`` or its run's data records it; None
-        for a model that reads precomputed features."""
+        ``image_size``), stored with the model (its ``preprocessor_config.json``, written by the trainer and by
+        :meth:`save_pretrained`); None for a model that reads precomputed features (or a folder that
+        records no preprocessing)."""
         size = self.image_size
         if size is None:
             return None
@@ -344,9 +154,21 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         if image_resize not in ("square", "center_crop"):
             raise ValueError(f"image_resize must be 'square' or 'center_crop', got {image_resize!r}")
         self._image_size = image_size
-        self._image_size_source = None
         self._image_transform = {"image_resize": image_resize,
                                  "resize_size": resize_size if image_resize == "center_crop" else None}
+
+    def with_image_transform(self, image_size: int | None, image_resize: str = "square",
+                             resize_size: int | None = None) -> Model:
+        """This model with the test-time image transform given (see :attr:`image_transform`): the model
+        itself when it already has that transform, else a shallow copy sharing the network and every other
+        attribute (a gallery index keeps it, so an image query is brought to the size its gallery was
+        encoded at)."""
+        wanted = {"image_resize": image_resize, "resize_size": resize_size if image_resize == "center_crop" else None}
+        if image_size == self._image_size and (image_size is None or wanted == self._image_transform):
+            return self
+        other = copy.copy(self)
+        other.set_image_transform(image_size, image_resize, resize_size)
+        return other
 
     @property
     def text_vocabulary(self) -> Vocabulary:
@@ -383,10 +205,8 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         model's test-time transform, :attr:`image_transform`, and ImageNet-normalised), a list of ``[3, H, W]`` normalised pixel tensors, or one batch tensor
         ``[N, 3, H, W]`` (features ``[N, F]`` / ``[N, R, F]`` for feature models).
         """
-        needs_size = not isinstance(images, Tensor) and not (
-            isinstance(images, (list, tuple)) and all(isinstance(item, Tensor) for item in images))
-        size = self.image_size if needs_size else self._image_size
-        return encode_image_inputs(self.network, images, image_size=size, batch_size=batch_size, progress=progress,
+        return encode_image_inputs(self.network, images, image_size=self._image_size, batch_size=batch_size,
+                                   progress=progress,
                                    **self._image_transform)
 
     # ------------------------------------------------------------------ saving / loading
@@ -411,7 +231,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         (``FileExistsError``), never replaced. ``push_to_hub=True, repo_id=...`` uploads it (needs network
         and a token). Returns the commit URL when pushed, else None."""
         directory = Path(save_directory)
-        foreign = _not_model_files(directory)
+        foreign = not_model_files(directory)
         if foreign:
             raise FileExistsError(f"{directory} holds files that are not part of a saved model ({foreign}); "
                                   "save_pretrained replaces the whole folder: choose a new or empty folder")
@@ -464,7 +284,7 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
                                *(f"{key}={value!r}" for key, value in trained.items())])
         return super().generate_model_card(*args, title=f"pcmr model: {config.name}", embed_dim=config.embed_dim,
                                            description=description, similarity=self.similarity,
-                                           pairwise_arguments=arguments, metrics=_metrics_markdown(self.metrics),
+                                           pairwise_arguments=arguments, metrics=metrics_markdown(self.metrics),
                                            **kwargs)
 
     @classmethod
@@ -500,33 +320,6 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         return _load_folder(Path(folder), map_location)
 
 
-def _check_model_vocabulary(model: RetrievalModel, vocab: Vocabulary, model_dir: str | os.PathLike, vocab_path: str | os.PathLike) -> None:
-    """Raise ``ValueError`` when ``vocab`` (read from ``vocab_path``) is not the vocabulary the model in
-    ``model_dir`` was trained with: its size differs from the model's ``vocab_size`` (word-embedding
-    text encoders), or it differs from the ``vocabulary.json`` saved with the model."""
-    config = getattr(model, "config", None)
-    uses_vocabulary = config is not None and bool(getattr(config.text_encoder, "reads_word_ids", False))
-    if uses_vocabulary and config is not None and config.vocab_size != len(vocab):
-        raise ValueError(f"{os.fspath(vocab_path)} holds {len(vocab)} words but the model in {os.fspath(model_dir)} "
-                         f"embeds {config.vocab_size} token ids; expected the vocabulary of the run that trained "
-                         f"this model")
-    saved = Path(model_dir) / "vocabulary.json"
-    if saved.is_file() and Path(vocab_path).resolve() != saved.resolve():
-        if Vocabulary.load(saved) != vocab:
-            raise ValueError(f"{os.fspath(vocab_path)} differs from {saved}, the vocabulary saved with the model; "
-                             f"expected the vocabulary of the run that trained this model")
-
-
-def _companion(directory: Path, *names: str) -> Path | None:
-    """The first of ``names`` in ``directory``, else beside it (a run's ``RUN/model`` finds ``RUN/vocab.json``
-    and ``RUN/similarity_options.json``; so does the ``model/`` of ``pcmr convert``)."""
-    for folder in (directory, directory.parent):
-        for name in names:
-            if (folder / name).is_file():
-                return folder / name
-    return None
-
-
 def _load_folder(directory: Path, map_location: str | torch.device,
                  vocabulary: str | os.PathLike[str] | None = None) -> Model:
     """A model folder: ``RUN/model`` (the run's files beside it) or a save_pretrained folder; its weights are
@@ -535,7 +328,7 @@ def _load_folder(directory: Path, map_location: str | torch.device,
     network = load_model(directory, map_location=map_location)
     check_finite_tensors(network.state_dict(), directory / WEIGHTS_FILE)
     in_run = (directory.parent / RUN_CONFIG_YAML).is_file()  # RUN/model: the run's files sit beside it
-    vocab_path = _companion(directory, VOCABULARY_FILE, RUN_VOCAB_FILE)
+    vocab_path = companion(directory, VOCABULARY_FILE, RUN_VOCAB_FILE)
     if vocabulary is not None:
         vocab_path = Path(vocabulary)
         if not vocab_path.is_file():
@@ -543,38 +336,36 @@ def _load_folder(directory: Path, map_location: str | torch.device,
                                     "or vocabulary.json of the run that trained the model")
     vocab = Vocabulary.load(vocab_path) if vocab_path is not None else None
     if vocab is not None and vocab_path is not None:
-        _check_model_vocabulary(network, vocab, directory, vocab_path)
+        check_model_vocabulary(network, vocab, directory, vocab_path)
     elif network.config.text_encoder.reads_word_ids:
         raise FileNotFoundError(f"{str(directory)!r} has no vocabulary (looked for {VOCABULARY_FILE} in it and "
                                 f"{RUN_VOCAB_FILE} beside it); pass the vocab.json of the run that trained it")
-    options_path = _companion(directory, SIMILARITY_OPTIONS_FILE)
+    options_path = companion(directory, SIMILARITY_OPTIONS_FILE)
     options = read_similarity_options(options_path) if options_path is not None else {}
     metrics: dict[str, Any] = {}
-    if (directory / METRICS_FILE).is_file():
-        metrics = _read_json_file(directory / METRICS_FILE, "metrics")
-    elif in_run:
-        metrics = _run_metrics(directory.parent)
+    if in_run:  # the run's own record is newer than the card written with the model (its evaluations)
+        metrics = run_metrics(directory.parent)
+    elif (directory / METRICS_FILE).is_file():
+        metrics = read_json_file(directory / METRICS_FILE, "metrics")
     model = Model(network, vocab, similarity_options=options, metrics=metrics)
     model.source = directory
     if in_run:
         model.run_dir = directory.parent
-        model.run_config = _read_run_config(directory.parent / RUN_CONFIG_YAML)
+        model.run_config = read_run_config(directory.parent / RUN_CONFIG_YAML)
     elif (directory / RUN_CONFIG_FILE).is_file():
-        model.run_config = _read_run_config(directory / RUN_CONFIG_FILE)
+        model.run_config = read_run_config(directory / RUN_CONFIG_FILE)
     preprocessor_path = directory / PREPROCESSOR_FILE
     if preprocessor_path.is_file():
-        preprocessor = _read_json_file(preprocessor_path, "preprocessor config")
+        preprocessor = read_json_file(preprocessor_path, "preprocessor config")
         if not isinstance(preprocessor, dict) or preprocessor.get("input") not in ("pixels", "features"):
             raise ValueError(f"preprocessor config file {str(preprocessor_path)!r} must hold "
                              "{'input': 'pixels', 'image_size': N} or {'input': 'features'}")
         model._image_size = check_image_side(preprocessor.get("image_size"), str(preprocessor_path), "image_size",
                                              model.run_config) if preprocessor["input"] == "pixels" else None
         if model._image_size is not None:
-            model._image_transform = _preprocessor_transform(preprocessor, preprocessor_path)
+            model._image_transform = preprocessor_transform(preprocessor, preprocessor_path)
             if model._image_transform["resize_size"] is not None:
                 check_image_side(model._image_transform["resize_size"], str(preprocessor_path), "resize_size")
-    elif model.run_config is not None:
-        model._image_size_source = _LazyImageSize(model.run_config)
     return model.eval()
 
 
@@ -584,7 +375,7 @@ def trained_similarity(path: str | os.PathLike[str], *, which: str = "model") ->
     folder = Path(path).expanduser()
     if (folder / RUN_CONFIG_YAML).is_file() and not (folder / "config.json").is_file():
         folder = folder / which
-    options_path = _companion(folder, SIMILARITY_OPTIONS_FILE) if folder.is_dir() else None
+    options_path = companion(folder, SIMILARITY_OPTIONS_FILE) if folder.is_dir() else None
     options = read_similarity_options(options_path) if options_path is not None else {}
     return next(iter(options), "cosine")
 

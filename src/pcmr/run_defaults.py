@@ -34,7 +34,7 @@ import torch
 from pcmr.config import ConfigError, build_dataclass
 from pcmr.data import ENCODE_BATCH_SIZE, RetrievalSplit, list_datasets, load_dataset
 from pcmr.data.config import DataConfig, load_configured_split
-from pcmr.data.registry import detect_format, gallery_split
+from pcmr.data.registry import detect_format, gallery_split, reads_image_files
 from pcmr.hub import RUN_CONFIG_FILE, RUN_CONFIG_YAML, Model
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 
@@ -104,12 +104,14 @@ def run_defaults(model: Model) -> RunDefaults:
     return RunDefaults(data, evaluation, device)
 
 
-def evaluation_device(model: Model, device: torch.device | str | None = None) -> torch.device:
+def evaluation_device(model: Model, device: torch.device | str | None = None,
+                      defaults: RunDefaults | None = None) -> torch.device:
     """Where ``model`` is evaluated: ``device``, else its run's ``train.device`` (when this machine has
-    it: a CUDA run opened where CUDA is absent stays on the model's device), else the model's device."""
+    it: a CUDA run opened where CUDA is absent stays on the model's device), else the model's device
+    (``defaults``: the model's :func:`run_defaults` when the caller has them already)."""
     if device is not None:
         return torch.device(device)
-    trained = run_defaults(model).device
+    trained = (defaults if defaults is not None else run_defaults(model)).device
     if trained is not None:
         trained_on = torch.device(trained)
         if trained_on.type != "cuda" or torch.cuda.is_available():
@@ -117,14 +119,10 @@ def evaluation_device(model: Model, device: torch.device | str | None = None) ->
     return model.device
 
 
-#: dataset formats read from image files, whose loaders take the test-time transform (image_size,
-#: image_resize, resize_size)
-_FILE_IMAGE_FORMATS = ("karpathy", "coco", "flickr30k", "cub", "folder", "hf", "webdataset")
-
-
 def _transform_options(name: str, model: Model | None) -> dict[str, Any]:
-    """The model's test-time image transform as loader options, for a dataset of image files."""
-    transform = model.image_transform if model is not None and name in _FILE_IMAGE_FORMATS else None
+    """The model's test-time image transform as loader options, for a dataset that reads image files
+    (:attr:`pcmr.data.registry.DatasetSpec.reads_image_files`)."""
+    transform = model.image_transform if model is not None and reads_image_files(name) else None
     if transform is None:
         return {}
     options = {"image_size": transform["image_size"], "image_resize": transform["image_resize"]}

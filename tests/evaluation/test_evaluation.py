@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pcmr import Gaussian
+from pcmr import Gaussian, Model
 from pcmr.data import image_loader
 from pcmr.evaluation import encode_split, evaluate_embeddings, evaluate_model
 from pcmr.inference import list_rerankers
@@ -174,7 +174,7 @@ def test_encode_split_keeps_split_order(tiny):
 
 def test_evaluate_model_end_to_end(tiny, tmp_path):
     model, test, val, vocab = tiny
-    result = evaluate_model(model, test, vocab, val_split=val, similarities=["cosine", "kl", "match_prob"],
+    result = evaluate_model(Model(model, vocab), test, val_split=val, similarities=["cosine", "kl", "match_prob"],
                             rerankers=["nns", "csls+rgm"], out_dir=tmp_path, device="cpu")
     assert {(r["similarity"], r["rerank"], r["relevance"]) for r in result.rows} == {
         (s, r, m) for s in ("cosine", "kl") for r in ("nns", "csls+rgm") for m in ("exact", "source")}
@@ -204,7 +204,7 @@ def test_evaluation_reports_exact_and_source_relevance(tiny):
                          text_encoder={"word_dim": 8, "hidden_dim": 16})
     images, captions = encode_split(model, test, vocab)
     val_images, val_captions = encode_split(model, val, vocab)
-    result = evaluate_model(model, test, vocab, val_split=val, similarities=["cosine"], rerankers=["nns", "rgm"],
+    result = evaluate_model(Model(model, vocab), test, val_split=val, similarities=["cosine"], rerankers=["nns", "rgm"],
                             device="cpu")
     assert result.meta["relevance_modes"] == ["exact", "source"]
     for mode in ("exact", "source"):
@@ -220,7 +220,7 @@ def test_evaluation_reports_exact_and_source_relevance(tiny):
     written_only = copy.copy(test)
     written_only.relevance = test.source_relevance()  # a COCO-like split: the relation is the written pairs
     assert list(relevance_modes(written_only)) == ["source"]
-    only = evaluate_model(model, written_only, vocab, similarities=["cosine"], rerankers=["nns"], device="cpu")
+    only = evaluate_model(Model(model, vocab), written_only, similarities=["cosine"], rerankers=["nns"], device="cpu")
     assert [r["relevance"] for r in only.rows] == ["source"]
     with pytest.raises(ValueError, match="knows only the written pairs"):
         relevance_modes(written_only, ["exact"])

@@ -102,7 +102,7 @@ def test_nan_embeddings_name_their_source_and_rows(run_dir):
     split = load_dataset("shapes", "test", **SHAPES)
     with pytest.raises(ValueError, match=r"the embeddings of RetrievalSplit\(name='shapes', split='test'.* "
                                          r"encoded by the model: Gaussian.mean holds 4 non-finite value"):
-        evaluate_model(model, split, trained.vocabulary, similarities=["cosine"], rerankers=["nns"])
+        evaluate_model(trained, split, similarities=["cosine"], rerankers=["nns"])
 
 
 def test_check_finite_tensors_of_scalars_and_integers():

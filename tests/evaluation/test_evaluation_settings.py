@@ -11,7 +11,7 @@ import inspect
 import pytest
 import torch
 
-from pcmr.data import Vocabulary, load_dataset
+from pcmr.data import load_dataset
 from pcmr.evaluation import EvaluationSettings, RetrievalEvaluator, evaluate_embeddings, evaluate_model
 from pcmr.evaluation import model as model_entry
 from pcmr.evaluation.evaluator import evaluator_setting_names
@@ -25,7 +25,7 @@ ENTRIES = [evaluate_embeddings, evaluate_model, model_entry.model_evaluator, mod
 def test_an_unknown_setting_is_refused_by_name(tiny_shapes):
     split = load_dataset("shapes", "test", **tiny_shapes)
     with pytest.raises(TypeError, match=r"unknown evaluation setting 'num_fold' \(did you mean 'num_folds'\?\)"):
-        evaluate_model(None, split, Vocabulary([]), num_fold=5)
+        evaluate_model(None, split, num_fold=5)
     fields = {f.name for f in dataclasses.fields(RetrievalEvaluator)}
     assert {"similarities", "rerankers", "ks", "lambda_grid", "num_folds", "extra_positives", "meta"} <= fields
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import pcmr.evaluation.evaluate as evaluate_module
+import pcmr.evaluation.score_cache as score_cache_module
 import pcmr.inference.rerankers as rerankers_module
 import pcmr.metrics.driver as driver_module
 from pcmr import Gaussian
 from pcmr.evaluation import evaluate_embeddings
-from pcmr.evaluation.evaluate import SharedWork
+from pcmr.evaluation.score_cache import ScoreCache
 from pcmr.inference import select_lambda
 
 
@@ -61,7 +61,7 @@ def test_modes_share_scores_lambda_runs_and_pmrp_with_the_same_tables(monkeypatc
     val = _problem(11, 23, seed=1)
     similarities = ["cosine", "kl"]
 
-    def tables(shared: SharedWork | None) -> dict[str, list[dict[str, object]]]:
+    def tables(shared: ScoreCache | None) -> dict[str, list[dict[str, object]]]:
         out = {}
         for mode, relevance in data["modes"].items():
             report = evaluate_embeddings(
@@ -72,13 +72,13 @@ def test_modes_share_scores_lambda_runs_and_pmrp_with_the_same_tables(monkeypatc
         return out
 
     separate = tables(None)
-    scoring = _Counter(evaluate_module.score_matrix)
+    scoring = _Counter(score_cache_module.score_matrix)
     pmrp = _Counter(driver_module.pmrp)
     matching = _Counter(rerankers_module.relaxed_greedy_matching)
-    monkeypatch.setattr(evaluate_module, "score_matrix", scoring)
+    monkeypatch.setattr(score_cache_module, "score_matrix", scoring)
     monkeypatch.setattr(driver_module, "pmrp", pmrp)
     monkeypatch.setattr(rerankers_module, "relaxed_greedy_matching", matching)
-    shared = SharedWork()
+    shared = ScoreCache()
     together = tables(shared)
     assert together == separate  # every value, column and row order
     assert scoring.calls == 2 * len(similarities)  # test and validation scores, once for both modes

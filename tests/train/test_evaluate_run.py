@@ -60,7 +60,7 @@ def test_evaluate_run_equals_the_evaluator_on_the_parts(tiny_shapes, run_dir):
     split = load_dataset("shapes", "test", **tiny_shapes)
     direct = RetrievalEvaluator(split, similarities=["cosine", "match_prob"], rerankers=["nns"], figures=False,
                                 corruption=False, batch_size=7).evaluate(
-        model.network, model.vocabulary, {"match_prob": {"a": 3.0, "b": 1.0}})
+        pcmr.Model(model.network, model.vocabulary, similarity_options={"match_prob": {"a": 3.0, "b": 1.0}}))
     assert report.rows == direct.rows
 
 

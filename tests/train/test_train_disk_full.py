@@ -7,12 +7,12 @@ from __future__ import annotations
 import errno
 import json
 
+import pcmr.hub as hub_module
 from pcmr.cli import main
-from pcmr.train import run as run_module
 
 
 def test_full_disk_while_writing_the_selected_model(tmp_path, monkeypatch, capsys, tiny_training, as_set_args):
-    original = run_module.save_model
+    original = hub_module.save_model
 
     def full_disk(model, folder, **kwargs):
         original(model, folder, **kwargs)
@@ -20,7 +20,7 @@ def test_full_disk_while_writing_the_selected_model(tmp_path, monkeypatch, capsy
 
     run_dir = tmp_path / "run"
     with monkeypatch.context() as patch:
-        patch.setattr(run_module, "save_model", full_disk)
+        patch.setattr(hub_module, "save_model", full_disk)
         assert main(["train", "vsepp_max", "--out", str(tmp_path), "--name", "run", *as_set_args(tiny_training),
                      "--no-progress"]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]

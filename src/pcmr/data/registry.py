@@ -31,7 +31,7 @@ from pcmr.registry import Registry
 from pcmr.suggest import unknown_name
 
 __all__ = ["DATASETS", "DatasetSpec", "load_dataset", "list_datasets", "detect_format", "offers_split",
-           "gallery_split", "image_size_from_model"]
+           "gallery_split", "image_size_from_model", "reads_image_files"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,10 @@ class DatasetSpec:
     files (``renders_images``: the split's ``info["config"]`` loads them again, ``cache=False``), and the
     split a search gallery is built from by default (``gallery_split``: ``all`` for one's own images,
     None: the run's evaluation split), and whether a run sets its ``image_size`` from the model when
-    the run does not (``image_size_from_model``: one's own images have no size of their own)."""
+    the run does not (``image_size_from_model``: one's own images have no size of their own), and whether
+    its images are read from image files (``reads_image_files``: its loader then takes a model's test-time
+    transform, ``image_size``, ``image_resize`` and ``resize_size``, so a model evaluated or indexed on it
+    sees its images as it saw its own validation images)."""
 
     name: str
     loader: Callable[..., RetrievalSplit]
@@ -51,6 +54,7 @@ class DatasetSpec:
     renders_images: bool = False
     gallery_split: str | None = None
     image_size_from_model: bool = False
+    reads_image_files: bool = False
 
 
 def _shapes(split: str, **config: Any) -> RetrievalSplit:
@@ -91,17 +95,22 @@ DATASETS: Registry[DatasetSpec] = Registry("dataset", order=lambda spec: spec.na
 for _spec in (
     DatasetSpec("shapes", _shapes, "built-in synthetic many-to-many benchmark with exact relevance",
                 extra_splits=("test_unseen", "binary_selection"), renders_images=True),
-    DatasetSpec("coco", _karpathy("coco"), "MS-COCO, Karpathy split JSON + image folder"),
-    DatasetSpec("flickr30k", _karpathy("flickr30k"), "Flickr30k, Karpathy split JSON + image folder"),
-    DatasetSpec("karpathy", _karpathy(None), "any Karpathy split JSON + image folder"),
+    DatasetSpec("coco", _karpathy("coco"), "MS-COCO, Karpathy split JSON + image folder", reads_image_files=True),
+    DatasetSpec("flickr30k", _karpathy("flickr30k"), "Flickr30k, Karpathy split JSON + image folder",
+                reads_image_files=True),
+    DatasetSpec("karpathy", _karpathy(None), "any Karpathy split JSON + image folder", reads_image_files=True),
     DatasetSpec("precomputed", _precomputed, "VSE++/VSE-infinity precomputed features + captions"),
-    DatasetSpec("cub", _cub, "CUB-200-2011 + Reed et al. text_c10 captions, class-level relevance"),
+    DatasetSpec("cub", _cub, "CUB-200-2011 + Reed et al. text_c10 captions, class-level relevance",
+                reads_image_files=True),
     DatasetSpec("folder", _own("folder", load_folder), "your own image folder + captions.csv / captions.jsonl",
-                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True),
+                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True,
+                reads_image_files=True),
     DatasetSpec("hf", _own("hf", load_hf), "a Hugging Face datasets dataset saved with save_to_disk (pcmr[hf])",
-                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True),
+                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True,
+                reads_image_files=True),
     DatasetSpec("webdataset", _own("webdataset", load_shards), "webdataset .tar shards of image + caption",
-                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True),
+                extra_splits=(ALL_SPLIT,), gallery_split=ALL_SPLIT, image_size_from_model=True,
+                reads_image_files=True),
 ):
     DATASETS.register(_spec)
 
@@ -139,6 +148,13 @@ def image_size_from_model(name: str) -> bool:
     (:attr:`DatasetSpec.image_size_from_model`); False for a name that is not registered."""
     spec = DATASETS.find(name)
     return spec is not None and spec.image_size_from_model
+
+
+def reads_image_files(name: str) -> bool:
+    """Whether the registered dataset ``name`` reads its images from image files (its loader takes a model's
+    test-time transform; :attr:`DatasetSpec.reads_image_files`); False for a name that is not registered."""
+    spec = DATASETS.find(name)
+    return spec is not None and spec.reads_image_files
 
 
 def list_datasets() -> list[str]:

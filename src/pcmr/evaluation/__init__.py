@@ -3,7 +3,7 @@ requested similarity x re-ranker, a :class:`pcmr.report.Report` saved as Markdow
 
     from pcmr.evaluation import RetrievalEvaluator
     evaluator = RetrievalEvaluator(test_split, val_split=val_split)
-    result = evaluator.evaluate(model, vocab, {"match_prob": {"a": 12.0, "b": 4.0}})
+    result = evaluator.evaluate(pcmr.Model(network, vocab, similarity_options={"match_prob": {"a": 12.0, "b": 4.0}}))
     print(result.to_markdown()); result.save("eval/")
 
 Training validation, ``pcmr evaluate``, ``pcmr demo`` and ``pcmr study`` all evaluate through

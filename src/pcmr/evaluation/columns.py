@@ -25,7 +25,8 @@ from pcmr.report import GENERIC_COLUMNS, Column, ColumnPattern, ColumnSchema, Re
 from pcmr.report.figure_keys import RANDOM_WITHIN, aurc_key
 
 __all__ = ["ALL_COLUMNS", "ANALYSIS_COLUMNS", "CORRUPTION_SLOPE", "DIRECTIONS", "EVALUATION_COLUMNS", "HS_SUM", "MEAN_R_PRECISION", "RSUM",
-           "SELECTION_METRICS", "SIGNAL_KEYS", "aurc", "excess_aurc", "random_aurc_within", "selection_value", "binary_selection", "format_number", "learned_option", "map_at_r",
+           "SELECTION_METRICS", "SIGNAL_KEYS", "BINSEL_I2T_CROP_A", "BINSEL_I2T_UNION", "BINSEL_T2I_CAPTION_A",
+           "BINSEL_T2I_CAPTION_AB", "aurc", "excess_aurc", "random_aurc_within", "selection_value", "binary_selection", "format_number", "learned_option", "map_at_r",
            "metric_bounds", "of_untrained", "ordered", "pmrp", "r1_by_uncertainty", "r_precision", "recall",
            "relevant_count_rho", "table_row", "tuned_value", "uncertainty_agreement", "uncertainty_fit",
            "uncertainty_signal", "validation_metrics"]
@@ -147,6 +148,15 @@ def of_untrained(key: str) -> str:
 def learned_option(option: str) -> str:
     """A learned option of the match probability (``a``, ``b``)."""
     return f"match_{option}"
+
+
+#: the four accuracies of the binary selection task (ProbVSE §5; ``pcmr.study.analysis.binary_selection``):
+#: crop A chooses caption "A" over "A and B"; union C chooses "A and B" over "A"; caption "A" chooses crop A
+#: over union C; "A and B" chooses union C over crop A
+BINSEL_I2T_CROP_A = "i2t_crop_a"
+BINSEL_I2T_UNION = "i2t_union"
+BINSEL_T2I_CAPTION_A = "t2i_caption_a"
+BINSEL_T2I_CAPTION_AB = "t2i_caption_ab"
 
 
 def binary_selection(accuracy: str) -> str:

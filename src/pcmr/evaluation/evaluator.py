@@ -1,7 +1,8 @@
 """``RetrievalEvaluator``: the one way pcmr evaluates a model on a retrieval split.
 
 Training validation (``pcmr.train.validation``), ``pcmr evaluate``, ``pcmr demo`` and ``pcmr study``
-all build a :class:`RetrievalEvaluator` and call :meth:`RetrievalEvaluator.evaluate` with a model;
+all build a :class:`RetrievalEvaluator` and call :meth:`RetrievalEvaluator.evaluate` with a
+:class:`pcmr.Model` (the network with its vocabulary and trained score parameters, never passed apart);
 what differs between them is only configuration: which similarities, re-rankers and relevance
 modes, whether figures are drawn, and *extras*, callables that add columns to the rows (the
 study's analysis columns).
@@ -12,7 +13,9 @@ re-ranker tunes a parameter on it (RGM's lambda, HAL/RGM paper Sec. 3.3) that is
 (:func:`pcmr.evaluation.evaluate.evaluate_embeddings`, the lambda selected under the same mode);
 the tables are merged into one :class:`~pcmr.report.Report` whose rows carry their mode in the
 ``relevance`` column. Class labels (PMRP, PCME Sec. 4.1.2) are used under every mode; extra
-positive sets (CxC, ECCV Caption), folds and the figures under the first mode only.
+positive sets (CxC, ECCV Caption), folds and the figures under the first mode only. The modes share
+one :class:`~pcmr.evaluation.score_cache.ScoreCache`; after merging, the model-level producers
+(:data:`pcmr.evaluation.producers.MODEL_PRODUCERS`: uncertainty under occlusion and word erasure) run.
 """
 
 from __future__ import annotations
@@ -27,25 +30,23 @@ import torch
 
 from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
-from pcmr.data.text import Vocabulary
 from pcmr.encode.checks import coco_id_problem, naming_source
 from pcmr.encode.fingerprint import gallery_fingerprint
 from pcmr.encode.inputs import encode_split
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, SELECTION_METRICS, selection_value
-from pcmr.evaluation.evaluate import (
-    SharedWork,
-    evaluate_embeddings,
-)
-from pcmr.evaluation.figures import CORRUPTION_ITEMS, CORRUPTION_RATIOS, corruption_series
+from pcmr.evaluation.evaluate import evaluate_embeddings
+from pcmr.evaluation.producers import MODEL_PRODUCERS, ModelContext, run_producers
 from pcmr.evaluation.relevance_modes import merge_relevance_results, relevance_modes
+from pcmr.evaluation.score_cache import ScoreCache
 from pcmr.evaluation.settings import EvaluationSettings, check_setting_names, setting_names
 from pcmr.gaussian import Gaussian
+from pcmr.hub import Model
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.metrics import COCO_NUM_FOLDS, HUBNESS_KS, load_extra_positives
 from pcmr.metrics.defaults import DEFAULT_SELECT_ON
 from pcmr.progress import phase, status_line
 from pcmr.report import Report
-from pcmr.report.figure_keys import RISK_COVERAGE, UNCERTAINTY_VS_CORRUPTION
+from pcmr.report.figure_keys import RISK_COVERAGE
 
 __all__ = ["EncodedEvaluation", "ExtraColumns", "PRIMARY_METRIC", "RetrievalEvaluator", "SELECTION_METRICS",
            "evaluate_model", "evaluator_setting_names", "needs_validation",
@@ -62,7 +63,7 @@ class EncodedEvaluation:
     """What an extra sees: the model, the split, its embeddings and the relevance of every mode.
 
     Attributes:
-        model, vocab: the evaluated model and its vocabulary.
+        model: the evaluated :class:`pcmr.Model` (its network, vocabulary and trained score parameters).
         split: the evaluated split; images ``Gaussian [N_img, D]``, captions ``Gaussian [N_cap, D]``.
         relevance: ``{mode: BoolTensor [N_img, N_cap]}``.
         reports: ``{mode: Report}``, the table of each mode before merging (figures included).
@@ -70,8 +71,7 @@ class EncodedEvaluation:
         device, batch_size: where and how the split was encoded.
     """
 
-    model: Any
-    vocab: Vocabulary
+    model: Model
     split: RetrievalSplit
     images: Gaussian
     captions: Gaussian
@@ -180,82 +180,76 @@ class RetrievalEvaluator(EvaluationSettings):
         """Whether a re-ranker selects a parameter on :attr:`val_split` (see :func:`needs_validation`)."""
         return needs_validation(self.rerankers, self.rerank_options)
 
-    def evaluate(self, model: Any, vocab: Vocabulary, similarity_options: Mapping[str, Mapping[str, Any]] | None = None,
-                 out_dir: str | os.PathLike[str] | None = None) -> Report:
-        """The merged table of every relevance mode (saved under ``out_dir`` when given)."""
-        reports, encoded = self._evaluate(model, vocab, similarity_options)
+    def evaluate(self, model: Model, out_dir: str | os.PathLike[str] | None = None) -> Report:
+        """The merged table of every relevance mode of ``model`` (a :class:`pcmr.Model`: its network,
+        vocabulary and trained score parameters), then the model-level producers (the
+        uncertainty-vs-corruption figure); saved under ``out_dir`` when given."""
+        reports, encoded = self._evaluate(model)
         result = merge_relevance_results(list(reports.items()))
         if RISK_COVERAGE in result.figures:  # what the curve belongs to (pcmr search --risk-curve checks it)
             result.figures[RISK_COVERAGE]["fingerprint"] = gallery_fingerprint(
-                model, getattr(self.split, "name", None), getattr(self.split, "split", None),
+                model.network, getattr(self.split, "name", None), getattr(self.split, "split", None),
                 encoded.images.num, encoded.captions.num)
-        if self.corruption and not (encoded.images.is_point and encoded.captions.is_point):
-            items = min(CORRUPTION_ITEMS, max(self.split.num_images, self.split.num_captions))
-            with phase(f"uncertainty under occlusion and word erasure ({len(CORRUPTION_RATIOS)} ratios x up to "
-                       f"{items} items; skip with corruption=False, pcmr evaluate --no-corruption)", self.progress):
-                series = corruption_series(model, self.split, vocab, self.uncertainty_measure, max_items=CORRUPTION_ITEMS,
-                                           batch_size=self.batch_size, device=self.device)
-            if series:
-                result.figures[UNCERTAINTY_VS_CORRUPTION] = series
+        run_producers(ModelContext(model, self.split, self, encoded.images, encoded.captions, result),
+                      MODEL_PRODUCERS)
         if out_dir is not None:
             with phase(f"writing the report and figures to {out_dir}", self.progress):
                 result.save(out_dir)
         return result
 
-    def evaluate_modes(self, model: Any, vocab: Vocabulary,
-                       similarity_options: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Report]:
-        """``{mode: Report}``, one table per relevance mode (the first is the primary one), every row
-        with its extra columns."""
-        return self._evaluate(model, vocab, similarity_options)[0]
+    def evaluate_modes(self, model: Model) -> dict[str, Report]:
+        """``{mode: Report}``, one table per relevance mode of ``model`` (the first is the primary one),
+        every row with its extra columns."""
+        return self._evaluate(model)[0]
 
-    def _evaluate(self, model: Any, vocab: Vocabulary, similarity_options: Mapping[str, Mapping[str, Any]] | None
-                  ) -> tuple[dict[str, Report], EncodedEvaluation]:
-        options = {name: dict(values) for name, values in (similarity_options or {}).items()}
+    def _encode(self, model: Model, split: RetrievalSplit, what: str) -> tuple[Gaussian, Gaussian]:
+        with phase(f"encoding the {getattr(split, 'split', '')} split{what}", self.progress):
+            return encode_split(model.network, split, model.text_vocabulary, batch_size=self.batch_size,
+                                device=self.device, progress=cast(bool, self.progress))
+
+    def _evaluate(self, model: Model) -> tuple[dict[str, Report], EncodedEvaluation]:
+        if not isinstance(model, Model):
+            raise TypeError(f"RetrievalEvaluator.evaluate takes a pcmr.Model (pcmr.load, or pcmr.Model(network, "
+                            f"vocabulary, similarity_options=...)), got {type(model).__name__}")
+        options = {name: dict(values) for name, values in model.similarity_options.items()}
         split = self.split
-        source = f"the embeddings of {split!r} encoded by {self.meta.get('run', 'the model')}"
-        with naming_source(source), phase(f"encoding the {getattr(split, 'split', '')} split", self.progress):
-            images, captions = encode_split(model, split, vocab, batch_size=self.batch_size, device=self.device,
-                                            progress=cast(bool, self.progress))
+        with naming_source(f"the embeddings of {split!r} encoded by {self.meta.get('run', 'the model')}"):
+            images, captions = self._encode(model, split, "")
         modes = relevance_modes(split, self.relevance_modes)
         val_embeddings = None
         if self.val_split is not None and self.needs_validation:
-            with phase(f"encoding the {getattr(self.val_split, 'split', '')} split (to select RGM's lambda)",
-                       self.progress):
-                val_embeddings = encode_split(model, self.val_split, vocab, batch_size=self.batch_size,
-                                              device=self.device, progress=cast(bool, self.progress))
-        info = {"model": getattr(getattr(model, "config", None), "name", type(model).__name__),
-                "dataset": getattr(split, "name", None), "split": getattr(split, "split", None),
-                "val_split": getattr(self.val_split, "split", None), "device": str(images.device), **self.meta}
+            val_embeddings = self._encode(model, self.val_split, " (to select RGM's lambda)")
+        info = {"model": model.config.name, "dataset": getattr(split, "name", None),
+                "split": getattr(split, "split", None), "val_split": getattr(self.val_split, "split", None),
+                "device": str(images.device), **self.meta}
         extra_sets, extra_note = _load_extra_positives(split, self.extra_positives)
         num_folds = self.num_folds
         if num_folds is None and split.info.get("coco_5k_test"):
             num_folds = COCO_NUM_FOLDS
         reports: dict[str, Report] = {}
-        shared = SharedWork()  # scores, lambda-selection runs and PMRP: computed once, for every mode
+        cache = ScoreCache()  # scores, lambda-selection runs and PMRP: computed once, for every mode
         with _one_torch_thread():  # many small operations: one thread is faster, and values never depend on cores
             for position, (mode, matrix) in enumerate(modes.items()):
                 reports[mode] = self._evaluate_mode(position == 0, mode, matrix, images, captions, val_embeddings,
-                                                    extra_sets, num_folds, options, info, shared)
+                                                    extra_sets, num_folds, options, info, cache)
         if extra_note:
-
             next(iter(reports.values())).meta["notes"].append(extra_note)
-        encoded = EncodedEvaluation(model, vocab, split, images, captions, dict(modes), reports, options,
+        encoded = EncodedEvaluation(model, split, images, captions, dict(modes), reports, options,
                                     self.device, self.batch_size)
-        if self.extras:
-            for mode, report in reports.items():
-                rows = []
-                for row in report.rows:
-                    added: dict[str, Any] = {}
-                    for extra in self.extras:
-                        added.update(extra(encoded, mode, row))
-                    rows.append({**row, **added})
-                report.rows[:] = rows
+        for mode, report in reports.items():
+            report.rows[:] = [self._with_extras(encoded, mode, row) for row in report.rows]
         return reports, encoded
+
+    def _with_extras(self, encoded: EncodedEvaluation, mode: str, row: dict[str, Any]) -> dict[str, Any]:
+        added: dict[str, Any] = {}
+        for extra in self.extras:
+            added.update(extra(encoded, mode, row))
+        return {**row, **added}
 
     def _evaluate_mode(self, primary: bool, mode: str, matrix: torch.Tensor, images: Gaussian, captions: Gaussian,
                        val_embeddings: tuple[Gaussian, Gaussian] | None, extra_sets: list[Any],
                        num_folds: int | None, options: dict[str, dict[str, Any]], info: dict[str, Any],
-                       shared: SharedWork) -> Report:
+                       cache: ScoreCache) -> Report:
         """The table of one relevance mode (extra positive sets and folds under the primary mode only)."""
         split = self.split
         status_line(f"evaluating with {mode} relevance ({len(self.similarities)} similarities x "
@@ -268,7 +262,7 @@ class RetrievalEvaluator(EvaluationSettings):
             images, captions, matrix, settings=settings, extra_positives=extra_sets if primary else (),
             similarity_options=options, image_labels=split.image_labels, caption_labels=split.caption_labels,
             val=val, num_folds=num_folds if primary else None, meta=info,
-            hubness_ks=HUBNESS_KS if self.hubness else (), shared=shared)
+            hubness_ks=HUBNESS_KS if self.hubness else (), shared=cache)
 
 
 def evaluator_setting_names() -> tuple[str, ...]:
@@ -276,12 +270,11 @@ def evaluator_setting_names() -> tuple[str, ...]:
     return tuple(name for name in setting_names(RetrievalEvaluator) if name != "split")
 
 
-def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
-                   similarity_options: Mapping[str, Mapping[str, Any]] | None = None,
-                   out_dir: str | os.PathLike[str] | None = None, relevance: Sequence[str] | None = None,
-                   **settings: Any) -> Report:
-    """Encode ``split`` (and ``val_split`` when a re-ranker tunes a parameter on it) with ``model`` and
-    build the evaluation table: :meth:`RetrievalEvaluator.evaluate` with these settings.
+def evaluate_model(model: Model, split: RetrievalSplit, *, out_dir: str | os.PathLike[str] | None = None,
+                   relevance: Sequence[str] | None = None, **settings: Any) -> Report:
+    """Encode ``split`` (and ``val_split`` when a re-ranker tunes a parameter on it) with ``model`` (a
+    :class:`pcmr.Model`: its network, vocabulary and trained score parameters) and build the evaluation
+    table: :meth:`RetrievalEvaluator.evaluate` with these settings.
 
     ``settings`` are fields of :class:`RetrievalEvaluator` (``similarities``, ``rerankers``,
     ``val_split``, ``rerank_options``, ``batch_size``, ``device``, ``progress``, ``ks``,
@@ -305,7 +298,7 @@ def evaluate_model(model: Any, split: RetrievalSplit, vocab: Vocabulary, *,
     if "meta" in settings:
         settings["meta"] = dict(settings["meta"] or {})
     evaluator = RetrievalEvaluator(split, relevance_modes=relevance, **settings)
-    return evaluator.evaluate(model, vocab, similarity_options, out_dir=out_dir)
+    return evaluator.evaluate(model, out_dir=out_dir)
 
 
 def _load_extra_positives(split: RetrievalSplit, names: Sequence[str] | None) -> tuple[list[Any], str | None]:

@@ -76,7 +76,7 @@ def model_evaluator(model: Model, split: RetrievalSplit | str | None = None, *,
     """
     check_setting_names(settings, [name for name in evaluator_setting_names() if name != "val_split"])
     defaults = run_defaults(model)
-    dev = evaluation_device(model, settings.pop("device", None))
+    dev = evaluation_device(model, settings.pop("device", None), defaults)
     if model.device != dev:
         model.to(dev)
     if not isinstance(split, RetrievalSplit):
@@ -104,10 +104,10 @@ def evaluate(model: Model, split: RetrievalSplit | str | None = None, *,
     """The evaluation table of ``model`` on ``split``: :func:`model_evaluator` with ``settings``, evaluated
     with the model's vocabulary and trained score parameters (saved under ``out_dir`` when given)."""
     evaluator = model_evaluator(model, split, **settings)
-    return evaluator.evaluate(model.network, model.text_vocabulary, model.similarity_options, out_dir=out_dir)
+    return evaluator.evaluate(model, out_dir=out_dir)
 
 
 def evaluate_modes(model: Model, split: RetrievalSplit | str | None = None, **settings: Any) -> dict[str, Report]:
     """``{relevance mode: Report}``: :func:`evaluate` with one table per relevance mode (the study's form)."""
     evaluator = model_evaluator(model, split, **settings)
-    return evaluator.evaluate_modes(model.network, model.text_vocabulary, model.similarity_options)
+    return evaluator.evaluate_modes(model)

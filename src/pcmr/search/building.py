@@ -35,14 +35,11 @@ __all__ = ["build_from_split", "build_on_disk", "encode_image_queries", "encode_
 
 
 def query_encoder(model: Model, split: RetrievalSplit) -> Model:
-    """The model an index over ``split`` keeps to encode queries: ``model``'s network, vocabulary, trained
-    score parameters and run config, with the test-time image transform of the gallery's images (so an
-    image query is brought to the size the gallery was encoded at)."""
-    kept = Model(model.network, model.vocabulary, similarity_options=model.similarity_options,
-                 metrics=model.metrics)
-    kept.run_config, kept.source, kept.run_dir = model.run_config, model.source, model.run_dir
-    kept.set_image_transform(image_input_size(split), **image_input_transform(split))
-    return kept
+    """The model an index over ``split`` keeps to encode queries: ``model`` itself, with the test-time image
+    transform of the gallery's images (:meth:`pcmr.Model.with_image_transform`: a shallow copy only when the
+    gallery's images were brought to another size), so an image query is brought to the size the gallery
+    was encoded at."""
+    return model.with_image_transform(image_input_size(split), **image_input_transform(split))
 
 
 def _meta(split: RetrievalSplit, source: dict[str, Any], meta: dict[str, Any] | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from pcmr.data.shapes.grammar import decode_predicate
+from pcmr.evaluation import columns as schema
 from pcmr.metrics.correlation import average_ranks, relevant_count_correlation, spearman
 from pcmr.metrics.uncertainty import binary_selection_accuracy
 
@@ -114,8 +115,8 @@ def binary_selection(scores: Tensor, roles: Mapping[str, np.ndarray | Sequence[i
            for k in ("crop_a", "union", "caption_a", "caption_ab")}
     crop, union, cap_a, cap_ab = idx["crop_a"], idx["union"], idx["caption_a"], idx["caption_ab"]
     return {
-        "i2t_crop_a": _accuracy(scores[crop, cap_a], scores[crop, cap_ab]),
-        "i2t_union": _accuracy(scores[union, cap_ab], scores[union, cap_a]),
-        "t2i_caption_a": _accuracy(scores[crop, cap_a], scores[union, cap_a]),
-        "t2i_caption_ab": _accuracy(scores[union, cap_ab], scores[crop, cap_ab]),
+        schema.BINSEL_I2T_CROP_A: _accuracy(scores[crop, cap_a], scores[crop, cap_ab]),
+        schema.BINSEL_I2T_UNION: _accuracy(scores[union, cap_ab], scores[union, cap_a]),
+        schema.BINSEL_T2I_CAPTION_A: _accuracy(scores[crop, cap_a], scores[union, cap_a]),
+        schema.BINSEL_T2I_CAPTION_AB: _accuracy(scores[union, cap_ab], scores[crop, cap_ab]),
     }

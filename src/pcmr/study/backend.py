@@ -131,7 +131,7 @@ def _binary_selection_columns(trained: Model, config: RunConfig, similarities: S
     roles = split.info.get("roles")
     if not roles or split.num_images == 0:
         return {}
-    images, captions = encode_split(trained.network, split, evaluation.vocab, batch_size=evaluation.batch_size,
+    images, captions = encode_split(trained.network, split, evaluation.model.text_vocabulary, batch_size=evaluation.batch_size,
                                     device=evaluation.device)
     out = {}
     for name in similarities:
@@ -151,12 +151,12 @@ def _untrained_encoding(evaluation: EncodedEvaluation, config: RunConfig) -> tup
     the evaluation's device, where the trained model is evaluated (``train.device``)."""
 
     options = config.model.options
-    device = model_device(evaluation.model, evaluation.device)
+    device = model_device(evaluation.model.network, evaluation.device)
     with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # the run's own seed, on the CPU generator
         torch.manual_seed(torch_seed(config.train.seed))
-        initial_model = create_model(config.model.name, **{**options, "vocab_size": len(evaluation.vocab)})
+        initial_model = create_model(config.model.name, **{**options, "vocab_size": len(evaluation.model.text_vocabulary)})
     initial_model.to(device)
-    initial = encode_split(initial_model, evaluation.split, evaluation.vocab, batch_size=evaluation.batch_size,
+    initial = encode_split(initial_model, evaluation.split, evaluation.model.text_vocabulary, batch_size=evaluation.batch_size,
                            device=device)
     return initial_model, initial[0], initial[1]
 
@@ -233,9 +233,9 @@ class _AnalysisColumns:
                 return self._run
             untrained_model, initial_images, initial_captions = self._untrained(evaluation)
             if self.analysis.corruption:
-                self._run.update(_corruption_columns(evaluation.model, evaluation.split, evaluation.vocab,
+                self._run.update(_corruption_columns(evaluation.model.network, evaluation.split, evaluation.model.text_vocabulary,
                                                      evaluation.device, evaluation.batch_size, self.analysis))
-                untrained = _corruption_columns(untrained_model, evaluation.split, evaluation.vocab,
+                untrained = _corruption_columns(untrained_model, evaluation.split, evaluation.model.text_vocabulary,
                                                 evaluation.device, evaluation.batch_size, self.analysis)
                 self._run.update({schema.of_untrained(key): value for key, value in untrained.items()})
             if self.analysis.signal:

@@ -9,9 +9,9 @@ Run folder layout (``RUN/``)::
     vocab.json                the training vocabulary (pcmr.data.Vocabulary.save)
     similarity_options.json   {similarity name: options} for evaluation, e.g. {"match_prob": {"a": .., "b": ..}}
                               (read by pcmr.hub.read_similarity_options)
-    model/                    the selected model (best validation metric), pcmr.models.save_model;
-                              pcmr.load(RUN) opens it as a pcmr.Model with its vocabulary, options and config
-    model_last/               the model after the last epoch, pcmr.models.save_model
+    model/                    the selected model (best validation metric), written by pcmr.Model.save_pretrained
+                              (all or nothing); pcmr.load(RUN) opens it with its vocabulary, options and config
+    model_last/               the model after the last epoch, written the same way
     checkpoints/              crash-safe training state (see pcmr.train.checkpoint)
     train.lock                PID and host of the process training the run (see pcmr.train.lock)
 """
@@ -22,11 +22,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from torch import nn
-
-from pcmr.atomic import atomic_write_text, write_folder
+from pcmr.atomic import atomic_write_text
 from pcmr.data import RetrievalSplit, Vocabulary, list_datasets
 from pcmr.data.config import load_configured_split
 from pcmr.data.errors import DataError
@@ -36,7 +34,7 @@ from pcmr.evaluation.columns import SELECTION_METRICS
 from pcmr.hub import RUN_VOCAB_FILE, SIMILARITY_OPTIONS_FILE
 from pcmr.inference import list_rerankers
 from pcmr.losses import RetrievalLoss, create_loss, list_losses
-from pcmr.models import RetrievalModel, create_model, list_models, load_word_vectors, save_model
+from pcmr.models import RetrievalModel, create_model, list_models, load_word_vectors
 from pcmr.models.factory import resolve_config as resolve_model_config
 from pcmr.similarity import list_similarities
 from pcmr.suggest import unknown_name
@@ -56,7 +54,6 @@ __all__ = [
     "check_config",
     "resolve_image_size",
     "load_run_split",
-    "save_model_atomically",
     "write_json",
 ]
 
@@ -127,19 +124,6 @@ def _load_word_vectors(config: RunConfig, model: RetrievalModel, vocab: Vocabula
         return load_word_vectors(model, Path(path).expanduser(), vocab.words, match=config.train.word_vectors_match)
     except (OSError, ValueError) as error:
         raise ConfigError(f"train.word_vectors: {error}") from None
-
-
-def save_model_atomically(
-    model: nn.Module, run_dir: Path, name: str, extra_json: dict[str, Any] | None = None
-) -> Path:
-    """``pcmr.models.save_model`` (with ``extra_json`` files) into ``RUN/<name>`` via a temporary
-    folder and renames, so ``RUN/<name>`` is always a complete model."""
-
-    def write(folder: Path) -> None:
-        # the trainer's module may be wrapped (SyncBatchNorm conversion keeps the class); save_model checks it
-        save_model(cast(RetrievalModel, model), folder, extra_json=extra_json)
-
-    return write_folder(run_dir / name, write)
 
 
 def _check_names(key: str, names: list[str], accepted: list[str]) -> None:

@@ -28,14 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import random
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -44,7 +41,7 @@ from pcmr.config import ConfigError
 from pcmr.data.batching import FinishBatch, finish_batch, train_loader
 from pcmr.encode.inputs import image_input_size, image_input_transform
 from pcmr.evaluation.columns import MEAN_R_PRECISION, RSUM
-from pcmr.hub import preprocessor_config
+from pcmr.hub import Model
 from pcmr.progress import progress_bar, progress_enabled, write_line
 from pcmr.train.checkpoint import (
     CheckpointError,
@@ -78,7 +75,6 @@ from pcmr.train.run import (
     SIMILARITY_OPTIONS_FILE,
     RunParts,
     build_parts,
-    save_model_atomically,
     write_json,
 )
 from pcmr.train.schedules import (
@@ -90,52 +86,11 @@ from pcmr.train.schedules import (
     set_learning_rate,
     trainable_backbone_parameters,
 )
+from pcmr.train.seeds import loader_settings, loss_seed, seed_everything, torch_seed
 from pcmr.train.state import TrainingProgress
 from pcmr.train.validation import FALLBACK_SIMILARITY, validate_with, validation_evaluator
 
 __all__ = ["Trainer", "TrainingInterrupted", "loader_settings", "resume_command", "seed_everything", "torch_seed"]
-
-def seed_everything(seed: int, *parts: int) -> None:
-    """Seed torch, numpy and Python from ``(seed, *parts)`` (a SeedSequence hash)."""
-    value = torch_seed(seed, *parts)
-    torch.manual_seed(value)
-    np.random.seed(value >> 32)
-    random.seed(value)
-
-
-def torch_seed(seed: int, *parts: int) -> int:
-    """The value :func:`seed_everything` gives ``torch.manual_seed`` for ``(seed, *parts)``."""
-    state = np.random.SeedSequence([seed, *parts]).generate_state(2, dtype=np.uint32)
-    return int(state[0]) << 32 | int(state[1])
-
-
-def _loss_seed(seed: int, step: int) -> int:
-    state = np.random.SeedSequence([seed, step, 1]).generate_state(2, dtype=np.uint32)
-    return int(state[0]) << 32 | int(state[1])
-
-
-#: DataLoader workers per process when ``data.num_workers`` is unset and the device is a GPU
-MAX_DEFAULT_WORKERS = 4
-#: batches each worker prepares ahead (``prefetch_factor``) when training on a GPU
-GPU_PREFETCH_FACTOR = 4
-
-
-def loader_settings(num_workers: int | None, device: torch.device, world_size: int = 1) -> dict[str, Any]:
-    """``num_workers``, ``pin_memory`` and ``prefetch_factor`` of the training loader.
-
-    On a GPU (``device.type == "cuda"``) batches are prepared by worker processes (``data.num_workers``, or
-    when unset ``min(4, CPUs per process - 1)``, at least 1), in pinned memory, 4 batches ahead per
-    worker, and their images are normalised and erased on the GPU. On other devices ``num_workers``
-    defaults to 0 (the batch-wise loader costs a few microseconds per pair; docs/benchmarks.md).
-    """
-    if device.type != "cuda":
-        return {"num_workers": 0 if num_workers is None else num_workers, "pin_memory": False,
-                "prefetch_factor": None}
-    if num_workers is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        num_workers = max(1, min(MAX_DEFAULT_WORKERS, cpus // max(world_size, 1) - 1))
-    return {"num_workers": num_workers, "pin_memory": True,
-            "prefetch_factor": GPU_PREFETCH_FACTOR if num_workers > 0 else None}
 
 
 class _NoLog:
@@ -334,7 +289,7 @@ class Trainer:
         )
         batch = finish_batch(batch, self.device, non_blocking=self.loader_settings["pin_memory"])
         self.nonfinite.snapshot((self.model, self.loss_fn))  # buffers put back if this step is skipped
-        terms = self._step_module()(batch, loss_seed=_loss_seed(train.seed, self.progress.global_step))
+        terms = self._step_module()(batch, loss_seed=loss_seed(train.seed, self.progress.global_step))
         loss = terms["loss"]
         # a non-finite loss or gradient norm: no update this step (pcmr.train.faults); every process
         # takes the same decision, so none waits for an all-reduce the others skipped
@@ -482,35 +437,37 @@ class Trainer:
                                          primary_metric=train.select_on)
         metrics = None
         if self.context.is_main:
-            options = (
-                self.loss_fn.similarity_options() if self.similarity == self.loss_fn.similarity_name else {}
-            )
-            metrics = validate_with(self.model, evaluator, self.parts.vocab, options)
+            metrics = validate_with(self._trained_model(), evaluator)
         metrics = broadcast_object(self.context, metrics)
         value = evaluator.primary_value(metrics)  # selection reads the evaluator's metric and direction
         if evaluator.improves(value, self.progress.best_metric):
             self.progress.best_metric = value
             self.progress.best_epoch = epoch + 1
-            self._save_selected("model")
+            self._save_selected("model", metrics)
         return metrics
 
-    def _save_selected(self, which: str) -> None:
-        """Save the model (``which="model"``: selected; ``"last"``) and its similarity options (rank 0)."""
+    def _trained_model(self, metrics: dict[str, Any] | None = None) -> Model:
+        """The network being trained as a :class:`pcmr.Model`: the vocabulary, the loss's trained score
+        parameters and the test-time image transform of the training images (``metrics``: the card's)."""
+        transform = image_input_transform(self.parts.train_split)
+        return Model(self.model, self.parts.vocab, image_input_size(self.parts.train_split),
+                     {self.loss_fn.similarity_name: self.loss_fn.similarity_options()},
+                     {"validation": {"epoch": self.progress.best_epoch, **metrics}} if metrics else None, **transform)
+
+    def _save_selected(self, which: str, metrics: dict[str, Any] | None = None) -> None:
+        """Save the model (``which="model"``: selected; ``"last"``) through ``Model.save_pretrained``, the
+        one writer of a model folder (written beside and swapped in whole), and its similarity options (rank 0)."""
         if not self.context.is_main:
             return
-        name = MODEL_DIR if which == "model" else MODEL_LAST_DIR
-        options = {self.loss_fn.similarity_name: self.loss_fn.similarity_options()}
-        extra = {"vocabulary": self.parts.vocab.to_dict(), "similarity_options": options,
-                 "preprocessor_config": preprocessor_config(image_input_size(self.parts.train_split),
-                                                            **image_input_transform(self.parts.train_split))}
+        model = self._trained_model(metrics)
         try:
-            save_model_atomically(self.model, self.run_dir, name, extra_json=extra)
+            model.save_pretrained(self.run_dir / (MODEL_DIR if which == "model" else MODEL_LAST_DIR))
         except FolderWriteError as exc:  # e.g. a full disk: the hint is the resume command
             free = "free disk space and " if exc.errno in DISK_FULL_ERRNOS else ""
             raise FolderWriteError(exc.errno, f"{exc.detail}; {free}continue with: "
                                               f"{resume_command(self.run_dir, self.context.world_size)}") from exc
         if which == "model":
-            write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, options)
+            write_json(self.run_dir / SIMILARITY_OPTIONS_FILE, model.similarity_options)
 
     def _mark_failed(self, exc: BaseException) -> None:
         """``run.json`` says ``failed`` with the error's first line (best effort: the disk may be full)."""

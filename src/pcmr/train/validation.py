@@ -19,7 +19,6 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from torch import nn
 
 from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
@@ -27,7 +26,9 @@ from pcmr.data.text import Vocabulary
 from pcmr.evaluation.columns import validation_metrics
 from pcmr.evaluation.evaluator import PRIMARY_METRIC, RetrievalEvaluator
 from pcmr.evaluation.relevance_modes import relevance_modes
+from pcmr.hub import Model
 from pcmr.inference import NO_RERANKING
+from pcmr.models.model import RetrievalModel
 
 __all__ = ["validate", "validate_with", "validation_evaluator", "FALLBACK_SIMILARITY"]
 
@@ -47,7 +48,7 @@ def validation_evaluator(split: RetrievalSplit, similarity: str, *, batch_size: 
 
 
 def validate(
-    model: nn.Module,
+    model: RetrievalModel,
     split: RetrievalSplit,
     vocab: Vocabulary,
     *,
@@ -68,29 +69,29 @@ def validate(
     """
     evaluator = validation_evaluator(split, similarity, batch_size=batch_size, seed=seed,
                                      primary_metric=primary_metric)
-    return validate_with(model, evaluator, vocab, similarity_options)
+    return validate_with(Model(model, vocab, similarity_options={similarity: dict(similarity_options or {})}),
+                         evaluator)
 
 
-def validate_with(model: nn.Module, evaluator: RetrievalEvaluator, vocab: Vocabulary,
-                  similarity_options: dict[str, Any] | None = None) -> dict[str, float]:
-    """:func:`validate` with the evaluator given (:func:`validation_evaluator`: its one similarity)."""
+def validate_with(model: Model, evaluator: RetrievalEvaluator) -> dict[str, float]:
+    """:func:`validate` of a :class:`pcmr.Model` with the evaluator given (:func:`validation_evaluator`: its
+    one similarity, scored with the model's trained parameters of that similarity, if any)."""
     similarity = evaluator.similarities[0]
-    row = _validation_row(model, evaluator, vocab, similarity_options)
+    row = _validation_row(model, evaluator)
     fallback = 0.0
     if row.get("warning") and similarity != FALLBACK_SIMILARITY:
         print(f"warning: validation with {similarity}: {row['warning']}; model selection uses "
               f"{FALLBACK_SIMILARITY} of the means for this validation instead", file=sys.stderr, flush=True)
-        row = _validation_row(model, replace(evaluator, similarities=[FALLBACK_SIMILARITY]), vocab, {})
+        row = _validation_row(model, replace(evaluator, similarities=[FALLBACK_SIMILARITY]))
         fallback = 1.0
     return {**validation_metrics(row), "fallback": fallback}
 
 
-def _validation_row(model: nn.Module, evaluator: RetrievalEvaluator, vocab: Vocabulary,
-                    similarity_options: dict[str, Any] | None) -> dict[str, Any]:
+def _validation_row(model: Model, evaluator: RetrievalEvaluator) -> dict[str, Any]:
     """The one evaluation row of the evaluator's similarity (no re-ranking, the split's exact relation)."""
     similarity = evaluator.similarities[0]
     with torch.random.fork_rng(devices=[]):
-        report = evaluator.evaluate(model, vocab, {similarity: dict(similarity_options or {})})
+        report = evaluator.evaluate(model)
     if not report.rows:
         reasons = "; ".join(item["reason"] for item in report.skipped) or "no row"
         raise ValueError(f"validation with similarity {similarity!r} is impossible: {reasons}")
