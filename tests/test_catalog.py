@@ -14,6 +14,8 @@ import pcmr
 from pcmr import catalog
 from pcmr.cli.parsers.study import shipped_studies
 from pcmr.data import DATASETS, ENCODE_BATCH_SIZE, list_datasets
+from pcmr.evaluation.producers import MODEL_PRODUCERS, PRODUCERS
+from pcmr.evaluation.standard_producers import list_producers
 from pcmr.inference import MATCHINGS, REWEIGHTINGS, list_rerankers
 from pcmr.losses import LOSSES, list_losses
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
@@ -26,12 +28,13 @@ from pcmr.study.spec import list_studies
 
 #: each kind of ``pcmr list`` and the library's listing of it
 LISTINGS = {"models": list_models, "similarities": list_similarities, "losses": list_losses,
-            "rerankers": list_rerankers, "datasets": list_datasets, "backends": compose.backend_names}
+            "rerankers": list_rerankers, "datasets": list_datasets, "backends": compose.backend_names,
+            "producers": list_producers}
 
 #: each registry of the package and the kind of ``pcmr list`` that shows its names
 SHOWN_IN = {id(SIMILARITIES): "similarities", id(LOSSES): "losses", id(DATASETS): "datasets",
             id(REWEIGHTINGS): "rerankers", id(MATCHINGS): "rerankers", id(compose.SEARCH_BACKENDS): "backends",
-            id(CANDIDATE_SOURCES): "backends"}
+            id(CANDIDATE_SOURCES): "backends", id(PRODUCERS): "producers", id(MODEL_PRODUCERS): "producers"}
 
 
 def test_the_catalog_lists_the_kinds_of_the_library():

@@ -17,7 +17,8 @@ __all__ = ["ANN_SCORES", "DEFAULT_CANDIDATES", "DEFAULT_REFERENCE_SAMPLE", "DEFA
 #: (``pcmr.models.list_models``), scores (``pcmr.similarity.list_similarities``), losses
 #: (``pcmr.losses.list_losses``), re-rankers (``pcmr.inference.list_rerankers``: the re-weightings and
 #: matchings and their combinations), datasets (``pcmr.data.list_datasets``) and search backends
-#: (``pcmr.search.compose.backend_names``: the built-in ones, then one per registered candidate source)
+#: (``pcmr.search.compose.backend_names``: the built-in ones, then one per registered candidate source) and
+#: the evaluation's producers of columns and figures (``pcmr.evaluation.standard_producers.list_producers``)
 REGISTERED: dict[str, tuple[str, ...]] = {
     "models": ("gce", "gcie", "gie", "pcme", "pcme_mu_only", "probvse", "probvsrn", "pvse", "vsepp", "vsepp_wide"),
     "similarities": ("cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",
@@ -27,6 +28,8 @@ REGISTERED: dict[str, tuple[str, ...]] = {
     "rerankers": ("nns", "is", "csls", "gm", "rgm", "is+gm", "is+rgm", "csls+gm", "csls+rgm"),
     "datasets": ("coco", "cub", "flickr30k", "folder", "hf", "karpathy", "precomputed", "shapes", "webdataset"),
     "backends": ("auto", "exact", "faiss", "milvus"),
+    "producers": ("uncertainty_r1", "abstention", "embeddings_pca", "k_occurrence", "embeddings_2d",
+                  "uncertainty_multiplicity", "uncertainty_vs_corruption"),
 }
 
 #: the scores a faiss index answers exactly (``pcmr.search.ann.ANN_SCORES``: ``pcmr search --ann-score``)

@@ -87,6 +87,7 @@ def test_pcmr_list_prints_the_registries(kind, capsys):
     """Every registered name of each registry is listed, in the registry's order (the catalog is checked
     against every registry of the package in tests/test_catalog.py)."""
     from pcmr.data import list_datasets
+    from pcmr.evaluation.standard_producers import list_producers
     from pcmr.inference import list_rerankers
     from pcmr.losses import list_losses
     from pcmr.models import list_models
@@ -94,7 +95,8 @@ def test_pcmr_list_prints_the_registries(kind, capsys):
     from pcmr.similarity import list_similarities
 
     registry = {"models": list_models, "similarities": list_similarities, "losses": list_losses,
-                "rerankers": list_rerankers, "datasets": list_datasets, "backends": backend_names}[kind]
+                "rerankers": list_rerankers, "datasets": list_datasets, "backends": backend_names,
+                "producers": list_producers}[kind]
     assert main(["list", kind]) == 0
     assert capsys.readouterr().out.split() == list(registry())
 

@@ -1,4 +1,4 @@
-"""``pcmr list {models,similarities,losses,rerankers,datasets,backends,recipes}``: what a config or a
+"""``pcmr list {models,similarities,losses,rerankers,datasets,backends,producers,recipes}``: what a config or a
 command may name.
 
 The registries' names come from :data:`pcmr.catalog.REGISTERED`, their torch-free copy (checked

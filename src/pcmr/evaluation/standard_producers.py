@@ -22,14 +22,20 @@ from pcmr.evaluation.figures import (
     multiplicity_series,
     occurrence_histogram,
 )
-from pcmr.evaluation.producers import EvaluationContext, ModelContext, register_producer
+from pcmr.evaluation.producers import (
+    MODEL_PRODUCERS,
+    PRODUCERS,
+    EvaluationContext,
+    ModelContext,
+    register_producer,
+)
 from pcmr.gaussian import Gaussian
 from pcmr.inference import get_reranker
 from pcmr.metrics.driver import DIRECTIONS
 from pcmr.progress import phase
 from pcmr.report import figure_keys
 
-__all__: list[str] = []
+__all__ = ["list_producers"]
 
 
 @register_producer(figure_keys.UNCERTAINTY_R1)
@@ -126,3 +132,9 @@ def uncertainty_vs_corruption(context: ModelContext) -> None:
                                    batch_size=evaluator.batch_size, device=evaluator.device)
     if series:
         context.report.figures[figure_keys.UNCERTAINTY_VS_CORRUPTION] = series
+
+
+def list_producers() -> list[str]:
+    """The registered evaluation producers (``pcmr list producers``): those of one table, then those of a
+    model's evaluation, each in registration order (the built-in ones of this module first)."""
+    return [*PRODUCERS.names(), *MODEL_PRODUCERS.names()]

@@ -16,8 +16,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser = subparsers.add_parser(
         "list",
         help="list the names a config or command may use",
-        description="Print the registered models, similarities, losses, re-rankers, datasets, search backends or "
-        "recipes.",
+        description="Print the registered models, similarities, losses, re-rankers, datasets, search backends, "
+        "evaluation producers or recipes.",
     )
     parser.add_argument("kind", choices=sorted(KINDS), help="what to list")
     return parser
