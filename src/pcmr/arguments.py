@@ -1,6 +1,7 @@
-"""Values of command-line arguments shared by the commands: ``--option NAME=VALUE`` (``pcmr search``) and ``--option NAME.OPTION=VALUE`` (``pcmr
-evaluate``), and the argparse types of the commands' numeric flags, checked when the command line is
-read, before any model is loaded or data encoded. Light: argparse and the standard library only."""
+"""Values of command-line arguments shared by the commands: ``--option NAME.OPTION=VALUE`` (``pcmr search``,
+``pcmr serve`` and ``pcmr evaluate``: one parser, :func:`parse_option`), and the argparse types of the commands' numeric flags, checked when the command line is
+read, before any model is loaded or data encoded. Light: argparse, the standard library and the
+config parser (no torch)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["checked_name", "option_value", "positive_int"]
+from pcmr.config import ConfigError, parse_override
+
+__all__ = ["checked_name", "option_value", "parse_option", "positive_int"]
 
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 
@@ -27,6 +30,23 @@ def option_value(flag: str, value: Any, example: str) -> Any:
     if isinstance(value, float) and math.isnan(value):
         raise ValueError(f"{flag}: VALUE must be a finite number, got nan")
     return value
+
+
+def parse_option(item: str, example: str, *, bare: bool = False) -> tuple[str | None, str, Any]:
+    """One ``--option`` item, ``NAME.OPTION=VALUE`` (the value read as in ``--set``, through
+    :func:`option_value`), as ``(NAME, OPTION, value)``. With ``bare``, the older form ``OPTION=VALUE`` is
+    also read, as ``(None, OPTION, value)`` (``pcmr search``: a parameter of its re-ranker). ValueError
+    naming the item and the expected form otherwise; ``example`` shows it."""
+    try:
+        path, value = parse_override(item)
+    except ConfigError:
+        path, value = [], None
+    if not (len(path) == 2 or (bare and len(path) == 1)):
+        if bare and not path:  # as read before: nothing after the name is an empty value
+            option_value(f"--option {item}", None, example)
+        raise ValueError(f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. {example}")
+    value = option_value(f"--option {item}", value, example)
+    return (None, path[0], value) if len(path) == 1 else (path[0], path[1], value)
 
 
 def positive_int(text: str) -> int:

@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pcmr.arguments import option_value
+from pcmr.arguments import parse_option
 from pcmr.atomic import repair_folder, write_folder, writing_folder
-from pcmr.config import ConfigError, parse_override
 from pcmr.evaluation.degenerate import collapsed_recall_warning
 from pcmr.evaluation.model import evaluate, evaluation_split, selection
 from pcmr.hub import load
@@ -39,15 +38,9 @@ def parse_names(values: list[str] | None) -> list[str] | None:
 
 def _parse_option(item: str) -> tuple[str, str, Any]:
     """``match_prob.a=12.5`` -> ``("match_prob", "a", 12.5)`` (the value read as in ``--set``)."""
-    try:
-        path, value = parse_override(item)
-    except ConfigError:
-        path, value = [], None
-    if len(path) != 2:
-        raise ValueError(
-            f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. match_prob.a=12.5 or csls.csls_k=10"
-        )
-    return path[0], path[1], option_value(f"--option {item}", value, "match_prob.a=12.5 or is.beta=30")
+    owner, name, value = parse_option(item, "match_prob.a=12.5 or csls.csls_k=10")
+    assert owner is not None  # without bare, the form has both parts
+    return owner, name, value
 
 
 def check_option_owners(items: list[tuple[str, str, Any]], similarities: list[str], rerankers: list[str]) -> None:

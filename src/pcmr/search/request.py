@@ -12,8 +12,7 @@ from typing import Any
 
 from torch import Tensor
 
-from pcmr.arguments import option_value
-from pcmr.config import ConfigError, parse_override
+from pcmr.arguments import parse_option
 from pcmr.gaussian import Gaussian
 from pcmr.inference import get_reranker
 from pcmr.relevance import I2T, T2I
@@ -104,20 +103,14 @@ def parse_query_options(items: Sequence[str], similarity: str, rerank: str) -> t
     similarity_options: dict[str, Any] = {}
     owned: list[tuple[str, str, Any]] = []
     for item in items:
-        try:
-            path, value = parse_override(item)
-        except ConfigError:
-            path, value = [], None
-        value = option_value(f"--option {item}", value, "is.beta=30, csls.csls_k=10 or rgm.lam=2")
-        if len(path) == 1:  # the deprecated form: a re-ranker parameter, a number
+        owner, name, value = parse_option(item, "is.beta=30, csls.csls_k=10, rgm.lam=2 or match_prob.a=12.5",
+                                          bare=True)
+        if owner is None:  # the deprecated form: a re-ranker parameter, a number
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"--option {item!r}: VALUE must be a number (or write NAME.OPTION=VALUE)")
-            rerank_options[path[0]] = value
+            rerank_options[name] = value
             continue
-        if len(path) != 2:
-            raise ValueError(f"--option {item!r}: expected NAME.OPTION=VALUE, e.g. is.beta=30, csls.csls_k=10, "
-                             "rgm.lam=2 or match_prob.a=12.5")
-        owned.append((path[0], path[1], value))
+        owned.append((owner, name, value))
     for owner, option, value in owned:
         flag = f"--option {owner}.{option}={value}"
         if owner not in (rerank, similarity):
