@@ -80,3 +80,19 @@ def test_evaluate_and_search_read_another_folder_with_the_runs_transform(cub_run
     assert main(["evaluate", str(run_dir), "--data", str(other), "--split", "test", "--out", str(out),
                  "--similarity", "cosine", "--rerank", "nns"]) == 0
     assert (out / "results.json").is_file()
+
+
+def test_a_model_folder_without_its_image_preprocessing_names_the_missing_file(tiny_run_factory, tmp_path):
+    """A pixel model saved without preprocessor_config.json (written by pcmr train since it records the image
+    size) cannot bring image files to its size: the error names the file and the way out, not features."""
+    run = tiny_run_factory(tmp_path / "run")
+    size = load(run).image_size
+    assert size is not None
+    (run / "model" / "preprocessor_config.json").unlink()
+    model = load(run)
+    photo = tmp_path / "photo.png"
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(photo)
+    with pytest.raises(ValueError, match="stores no image preprocessing \\(preprocessor_config.json"):
+        model.encode_image(str(photo))
+    model.set_image_transform(size)
+    assert model.encode_image(str(photo)).mean.shape[0] == 1

@@ -205,6 +205,11 @@ class Model(nn.Module, ModelHubMixin, library_name="pcmr", tags=["cross-modal-re
         model's test-time transform, :attr:`image_transform`, and ImageNet-normalised), a list of ``[3, H, W]`` normalised pixel tensors, or one batch tensor
         ``[N, 3, H, W]`` (features ``[N, F]`` / ``[N, R, F]`` for feature models).
         """
+        if self._image_size is None and not _reads_features(self.network) and _holds_files(images):
+            raise ValueError(f"this model ({self.source or 'in memory'}) reads pixel images but stores no image "
+                             f"preprocessing ({PREPROCESSOR_FILE}, written by pcmr train since it records the "
+                             "model's image size); give it one with model.set_image_transform(IMAGE_SIZE) and "
+                             "save it again with save_pretrained, or pass [3, H, W] pixel tensors")
         return encode_image_inputs(self.network, images, image_size=self._image_size, batch_size=batch_size,
                                    progress=progress,
                                    **self._image_transform)
@@ -367,6 +372,17 @@ def _load_folder(directory: Path, map_location: str | torch.device,
             if model._image_transform["resize_size"] is not None:
                 check_image_side(model._image_transform["resize_size"], str(preprocessor_path), "resize_size")
     return model.eval()
+
+
+def _reads_features(network: RetrievalModel) -> bool:
+    """Whether ``network``'s image side reads precomputed features rather than pixels."""
+    return str(network.config.image_encoder.kind).endswith("_features")
+
+
+def _holds_files(images: Any) -> bool:
+    """Whether ``images`` holds a file path or a Pillow image (inputs that need the test-time transform)."""
+    items = images if isinstance(images, (list, tuple)) else [images]
+    return any(isinstance(item, (str, os.PathLike)) or type(item).__module__.startswith("PIL") for item in items)
 
 
 def trained_similarity(path: str | os.PathLike[str], *, which: str = "model") -> str:
