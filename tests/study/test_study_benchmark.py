@@ -118,7 +118,7 @@ def test_uncertainty_study_checks_the_benchmark_and_judges_exact_relevance_only(
                                             rerank="nns", relevance="exact", min_t2i_r_precision=60.0,
                                             min_i2t_skill=0.5, blocking=False)
     assert spec.overrides["data.options.preset"] == "multiplicity_distinct"
-    assert spec.default_variants == ("source", "source_lr3", "source_long") and spec.relevance == ("exact",)
+    assert spec.default_variants == ("source", "source_lr3") and spec.relevance == ("exact",)
     assert next(e for e in spec.recipes if e.label == "pcme_mu_only_exact").variants == ("exact_long",)
     baseline = next(r for r in spec.runs() if r.label == "pcme_mu_only_exact" and r.variant == "exact_long")
     assert baseline.recipe == "pcme_mu_only"

@@ -192,9 +192,9 @@ def test_shipped_uncertainty_study_resolves_every_run_and_fixes_its_design_befor
     cells = ("source", "source_lr3")
     swept = {(run.label, run.variant) for run in spec.runs() if run.variant.startswith("source")}
     assert swept == {(label, cell) for label in ("pcme", "pcme_small_init", "pcme_mu_only") for cell in cells}
-    # the twin in every cell of PCME, with pcme_small_init's seeds (its contrasts are paired by seed)
+    # the twin in every cell of PCME, on pcme_small_init's seeds (its contrasts are paired by seed)
     seeds = {label: {r.seed for r in spec.runs() if r.label == label} for label in {r.label for r in spec.runs()}}
-    assert seeds["pcme_mu_only"] == seeds["pcme_small_init"]
+    assert seeds["pcme_mu_only"] <= seeds["pcme_small_init"]
     # each recipe runs the seeds the claims reading it need (the power computation), at least 5
     for claim in spec.claims:
         for side in (claim.a, claim.b):
@@ -218,7 +218,7 @@ def test_shipped_uncertainty_study_resolves_every_run_and_fixes_its_design_befor
     assert design.null is not None and design.null.inits >= 200
     assert design.null.source("pcme_small_init") == "pcme"  # one null per distinct head
     assert design.drift is not None and len(design.drift.seeds) >= 3 and design.drift.threads != 1
-    assert design.power is not None and design.power.max_seeds == 10
+    assert design.power is not None and design.power.max_seeds == 18  # what 8 hours afford at the pilot's times
     assert design.primary is not None and 0 < len(design.primary) <= 10
     # every primary claim's models are drifted, so its contrast's drift is measured
     for claim in spec.claims:
