@@ -2,7 +2,8 @@
 
 Writes, into ``RUN/`` (created; an existing ``RUN/model`` is replaced atomically):
 
-- ``model/``: the pcmr model folder (``config.json`` + ``model.safetensors``, ``load_model``);
+- ``model/``: the pcmr model folder, written by ``pcmr.Model.save_pretrained`` (the one on-disk form of a
+  model: ``config.json``, ``model.safetensors``, its vocabulary, score parameters and preprocessing);
 - ``vocab.json``: the release's vocabulary in pcmr's id order;
 - ``similarity_options.json``: ``{"match_prob": {"a": ..., "b": ...}}`` from the release's loss;
 - ``image_backbone.safetensors`` (when the checkpoint has any): the release's ResNet weights
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from pcmr.atomic import atomic_write_json, atomic_write_safetensors
 from pcmr.data import Vocabulary
-from pcmr.models import save_model
+from pcmr.hub import Model
 from pcmr.models.convert_pcme_release import convert_pcme_release
 from pcmr.train.run import MODEL_DIR, SIMILARITY_OPTIONS_FILE, VOCAB_FILE
 
@@ -30,8 +31,9 @@ def run(args: argparse.Namespace) -> int:
     converted = convert_pcme_release(args.checkpoint)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    save_model(converted.model, out / MODEL_DIR)
-    Vocabulary(converted.words).save(out / VOCAB_FILE)
+    vocabulary = Vocabulary(converted.words)
+    Model(converted.model, vocabulary, similarity_options=converted.similarity_options).save_pretrained(out / MODEL_DIR)
+    vocabulary.save(out / VOCAB_FILE)
     atomic_write_json(out / SIMILARITY_OPTIONS_FILE, converted.similarity_options)
     if converted.backbone:
         atomic_write_safetensors(
