@@ -245,13 +245,13 @@ def test_select_recipes_keeps_the_part_and_the_claims_that_read_it_alone() -> No
     from pcmr.study import select_recipes
 
     spec = load_study(find_study("papers"))
-    part = select_recipes(spec, ["pcmepp_csd", "pcme_small_init"])
-    assert [e.label for e in part.recipes] == ["pcme_small_init", "pcmepp_csd"]  # the file's order
+    part = select_recipes(spec, ["pcmepp_csd_small_init", "pcme_small_init"])
+    assert [e.label for e in part.recipes] == ["pcme_small_init", "pcmepp_csd_small_init"]  # the file's order
     assert {run.name for run in part.runs()} <= {run.name for run in spec.runs()}  # the whole study's names
-    assert len(part.runs()) == 7 + 7  # each recipe's own seeds
+    assert len(part.runs()) == 7 + 3  # each recipe's own seeds
     kept = {c.id for c in part.claims}
-    assert "pcmepp-csd-over-pcme-i2t" in kept and "hal-csls-raises-rsum" not in kept
-    assert all(side.recipe in {"pcmepp_csd", "pcme_small_init"}
+    assert "pcmepp-csd-small-init-over-pcme-i2t" in kept and "hal-csls-raises-rsum" not in kept
+    assert all(side.recipe in {"pcmepp_csd_small_init", "pcme_small_init"}
                for c in part.claims for side in (c.a, c.b) if side is not None and side.recipe)
     assert part.design.primary == ()  # the primary claims read hal and ProbVSE
     assert part.design.drift is None  # no drifted recipe in the part
