@@ -1,7 +1,7 @@
 """Training throughput (pairs/s) of one recipe on the uncertainty study's data, with the GPU's utilisation.
 
 Trains ``--recipe`` (default ``pcme_mu_only_exact``, the mu-only model of the study's data-learnable line)
-with the uncertainty study's settings for that recipe (its shapes preset, 64 px, batch 128, Cutout and word
+with the uncertainty study's settings for that recipe (its shapes preset and image size, batch 128, Cutout and word
 dropout where the recipe has them; the recipe's first variant and seed in the study) for ``--steps``
 optimiser steps on ``--device``, logging every step. Reports:
 

@@ -176,6 +176,8 @@ def start_run(recipe: str, overrides: Sequence[str], *, out: str | Path = "runs"
             if killed_before_config(run_dir):  # a start killed before its config was written: afresh
                 _clear_run_folder(run_dir)
             save_config(config, run_dir / CONFIG_FILE)
+        # the other ranks write into the folder (the vocabulary) only once rank 0 has cleared it
+        broadcast_object(context, None)
         try:
             trainer = Trainer(config, run_dir, context=context)
         except BaseException:  # nothing trained yet: do not leave a half-made run folder behind
