@@ -297,7 +297,8 @@ def test_shipped_uncertainty_study_judges_each_claim_once_on_complete_results() 
 def test_shipped_papers_study_judges_each_claim_once_and_gates_the_models_it_reads() -> None:
     """Fake results for every run, similarity and re-ranker of the papers study: each claim is judged
     once, none is refused, the swept claims carry both cells, and a model below the skill gate in one
-    direction turns every claim that reads it into `not learned`."""
+    direction and cell (vsepp_max at 3x its rate) turns every claim that reads it there into `not learned`,
+    and no other (GCE against VSE++ reads vsepp_max at its own rate only)."""
     import random
 
     from pcmr.study.claims import NOT_LEARNED, JudgeOptions, judge_claims
@@ -326,4 +327,5 @@ def test_shipped_papers_study_judges_each_claim_once_and_gates_the_models_it_rea
         assert len(judgement.cells) == len(judgement.claim.cells)
         reads_max = any(s is not None and s.recipe in ("vsepp_max", "vsepp_max_noise")
                         for s in (judgement.claim.a, judgement.claim.b))
-        assert (judgement.verdict == NOT_LEARNED) == reads_max, judgement.claim.id
+        in_lr3_cell = any(str(cell).endswith("_lr3") for cell in judgement.claim.cells)
+        assert (judgement.verdict == NOT_LEARNED) == (reads_max and in_lr3_cell), judgement.claim.id
