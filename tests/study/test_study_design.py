@@ -12,7 +12,9 @@ import scipy.stats
 
 from pcmr.study import StudyError, parse_study
 from pcmr.study.claims import NOT_LEARNED, JudgeOptions, judge_claim, judge_claims, parse_claims
-from pcmr.study.spec import StudyRun
+from pcmr.study.design import RemovedClaim
+from pcmr.study.report import by_paper_markdown, paper_name
+from pcmr.study.spec import StudyRun, find_study, load_study
 from pcmr.study.stats import null_percentile, welch_interval
 from pcmr.study.steps import check_test_split, drift_by_metric
 
@@ -268,8 +270,6 @@ def test_a_test_split_with_repeated_captions_is_refused(tmp_path, monkeypatch, p
 def test_claims_by_paper_name_each_verdict_and_the_model_that_did_not_learn() -> None:
     """``by_paper.md``: one row per paper, every claim's verdict, and for a claim that reads ``not learned``
     the model and direction that failed the gate."""
-    from pcmr.study.report import by_paper_markdown, paper_name
-
     skill = {**GOOD, ("mu", "source", "i2t"): -1.5}
     claims = [
         _claim(id="hal-a", paper="HAL/RGM (hubs), Tab. 3", reads=["t2i"]),
@@ -278,15 +278,32 @@ def test_claims_by_paper_name_each_verdict_and_the_model_that_did_not_learn() ->
         _claim(id="pvse-a", paper="ProbVSE (Pishdad et al.), Tab. 5", reads=["t2i"], expect="less"),
     ]
     judgements, _ = judge_claims(claims, _rows(skill, AHEAD), options=JudgeOptions(min_skill=0.3))
-    text = by_paper_markdown(judgements, title="papers")
+    removed = (RemovedClaim(id="hal-d", reason="needs 40 seeds", paper="HAL/RGM (hubs)"),
+               RemovedClaim(id="calib-a", reason="does not learn here", paper="CalibPE (calibrated), Tab. 1"))
+    text = by_paper_markdown(judgements, title="papers", removed=removed)
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| paper")]
-    assert [row.split(" | ")[0] for row in rows] == ["| HAL/RGM", "| ProbVSE"]
-    hal, probvse = rows
-    assert "| 3 |" in hal and "**holds** (1): hal-a<br>" in hal and f"**{NOT_LEARNED}** (2): hal-b, hal-c |" in hal
+    assert [row.split(" | ")[0] for row in rows] == ["| HAL/RGM", "| ProbVSE", "| CalibPE"]
+    hal, probvse, calib = rows
+    # judged, decided, inconclusive, other, not judged
+    assert hal.startswith("| HAL/RGM | 3 | 1 | 0 | 2 | 1 | ")
+    assert "**holds** (1): hal-a<br>" in hal and f"**{NOT_LEARNED}** (2): hal-b, hal-c |" in hal
+    assert "| hal-d: needs 40 seeds |" in hal
     # the model and direction that failed, once, with every claim it stopped
     assert hal.endswith("| mu/source/exact i2t skill -1.500 < 0.3: hal-b, hal-c |")
-    assert "**reversed** (1): pvse-a" in probvse and probvse.endswith("| - |")
+    assert probvse.startswith("| ProbVSE | 1 | 1 | 0 | 0 | 0 | ")
+    assert "**reversed** (1): pvse-a" in probvse and probvse.endswith("| - | - |")
+    # a paper whose every claim was removed still has its row, with the reasons
+    assert calib == "| CalibPE | 0 | 0 | 0 | 0 | 1 | - | calib-a: does not learn here | - |"
     assert paper_name("PCME (Chun et al., CVPR 2021), Tab. 2") == "PCME" and paper_name("") == "-"
+
+
+def test_shipped_study_files_name_the_paper_of_every_removed_claim() -> None:
+    """``by_paper.md`` lists a removed claim under its paper, so each shipped study file names one."""
+    for name in ("papers", "uncertainty"):
+        spec = load_study(find_study(name))
+        assert spec.design.removed
+        for entry in spec.design.removed:
+            assert paper_name(entry.paper) != "-", (name, entry.id)
 
 
 def test_drift_runs_never_oversubscribe_the_cores() -> None:

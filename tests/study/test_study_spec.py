@@ -248,7 +248,7 @@ def test_select_recipes_keeps_the_part_and_the_claims_that_read_it_alone() -> No
     part = select_recipes(spec, ["pcmepp_csd_small_init", "pcme_small_init"])
     assert [e.label for e in part.recipes] == ["pcme_small_init", "pcmepp_csd_small_init"]  # the file's order
     assert {run.name for run in part.runs()} <= {run.name for run in spec.runs()}  # the whole study's names
-    assert len(part.runs()) == 7 + 3  # each recipe's own seeds
+    assert len(part.runs()) == 15 + 13  # each recipe's own seeds
     kept = {c.id for c in part.claims}
     assert "pcmepp-csd-small-init-over-pcme-i2t" in kept and "hal-csls-raises-rsum" not in kept
     assert all(side.recipe in {"pcmepp_csd_small_init", "pcme_small_init"}

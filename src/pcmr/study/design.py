@@ -85,10 +85,12 @@ class PowerSpec:
 
 @dataclass(frozen=True)
 class RemovedClaim:
-    """A claim the data cannot test, and why."""
+    """A claim the data cannot test, and why; ``paper`` names the paper it is from, as a claim's ``paper``
+    field does (``by_paper.md`` lists it under that paper as not judged)."""
 
     id: str = ""
     reason: str = ""
+    paper: str = ""
 
 
 @dataclass(frozen=True)

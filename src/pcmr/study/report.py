@@ -21,7 +21,7 @@ from pcmr.evaluation.columns import ALL_COLUMNS, uncertainty_agreement
 from pcmr.report import Column, ColumnSchema, Report, format_table
 from pcmr.study.benchmark import BENCHMARK_NOT_LEARNED, BenchmarkResult, benchmark_markdown
 from pcmr.study.claims import AGREEMENT_MIN, NO_DATA, NO_SIGNAL, NOT_LEARNED, UNSTABLE, Judgement
-from pcmr.study.design import StudyDesign
+from pcmr.study.design import RemovedClaim, StudyDesign
 from pcmr.study.stats import VERDICTS, mean_interval
 
 __all__ = ["ID_COLUMNS", "agreement_markdown", "by_paper_markdown", "claims_markdown", "first_similarities", "read_results_csv", "recipe_metric_table",
@@ -343,7 +343,10 @@ def paper_name(paper: str) -> str:
     return name or "-"
 
 
-BY_PAPER_COLUMNS = ("paper", "claims", "verdicts", "not learned")
+BY_PAPER_COLUMNS = ("paper", "judged", "decided", "inconclusive", "other", "not judged", "verdicts", "not judged, why",
+                    "not learned")
+#: the verdicts that decide a claim (after Holm's correction for a primary claim)
+DECIDED = ("holds", "reversed", "equal")
 
 
 def _short_cell(cell: Judgement) -> str:
@@ -352,17 +355,39 @@ def _short_cell(cell: Judgement) -> str:
     return f"{cell.condition.get('variant', '?')} {cell.verdict} {_fmt(cell.interval.mean)}{failed}"
 
 
-def by_paper_markdown(judgements: Sequence[Judgement], *, title: str) -> str:
-    """One row per paper (in the order of its first claim): how many claims it has, its claims grouped by
-    verdict (each with the verdict after Holm's correction where that differs) and, for the claims that
-    read ``not learned``, each model and direction that failed the skill gate once, with its skill and
-    the claims it stopped (``Judgement.gate_failures``). Cells break lines with ``<br>``."""
+def _stopped_by_gate(group: Sequence[Judgement]) -> list[str]:
+    """Each model and direction that failed the skill gate once, with the claims it left ``not learned``."""
+    failed: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for j in group:
+        if j.verdict != NOT_LEARNED:
+            continue
+        for failure in j.gate_failures:
+            entry = failed.setdefault((failure.model, failure.direction), (failure.describe(), []))
+            if j.claim.id not in entry[1]:
+                entry[1].append(j.claim.id)
+    return [f"{text}: {', '.join(ids)}" for text, ids in failed.values()]
+
+
+def by_paper_markdown(judgements: Sequence[Judgement], *, title: str,
+                      removed: Sequence[RemovedClaim] = ()) -> str:
+    """One row per paper (in the order of its first claim, then the papers with removed claims alone):
+    how many of its claims were judged, how many of those were decided (``holds``, ``reversed`` or
+    ``equal``, after Holm's correction for a primary claim), how many read ``inconclusive`` and how many
+    anything else (``unstable``, ``not learned``, ``no signal``, ``no data``); how many were not judged
+    (removed from the study file, each with its reason); its claims grouped by verdict (each with the
+    verdict after Holm's correction where that differs) and, for the claims that read ``not learned``,
+    each model and direction that failed the skill gate once, with its skill and the claims it stopped
+    (``Judgement.gate_failures``). Cells break lines with ``<br>``."""
     papers: dict[str, list[Judgement]] = {}
     for judgement in judgements:
         papers.setdefault(paper_name(judgement.claim.paper), []).append(judgement)
-    order = (*VERDICTS, "equal", UNSTABLE, NO_SIGNAL, NOT_LEARNED, NO_DATA)
+    not_judged: dict[str, list[RemovedClaim]] = {}
+    for entry in removed:
+        not_judged.setdefault(paper_name(entry.paper), []).append(entry)
+    order = (*VERDICTS, UNSTABLE, NO_SIGNAL, NOT_LEARNED, NO_DATA)
     table = []
-    for paper, group in papers.items():
+    for paper in dict.fromkeys([*papers, *not_judged]):
+        group = papers.get(paper, [])
         by_verdict: dict[str, list[str]] = {}
         for j in group:
             holm = j.holm or j.verdict
@@ -371,21 +396,22 @@ def by_paper_markdown(judgements: Sequence[Judgement], *, title: str) -> str:
                                                         + cells)
         kinds = sorted(by_verdict, key=lambda v: order.index(v) if v in order else len(order))
         verdicts = [f"**{kind}** ({len(by_verdict[kind])}): {', '.join(by_verdict[kind])}" for kind in kinds]
-        failed: dict[tuple[str, str], tuple[str, list[str]]] = {}
-        for j in group:
-            if j.verdict != NOT_LEARNED:
-                continue
-            for failure in j.gate_failures:
-                entry = failed.setdefault((failure.model, failure.direction), (failure.describe(), []))
-                if j.claim.id not in entry[1]:
-                    entry[1].append(j.claim.id)
-        stopped = [f"{text}: {', '.join(ids)}" for text, ids in failed.values()]
-        table.append({"paper": paper, "claims": len({j.claim.id for j in group}), "verdicts": "<br>".join(verdicts),
-                      "not learned": "<br>".join(stopped) or "-"})
+        final = [j.holm or j.verdict for j in group]
+        decided = sum(v in DECIDED for v in final)
+        inconclusive = sum(v == "inconclusive" for v in final)
+        out = not_judged.get(paper, [])
+        table.append({"paper": paper, "judged": len(group), "decided": decided, "inconclusive": inconclusive,
+                      "other": len(group) - decided - inconclusive, "not judged": len(out),
+                      "verdicts": "<br>".join(verdicts) or "-",
+                      "not judged, why": "<br>".join(f"{e.id}: {e.reason}" for e in out) or "-",
+                      "not learned": "<br>".join(_stopped_by_gate(group)) or "-"})
     lines = [f"# {title}: claims by paper", "",
-             "Each paper's claims grouped by verdict (`claims.md` gives every number); a claim judged in cells "
-             "lists each cell's verdict and mean difference, and whether a model failed the gate in it. "
-             "`not learned` lists each "
+             "For each paper: its claims judged, how many were decided (`holds`, `reversed` or `equal`, after "
+             "Holm's correction for a primary claim), how many read `inconclusive`, how many anything else "
+             "(`unstable`, `not learned`, `no signal`, `no data`), and how many the study file removed before "
+             "any run, each with its reason (`not judged, why`). `verdicts` groups the judged claims by verdict "
+             "(`claims.md` gives every number); a claim judged in cells lists each cell's verdict and mean "
+             "difference, and whether a model failed the gate in it. `not learned` lists each "
              "model (recipe/variant/similarity/re-ranker/relevance) and direction that failed the skill gate, "
              "its skill over the query-blind ranking, and the claims it left `not learned`.", ""]
     return "\n".join([*lines, format_table(table, BY_PAPER_COLUMNS), ""])

@@ -419,7 +419,7 @@ def collect(spec: StudySpec, out: str | Path) -> list[Path]:
     backend.write_text(written["claims"], claims_markdown(judgements, title=spec.name, level=spec.level,
                                                           errors=errors, benchmark=benchmark, design=design,
                                                           split=split))
-    backend.write_text(written["by_paper"], by_paper_markdown(judgements, title=spec.name))
+    backend.write_text(written["by_paper"], by_paper_markdown(judgements, title=spec.name, removed=design.removed))
     if design != StudyDesign():
         claim_metrics = list(dict.fromkeys(c.metric for c in spec.claims))
         extra = {"null": out / "null.md", "drift": out / "drift.md", "provenance": out / "provenance.md"}
