@@ -14,8 +14,7 @@ import pcmr
 from pcmr import catalog
 from pcmr.cli.parsers.study import shipped_studies
 from pcmr.data import DATASETS, ENCODE_BATCH_SIZE, list_datasets
-from pcmr.evaluation.producers import MODEL_PRODUCERS, PRODUCERS
-from pcmr.evaluation.standard_producers import list_producers
+from pcmr.evaluation.producers import MODEL_PRODUCERS, PRODUCERS, list_producers
 from pcmr.inference import MATCHINGS, REWEIGHTINGS, list_rerankers
 from pcmr.losses import LOSSES, list_losses
 from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES

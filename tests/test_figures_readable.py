@@ -23,7 +23,7 @@ import pcmr.study.curves as study_curves
 import pcmr.study.plots as study_plots
 from _figure_check import assert_readable, layout_problems
 from pcmr.cli import main
-from pcmr.evaluation.evaluate import evaluate_embeddings
+from pcmr.evaluation import evaluate_embeddings
 from pcmr.gaussian import Gaussian
 from pcmr.study import parse_study
 from pcmr.study.runner import MARKER, MARKER_FORMAT, collect, run_folder

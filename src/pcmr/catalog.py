@@ -18,7 +18,7 @@ __all__ = ["ANN_SCORES", "DEFAULT_CANDIDATES", "DEFAULT_REFERENCE_SAMPLE", "DEFA
 #: (``pcmr.losses.list_losses``), re-rankers (``pcmr.inference.list_rerankers``: the re-weightings and
 #: matchings and their combinations), datasets (``pcmr.data.list_datasets``) and search backends
 #: (``pcmr.search.compose.backend_names``: the built-in ones, then one per registered candidate source) and
-#: the evaluation's producers of columns and figures (``pcmr.evaluation.standard_producers.list_producers``)
+#: the evaluation's producers of columns and figures (``pcmr.evaluation.producers.list_producers``)
 REGISTERED: dict[str, tuple[str, ...]] = {
     "models": ("gce", "gcie", "gie", "pcme", "pcme_mu_only", "probvse", "probvsrn", "pvse", "vsepp", "vsepp_wide"),
     "similarities": ("cosine", "l2", "kl", "kl_reverse", "min_kl", "js", "elk", "bhattacharyya", "wasserstein",

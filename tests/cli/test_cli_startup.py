@@ -87,7 +87,7 @@ def test_pcmr_list_prints_the_registries(kind, capsys):
     """Every registered name of each registry is listed, in the registry's order (the catalog is checked
     against every registry of the package in tests/test_catalog.py)."""
     from pcmr.data import list_datasets
-    from pcmr.evaluation.standard_producers import list_producers
+    from pcmr.evaluation.producers import list_producers
     from pcmr.inference import list_rerankers
     from pcmr.losses import list_losses
     from pcmr.models import list_models

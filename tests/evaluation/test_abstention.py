@@ -13,7 +13,7 @@ import torch
 
 from pcmr import Gaussian
 from pcmr.evaluation import evaluate_embeddings
-from pcmr.evaluation.abstention import (
+from pcmr.evaluation.figures import (
     abstention_columns,
     abstention_series,
     multiplicity_strata,
@@ -126,7 +126,7 @@ def test_a_point_model_reports_the_deterministic_references(tmp_path: Path) -> N
     """The mu-only baseline has no sigma, but its top-1 margin and the multiplicity oracle are the
     references a probabilistic model's sigma is compared against: its nns rows carry those columns
     (the same values the reference function computes), and no sigma column."""
-    from pcmr.evaluation.abstention import reference_abstention_series
+    from pcmr.evaluation.figures import reference_abstention_series
 
     rng = np.random.default_rng(7)
     images = Gaussian(torch.tensor(rng.normal(size=(30, 6)), dtype=torch.float32))

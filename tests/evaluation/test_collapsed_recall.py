@@ -1,9 +1,9 @@
-"""pcmr.evaluation.degenerate.collapsed_recall_warning: an evaluation table whose R@K does not grow with K."""
+"""pcmr.evaluation.table.collapsed_recall_warning: an evaluation table whose R@K does not grow with K."""
 
 from __future__ import annotations
 
 from pcmr.evaluation.columns import recall
-from pcmr.evaluation.degenerate import collapsed_recall_warning
+from pcmr.evaluation.table import collapsed_recall_warning
 
 
 def test_collapsed_recalls():

@@ -195,7 +195,7 @@ def test_evaluation_reports_exact_and_source_relevance(tiny):
     written pairs has the source mode only."""
     import copy
 
-    from pcmr.evaluation.relevance_modes import relevance_modes
+    from pcmr.evaluation.evaluator import relevance_modes
     from pcmr.models import create_model
 
     _, test, val, vocab = tiny

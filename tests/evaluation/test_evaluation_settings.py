@@ -15,7 +15,7 @@ from pcmr.data import load_dataset
 from pcmr.evaluation import EvaluationSettings, RetrievalEvaluator, evaluate_embeddings, evaluate_model
 from pcmr.evaluation import model as model_entry
 from pcmr.evaluation.evaluator import evaluator_setting_names
-from pcmr.evaluation.settings import setting_names
+from pcmr.evaluation.table import setting_names
 from pcmr.gaussian import Gaussian
 
 ENTRIES = [evaluate_embeddings, evaluate_model, model_entry.model_evaluator, model_entry.evaluate,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import pcmr.evaluation.score_cache as score_cache_module
+import pcmr.evaluation.table as table_module
 import pcmr.inference.rerankers as rerankers_module
 import pcmr.metrics.driver as driver_module
 from pcmr import Gaussian
 from pcmr.evaluation import evaluate_embeddings
-from pcmr.evaluation.score_cache import ScoreCache
+from pcmr.evaluation.table import ScoreCache
 from pcmr.inference import select_lambda
 
 
@@ -72,10 +72,10 @@ def test_modes_share_scores_lambda_runs_and_pmrp_with_the_same_tables(monkeypatc
         return out
 
     separate = tables(None)
-    scoring = _Counter(score_cache_module.score_matrix)
+    scoring = _Counter(table_module.score_matrix)
     pmrp = _Counter(driver_module.pmrp)
     matching = _Counter(rerankers_module.relaxed_greedy_matching)
-    monkeypatch.setattr(score_cache_module, "score_matrix", scoring)
+    monkeypatch.setattr(table_module, "score_matrix", scoring)
     monkeypatch.setattr(driver_module, "pmrp", pmrp)
     monkeypatch.setattr(rerankers_module, "relaxed_greedy_matching", matching)
     shared = ScoreCache()

@@ -217,7 +217,7 @@ def test_uncertainty_multiplicity_holds_its_data_legend_clear(tmp_path: Path, ca
 
 
 def test_risk_coverage_y_axis_follows_its_curves_legend_clear(tmp_path: Path, caught) -> None:
-    from pcmr.evaluation.abstention import abstention_series
+    from pcmr.evaluation.figures import abstention_series
 
     images, captions, relevance = _gaussians(60, 4, 4)
     relevance |= torch.rand(relevance.shape, generator=torch.Generator().manual_seed(5)) < 0.05
@@ -240,7 +240,7 @@ def test_risk_coverage_y_axis_follows_its_curves_legend_clear(tmp_path: Path, ca
 
 
 def test_pca_ellipses_hold_every_ellipse(tmp_path: Path, caught) -> None:
-    from pcmr.evaluation.abstention import pca_ellipse_series
+    from pcmr.evaluation.figures import pca_ellipse_series
 
     images, captions, relevance = _gaussians(30, 6, 6)
     relevance[:10, :] |= torch.arange(60) % 3 == 0  # some generic captions
@@ -280,7 +280,7 @@ def test_ellipses_name_multiplicities_and_count_coinciding_means(tmp_path: Path,
 def test_risk_coverage_names_coinciding_curves_and_the_multiplicity_order(tmp_path: Path, caught) -> None:
     """Similarities that give every query the same risk draw one curve, labelled with all their names;
     the true-multiplicity reference says in which order it answers."""
-    from pcmr.evaluation.abstention import abstention_series
+    from pcmr.evaluation.figures import abstention_series
 
     images, captions, relevance = _gaussians(60, 4, 4)
     relevance |= torch.rand(relevance.shape, generator=torch.Generator().manual_seed(5)) < 0.05

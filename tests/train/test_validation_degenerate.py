@@ -42,7 +42,7 @@ def test_a_working_score_is_used_as_it_is(capsys, tiny_shapes):
 
 
 def test_degenerate_score_warning_on_constant_wide_and_duplicate_ties():
-    from pcmr.evaluation.degenerate import degenerate_score_warning
+    from pcmr.evaluation.table import degenerate_score_warning
 
     assert "every cosine value is 0" in degenerate_score_warning(torch.zeros(4, 20), "cosine")
     scores = torch.randn(40, 200, generator=torch.Generator().manual_seed(0))

@@ -13,8 +13,8 @@ from typing import Any
 
 from pcmr.atomic import atomic_write_text
 from pcmr.evaluation.columns import EVALUATION_COLUMNS, HS_SUM, RSUM, r_precision, recall
-from pcmr.evaluation.degenerate import collapsed_recall_warning
 from pcmr.evaluation.model import evaluate
+from pcmr.evaluation.table import collapsed_recall_warning
 from pcmr.hub import load
 from pcmr.inference import get_reranker
 from pcmr.relevance import I2T, T2I

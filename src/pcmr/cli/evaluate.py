@@ -17,8 +17,8 @@ from typing import Any
 
 from pcmr.arguments import parse_option
 from pcmr.atomic import repair_folder, write_folder, writing_folder
-from pcmr.evaluation.degenerate import collapsed_recall_warning
 from pcmr.evaluation.model import evaluate, evaluation_split, selection
+from pcmr.evaluation.table import collapsed_recall_warning
 from pcmr.hub import load
 from pcmr.inference import get_reranker, list_rerankers
 from pcmr.progress import phase

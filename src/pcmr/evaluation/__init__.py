@@ -16,14 +16,16 @@ The library part of pcmr: it never imports ``pcmr.train`` or ``pcmr.cli``.
 from __future__ import annotations
 
 from pcmr.encode.inputs import encode_image_files, encode_split, encode_texts
-from pcmr.evaluation.evaluate import (
-    DEFAULT_LAMBDA_GRID,
-    DEFAULT_RERANKERS,
-    DEFAULT_SIMILARITIES,
+from pcmr.evaluation.evaluator import (
+    EncodedEvaluation,
+    ExtraColumns,
+    RetrievalEvaluator,
     evaluate_embeddings,
+    evaluate_model,
 )
-from pcmr.evaluation.evaluator import EncodedEvaluation, ExtraColumns, RetrievalEvaluator, evaluate_model
-from pcmr.evaluation.settings import EvaluationSettings
+from pcmr.evaluation.table import EvaluationSettings
+from pcmr.inference import DEFAULT_LAMBDA_GRID
+from pcmr.metrics.defaults import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES
 from pcmr.scoring import rerank_topk, score_matrix, unsupported_reason
 
 __all__ = [

@@ -19,7 +19,7 @@ from typing import Any
 
 from pcmr.data import RetrievalSplit
 from pcmr.evaluation.evaluator import RetrievalEvaluator, evaluator_setting_names, needs_validation
-from pcmr.evaluation.settings import check_setting_names
+from pcmr.evaluation.table import check_setting_names
 from pcmr.hub import Model
 from pcmr.inference import list_rerankers
 from pcmr.report import Report
@@ -69,7 +69,7 @@ def model_evaluator(model: Model, split: RetrievalSplit | str | None = None, *,
         data, data_name: a dataset name or folder (and its format) the split names refer to (None: the
             run's dataset).
         settings: fields of :class:`~pcmr.evaluation.RetrievalEvaluator` (and of
-            :class:`~pcmr.evaluation.settings.EvaluationSettings` it extends), declared there once; an
+            :class:`~pcmr.evaluation.table.EvaluationSettings` it extends), declared there once; an
             unknown one is a TypeError naming it with its near miss. Left out or None, these come from the
             run: ``similarities``, ``rerankers``, ``batch_size`` (also when 0), ``device`` (the
             evaluation device) and ``meta`` (``{"run": the run or model folder}``).

@@ -1,105 +1,54 @@
-"""Producers: what an evaluation adds to its table after the rows are scored (columns, figures).
+"""Producers: what an evaluation adds to its table after the rows are scored (columns, figures), and the
+built-in ones.
 
-:func:`pcmr.evaluation.evaluate.evaluate_embeddings` scores the rows of every similarity x re-ranker
-(:mod:`pcmr.evaluation.rows`), then calls every registered producer in registration order with one
-:class:`EvaluationContext`: the embeddings, the relevance, the settings, the score matrices of the
-scored similarities and the report being built. A producer adds columns to rows or a figure to
-``context.report.figures`` and may append a note; it never re-scores (the score matrices are in the
-context) and never re-encodes (the model-level producers, :data:`MODEL_PRODUCERS`, are the ones that
-see the model and its split: :class:`ModelContext`).
+:func:`pcmr.evaluation.evaluator.evaluate_embeddings` scores the rows of every similarity x re-ranker
+(:func:`pcmr.evaluation.table.score_rows`), then calls every registered producer in registration order
+with the table's :class:`~pcmr.evaluation.table.EvaluationContext`: the embeddings, the relevance, the
+settings, the score matrices of the scored similarities and the report being built. A producer adds
+columns to rows or a figure to ``context.report.figures`` and may append a note; it never re-scores (the
+score matrices are in the context) and never re-encodes (the model-level producers,
+:data:`MODEL_PRODUCERS`, are the ones that see the model and its split: :class:`ModelContext`).
 
 Adding a metric or a figure is one module: a function taking the context, registered with
 :func:`register_producer` (``@register_producer("name")``; ``model=True`` for a producer of the
-model's evaluation). The built-in producers are in :mod:`pcmr.evaluation.standard_producers`.
+model's evaluation). The built-in producers are the functions below, in the order they run:
+uncertainty deciles, abstention (columns of the identity rows and the risk-coverage figure), the PCA
+ellipses, the k-occurrence histogram, the 2-D ellipses, uncertainty against multiplicity, and (for a
+model's evaluation) uncertainty under occlusion and word erasure; their numeric series are computed in
+:mod:`pcmr.evaluation.figures`. A new module of producers is made built in by importing it in
+``pcmr/evaluation/__init__.py`` (it then registers after these).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from torch import Tensor
-
 from pcmr.data.split import RetrievalSplit
-from pcmr.evaluation.score_cache import ScoreCache
-from pcmr.evaluation.settings import EvaluationSettings
+from pcmr.evaluation.figures import (
+    CORRUPTION_ITEMS,
+    CORRUPTION_RATIOS,
+    abstention_columns,
+    abstention_series,
+    corruption_series,
+    decile_series,
+    embeddings_2d_series,
+    multiplicity_series,
+    occurrence_histogram,
+    pca_ellipse_series,
+    reference_abstention_series,
+)
+from pcmr.evaluation.table import EvaluationContext
 from pcmr.gaussian import Gaussian
-from pcmr.point_set import uncertainty_measure_for
+from pcmr.inference import get_reranker
+from pcmr.metrics.driver import DIRECTIONS
+from pcmr.progress import phase
 from pcmr.registry import Registry
-from pcmr.report import Report
+from pcmr.report import Report, figure_keys
 
-__all__ = ["EvaluationContext", "MODEL_PRODUCERS", "ModelContext", "PRODUCERS", "Producer", "register_producer",
-           "run_producers", "OCCURRENCE_FIGURE_K"]
-
-#: the k of the N_k histogram in the ``k_occurrence`` figure
-OCCURRENCE_FIGURE_K = 10
-
-
-@dataclass
-class EvaluationContext:
-    """Everything one :func:`~pcmr.evaluation.evaluate.evaluate_embeddings` call knows, for its producers.
-
-    Attributes:
-        images, captions: ``Gaussian [N_img, D]`` / ``[N_cap, D]``; relevance: BoolTensor ``[N_img, N_cap]``.
-        settings: the resolved :class:`~pcmr.evaluation.settings.EvaluationSettings`.
-        similarities, rerankers: the checked names; similarity_options: options per similarity.
-        image_labels, caption_labels: class labels ``[N, C]`` (both or None).
-        val: ``(images, captions, relevance)`` of the validation split, or None.
-        extra_positives, num_folds, hubness_ks: as :func:`evaluate_embeddings` takes them.
-        cache: the :class:`~pcmr.evaluation.score_cache.ScoreCache` shared by the relevance modes.
-        report: the report being built (rows, figures, meta, notes).
-        scores: ``{similarity: S [N_img, N_cap]}`` of every similarity that was scored, in order.
-        k_occurrence: ``{(similarity, re-ranker): {direction: {k: N_k}}}`` of the rows that re-score a
-            full matrix (when hubness is reported).
-    """
-
-    images: Gaussian
-    captions: Gaussian
-    relevance: Tensor
-    settings: EvaluationSettings
-    similarities: list[str]
-    rerankers: list[str]
-    similarity_options: dict[str, dict[str, Any]]
-    rerank_options: dict[str, dict[str, Any]]
-    image_labels: Tensor | None
-    caption_labels: Tensor | None
-    val: tuple[Gaussian, Gaussian, Tensor] | None
-    extra_positives: Sequence[Any]
-    num_folds: int | None
-    hubness_ks: tuple[int, ...]
-    cache: ScoreCache
-    report: Report
-    scores: dict[str, Tensor] = field(default_factory=dict)
-    k_occurrence: dict[tuple[str, str], Any] = field(default_factory=dict)
-
-    @property
-    def notes(self) -> list[str]:
-        """The report's notes (a producer appends to them)."""
-        notes: list[str] = self.report.meta["notes"]
-        return notes
-
-    @property
-    def measure(self) -> str | None:
-        """The uncertainty measure the analyses can use on these embeddings (None: point embeddings)."""
-        return uncertainty_measure_for((self.images, self.captions), self.settings.uncertainty_measure)
-
-    @property
-    def deciles_possible(self) -> bool:
-        """Whether the uncertainty analyses can be drawn: figures asked for, and at least 10 queries with a
-        relevant item in each direction."""
-        relevance = self.relevance
-        return self.settings.figures and min(int(relevance.any(dim=1).sum()), int(relevance.any(dim=0).sum())) >= 10
-
-    @property
-    def figure_k(self) -> int:
-        """The k of the ``k_occurrence`` figure: 10, or the largest hubness k when 10 is not one of them."""
-        return OCCURRENCE_FIGURE_K if OCCURRENCE_FIGURE_K in self.hubness_ks else max(self.hubness_ks, default=0)
-
-    def own(self, data: dict[str, Any]) -> str | None:
-        """The similarity a one-score figure shows: the model's own (the first of its trained options)
-        when ``data`` has it, else the first requested one ``data`` has."""
-        return next((name for name in [*self.similarity_options, *self.similarities] if name in data), None)
+__all__ = ["EvaluationContext", "MODEL_PRODUCERS", "ModelContext", "PRODUCERS", "Producer", "list_producers",
+           "register_producer", "run_producers"]
 
 
 @dataclass
@@ -145,3 +94,106 @@ def run_producers(context: Any, registry: Registry[Producer] = PRODUCERS) -> Non
     """Call every producer of ``registry`` on ``context``, in registration order."""
     for producer in registry.values():
         producer.produce(context)
+
+
+# ---------------------------------------------------------------- the built-in producers
+@register_producer(figure_keys.UNCERTAINTY_R1)
+def uncertainty_deciles(context: EvaluationContext) -> None:
+    """R@1 per uncertainty decile of the queries (PCME Fig. 6), per scored similarity."""
+    if context.settings.figures and not context.deciles_possible:
+        context.notes.append("no uncertainty-decile figure: it needs at least 10 queries with a relevant item in "
+                             "each direction")
+    measure = context.measure
+    if not context.deciles_possible or measure is None:
+        return
+    series = {name: decile_series(scores, context.relevance, context.images, context.captions, measure)
+              for name, scores in context.scores.items()}
+    if series:
+        context.report.figures[figure_keys.UNCERTAINTY_R1] = {"measure": measure, "series": series}
+
+
+@register_producer("abstention")
+def abstention(context: EvaluationContext) -> None:
+    """The abstention columns of each similarity's identity row (the raw scores), and the risk-coverage
+    figure of a model with uncertainty (the model's own score first: the margin and multiplicity
+    references are drawn for it)."""
+    if not context.deciles_possible:
+        return
+    measure, data = context.measure, {}
+    for name, scores in context.scores.items():
+        if measure is not None:
+            data[name] = abstention_series(scores, context.relevance, context.images, context.captions, measure)
+            columns = abstention_columns(data[name])
+        else:  # a point model: the deterministic references a sigma is compared against
+            columns = abstention_columns(reference_abstention_series(scores, context.relevance))
+        for row in context.report.rows:
+            if row["similarity"] == name and get_reranker(row["rerank"]).is_identity:
+                row.update(columns)
+    if data:
+        own = context.own(data)
+        context.report.figures[figure_keys.RISK_COVERAGE] = {"measure": measure, "series": {
+            name: data[name] for name in sorted(data, key=lambda n: n != own)}}
+
+
+@register_producer(figure_keys.EMBEDDINGS_PCA)
+def embeddings_pca(context: EvaluationContext) -> None:
+    """Ellipses of the Gaussians projected on their two main axes."""
+    images, captions = context.images, context.captions
+    if context.settings.figures and all(isinstance(g, Gaussian) and g.logvar is not None for g in (images, captions)) \
+            and images.dim > 2:
+        context.report.figures[figure_keys.EMBEDDINGS_PCA] = pca_ellipse_series(images, captions, context.relevance)
+
+
+@register_producer(figure_keys.K_OCCURRENCE)
+def k_occurrence(context: EvaluationContext) -> None:
+    """The N_k histogram of the model's own score (its re-scoring re-rankers), at :attr:`figure_k`."""
+    if not context.settings.figures:
+        return
+    figure_k = context.figure_k
+    data: dict[str, dict[str, Any]] = {}
+    for (name, rerank), counts in context.k_occurrence.items():
+        data.setdefault(name, {})[f"{name}/{rerank}"] = {d: occurrence_histogram(counts[d][figure_k])
+                                                          for d in DIRECTIONS}
+    shown = context.own(data)
+    if shown is not None and min(context.images.num, context.captions.num) > figure_k:
+        context.report.figures[figure_keys.K_OCCURRENCE] = {"k": figure_k, "series": data[shown]}
+
+
+@register_producer(figure_keys.EMBEDDINGS_2D)
+def embeddings_2d(context: EvaluationContext) -> None:
+    """The PCME Fig. 5 ellipses of a 2-D model."""
+    if context.settings.figures and context.images.dim == 2:
+        context.report.figures[figure_keys.EMBEDDINGS_2D] = embeddings_2d_series(
+            context.images, context.captions, context.relevance)
+
+
+@register_producer(figure_keys.UNCERTAINTY_MULTIPLICITY)
+def uncertainty_multiplicity(context: EvaluationContext) -> None:
+    """Uncertainty against the number of relevant items, per modality."""
+    measure = context.measure
+    if context.settings.figures and measure is not None:
+        context.report.figures[figure_keys.UNCERTAINTY_MULTIPLICITY] = multiplicity_series(
+            context.images, context.captions, context.relevance, measure)
+
+
+@register_producer(figure_keys.UNCERTAINTY_VS_CORRUPTION, model=True)
+def uncertainty_vs_corruption(context: ModelContext) -> None:
+    """Mean uncertainty under occlusion and word erasure (PCME Fig. 7): the one producer that encodes
+    (the corrupted items of the split's first :data:`CORRUPTION_ITEMS`), skipped with ``corruption=False``."""
+    evaluator, split = context.evaluator, context.split
+    if not evaluator.corruption or (context.images.is_point and context.captions.is_point):
+        return
+    items = min(CORRUPTION_ITEMS, max(split.num_images, split.num_captions))
+    with phase(f"uncertainty under occlusion and word erasure ({len(CORRUPTION_RATIOS)} ratios x up to "
+               f"{items} items; skip with corruption=False, pcmr evaluate --no-corruption)", evaluator.progress):
+        series = corruption_series(context.model.network, split, context.model.text_vocabulary,
+                                   evaluator.uncertainty_measure, max_items=CORRUPTION_ITEMS,
+                                   batch_size=evaluator.batch_size, device=evaluator.device)
+    if series:
+        context.report.figures[figure_keys.UNCERTAINTY_VS_CORRUPTION] = series
+
+
+def list_producers() -> list[str]:
+    """The registered evaluation producers (``pcmr list producers``): those of one table, then those of a
+    model's evaluation, each in registration order (the built-in ones of this module first)."""
+    return [*PRODUCERS.names(), *MODEL_PRODUCERS.names()]

@@ -386,7 +386,7 @@ def plot_risk_coverage(data: dict[str, Any], path: str | os.PathLike[str]) -> Pa
     better). The risk axis follows the curves (it is not stretched to 0-1).
 
     ``data = {"measure": str, "series": {similarity: {"i2t": side, "t2i": side}}}``, ``side`` as written by
-    :func:`pcmr.evaluation.abstention.abstention_series`."""
+    :func:`pcmr.evaluation.figures.abstention_series`."""
     series = data.get("series", {})
     figure = new_figure(10.0, 5.4, layout="constrained")
     axes = figure.subplots(1, 2, squeeze=False)[0]
@@ -445,7 +445,7 @@ def ellipse_axes(covariance: Any) -> tuple[float, float, float]:
 
 def plot_pca_ellipses(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Gaussians of any dimension on the two principal axes of their means, one-standard-deviation ellipses
-    of the exactly projected covariances (``data`` from :func:`pcmr.evaluation.abstention.pca_ellipse_series`):
+    of the exactly projected covariances (``data`` from :func:`pcmr.evaluation.figures.pca_ellipse_series`):
     the most specific and the most generic captions, and a few images."""
     figure = new_figure(6.6, 7.0, layout="constrained")
     ax = figure.subplots()

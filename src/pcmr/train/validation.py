@@ -7,7 +7,7 @@ Sec. 4.1.1; ``pcmr.evaluation.columns.SELECTION_METRICS``). The numbers come fro
 relation, and neither figures nor hubness columns.
 
 A degenerate score (constant, or most queries' top scores tied across a wide part of the gallery;
-``pcmr.evaluation.degenerate``) ranks nothing, so no model is selected on it: validation then falls back
+``pcmr.evaluation.table.degenerate_score_warning``) ranks nothing, so no model is selected on it: validation then falls back
 to ``cosine`` of the means (always defined), says so on stderr and in the returned ``fallback`` entry,
 and model selection uses those numbers.
 """
@@ -24,8 +24,7 @@ from pcmr.data.batching import ENCODE_BATCH_SIZE
 from pcmr.data.split import RetrievalSplit
 from pcmr.data.text import Vocabulary
 from pcmr.evaluation.columns import validation_metrics
-from pcmr.evaluation.evaluator import PRIMARY_METRIC, RetrievalEvaluator
-from pcmr.evaluation.relevance_modes import relevance_modes
+from pcmr.evaluation.evaluator import PRIMARY_METRIC, RetrievalEvaluator, relevance_modes
 from pcmr.hub import Model
 from pcmr.inference import NO_RERANKING
 from pcmr.models.model import RetrievalModel
