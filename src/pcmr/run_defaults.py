@@ -81,7 +81,8 @@ def _config_file(model: Model) -> Path | str:
 
 
 def run_defaults(model: Model) -> RunDefaults:
-    """The defaults of ``model``'s run: its ``data`` and ``eval`` sections and ``train.device``.
+    """The defaults of ``model``'s run: its ``data`` and ``eval`` sections and ``train.device``, parsed once
+    per model (again only when :attr:`pcmr.Model.run_config` is replaced by another mapping).
 
     Raises:
         ConfigError: naming the file when one of those sections is not valid.
@@ -89,6 +90,20 @@ def run_defaults(model: Model) -> RunDefaults:
     raw = model.run_config
     if raw is None:
         return RunDefaults(None, EvalConfig(), None)
+    cached = getattr(model, _CACHE, None)
+    if cached is not None and cached[0] is raw:  # parsed once per model and run config
+        return cached[1]
+    defaults = _parse_run_defaults(model, raw)
+    object.__setattr__(model, _CACHE, (raw, defaults))
+    return defaults
+
+
+#: the attribute of a Model that keeps its parsed run defaults beside the run config they were parsed from
+_CACHE = "_pcmr_run_defaults"
+
+
+def _parse_run_defaults(model: Model, raw: dict[str, Any]) -> RunDefaults:
+    """:func:`run_defaults` from ``raw``, the model's run config, parsed and checked."""
     try:
         data = build_dataclass(DataConfig, raw.get("data"), where="data")
         evaluation = build_dataclass(EvalConfig, raw.get("eval"), where="eval")

@@ -194,3 +194,21 @@ def test_run_defaults_without_a_run_config_are_the_librarys(run_dir):
     assert (defaults.eval.similarities, defaults.eval.rerankers) == (list(DEFAULT_SIMILARITIES), list(DEFAULT_RERANKERS))
     with pytest.raises(ValueError, match="--data is required"):
         evaluation.model_evaluator(bare)
+
+
+def test_one_pcmr_evaluate_parses_the_run_config_once(run_dir, tmp_path, monkeypatch):
+    """The run's defaults are parsed once per model: ``pcmr evaluate`` asks for them three times (the
+    selection, the split, the evaluator); a replaced run config is parsed again."""
+    import pcmr.run_defaults as defaults_module
+    from pcmr.cli import main
+
+    parsed = []
+    original = defaults_module._parse_run_defaults
+    monkeypatch.setattr(defaults_module, "_parse_run_defaults", lambda model, raw: parsed.append(raw) or original(model, raw))
+    assert main(["evaluate", str(run_dir), "--similarity", "cosine", "--rerank", "nns", "--out", str(tmp_path / "ev")]) == 0
+    assert len(parsed) == 1
+    model = pcmr.load(run_dir)
+    first = run_defaults(model)
+    assert run_defaults(model) is first and len(parsed) == 2
+    model.run_config = {**model.run_config, "eval": {"batch_size": 7}}
+    assert run_defaults(model).eval.batch_size == 7 and len(parsed) == 3
