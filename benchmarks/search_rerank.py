@@ -53,7 +53,7 @@ def bench(index: GalleryIndex, images, queries, similarity: str, rerank: str) ->
     few = torch.cat([search(queries[q:q + 1], backend="faiss", candidates=100) for q in range(queries.num)])
     overlap = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(few, exact)) / (5 * queries.num)
     scoring = Scoring(similarity, "caption", {}, get_reranker(rerank))
-    statistic = index.statistics.get("image", scoring, 2000)
+    statistic = index.statistics.get(index.images, index.captions, "image", scoring, 2000)
     whole = CandidateSearcher(index.ann["image"], images, scoring, statistic, candidates=images.num)
     rows = [("100 candidates", lambda q: search(q, backend="faiss", candidates=100), f"{overlap:.2f}"),
             ("every item, faiss + re-score", lambda q: whole.search(q, 5), "1.00"),

@@ -16,7 +16,6 @@ from pcmr.cli import main
 from pcmr.data.images import FileImages
 from pcmr.encode.inputs import encode_image_inputs
 from pcmr.search import GalleryIndex
-from pcmr.search.building import encode_image_queries
 from pcmr.train.loading import load_split, run_config
 
 LAYOUT = {f"00{c}.Bird_{c}": [f"Bird_{c}_{n:04d}.jpg" for n in range(2)] for c in range(1, 5)}
@@ -73,7 +72,7 @@ def test_evaluate_and_search_read_another_folder_with_the_runs_transform(cub_run
     assert (images.image_size, images.image_resize, images.resize_size) == (32, "center_crop", 40)
     index = GalleryIndex.build(model, split)
     assert index.model.image_transform == CROP
-    query = encode_image_queries(index, split.images.paths[0])  # cropped as the gallery's images were
+    query = index.encode_images(split.images.paths[0])  # cropped as the gallery's images were
     torch.testing.assert_close(query.mean[0], index.images.mean[0], rtol=1e-5, atol=1e-6)
     assert index.search_image(split.images.paths[0], k=2) is not None
     out = tmp_path / "eval"

@@ -18,8 +18,7 @@ from pcmr.atomic import atomic_write_safetensors
 from pcmr.gaussian import Gaussian
 from pcmr.search.compose import get_backend
 from pcmr.search.indexing import IndexWrite, write_index
-from pcmr.search.request import SearchRequest
-from pcmr.search.session import SearchSession
+from pcmr.search.session import SearchRequest, SearchSession
 from pcmr.search.sources import CANDIDATE_SOURCES, BuildSettings, SourceKind, replace_source
 
 ENGINE = "throwaway_brute"
@@ -68,9 +67,10 @@ class BruteForceSource(SourceKind):
         atomic_write_safetensors(folder / name, {"means": source.means.contiguous()})
         return {"engine": ENGINE, "file": name}
 
-    def reconnect(self, entry: dict[str, Any], modality: str, gallery: Any, inside: Callable[[Any, str], Path],
+    def reconnect(self, entry: dict[str, Any], modality: str, gallery: Any, file: Path | None,
                   meta_path: Path) -> Any:
-        source = BruteForce(load_file(str(inside(entry["file"], "file")))["means"])
+        assert file is not None
+        source = BruteForce(load_file(str(file))["means"])
         assert source.ntotal == gallery.num
         return source
 

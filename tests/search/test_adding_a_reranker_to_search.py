@@ -13,8 +13,7 @@ from torch import Tensor
 from pcmr.gaussian import Gaussian
 from pcmr.inference.rerankers import REWEIGHTINGS, Reweighting, list_rerankers
 from pcmr.search import GalleryIndex
-from pcmr.search.request import SearchRequest
-from pcmr.search.session import SearchSession
+from pcmr.search.session import SearchRequest, SearchSession
 
 NAME = "throwaway_double"
 

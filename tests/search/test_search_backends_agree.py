@@ -118,7 +118,7 @@ def test_milvus_with_the_whole_gallery_gives_the_exact_backend(index, queries, t
 
 def test_a_pair_scores_the_same_alone_and_among_other_items(index, queries):
     """The score of (query, item) from a one-item gallery equals its score in the whole gallery."""
-    from pcmr.search.rescoring import oriented_scores
+    from pcmr.search.searcher import oriented_scores
 
     for similarity in [n for n in list_similarities() if get_similarity(n).sampled]:
         options = dict(OPTIONS.get(similarity, {}))
@@ -151,7 +151,7 @@ def test_common_draws_are_one_standard_normal_set_per_side():
 def test_a_sampled_score_changes_continuously_with_the_pair(index, queries):
     """A query moved by a small amount scores every item by a small amount apart (a re-encoded upload of a
     stored image ranks as the stored image does)."""
-    from pcmr.search.rescoring import oriented_scores
+    from pcmr.search.searcher import oriented_scores
 
     moved = Gaussian(queries.mean + 1e-4, queries.logvar)
     for similarity in [n for n in list_similarities() if get_similarity(n).sampled]:
@@ -162,20 +162,21 @@ def test_a_sampled_score_changes_continuously_with_the_pair(index, queries):
 
 
 def test_stored_statistics_of_a_sampled_score_drawn_otherwise_are_recomputed(tmp_path):
-    from pcmr.search.statistics import GalleryStatistics
+    from pcmr.search.searcher import GalleryStatistics
 
     index = _index(IMAGES, CAPTIONS, 11)
     index.build_ann("wasserstein", index_type="flat")
-    index.statistics.get("image", Scoring("match_prob", "caption", dict(OPTIONS["match_prob"]), get_reranker("csls")),
-                         100)
+    scoring = Scoring("match_prob", "caption", dict(OPTIONS["match_prob"]), get_reranker("csls"))
+    index.statistics.get(index.images, index.captions, "image", scoring, 100)
     entries = index.statistics.save(tmp_path)
     assert {e["similarity"]: e.get("samples") for e in entries}["match_prob"] == "common"
-    fresh = GalleryStatistics(index.gallery)
-    fresh.load(tmp_path, entries, tmp_path / "index.json")
+    sizes = {"image": index.images.num, "caption": index.captions.num}
+    fresh = GalleryStatistics()
+    fresh.load(tmp_path, entries, tmp_path / "index.json", sizes)
     assert len(fresh) == len(entries)
     older = [{k: v for k, v in e.items() if k != "samples"} for e in entries]  # saved before common draws
-    stale = GalleryStatistics(index.gallery)
-    stale.load(tmp_path, older, tmp_path / "index.json")
+    stale = GalleryStatistics()
+    stale.load(tmp_path, older, tmp_path / "index.json", sizes)
     assert len(stale) == len([e for e in entries if e["similarity"] != "match_prob"])
 
 

@@ -17,7 +17,6 @@ from pcmr.scoring import rerank_topk, score_matrix
 from pcmr.search import GalleryIndex
 from pcmr.search.ann import ANN_SCORES, AnnIndex, ann_score_for, build_ann
 from pcmr.search.compose import RESCORE_ALL_MAX, candidate_count
-from pcmr.search.rescoring import oriented_scores
 from pcmr.search.searcher import (
     ExactCandidates,
     ExactRescorer,
@@ -25,6 +24,7 @@ from pcmr.search.searcher import (
     ReweightingRanker,
     Scoring,
     Search,
+    oriented_scores,
 )
 from pcmr.similarity import get_similarity, list_similarities
 
@@ -254,7 +254,7 @@ def test_batched_candidate_scores_equal_the_pairwise_score() -> None:
     import torch
 
     from pcmr import Gaussian
-    from pcmr.search.rescoring import rescore_candidates
+    from pcmr.search.searcher import rescore_candidates
     from pcmr.similarity import get_similarity, pairwise
 
     generator = torch.Generator().manual_seed(0)

@@ -116,8 +116,7 @@ def test_gallery_statistics_agree_with_pcmr_inference_on_the_whole_matrix():
     """CSLS and inverted softmax on candidates, with the gallery statistic of the one function, equal
     pcmr.inference's re-weighting of the full matrix (reference rows + the query) for the query's row."""
     from pcmr.inference import csls, get_reranker, inverted_softmax
-    from pcmr.search.rescoring import oriented_scores
-    from pcmr.search.searcher import Scoring, gallery_statistic
+    from pcmr.search.searcher import Scoring, gallery_statistic, oriented_scores
 
     gen = torch.Generator().manual_seed(5)
     images, captions = _gaussian(17, DIM, gen), _gaussian(13, DIM, gen)
@@ -137,7 +136,7 @@ def test_gallery_statistics_agree_with_pcmr_inference_on_the_whole_matrix():
 
 
 def test_csls_and_is_work_on_a_default_faiss_build():
-    from pcmr.search.rescoring import oriented_scores
+    from pcmr.search.searcher import oriented_scores
 
     gen = torch.Generator().manual_seed(6)
     index = _index(_gaussian(21, DIM, gen), _gaussian(15, DIM, gen))

@@ -13,8 +13,8 @@ from pcmr.search.presentation import (
     entries_text,
     fetch_size,
     merge_identical_texts,
+    more_to_fetch,
     query_word_warning,
-    search_distinct,
     shown_entries,
     uncertainty_percentile,
     unknown_query_words,
@@ -86,25 +86,19 @@ def test_fetch_size_only_grows_for_caption_galleries_with_scores():
     assert fetch_size(10, 500, "caption", "rgm") == 10
 
 
-def test_search_distinct_asks_for_more_until_k_lines_or_the_whole_gallery():
-    from types import SimpleNamespace
-
+def test_more_to_fetch_asks_for_more_until_k_lines_or_the_whole_gallery():
     gallery = ["same"] * 40 + [f"text {i}" for i in range(4)] + ["same"] * 56  # 100 items, 5 distinct texts
-    asked = []
 
-    def search(n):
-        asked.append(n)
-        return SimpleNamespace(hits=[_hits(gallery[:n])])
+    def asked(k, modality, rerank):
+        """The result counts asked for, round by round, as the session asks them."""
+        fetch, rounds = fetch_size(k, len(gallery), modality, rerank), []
+        while fetch is not None:
+            rounds.append(fetch)
+            fetch = more_to_fetch([_hits(gallery[:fetch])], k, fetch, len(gallery), modality, rerank)
+        return rounds
 
-    results, fetched = search_distinct(search, 3, len(gallery), "caption", "nns")
-    assert asked == [15, 75] and fetched == 75  # 15 hold 1 distinct text, 75 hold 5
-    assert len(merge_identical_texts(results.hits[0], limit=3)) == 3
-    asked.clear()
-    results, fetched = search_distinct(search, 8, len(gallery), "caption", "nns")
-    assert asked == [40, 100] and fetched == 100  # only 5 distinct texts: stops once the gallery was read
-    asked.clear()
-    search_distinct(search, 3, len(gallery), "caption", "rgm")
-    assert asked == [3]  # a matching's lists are not prefixes of longer ones: asked once
-    asked.clear()
-    search_distinct(search, 3, len(gallery), "image", "nns")
-    assert asked == [3]  # images never merge
+    assert asked(3, "caption", "nns") == [15, 75]  # 15 hold 1 distinct text, 75 hold 5
+    assert len(merge_identical_texts(_hits(gallery[:75]), limit=3)) == 3
+    assert asked(8, "caption", "nns") == [40, 100]  # only 5 distinct texts: stops once the gallery was read
+    assert asked(3, "caption", "rgm") == [3]  # a matching's lists are not prefixes of longer ones: asked once
+    assert asked(3, "image", "nns") == [3]  # images never merge

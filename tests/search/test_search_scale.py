@@ -12,8 +12,7 @@ import torch
 from pcmr import Gaussian
 from pcmr.inference import get_reranker
 from pcmr.search.ann import AnnIndex, ann_score_for, build_ann, compressed_params, parse_memory
-from pcmr.search.rescoring import oriented_scores
-from pcmr.search.searcher import CandidateSearcher, ExactSearcher, Scoring, gallery_statistic
+from pcmr.search.searcher import CandidateSearcher, ExactSearcher, Scoring, gallery_statistic, oriented_scores
 from pcmr.search.store import GalleryStore, write_store
 
 pytest.importorskip("faiss")

@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from pcmr import __version__
 
@@ -82,12 +82,12 @@ def _run_command(args: argparse.Namespace) -> int:
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are two lines: a short usage and the error (the full usage of a
-    command runs to twenty lines and hides the one that matters). ``commands``: the sub-parsers built
-    (by command name)."""
+    command runs to twenty lines and hides the one that matters). The sub-parsers a command's parser
+    module adds are of this class too, made by argparse alone: no code of this module runs while a
+    parser module builds its sub-parser."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.commands: dict[str, argparse.ArgumentParser] = {}
+    #: the sub-parsers built, by command name (the top-level parser's, set by :func:`build_parser`)
+    commands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str) -> NoReturn:
         positionals = " ".join(action.metavar if isinstance(action.metavar, str) else action.dest.upper()
@@ -132,6 +132,7 @@ def build_parser(command: str | None = None) -> _Parser:
         description="Probabilistic cross-modal retrieval: train, evaluate and search Gaussian embeddings.",
         parents=[debug],
     )
+    parser.commands = {}
 
     parser.add_argument("--version", action="version", version=f"pcmr {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

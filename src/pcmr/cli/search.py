@@ -11,7 +11,9 @@
 
 ``--build`` encodes the gallery split into the folder INDEX (pcmr.search.GalleryIndex: safetensors +
 JSON, with the model and vocabulary so queries can be encoded); a query option in the same call
-searches the freshly built index. See docs/search.md.
+searches the freshly built index. A query alone never enters the index-writing modules
+(``pcmr.search.indexing``, ``pcmr.search.sources``): only a flag of the building group does. See
+docs/search.md.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from pcmr.search.indexing import (
     default_similarity,
     write_index,
 )
+from pcmr.search.manifest import stored_similarity
 from pcmr.search.presentation import answer_text
-from pcmr.search.request import Abstention, SearchRequest, parse_query_options
-from pcmr.search.session import SearchSession
+from pcmr.search.session import Abstention, SearchRequest, SearchSession, parse_query_options
 from pcmr.search.sources import BuildSettings
 from pcmr.similarity import get_similarity
 from pcmr.termination import run_until_terminated
@@ -53,6 +55,12 @@ def _index_write(args: argparse.Namespace) -> IndexWrite:
                       device=args.device, source=source)
 
 
+def _writes(args: argparse.Namespace) -> bool:
+    """Whether the flags write the index folder (``--build``, ``--from-embeddings``, ``--add``) or set how
+    it is written (``--on-disk``, ``--store-dtype``: refused without ``--build``)."""
+    return args.on_disk or any(x is not None for x in (args.build, args.from_embeddings, args.add, args.store_dtype))
+
+
 def _warn(line: str) -> None:
     print(f"warning: {line}", file=sys.stderr)
 
@@ -66,22 +74,27 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
     if [t for t in args.text if not t.strip()]:
         raise ValueError("--text must be a non-empty caption, e.g. --text 'a red circle'")
-    spec = _index_write(args)
-    check_index_write(spec)
-    spec.similarity = args.similarity = args.similarity or default_similarity(spec)
+    spec = _index_write(args) if _writes(args) else None
+    if spec is not None:
+        check_index_write(spec)
+        spec.similarity = args.similarity = args.similarity or default_similarity(spec)
+    else:
+        args.similarity = args.similarity or stored_similarity(args.index)
     checked_name("--similarity", args.similarity, get_similarity)
     checked_name("--rerank", args.rerank, get_reranker)
     abstention = Abstention(args.answer_coverage, args.max_risk, args.risk_curve)
     request = SearchRequest(texts=args.text, images=args.image, k=args.k, similarity=args.similarity,
                             rerank=args.rerank, abstention=abstention)
     abstention.coverages(args.similarity, request.query_modalities())  # checked before any work
-    check_source_target(spec)
-    index = write_index(spec, say=print, warn=_warn) if spec.writes else None
+    index = None
+    if spec is not None:
+        check_source_target(spec)
+        index = write_index(spec, say=print, warn=_warn)
+        args.backend = spec.backend  # an --on-disk build answers through its candidate source
     if not args.text and not args.image:
         if index is None:
             raise ValueError("nothing to do: give --text TEXT or --image PATH to search, or --build RUN_OR_MODEL")
         return 0
-    args.backend = spec.backend  # an --on-disk build answers through its candidate source
     settings: dict[str, Any] = {"similarity": args.similarity, "rerank": args.rerank, "backend": args.backend,
                 "candidates": args.candidates}
     session = SearchSession(index, **settings) if index is not None else SearchSession.open(args.index, device=args.device,

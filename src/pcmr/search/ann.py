@@ -16,7 +16,7 @@ Four scores are *exactly* nearest-neighbour problems on fixed vectors (docs/sear
 Each of the four says how its vectors are built in its registry entry (``Similarity.ann_vectors``,
 :class:`pcmr.similarity.AnnVectors`); this module reads that, never the score's name. Every other
 score uses one of these as a candidate generator (its ``ann_score``) followed by exact re-scoring
-(:mod:`pcmr.search.searcher`, :mod:`pcmr.search.rescoring`). faiss structures are written with ``faiss.write_index`` (faiss's own
+(:mod:`pcmr.search.searcher`). faiss structures are written with ``faiss.write_index`` (faiss's own
 binary format, not pickle) through a Python file object, so a failed write raises.
 """
 

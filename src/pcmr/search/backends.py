@@ -4,7 +4,7 @@ with its candidate sources. What differs between engines is their registered kin
 (:mod:`pcmr.search.sources`); this module asks the kind of each source.
 
 Building a source for a score also computes the gallery statistics of every re-weighting that needs
-one (CSLS, inverted softmax, default parameters; :mod:`pcmr.search.statistics`), so those re-rankers
+one (CSLS, inverted softmax, default parameters; :class:`pcmr.search.searcher.GalleryStatistics`), so those re-rankers
 work on the backend as built.
 """
 

@@ -1,11 +1,11 @@
-"""Encoding for a gallery index: a retrieval split encoded by a :class:`pcmr.Model` into a new index (in
-memory, or batch by batch into gallery stores on disk), and raw queries (caption texts, image files)
-encoded by the model the index keeps (``Model.encode_text`` / ``Model.encode_image``)."""
+"""Encoding a gallery index: a retrieval split encoded by a :class:`pcmr.Model` into a new index (in
+memory, or batch by batch into gallery stores on disk) that keeps the model to encode queries
+(:meth:`pcmr.search.gallery.GalleryIndex.encode_texts` / ``encode_images``)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ from pcmr.search.stored import StoredGallery
 
 T = TypeVar("T", bound=StoredGallery)
 
-__all__ = ["build_from_split", "build_on_disk", "encode_image_queries", "encode_text_queries", "query_encoder"]
+__all__ = ["build_from_split", "build_on_disk", "query_encoder"]
 
 
 def query_encoder(model: Model, split: RetrievalSplit) -> Model:
@@ -108,30 +108,3 @@ def _image_source(split: Any) -> tuple[dict[str, Any], list[dict[str, Any]] | No
         return {"image_source": source}, [{**m, "path": p} for m, p in zip(metadata, relative)]
     return {}, metadata
 
-
-def _require_encoder(index: StoredGallery) -> Model:
-    if index.model is None:
-        raise ValueError("this index holds no model/vocabulary (saved with include_model=False); "
-                         "it can only be searched with Gaussian queries (GalleryIndex.search)")
-    return index.model
-
-
-def encode_text_queries(index: StoredGallery, texts: str | Sequence[str]) -> Gaussian:
-    """Caption text(s) encoded by the index's model (:meth:`pcmr.Model.encode_text`), ``Gaussian [Q, D]``."""
-    model = _require_encoder(index)
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
-        raise ValueError(f"text queries must be non-empty strings, got {texts!r}")
-    return model.encode_text(texts)
-
-
-def encode_image_queries(index: StoredGallery,
-                         paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Gaussian:
-    """Image file(s) encoded by the index's model (:meth:`pcmr.Model.encode_image`: decoded with Pillow and
-    preprocessed like the gallery's images at test time), ``Gaussian [Q, D]``."""
-    model = _require_encoder(index)
-    if model.image_size is None:
-        raise ValueError("this model reads precomputed image features, not pixels; image-file queries need a "
-                         "model trained on pixel images")
-    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    return model.encode_image([os.fspath(p) for p in paths])

@@ -30,7 +30,8 @@ def build_faiss(index: StoredGallery, score: str, modalities: Sequence[str], ind
             continue
         index.ann[modality] = build_ann(gallery, score, index_type, shard_size=shard_size, progress=progress,
                                         desc=f"{modality} index", **params)
-        index.statistics.compute_defaults(modality, score, index.similarity_options.get(score, {}),
+        reference = index.gallery("caption" if modality == "image" else "image")  # the reference queries
+        index.statistics.compute_defaults(gallery, reference, modality, score, index.similarity_options.get(score, {}),
                                           int(reference_sample))
     return dict(index.ann)
 
@@ -82,10 +83,11 @@ class FaissSource(SourceKind):
         return {"file": name, "score": source.score, "index_type": source.index_type, "layout": source.layout,
                 "dim": source.dim, "ntotal": source.ntotal, "params": source.params}
 
-    def reconnect(self, entry: dict[str, Any], modality: str, gallery: Gallery, inside: Callable[[Any, str], Path],
+    def reconnect(self, entry: dict[str, Any], modality: str, gallery: Gallery, file: Path | None,
                   meta_path: Path) -> Any:
         try:
-            file = inside(entry["file"], "file")
+            if file is None:
+                raise KeyError("file")
             ann = AnnIndex.read(str(file), entry["score"], entry["index_type"], entry["layout"],
                                 int(entry["dim"]), entry.get("params") or {})
         except (KeyError, TypeError, ValueError) as err:

@@ -9,13 +9,18 @@ returns): the index is built from one (:meth:`GalleryIndex.build`), keeps it, en
 ``encode_text`` / ``encode_image`` and saves it as a ``save_pretrained`` folder. Each other job lives in
 its own module; the methods here call it:
 
-- :mod:`pcmr.search.manifest`: the folder on disk (``index.json`` with checksums, safetensors, no pickle);
-- :mod:`pcmr.search.building`: encoding a split into a new index, and encoding raw queries;
+- :mod:`pcmr.search.manifest`: the folder on disk (``index.json`` with checksums, safetensors, no pickle),
+  read into its parts, from which :meth:`GalleryIndex.load` makes the index;
+- :mod:`pcmr.search.building`: encoding a split into a new index;
 - :mod:`pcmr.search.backends`: building faiss / Milvus candidate sources (each kind in
   :mod:`pcmr.search.sources`), appending items;
-- :mod:`pcmr.search.statistics`: the re-rankers' gallery statistics, computed once and saved;
+- :class:`pcmr.search.searcher.GalleryStatistics`: the re-rankers' gallery statistics, computed once and
+  saved;
 - :mod:`pcmr.search.compose`: which candidate generator, exact re-scorer and re-ranker answer a query
-  (:mod:`pcmr.search.searcher`).
+  (:mod:`pcmr.search.searcher`), handed the index's data and never calling back into its methods.
+
+Raw queries (caption texts, image files) are encoded here, by the model the index keeps
+(:meth:`GalleryIndex.encode_texts`, :meth:`GalleryIndex.encode_images`).
 
 Re-rankers that need a set of queries (inverted softmax, CSLS, relaxed greedy matching; HAL/RGM
 section 3.3) use the *other modality of the gallery* as the reference query set: a text query is
@@ -47,11 +52,9 @@ from pcmr.device import resolve_device
 from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.hub import Model
 from pcmr.search import backends, building, manifest
-from pcmr.search.compose import DEFAULT_TOP_K, search_index
+from pcmr.search.compose import DEFAULT_TOP_K, SearchHit, SearchResults, on_disk_refusal, search_index
 from pcmr.search.manifest import INDEX_FORMAT, INDEX_VERSION
-from pcmr.search.results import SearchHit, SearchResults
-from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE, Gallery
-from pcmr.search.statistics import GalleryStatistics
+from pcmr.search.searcher import DEFAULT_REFERENCE_SAMPLE, Gallery, GalleryStatistics
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES
 
@@ -114,7 +117,7 @@ class GalleryIndex:
         #: Milvus candidate sources replaced by a rebuild or ``add_*``, dropped by :meth:`commit_sources`
         self.replaced_sources: list[Any] = []
         #: the re-rankers' gallery statistics (CSLS, inverted softmax), saved with the index
-        self.statistics = GalleryStatistics(self.gallery)
+        self.statistics = GalleryStatistics()
         #: scores of the stored items of one modality against the other (matchings' reference rows)
         self.reference_cache: dict[tuple[str, str, str], Tensor] = {}
         self.uncertainty_cache: dict[str, Tensor] = {}
@@ -132,9 +135,7 @@ class GalleryIndex:
     def refuse_on_disk(self, what: str) -> None:
         """Raise one ValueError naming ``what`` and ``--on-disk`` when this index keeps its gallery on disk."""
         if self.on_disk:
-            raise ValueError(f"{what} needs the whole gallery in memory, but this index keeps its Gaussians on disk "
-                             "(built with --on-disk); it answers through its faiss candidates re-scored from disk. "
-                             "Rebuild the index without --on-disk for this")
+            raise on_disk_refusal(what)
 
     # ----------------------------------------------------------------- building (pcmr.search.building)
     @classmethod
@@ -226,7 +227,13 @@ class GalleryIndex:
         (default CPU). Raises FileNotFoundError / ValueError naming the file and the problem."""
         if device is not None:
             device = resolve_device(device, what="device")
-        return manifest.load_index(cls, directory, device, load_model)
+        folder = manifest.read_index(directory, device, load_model)
+        index = cls(folder.galleries["image"], folder.galleries["caption"], **folder.fields, model=folder.model)
+        index.ann.update(folder.sources)
+        index.statistics.load(folder.root, folder.statistics, folder.meta_path,
+                              {modality: gallery.num for modality, gallery in folder.galleries.items()})
+        index.uncertainty_cache.update(folder.uncertainty)
+        return index
 
     # ----------------------------------------------------------------- stored items
     def gallery(self, modality: str) -> Gallery:
@@ -287,18 +294,45 @@ class GalleryIndex:
         Returns:
             :class:`SearchResults`; its ``notes`` say when an approximate answer may differ from the exact one.
         """
+        gallery_modality = "image" if modality == "caption" else "caption"
+        item_uncertainty = None
+        if modality in MODALITIES and not self.gallery(gallery_modality).is_point:
+            item_uncertainty = self.item_uncertainty(gallery_modality)
         return search_index(self, query, k, similarity, rerank, modality=modality, rerank_options=rerank_options,
-                            backend=backend, candidates=candidates, **options)
+                            backend=backend, candidates=candidates, item_uncertainty=item_uncertainty, **options)
+
+    # ----------------------------------------------------------------- queries (the model the index keeps)
+    def _encoder(self) -> Model:
+        if self.model is None:
+            raise ValueError("this index holds no model/vocabulary (saved with include_model=False); "
+                             "it can only be searched with Gaussian queries (GalleryIndex.search)")
+        return self.model
+
+    def encode_texts(self, texts: str | Sequence[str]) -> Gaussian:
+        """Caption text(s) encoded by the index's model (:meth:`pcmr.Model.encode_text`), ``Gaussian [Q, D]``."""
+        model = self._encoder()
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
+            raise ValueError(f"text queries must be non-empty strings, got {texts!r}")
+        return model.encode_text(texts)
+
+    def encode_images(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Gaussian:
+        """Image file(s) encoded by the index's model (:meth:`pcmr.Model.encode_image`: decoded with Pillow and
+        preprocessed like the gallery's images at test time), ``Gaussian [Q, D]``."""
+        model = self._encoder()
+        if model.image_size is None:
+            raise ValueError("this model reads precomputed image features, not pixels; image-file queries need a "
+                             "model trained on pixel images")
+        paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        return model.encode_image([os.fspath(p) for p in paths])
 
     def search_text(self, texts: str | Sequence[str], k: int = DEFAULT_TOP_K, similarity: str = "cosine",
                     rerank: str = "nns", **kwargs: Any) -> SearchResults:
         """Encode caption text(s) with the stored model (``Model.encode_text``) and search the image gallery."""
-        query = building.encode_text_queries(self, texts)
-        return self.search(query, k, similarity, rerank, modality="caption", **kwargs)
+        return self.search(self.encode_texts(texts), k, similarity, rerank, modality="caption", **kwargs)
 
     def search_image(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], k: int = DEFAULT_TOP_K,
                      similarity: str = "cosine", rerank: str = "nns", **kwargs: Any) -> SearchResults:
         """Decode image file(s) with Pillow, preprocess them like the gallery's images, encode with the stored
         model (``Model.encode_image``) and search the caption gallery."""
-        query = building.encode_image_queries(self, paths)
-        return self.search(query, k, similarity, rerank, modality="image", **kwargs)
+        return self.search(self.encode_images(paths), k, similarity, rerank, modality="image", **kwargs)

@@ -81,7 +81,7 @@ def default_similarity(spec: IndexWrite) -> str:
         return trained_similarity(spec.build)
     if spec.from_embeddings:
         return "cosine"
-    return stored_similarity(spec.index) or "cosine"
+    return stored_similarity(spec.index)
 
 
 def check_index_write(spec: IndexWrite) -> None:

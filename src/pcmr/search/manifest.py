@@ -13,7 +13,7 @@ On disk (no pickle anywhere):
   beside it and the image transform in ``meta``; both are still read);
 - ``ann-image.faiss`` / ``ann-caption.faiss`` (faiss backend, :mod:`pcmr.search.ann`); a Milvus
   source is recorded by its uri and collection;
-- ``statistics.safetensors`` (:mod:`pcmr.search.statistics`);
+- ``statistics.safetensors`` (:class:`~pcmr.search.searcher.GalleryStatistics`);
 - an on-disk index: ``store-image/`` and ``store-caption/`` (:class:`~pcmr.search.store.GalleryStore`)
   instead of ``embeddings.safetensors``, and ``uncertainty.safetensors`` with each item's uncertainty;
 - ``index.json`` lists the SHA-256 of every other file and of itself; a file that does not match
@@ -25,9 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -36,21 +36,18 @@ from torch import Tensor
 
 from pcmr.atomic import atomic_write_json, atomic_write_safetensors, repair_folder
 from pcmr.data import Vocabulary
-from pcmr.gaussian import Gaussian
+from pcmr.gaussian import DEFAULT_UNCERTAINTY_MEASURE, Gaussian
 from pcmr.hub import Model, check_image_side
 from pcmr.models import load_model as load_pcmr_model
 from pcmr.point_set import PointSet
 from pcmr.search.candidate_sources import source_kind
-from pcmr.search.searcher import Gallery
+from pcmr.search.searcher import STATISTICS_FILE, Gallery
 from pcmr.search.sources import entry_engine
-from pcmr.search.statistics import STATISTICS_FILE
 from pcmr.search.store import GalleryStore
 from pcmr.search.stored import MODALITIES, StoredGallery
 
-T = TypeVar("T", bound=StoredGallery)
-
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "file_sha256", "load_index", "drop_replaced_sources", "source_entries", "not_an_index", "save_index",
-           "stored_similarity"]
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "IndexFolder", "drop_replaced_sources", "file_sha256", "not_an_index",
+           "read_index", "save_index", "source_entries", "stored_similarity"]
 
 INDEX_FORMAT = "pcmr-gallery-index"
 INDEX_VERSION = 3
@@ -110,17 +107,18 @@ def save_index(index: StoredGallery, directory: str | os.PathLike[str], include_
     atomic_write_json(out / META_FILE, meta, indent=1, newline=False)
     return out
 
-def stored_similarity(directory: str | os.PathLike[str]) -> str | None:
-    """The first similarity of the ``similarity_options`` an index folder's ``index.json`` records (the one
-    its model was trained with), or None when there is none or the manifest cannot be read (loading the
-    index then names the problem)."""
+def stored_similarity(directory: str | os.PathLike[str]) -> str:
+    """The similarity a query of the index folder ``directory`` uses when it names none, read from its
+    ``index.json`` alone (nothing is loaded): the first of the ``similarity_options`` it records (the one
+    its model was trained with), else cosine, also when the manifest cannot be read (loading the index
+    then names the problem)."""
     try:
         info = json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
         options = info.get("similarity_options") if isinstance(info, dict) else None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
+        return "cosine"
     first = next(iter(options), None) if isinstance(options, dict) else None
-    return first if isinstance(first, str) else None
+    return first if isinstance(first, str) else "cosine"
 
 
 #: files an index of any version may hold besides those its manifest lists under ``checksums``
@@ -174,10 +172,28 @@ def _store_files(index: StoredGallery, out: Path) -> list[str]:
     return files
 
 
-def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device: torch.device | str | None = None,
-               load_model: bool = True) -> T:
-    """Read an index folder written by :func:`save_index` as a ``cls``; embeddings (and model) go to ``device``
-    (default CPU). Raises FileNotFoundError / ValueError naming the file and the problem."""
+@dataclass
+class IndexFolder:
+    """What an index folder holds, read and checked (:func:`read_index`): the stored items of each
+    modality (``galleries``), the constructor's fields of a gallery index (``fields``: ids, texts,
+    metadata, similarity options, meta), the ``model`` (None when not stored or not loaded), the
+    reconnected candidate ``sources``, the ``statistics`` entries of ``index.json`` (their values in
+    ``root``'s statistics file) and the items' saved ``uncertainty`` (on-disk indexes)."""
+
+    root: Path
+    meta_path: Path
+    galleries: dict[str, Gallery]
+    fields: dict[str, Any]
+    model: Model | None
+    sources: dict[str, Any]
+    statistics: list[dict[str, Any]]
+    uncertainty: dict[str, Tensor]
+
+
+def read_index(directory: str | os.PathLike[str], device: torch.device | str | None = None,
+               load_model: bool = True) -> IndexFolder:
+    """Read an index folder written by :func:`save_index`; embeddings (and model) go to ``device`` (default
+    CPU). Raises FileNotFoundError / ValueError naming the file and the problem."""
 
     root = Path(directory)
     meta_path, emb_path = root / META_FILE, root / EMBEDDINGS_FILE
@@ -236,17 +252,14 @@ def load_index(cls: Callable[..., T], directory: str | os.PathLike[str], device:
             model = _stored_parts(folder, _inside(root, info.get("vocab"), "vocab", meta_path), info, dev, meta_path)
         else:
             model = Model.from_pretrained(folder, map_location=dev)
-    index = cls(gaussians["image"], gaussians["caption"], image_ids=info["image_ids"],
-                caption_ids=info["caption_ids"], caption_texts=info["caption_texts"],
-                image_metadata=info.get("image_metadata"), similarity_options=info.get("similarity_options"),
-                meta=info.get("meta"), model=model)
-    _load_ann(index, root, info, meta_path)
+    fields = {"image_ids": info["image_ids"], "caption_ids": info["caption_ids"], "caption_texts": info["caption_texts"],
+              "image_metadata": info.get("image_metadata"), "similarity_options": info.get("similarity_options"),
+              "meta": info.get("meta")}
     statistics = info.get("statistics") or []
     if not isinstance(statistics, list):
         raise ValueError(f"{meta_path}: field 'statistics' must be a list")
-    index.statistics.load(root, statistics, meta_path)
-    _load_uncertainty(index, root, info, meta_path)
-    return index
+    return IndexFolder(root, meta_path, gaussians, fields, model, _load_ann(gaussians, root, info, meta_path),
+                       statistics, _load_uncertainty(gaussians, root, info, meta_path))
 
 
 def _stored_parts(folder: Path, vocab_path: Path, info: dict[str, Any], device: torch.device,
@@ -345,30 +358,34 @@ def _inside(root: Path, name: Any, field: str, meta_path: Path) -> Path:
     return path
 
 
-def _load_ann(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
-    """Read the candidate sources listed in ``index.json`` (a faiss file, a database collection), each
-    through its kind (:mod:`pcmr.search.sources`), which checks it fits the gallery."""
+def _load_ann(galleries: dict[str, Gallery], root: Path, info: dict[str, Any], meta_path: Path) -> dict[str, Any]:
+    """The candidate sources listed in ``index.json`` (a faiss file, a database collection) by modality,
+    each reconnected through its kind (:mod:`pcmr.search.sources`), which checks it fits the gallery."""
+    sources = {}
     for modality, entry in (info.get("ann") or {}).items():
         if not isinstance(entry, dict):
             raise ValueError(f"{meta_path}: field 'ann.{modality}' is malformed (not an object)")
+        if modality not in MODALITIES:
+            raise ValueError(f"modality must be one of {list(MODALITIES)}, got {modality!r}")
+        file = None if entry.get("file") is None else _inside(root, entry["file"], f"ann.{modality}.file", meta_path)
+        sources[modality] = source_kind(entry_engine(entry)).reconnect(entry, modality, galleries[modality], file,
+                                                                       meta_path)
+    return sources
 
-        def inside(name: Any, field: str, modality: str = modality) -> Path:
-            return _inside(root, name, f"ann.{modality}.{field}", meta_path)
 
-        index.ann[modality] = source_kind(entry_engine(entry)).reconnect(entry, modality, index.gallery(modality),
-                                                                         inside, meta_path)
-
-
-def _load_uncertainty(index: StoredGallery, root: Path, info: dict[str, Any], meta_path: Path) -> None:
-    """The items' uncertainties an on-disk index saved (``uncertainty`` of ``index.json``), if any."""
+def _load_uncertainty(galleries: dict[str, Gallery], root: Path, info: dict[str, Any],
+                      meta_path: Path) -> dict[str, Tensor]:
+    """The items' uncertainties an on-disk index saved (``uncertainty`` of ``index.json``) by modality, if
+    any, under the measure the index uses."""
     entry = info.get("uncertainty")
     if entry is None:
-        return
+        return {}
     if not isinstance(entry, dict) or entry.get("file") != UNCERTAINTY_FILE:
         raise ValueError(f"{meta_path}: field 'uncertainty' must be {{'file': {UNCERTAINTY_FILE!r}, 'measure': ...}}")
-    if entry.get("measure") != index.meta["uncertainty_measure"]:
-        return  # another measure: computed from the stores on first use
-    for modality, value in _read_embeddings(root / UNCERTAINTY_FILE).items():
-        if modality not in MODALITIES or value.shape != (index.gallery(modality).num,):
+    if entry.get("measure") != (info.get("meta") or {}).get("uncertainty_measure", DEFAULT_UNCERTAINTY_MEASURE):
+        return {}  # another measure: computed from the stores on first use
+    values = _read_embeddings(root / UNCERTAINTY_FILE)
+    for modality, value in values.items():
+        if modality not in MODALITIES or value.shape != (galleries[modality].num,):
             raise ValueError(f"{root / UNCERTAINTY_FILE}: {modality!r} must hold one value per item of a modality")
-        index.uncertainty_cache[modality] = value
+    return values

@@ -54,7 +54,8 @@ def build_milvus(index: StoredGallery, uri: str, score: str = "cosine", modaliti
         replace_source(index, modality, _collection(uri, collection_name(collection_prefix, modality, build_id),
                                                     score, gallery, index_type, shard_size, build_id, owner,
                                                     **params))
-        index.statistics.compute_defaults(modality, score, index.similarity_options.get(score, {}),
+        reference = index.gallery("caption" if modality == "image" else "image")  # the reference queries
+        index.statistics.compute_defaults(gallery, reference, modality, score, index.similarity_options.get(score, {}),
                                           int(reference_sample))
     return dict(index.ann)
 
@@ -113,7 +114,7 @@ class MilvusSource(SourceKind):
     def save(self, source: Any, folder: Path, modality: str) -> dict[str, Any]:
         return dict(source.describe())  # how to reconnect
 
-    def reconnect(self, entry: dict[str, Any], modality: str, gallery: Gallery, inside: Callable[[Any, str], Path],
+    def reconnect(self, entry: dict[str, Any], modality: str, gallery: Gallery, file: Path | None,
                   meta_path: Path) -> Any:
         try:
             source = MilvusCandidates.open(entry["uri"], entry["collection"])

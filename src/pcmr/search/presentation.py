@@ -8,10 +8,11 @@ the JSON API of ``pcmr serve`` and its page.
 - :func:`uncertainty_percentile`: an item's raw uncertainty (e.g. ``log det Sigma``, a sum over D
   dimensions, so values like ``-1012.5`` are normal) placed as a percentile among the gallery's items
   (0 = the most certain item, 100 = the most uncertain). The raw value stays in the JSON output.
-- :func:`fetch_size` / :func:`needs_more` / :func:`next_fetch_size`: how many results to ask for so
-  that ``k`` distinct lines remain once identical captions are merged (asked again, for more, until
-  they do or the whole gallery was read); :func:`fewer_lines_warning` says when fewer remain;
-  :func:`search_distinct` runs that loop for ``pcmr search`` and ``pcmr serve`` alike.
+- :func:`fetch_size` / :func:`more_to_fetch`: how many results to ask for so that ``k`` distinct lines
+  remain once identical captions are merged, and after each search whether, and how many, to ask for
+  again (until they do or the whole gallery was read); :func:`fewer_lines_warning` says when fewer
+  remain. The session (:class:`pcmr.search.session.SearchSession`) runs that loop for ``pcmr search``
+  and ``pcmr serve`` alike.
 - :func:`collapsed_score_warning`: a model whose scores barely differ between items (a collapsed
   embedding) ranks by ties and noise; it says so (an evaluation table's counterpart is
   ``pcmr.evaluation.degenerate.collapsed_recall_warning``).
@@ -20,9 +21,9 @@ the JSON API of ``pcmr serve`` and its page.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -43,7 +44,7 @@ __all__ = [
     "next_fetch_size",
     "fewer_lines_warning",
     "prefix_lists",
-    "search_distinct",
+    "more_to_fetch",
     "shown_entries",
     "result_warnings",
     "entries_text",
@@ -193,29 +194,16 @@ def prefix_lists(gallery_modality: str, rerank: str) -> bool:
     return gallery_modality == "caption" and get_reranker(rerank).returns_scores
 
 
-class _RankedLists(Protocol):
-    @property
-    def hits(self) -> Sequence[Sequence[Any]]: ...
-
-
-_Results = TypeVar("_Results", bound=_RankedLists)
-
-
-def search_distinct(search: Callable[[int], _Results], k: int, gallery_size: int, gallery_modality: str,
-                    rerank: str) -> tuple[_Results, int]:
-    """Run ``search(n)`` (results with ``hits``: one ranked hit list per query, ``n`` asked for each) until
-    every query's hits merge into ``k`` distinct lines (:func:`merge_identical_texts`) or the whole gallery
-    (``gallery_size`` items) was read: :func:`fetch_size` first, then :func:`next_fetch_size` while
-    :func:`needs_more`. A matching (``rerank`` without scores) is asked once. Returns the last results and
-    how many were asked for per query (for :func:`fewer_lines_warning`)."""
-
-    fetch = fetch_size(k, gallery_size, gallery_modality, rerank)
-    longer_is_prefix = prefix_lists(gallery_modality, rerank)
-    while True:
-        results = search(fetch)
-        if not longer_is_prefix or not any(needs_more(h, k, fetch, gallery_size) for h in results.hits):
-            return results, fetch
-        fetch = next_fetch_size(fetch, gallery_size)
+def more_to_fetch(hits: Sequence[Sequence[Any]], k: int, fetched: int, gallery_size: int, gallery_modality: str,
+                  rerank: str) -> int | None:
+    """After a search that asked for ``fetched`` results per query and found ``hits`` (one ranked hit list
+    per query): how many to ask for next (:func:`next_fetch_size`) while some query's hits merge into
+    fewer than ``k`` distinct lines and the gallery (``gallery_size`` items) holds more
+    (:func:`needs_more`), else None. A matching (``rerank`` without scores), whose lists are not cut from
+    longer ones, is asked once (:func:`prefix_lists`)."""
+    if prefix_lists(gallery_modality, rerank) and any(needs_more(h, k, fetched, gallery_size) for h in hits):
+        return next_fetch_size(fetched, gallery_size)
+    return None
 
 
 def shown_entries(hits: Sequence[Any], k: int, gallery_uncertainty: Tensor | None) -> list[dict[str, Any]]:

@@ -20,29 +20,45 @@ builds, beside a matching over the whole gallery. A re-weighting that needs a st
 the one function that computes it. New queries are never part of that reference set, so a query's
 results do not depend on the other queries of the same call.
 
+The exact scores every part reads are :func:`oriented_scores` (queries against a block of gallery
+items, whichever direction the query comes from) and :func:`rescore_candidates` (each query against its
+own candidates, read from memory or from a gallery store on disk: refine-by-exact).
+
+The gallery statistics an index keeps (:class:`GalleryStatistics`) are computed once per gallery
+modality, similarity with its options, and re-weighting with its parameters, and saved in
+``statistics.safetensors`` (described in ``index.json``). The reference queries of a gallery modality
+are at most ``sample`` stored items of the other modality (:func:`reference_sample`). A statistic of a
+sampled score records how its samples were drawn (``samples``: ``common``, one set of draws per side);
+a stored one drawn otherwise (an index saved by an earlier version) is not read, and is recomputed on
+first use.
+
 Ties follow pcmr's one rule (``pcmr.ranking``): descending score, then lower gallery index.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from safetensors.torch import load_file
 from torch import Tensor
 
+from pcmr.atomic import atomic_write_safetensors
 from pcmr.gaussian import Gaussian
-from pcmr.inference import Reranker, get_reranker
+from pcmr.inference import Reranker, get_reranker, list_reweightings
 from pcmr.ranking.topk import ordered_topk_block
-from pcmr.scoring import reranked_topk
-from pcmr.search.rescoring import oriented_scores, rescore_candidates
+from pcmr.scoring import reranked_topk, score_matrix
 from pcmr.search.store import GalleryStore
-from pcmr.similarity import get_similarity
+from pcmr.similarity import get_similarity, paired
 
 __all__ = ["CandidateSearcher", "CandidateSource", "ExactCandidates", "ExactRescorer", "ExactSearcher",
-           "MatchingRanker", "Ranker", "ReweightingRanker", "Scoring", "Search", "Searcher", "gallery_chunks",
-           "gallery_statistic", "reference_sample", "topk_of_candidates"]
+           "GalleryStatistics", "MatchingRanker", "Ranker", "ReweightingRanker", "STATISTICS_FILE", "Scoring",
+           "Search", "Searcher", "gallery_chunks", "gallery_statistic", "oriented_scores", "reference_sample",
+           "rescore_candidates", "statistic_key", "topk_of_candidates"]
 
 DEFAULT_CANDIDATES = 100
 DEFAULT_REFERENCE_SAMPLE = 2000
@@ -84,6 +100,56 @@ class Scoring:
         return get_similarity(self.similarity).means_only
 
 
+# ----------------------------------------------------------------- exact scores
+def oriented_scores(similarity: str, query: Gaussian, gallery: Gaussian, query_modality: str,
+                    options: dict[str, Any]) -> Tensor:
+    """Exact scores ``[Q, G]`` of queries (rows) against gallery items, whatever the direction
+    (a caption query scores ``S(image, caption)`` like every other caption). Sampled scores use each
+    side's common draws, so a pair scores the same whichever items come with it."""
+
+    if query_modality == "caption":
+        return score_matrix(similarity, gallery, query, options, common=True).T  # [N_img, N_cap] -> [Q, G]
+    return score_matrix(similarity, query, gallery, options, common=True)
+
+
+def _take(gallery: Gallery, rows: Tensor, need_logvar: bool) -> Gaussian:
+    if isinstance(gallery, GalleryStore):
+        return gallery.rows(rows, need_logvar=need_logvar)
+    return gallery[rows]
+
+
+def rescore_candidates(similarity: str, query: Gaussian, gallery: Gallery, candidates: Tensor,
+                       query_modality: str, options: dict[str, Any], *, need_logvar: bool = True) -> Tensor:
+    """Exact scores ``[Q, C]`` of each query against its candidate rows ``candidates [Q, C]``
+    (entries ``-1`` mark unfilled slots and score ``-inf``). Closed-form scores are evaluated on
+    aligned pairs in one call; Monte-Carlo scores query by query through the path of the exact backend,
+    with the common draws of each side (:func:`oriented_scores`). ``need_logvar=False`` reads only the
+    means of a store (scores of the means)."""
+
+    valid = candidates >= 0
+    safe = candidates.clamp_min(0)
+    num_queries, width = candidates.shape
+    score = get_similarity(similarity)
+    fast = None
+    if score.batched_candidates:  # one batched call over each query's own candidates
+        means = _take(gallery, safe.reshape(-1), False).mean.reshape(num_queries, width, -1)  # [Q, C, D]
+        fast = score.candidate_scores(means, query.mean, options)
+    if fast is not None:
+        out = fast
+    elif score.sampled:
+        rows = [oriented_scores(similarity, query[q:q + 1], _take(gallery, safe[q], need_logvar), query_modality,
+                                options)[0]
+                for q in range(num_queries)]
+        out = torch.stack(rows) if rows else torch.zeros(0, width)
+    else:
+        items = _take(gallery, safe.reshape(-1), need_logvar)
+        repeated = query[torch.arange(num_queries).repeat_interleave(width)]
+        pair = (items, repeated) if query_modality == "caption" else (repeated, items)
+        with torch.no_grad():
+            out = paired(similarity, *pair, **options).reshape(num_queries, width)
+    return out.masked_fill(~valid, float("-inf"))
+
+
 def gallery_chunks(gallery: Gallery, size: int = 65_536, *, need_logvar: bool = True
                    ) -> Iterator[tuple[int, Gaussian]]:
     """``(start, Gaussian)`` row blocks of an in-memory or on-disk gallery (``need_logvar=False``: the
@@ -95,6 +161,7 @@ def gallery_chunks(gallery: Gallery, size: int = 65_536, *, need_logvar: bool = 
         yield start, gallery[start:start + size]
 
 
+# ----------------------------------------------------------------- gallery statistics
 def reference_sample(reference: Gallery, sample: int = DEFAULT_REFERENCE_SAMPLE, seed: int = 0) -> Gaussian:
     """At most ``sample`` rows of the reference queries (in memory or read from a store on disk), drawn
     with ``seed`` and kept in index order."""
@@ -123,6 +190,109 @@ def gallery_statistic(scoring: Scoring, reference: Gaussian, gallery: Gallery,
     return out
 
 
+#: how a sampled score's statistics draw their samples (``pcmr.similarity.common_draws``)
+SAMPLES = "common"
+
+STATISTICS_FILE = "statistics.safetensors"
+
+
+def statistic_key(modality: str, scoring: Scoring) -> str | None:
+    """What a stored gallery statistic depends on, as a JSON string (None for uncacheable options)."""
+    try:
+        return json.dumps([modality, scoring.similarity, scoring.reranker.weighting.name,
+                           vars(scoring.reranker.weighting), scoring.options], sort_keys=True)
+    except TypeError:  # tensor or generator options
+        return None
+
+
+def _other(modality: str) -> str:
+    return "caption" if modality == "image" else "image"
+
+
+class GalleryStatistics:
+    """The gallery statistics of an index by :func:`statistic_key` (module docstring). Each call is given
+    the stored items it reads: ``gallery``, the items of the gallery modality, and ``reference``, those of
+    the other modality (the reference queries)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.entries.values())
+
+    def clear(self) -> None:
+        """Forget every statistic (the gallery or its reference queries changed)."""
+        self.entries.clear()
+
+    def get(self, gallery: Gallery, reference: Gallery, gallery_modality: str, scoring: Scoring,
+            sample: int) -> Tensor | None:
+        """The statistic ``[G]`` of ``scoring``'s re-ranker over the ``gallery_modality`` items ``gallery``
+        (None when it needs none), from at most ``sample`` of the ``reference`` queries; computed once and
+        kept."""
+        if not scoring.reranker.needs_gallery_statistic:
+            return None
+        key = statistic_key(gallery_modality, scoring)
+        entry = self.entries.get(key) if key is not None else None
+        if entry is not None and entry["value"].shape[0] == gallery.num:
+            return entry["value"]
+        value = gallery_statistic(scoring, reference_sample(reference, sample), gallery)
+        if key is not None:
+            self.entries[key] = {"modality": gallery_modality, "similarity": scoring.similarity,
+                                 "reranker": scoring.reranker.name, "params": scoring.reranker.parameters(),
+                                 "options": scoring.options, "sample": sample, "value": value}
+            if get_similarity(scoring.similarity).sampled:
+                self.entries[key]["samples"] = SAMPLES
+        return value
+
+    def compute_defaults(self, gallery: Gallery, reference: Gallery, gallery_modality: str, similarity: str,
+                         options: dict[str, Any], sample: int) -> None:
+        """The statistic of every re-weighting that needs one, with its default parameters, for
+        ``similarity`` (what an ANN backend built for that score serves without further work)."""
+        if reference.num == 0:
+            return
+        for name in list_reweightings():
+            reranker = get_reranker(name)
+            if reranker.needs_gallery_statistic:
+                self.get(gallery, reference, gallery_modality,
+                         Scoring(similarity, _other(gallery_modality), options, reranker), sample)
+
+    def save(self, folder: Path) -> list[dict[str, Any]]:
+        """Write ``statistics.safetensors`` into ``folder`` (nothing without statistics); returns the
+        entries' descriptions for ``index.json``."""
+        if not self.entries:
+            return []
+        atomic_write_safetensors(folder / STATISTICS_FILE, {f"statistic_{i}": e["value"].detach().cpu().contiguous()
+                                                            for i, e in enumerate(self.entries.values())})
+        return [{k: v for k, v in e.items() if k != "value"} for e in self.entries.values()]
+
+    def load(self, folder: Path, entries: list[dict[str, Any]], meta_path: Path, sizes: Mapping[str, int]) -> None:
+        """Read the statistics that ``entries`` (field ``statistics`` of ``meta_path``) describe, for a
+        gallery of ``sizes[modality]`` items per modality."""
+        if not entries:
+            return
+        tensors = load_file(str(folder / STATISTICS_FILE))
+        for i, entry in enumerate(entries):
+            value = tensors.get(f"statistic_{i}")
+            try:
+                modality = entry["modality"]
+                scoring = Scoring(entry["similarity"], _other(modality), dict(entry["options"]),
+                                  get_reranker(entry["reranker"], **entry["params"]))
+                size = sizes[modality]
+            except (KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{meta_path}: entry {i} of field 'statistics' is malformed ({err})") from None
+            if value is None or value.shape != (size,):
+                raise ValueError(f"{folder / STATISTICS_FILE}: 'statistic_{i}' must hold one value per {modality}")
+            if get_similarity(scoring.similarity).sampled and entry.get("samples") != SAMPLES:
+                continue  # drawn from another sampling: recomputed on first use
+            key = statistic_key(modality, scoring)
+            if key is not None:
+                self.entries[key] = {**entry, "value": value}
+
+
+# ----------------------------------------------------------------- candidate generators
 def topk_of_candidates(scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Top-k of candidate lists ``scores, indices [Q, C]`` under the tie rule (descending score, then
     lower gallery index; unfilled slots ``-1`` last): ``(scores [Q, k], indices [Q, k])``."""
@@ -133,7 +303,6 @@ def topk_of_candidates(scores: Tensor, indices: Tensor, k: int) -> tuple[Tensor,
     return values, indices.gather(1, cols)
 
 
-# ----------------------------------------------------------------- candidate generators
 class ExactCandidates:
     """Every gallery item scored exactly with the query's similarity: the ``width`` best per query
     (a running top-``width`` over row chunks of ``chunk`` items, so a gallery on disk is read one chunk

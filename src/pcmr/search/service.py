@@ -15,7 +15,7 @@ The three search endpoints take ``similarity=`` and ``rerank=`` to override the 
 one query. Uploads are read at most :attr:`ServiceLimits.max_upload_bytes` (plus the form's framing)
 before a 413, and an image's pixel count is checked from its header before it is decoded; decoding
 runs outside the lock that serialises the searches (:mod:`pcmr.search.uploads`). Every query is one
-:class:`~pcmr.search.request.SearchRequest` answered by the server's
+:class:`~pcmr.search.session.SearchRequest` answered by the server's
 :class:`~pcmr.search.session.SearchSession`: this module validates the HTTP request and serialises the
 answer.
 
@@ -40,8 +40,7 @@ from pcmr.search.compose import DEFAULT_TOP_K
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.image_files import confined_file, public_metadata, serving_folder
 from pcmr.search.presentation import score_note, uncertainty_percentile
-from pcmr.search.request import SearchRequest
-from pcmr.search.session import SearchSession
+from pcmr.search.session import SearchRequest, SearchSession
 from pcmr.search.uploads import FORM_OVERHEAD_BYTES, DecodeBudget, RequestRefused, decode_upload, read_upload
 
 __all__ = ["DecodeBudget", "FORM_OVERHEAD_BYTES", "ServiceLimits", "access_line", "create_app", "log_safe"]

@@ -1,51 +1,172 @@
-"""A search session: one gallery index opened once (its model, stored items and candidate sources) with
-the search settings of a deployment, answering :class:`~pcmr.search.request.SearchRequest` after
-request. ``pcmr search`` answers one request and prints it; ``pcmr serve`` keeps one session and answers
-a request per HTTP query; the Python API does either:
+"""A search request and the session that answers it.
+
+:class:`SearchRequest` is one request: the queries (caption texts, image files, decoded images or
+Gaussians), ``k``, the similarity and re-ranker with their options, and when to answer "uncertain"
+(:class:`Abstention`). A :class:`SearchSession` is one gallery index opened once (its model, stored items
+and candidate sources) with the search settings of a deployment, answering request after request.
+``pcmr search`` answers one request and prints it; ``pcmr serve`` keeps one session and answers a request
+per HTTP query; the Python API does either:
 
     session = SearchSession.open("idx/shapes-test")
     answer = session.search(SearchRequest(texts=["a red circle"], k=5))
     for query in answer.queries:
         print(query.label, [line["id"] for line in query.lines])
 
-Each batch of queries (the texts, the images...) is encoded once and searched asking for enough results
-that ``k`` distinct lines remain once identical captions are merged
-(:func:`pcmr.search.presentation.search_distinct`); every answer gives its lines, the query's
-uncertainty as a percentile of the stored items of its modality, its warnings and the notes of the
-search, and with :class:`~pcmr.search.request.Abstention` settings, whether it was answered. One search
-runs at a time (the session's lock): torch and faiss use every core themselves.
+Each batch of queries (the texts, the images...) is encoded once by the model the index keeps and
+searched, asking again for more results while fewer than ``k`` distinct lines remain once identical
+captions are merged (:func:`pcmr.search.presentation.more_to_fetch` says how many); every answer gives
+its lines, the query's uncertainty as a percentile of the stored items of its modality, its warnings and
+the notes of the search, and with :class:`Abstention` settings, whether it was answered. One search runs
+at a time (the session's lock): torch and faiss use every core themselves.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch import Tensor
+
+from pcmr.arguments import parse_option
 from pcmr.encode.fingerprint import gallery_fingerprint
 from pcmr.gaussian import Gaussian
 from pcmr.inference import get_reranker, list_rerankers
-from pcmr.search import building
-from pcmr.search.abstain import abstains, abstention_entry, answered_entry, check_curve_fingerprint
-from pcmr.search.compose import get_backend, trained_similarity
+from pcmr.relevance import I2T, T2I
+from pcmr.search.abstain import (
+    abstains,
+    abstention_entry,
+    answered_entry,
+    check_curve_fingerprint,
+    coverage_for_risk,
+    read_risk_curve,
+)
+from pcmr.search.compose import DEFAULT_TOP_K, SearchResults, get_backend, trained_similarity
 from pcmr.search.gallery import GalleryIndex
 from pcmr.search.presentation import (
+    fetch_size,
     fewer_lines_warning,
+    more_to_fetch,
     result_warnings,
-    search_distinct,
     shown_entries,
     uncertainty_percentile,
     word_vocabulary,
 )
-from pcmr.search.request import SearchRequest
-from pcmr.similarity import get_similarity, list_similarities
-from pcmr.suggest import unknown_name
+from pcmr.similarity import check_similarity_option_values, get_similarity, list_similarities
+from pcmr.suggest import did_you_mean, name_list, unknown_name
 
-__all__ = ["QueryAnswer", "SearchAnswer", "SearchSession"]
+__all__ = ["Abstention", "QueryAnswer", "SearchAnswer", "SearchRequest", "SearchSession", "parse_query_options"]
 
 
+# ----------------------------------------------------------------- the request
+@dataclass(frozen=True)
+class Abstention:
+    """Answer "uncertain" instead of a list for a query whose uncertainty lies outside an answered share
+    of the stored items of its modality: ``answer_coverage`` (0-1), or the share at which the
+    risk-coverage curve of the evaluation folder ``risk_curve`` keeps the risk within ``max_risk``."""
+
+    answer_coverage: float | None = None
+    max_risk: float | None = None
+    risk_curve: str | None = None
+
+    def coverages(self, similarity: str, modalities: Sequence[str]) -> dict[str, tuple[float, str]] | None:
+        """The answered share per query modality in ``modalities`` (``caption``: text queries, ``image``:
+        image queries) and why; None: answer every query. ValueError for settings that do not fit."""
+        if self.answer_coverage is not None and self.max_risk is not None:
+            raise ValueError("give --answer-coverage or --max-risk, not both")
+        if self.answer_coverage is not None:
+            if not 0.0 < self.answer_coverage <= 1.0:
+                raise ValueError(f"--answer-coverage must be a share in (0, 1], got {self.answer_coverage}")
+            why = f"--answer-coverage {self.answer_coverage:g}"
+            return {"caption": (self.answer_coverage, why), "image": (self.answer_coverage, why)}
+        if self.max_risk is None:
+            if self.risk_curve is not None:
+                raise ValueError("--risk-curve sets the coverage for --max-risk; add --max-risk RISK")
+            return None
+        if self.risk_curve is None:
+            raise ValueError("--max-risk needs --risk-curve EVAL_DIR: the evaluation whose risk-coverage curve maps "
+                             "a risk to the share of queries answered")
+        out = {}
+        for modality, direction in (("caption", T2I), ("image", I2T)):
+            if modality not in modalities:
+                continue
+            curve = read_risk_curve(self.risk_curve, similarity, direction)
+            share = coverage_for_risk(*curve, self.max_risk, where=f"{self.risk_curve}, {similarity}, {direction}")
+            out[modality] = (share, f"risk <= {self.max_risk:g} on {self.risk_curve}, {direction}")
+        return out
+
+
+@dataclass
+class SearchRequest:
+    """What to search for, and how.
+
+    Queries (any of them; each kind is one batch, searched in this order): ``texts`` (captions, search the
+    images), ``images`` (image files, search the captions), ``pixels`` (decoded model-ready images
+    ``[Q, 3, S, S]``, search the captions) and ``gaussian`` (``Gaussian [Q, D]`` of the query modality
+    ``modality``, ``"caption"`` or ``"image"``). ``labels``: how ``pixels`` / ``gaussian`` queries are
+    named in the results and warnings (default: empty). ``similarity`` / ``rerank``: None for the
+    session's; ``rerank_options``: None for the index's stored ones; ``similarity_options`` override
+    the stored learned options; ``abstention``: None answers every query.
+    """
+
+    texts: Sequence[str] = ()
+    images: Sequence[str | os.PathLike[str]] = ()
+    pixels: Tensor | None = None
+    gaussian: Gaussian | None = None
+    modality: str = "caption"
+    labels: Sequence[str] | None = None
+    k: int = DEFAULT_TOP_K
+    similarity: str | None = None
+    rerank: str | None = None
+    rerank_options: dict[str, Any] | None = None
+    similarity_options: dict[str, Any] = field(default_factory=dict)
+    abstention: Abstention | None = None
+
+    def query_modalities(self) -> list[str]:
+        """The modalities of the request's queries (``caption`` for texts), in search order."""
+        found = (["caption"] if self.texts else []) + (["image"] if self.images or self.pixels is not None else [])
+        if self.gaussian is not None:
+            found.append(self.modality)
+        return found
+
+
+def parse_query_options(items: Sequence[str], similarity: str, rerank: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--option`` items as ``(re-ranker options, similarity options)``. Every command's form is
+    ``NAME.OPTION=VALUE`` with a YAML value, ``NAME`` the re-ranker ``rerank`` or the score ``similarity``;
+    the deprecated ``OPTION=VALUE`` (a number, for the re-ranker) is still read."""
+    rerank_options: dict[str, Any] = {}
+    similarity_options: dict[str, Any] = {}
+    owned: list[tuple[str, str, Any]] = []
+    for item in items:
+        owner, name, value = parse_option(item, "is.beta=30, csls.csls_k=10, rgm.lam=2 or match_prob.a=12.5",
+                                          bare=True)
+        if owner is None:  # the deprecated form: a re-ranker parameter, a number
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"--option {item!r}: VALUE must be a number (or write NAME.OPTION=VALUE)")
+            rerank_options[name] = value
+            continue
+        owned.append((owner, name, value))
+    for owner, option, value in owned:
+        flag = f"--option {owner}.{option}={value}"
+        if owner not in (rerank, similarity):
+            raise ValueError(f"{flag}: '{owner}' is neither the --rerank re-ranker ({rerank}) nor the --similarity "
+                             f"score ({similarity})")
+        accepted = sorted(get_reranker(rerank).parameters() if owner == rerank else get_similarity(similarity).options)
+        if option not in accepted:
+            raise ValueError(f"{flag}: '{owner}' has no option '{option}'{did_you_mean(option, accepted)}; expected "
+                             f"one of: {name_list(accepted) if accepted else 'none'}")
+        (rerank_options if owner == rerank else similarity_options)[option] = value
+    try:  # the values, before anything is encoded
+        get_reranker(rerank, **rerank_options)
+        check_similarity_option_values(similarity, similarity_options)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"--option {' '.join(items)}: {err}") from None
+    return rerank_options, similarity_options
+
+
+# ----------------------------------------------------------------- the session and its answers
 @dataclass
 class QueryAnswer:
     """The answer to one query: ``lines`` (:func:`pcmr.search.presentation.shown_entries`), the query's
@@ -175,10 +296,10 @@ class SearchSession:
         index = self.index
         if request.texts:
             texts = list(request.texts)
-            yield _Batch(texts, "caption", lambda: building.encode_text_queries(index, texts), texts=True)
+            yield _Batch(texts, "caption", lambda: index.encode_texts(texts), texts=True)
         if request.images:
             paths = list(request.images)
-            yield _Batch([str(p) for p in paths], "image", lambda: building.encode_image_queries(index, paths))
+            yield _Batch([str(p) for p in paths], "image", lambda: index.encode_images(paths))
         if request.pixels is not None:
             pixels = request.pixels
 
@@ -197,17 +318,7 @@ class SearchSession:
         index = self.index
         gallery_modality = "image" if batch.modality == "caption" else "caption"
         gallery_size = index.gallery(gallery_modality).num
-        encoded: list[Gaussian] = []  # the queries, encoded once however many times search_distinct asks
-
-        def search(fetch: int) -> Any:
-            with self.lock:  # encoding, too, uses every core
-                if not encoded:
-                    encoded.append(batch.encode())
-                return index.search(encoded[0], k=fetch, similarity=similarity, rerank=rerank,
-                                    modality=batch.modality, rerank_options=request.rerank_options,
-                                    backend=self.backend, candidates=self.candidates, **request.similarity_options)
-
-        results, fetched = search_distinct(search, request.k, gallery_size, gallery_modality, rerank)
+        results, fetched = self._search(batch, request, similarity, rerank, gallery_modality, gallery_size)
         gallery_unc = None if index.gallery(gallery_modality).is_point else index.item_uncertainty(gallery_modality)
         query_unc = None if index.gallery(batch.modality).is_point else index.item_uncertainty(batch.modality)
         vocabulary = word_vocabulary(index.model) if batch.texts else None
@@ -222,6 +333,26 @@ class SearchSession:
                 fewer_lines_warning(len(lines), request.k, fetched, gallery_size, returns_scores),
                 list(results.notes)))
         return answers
+
+    def _search(self, batch: _Batch, request: SearchRequest, similarity: str, rerank: str, gallery_modality: str,
+                gallery_size: int) -> tuple[SearchResults, int]:
+        """The results of one batch, searched asking for :func:`~pcmr.search.presentation.fetch_size` results
+        per query, then for as many more as :func:`~pcmr.search.presentation.more_to_fetch` says, and how
+        many were asked for per query last. The queries are encoded once, by the first search."""
+        fetch = fetch_size(request.k, gallery_size, gallery_modality, rerank)
+        encoded: Gaussian | None = None
+        while True:
+            with self.lock:  # encoding, too, uses every core
+                if encoded is None:
+                    encoded = batch.encode()
+                results = self.index.search(encoded, k=fetch, similarity=similarity, rerank=rerank,
+                                            modality=batch.modality, rerank_options=request.rerank_options,
+                                            backend=self.backend, candidates=self.candidates,
+                                            **request.similarity_options)
+            more = more_to_fetch(results.hits, request.k, fetch, gallery_size, gallery_modality, rerank)
+            if more is None:
+                return results, fetch
+            fetch = more
 
 
 def _labels(request: SearchRequest, count: int) -> list[str]:

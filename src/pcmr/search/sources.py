@@ -84,10 +84,11 @@ class SourceKind(ABC):
         under ``"file"``)."""
 
     @abstractmethod
-    def reconnect(self, entry: dict[str, Any], modality: str, gallery: Gallery, inside: Callable[[Any, str], Path],
+    def reconnect(self, entry: dict[str, Any], modality: str, gallery: Gallery, file: Path | None,
                   meta_path: Path) -> Any:
-        """The source an ``index.json`` entry names for ``modality``, checked to hold ``gallery``;
-        ``inside(name, field)``: the path of a file the entry names, refused outside the index folder;
+        """The source an ``index.json`` entry names for ``modality``, checked to hold ``gallery``; ``file``:
+        the path of the file the entry names under ``"file"`` (what :meth:`save` wrote into the index
+        folder, under its checksums), checked to lie inside the index folder, None when it names none;
         ``meta_path``: the manifest (for messages)."""
 
     def add(self, index: StoredGallery, modality: str, source: Any, items: Gaussian, merged: Gaussian,

@@ -14,8 +14,7 @@ from torch import Tensor
 
 from pcmr.gaussian import Gaussian
 from pcmr.hub import Model
-from pcmr.search.searcher import Gallery
-from pcmr.search.statistics import GalleryStatistics
+from pcmr.search.searcher import Gallery, GalleryStatistics
 
 __all__ = ["MODALITIES", "StoredGallery"]
 
