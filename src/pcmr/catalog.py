@@ -10,8 +10,21 @@ Standard library only: importing this module loads neither torch nor numpy.
 
 from __future__ import annotations
 
-__all__ = ["ANN_SCORES", "DEFAULT_CANDIDATES", "DEFAULT_REFERENCE_SAMPLE", "DEFAULT_RERANKERS", "DEFAULT_SIMILARITIES",
+__all__ = ["ANN_SCORES", "COMMANDS", "DEFAULT_CANDIDATES", "DEFAULT_REFERENCE_SAMPLE", "DEFAULT_RERANKERS", "DEFAULT_SIMILARITIES",
            "DEFAULT_TOP_K", "ENCODE_BATCH_SIZE", "INDEX_TYPES", "REGISTERED", "REQUEST_TIMEOUT_S", "RESCORE_ALL_MAX"]
+
+#: the commands: name -> (the module of ``pcmr.cli`` and of ``pcmr.cli.parsers`` implementing it, its one-line
+#: help in ``pcmr --help`` and in its own parser). The table itself, not a copy
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train", "train a model from a recipe (a shipped recipe name or a YAML path) or resume a run"),
+    "evaluate": ("evaluate", "evaluation table of a trained model (all similarities x re-rankers)"),
+    "search": ("search", "build a gallery index and search it by text or image"),
+    "serve": ("serve", "serve a gallery index: a search page and a JSON API"),
+    "demo": ("demo", "train and compare pcme and pcme_mu_only on the built-in data (a few minutes on a CPU)"),
+    "list": ("listing", "list the names a config or command may use"),
+    "study": ("study", "run a study: recipes x variants x seeds, trained, evaluated and the papers' claims judged"),
+    "convert": ("convert", "convert a checkpoint of a paper's official release into a pcmr model folder"),
+}
 
 #: the names of each registry, in its listing order (what ``pcmr list KIND`` prints): models
 #: (``pcmr.models.list_models``), scores (``pcmr.similarity.list_similarities``), losses

@@ -30,20 +30,9 @@ from types import ModuleType
 from typing import NoReturn
 
 from pcmr import __version__
+from pcmr.catalog import COMMANDS
 
 __all__ = ["COMMANDS", "main"]
-
-# command name -> (module of pcmr.cli implementing it, its one-line help in `pcmr --help`)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("train", "train a model from a recipe (a shipped recipe name or a YAML path) or resume a run"),
-    "evaluate": ("evaluate", "evaluation table of a trained model (all similarities x re-rankers)"),
-    "search": ("search", "build a gallery index and search it by text or image"),
-    "serve": ("serve", "serve a gallery index: a search page and a JSON API"),
-    "demo": ("demo", "train and compare pcme and pcme_mu_only on the built-in data (a few minutes on a CPU)"),
-    "list": ("listing", "list the names a config or command may use"),
-    "study": ("study", "run a study: recipes x variants x seeds, trained, evaluated and the papers' claims judged"),
-    "convert": ("convert", "convert a checkpoint of a paper's official release into a pcmr model folder"),
-}
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1

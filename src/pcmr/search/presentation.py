@@ -15,7 +15,7 @@ the JSON API of ``pcmr serve`` and its page.
   and ``pcmr serve`` alike.
 - :func:`collapsed_score_warning`: a model whose scores barely differ between items (a collapsed
   embedding) ranks by ties and noise; it says so (an evaluation table's counterpart is
-  ``pcmr.evaluation.degenerate.collapsed_recall_warning``).
+  ``pcmr.evaluation.table.collapsed_recall_warning``).
 """
 
 from __future__ import annotations

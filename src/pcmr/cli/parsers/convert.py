@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from pcmr.catalog import COMMANDS
+
 __all__ = ["FORMATS", "add_parser"]
 
 #: the releases whose checkpoints are converted
@@ -13,7 +15,7 @@ FORMATS = ("pcme-release",)
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "convert",
-        help="convert a checkpoint of a paper's official release into a pcmr model folder",
+        help=COMMANDS["convert"][1],
         description="Convert a checkpoint of an official release (pcme-release: github.com/naver-ai/pcme) "
         "into a pcmr model folder with its vocabulary and learned similarity options.",
     )

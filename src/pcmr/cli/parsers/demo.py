@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from pcmr.catalog import COMMANDS
+
 __all__ = ["add_parser"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "demo",
-        help="train and compare pcme and pcme_mu_only on the built-in data (a few minutes on a CPU)",
+        help=COMMANDS["demo"][1],
         description=(
             "Train the pcme and pcme_mu_only recipes on the built-in shapes dataset, evaluate both with "
             "several similarities and re-rankers, and print the comparison table."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pcmr.arguments import positive_int
-from pcmr.catalog import DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, ENCODE_BATCH_SIZE
+from pcmr.catalog import COMMANDS, DEFAULT_RERANKERS, DEFAULT_SIMILARITIES, ENCODE_BATCH_SIZE
 
 __all__ = ["add_parser"]
 
@@ -13,7 +13,7 @@ __all__ = ["add_parser"]
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "evaluate",
-        help="evaluation table of a trained model (all similarities x re-rankers)",
+        help=COMMANDS["evaluate"][1],
         description="Encode a split with a trained model and report R@1/5/10 both ways, rsum, R-Precision, "
         "MAP@R, PMRP (where labels exist) and hs-sum for each similarity x re-ranker, as Markdown, "
         "CSV, JSON and PNG plots. See docs/evaluation.md.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pcmr.catalog import REGISTERED
+from pcmr.catalog import COMMANDS, REGISTERED
 
 __all__ = ["KINDS", "add_parser"]
 
@@ -15,7 +15,7 @@ KINDS = (*REGISTERED, "recipes")
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "list",
-        help="list the names a config or command may use",
+        help=COMMANDS["list"][1],
         description="Print the registered models, similarities, losses, re-rankers, datasets, search backends, "
         "evaluation producers or recipes.",
     )

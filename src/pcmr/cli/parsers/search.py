@@ -7,6 +7,7 @@ import argparse
 from pcmr.arguments import positive_int
 from pcmr.catalog import (
     ANN_SCORES,
+    COMMANDS,
     DEFAULT_CANDIDATES,
     DEFAULT_REFERENCE_SAMPLE,
     DEFAULT_TOP_K,
@@ -22,7 +23,7 @@ __all__ = ["add_parser"]
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "search",
-        help="build a gallery index and search it by text or image",
+        help=COMMANDS["search"][1],
         description="Search a saved gallery index (pcmr.search) by caption text (returns images) or by image "
         "file (returns captions), printing the top-k with score and each item's uncertainty. "
         "With --build, first encode a split with a trained model into the index folder. "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pcmr.catalog import DEFAULT_CANDIDATES, REGISTERED, REQUEST_TIMEOUT_S, RESCORE_ALL_MAX
+from pcmr.catalog import COMMANDS, DEFAULT_CANDIDATES, REGISTERED, REQUEST_TIMEOUT_S, RESCORE_ALL_MAX
 
 __all__ = ["add_parser"]
 
@@ -12,7 +12,7 @@ __all__ = ["add_parser"]
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve",
-        help="serve a gallery index: a search page and a JSON API",
+        help=COMMANDS["serve"][1],
         description="Serve a gallery index (pcmr search --build) over HTTP: a page at / (query box, result "
         "grid with score and uncertainty, click an image for its captions) and a JSON API under /api. "
         "Needs the 'search' extra. See docs/search.md.",

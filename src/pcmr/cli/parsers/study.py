@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import pcmr
+from pcmr.catalog import COMMANDS
 
 __all__ = ["add_parser", "shipped_studies"]
 
@@ -19,7 +20,7 @@ def shipped_studies() -> list[str]:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "study",
-        help="run a study: recipes x variants x seeds, trained, evaluated and the papers' claims judged",
+        help=COMMANDS["study"][1],
         description="Train and evaluate every run of a study file into DIR/runs/<name> (finished runs are "
         "skipped, so a killed study resumes), then write DIR/results.csv, DIR/summary.md and DIR/claims.md. "
         "See docs/study.md.",

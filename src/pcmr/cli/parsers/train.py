@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from pcmr.catalog import COMMANDS
+
 __all__ = ["add_parser"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
-        help="train a model from a recipe (a shipped recipe name or a YAML path) or resume a run",
+        help=COMMANDS["train"][1],
         description=(
             "Train a model from a recipe: a YAML path or the name of a recipe (see `pcmr list recipes`). "
             "The run folder receives the resolved config, a JSONL log, checkpoints and the selected model."
