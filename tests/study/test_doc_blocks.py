@@ -73,6 +73,38 @@ def test_check_names_a_stale_block(root: Path) -> None:
     assert check([doc], root) == []
 
 
+ANSWER = ('<!-- results answer="claims.md" claim="{claim}" holds="sigma rises" reversed="sigma falls" '
+          'equal="sigma stays" -->?<!-- /results -->')
+CLAIMS = """| claim | n | mean a-b | CI | verdict | Holm | cells |
+|---|---:|---:|---|---|---|---|
+| up | 18 | +0.20 | [+0.12, +0.28] | holds | holds | a: holds (+0.2); b: holds (+0.2) |
+| down | 18 | -0.45 | [-0.52, -0.38] | reversed |  |  |
+| flat | 5 | +0.01 | [-0.03, +0.05] | equal | equal |  |
+| primary | 18 | +0.20 | [+0.01, +0.39] | holds | inconclusive |  |
+| gated | 3 | +0.20 | [-0.20, +0.59] | not learned | not learned | a: not learned (+0.1) |
+"""
+
+
+@pytest.mark.parametrize("claim, lead, detail", [
+    ("up", "**Yes: sigma rises**", "(verdict `holds`; mean a - b +0.20 [+0.12, +0.28]; 18 seeds; cells: a: holds"),
+    ("down", "**No, the opposite: sigma falls**", "(verdict `reversed`; mean a - b -0.45 [-0.52, -0.38]; 18 seeds)"),
+    ("flat", "**No: sigma stays**", "(verdict `equal`; mean a - b +0.01"),
+    ("primary", "**Not decided: its interval allows both answers**",
+     "(verdict `holds`, after Holm's correction `inconclusive`;"),
+    ("gated", "**Not judged: a model it reads did not pass the skill gate**", "(verdict `not learned`;"),
+])
+def test_an_answer_block_says_the_verdict_in_words(root: Path, claim: str, lead: str, detail: str) -> None:
+    """``answer``: the claim's verdict (after Holm where given) picks the phrase; the numbers follow."""
+    (root / "claims.md").write_text(CLAIMS)
+    out = render(ANSWER.format(claim=claim), root)
+    body = out.split("-->", 1)[1].rsplit("<!--", 1)[0]
+    assert body.startswith(lead + " " + detail), body
+    with pytest.raises(BlockError, match="no row of claim 'other'"):
+        render(ANSWER.format(claim="other"), root, "doc.md")
+    with pytest.raises(BlockError, match="needs claim="):
+        render('<!-- results answer="claims.md" claim="up" -->?<!-- /results -->', root, "doc.md")
+
+
 @pytest.mark.parametrize("block, message", [
     ('<!-- results value="missing.csv" metric="rsum" -->x<!-- /results -->', "not found"),
     ('<!-- results value="results.csv" metric="nope" -->x<!-- /results -->', "no column 'nope'"),

@@ -21,6 +21,12 @@ generated text up to the closing comment::
 - ``cell``: one cell of a Markdown table of a committed file (e.g. ``claims.md``): the row whose cells
   match ``row`` (``column=value`` pairs separated by ``;``; the first table row that matches) and the
   cell of ``column`` (``heading`` narrows the search to the table under that heading).
+- ``answer``: a claim's verdict in ``claims.md`` as a plain answer, for a question the prose asks: the
+  row of claim ``claim`` gives its verdict (after Holm's correction where the table has it), which picks
+  the answer: ``holds`` -> "Yes: " + the block's ``holds`` phrase, ``reversed`` -> "No, the opposite: " +
+  its ``reversed`` phrase, ``equal`` -> "No: " + its ``equal`` phrase, any other verdict says that the
+  claim was not decided or not judged and why; then the verdict, the mean difference with its interval,
+  the seeds and each cell's verdict, as the table gives them.
 - ``rejudge``: a committed results folder re-judged under the rules of ``study`` (a study file), labelled
   exploratory (:func:`pcmr.study.rejudge.rejudge_markdown`).
 
@@ -43,7 +49,7 @@ from pcmr.study.rejudge import rejudge_markdown
 __all__ = ["BlockError", "check", "render"]
 
 _BLOCK = re.compile(r"<!-- results (?P<attrs>[^>]*?) -->(?P<body>.*?)<!-- /results -->", re.S)
-_KINDS = ("table", "value", "line", "cell", "rejudge")
+_KINDS = ("table", "value", "line", "cell", "answer", "rejudge")
 
 
 class BlockError(ValueError):
@@ -134,14 +140,10 @@ def _split_row(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
-def _cell(text: str, attrs: dict[str, str], where: str) -> str:
-    lines = _table(text, attrs["heading"], where).strip().splitlines() if attrs.get("heading") else \
-        [line for line in text.splitlines() if line.startswith("|")]
-    wanted = [pair.partition("=") for pair in attrs.get("row", "").split(";") if pair]
-    column = attrs.get("column")
-    if not column or not wanted or any(not sep for _, sep, _ in wanted):
-        raise BlockError(f"{where}: a cell block needs row=\"column=value;...\" and column=\"NAME\"")
+def _table_rows(lines: Sequence[str]) -> list[dict[str, str]]:
+    """The rows of the Markdown tables among ``lines``, each as ``{column: cell}`` of its own table."""
     header: list[str] = []
+    rows = []
     for index, line in enumerate(lines):
         cells = _split_row(line)
         following = lines[index + 1] if index + 1 < len(lines) else ""
@@ -150,10 +152,55 @@ def _cell(text: str, attrs: dict[str, str], where: str) -> str:
             continue
         if set(line.replace("|", "").strip()) <= set("-: "):
             continue
-        row = dict(zip(header, cells))
+        rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def _cell(text: str, attrs: dict[str, str], where: str) -> str:
+    lines = _table(text, attrs["heading"], where).strip().splitlines() if attrs.get("heading") else \
+        [line for line in text.splitlines() if line.startswith("|")]
+    wanted = [pair.partition("=") for pair in attrs.get("row", "").split(";") if pair]
+    column = attrs.get("column")
+    if not column or not wanted or any(not sep for _, sep, _ in wanted):
+        raise BlockError(f"{where}: a cell block needs row=\"column=value;...\" and column=\"NAME\"")
+    for row in _table_rows(lines):
         if column in row and all(row.get(key.strip()) == value.strip() for key, _, value in wanted):
             return row[column]
     raise BlockError(f"{where}: no table row with {attrs.get('row')!r} and a column {column!r}")
+
+
+#: what an answer says for a verdict that decides nothing
+_UNDECIDED = {
+    "inconclusive": "Not decided: its interval allows both answers",
+    "unstable": "Not decided: its cells (learning rates, budgets) disagree",
+    "not learned": "Not judged: a model it reads did not pass the skill gate",
+    "no signal": "Not judged: the uncertainty head's per-item ranks agree too little across seeds",
+    "no data": "Not judged: no seed was measured on both sides",
+}
+
+
+def _answer(text: str, attrs: dict[str, str], where: str) -> str:
+    claim = attrs.get("claim")
+    if not claim or not all(attrs.get(key) for key in ("holds", "reversed", "equal")):
+        raise BlockError(f"{where}: an answer block needs claim=\"ID\" and the phrases holds=, reversed= and equal=")
+    rows = [row for row in _table_rows([line for line in text.splitlines() if line.startswith("|")])
+            if row.get("claim") == claim and "verdict" in row]
+    if not rows:
+        raise BlockError(f"{where}: no row of claim {claim!r} with a verdict in {attrs['answer']}")
+    row = rows[0]
+    verdict = row.get("Holm") or row["verdict"]
+    if verdict in ("holds", "reversed", "equal"):
+        lead = {"holds": "Yes: ", "reversed": "No, the opposite: ", "equal": "No: "}[verdict] + attrs[verdict]
+    elif verdict in _UNDECIDED:
+        lead = _UNDECIDED[verdict]
+    else:
+        raise BlockError(f"{where}: claim {claim!r} has the unknown verdict {verdict!r}")
+    holm = f", after Holm's correction `{row['Holm']}`" if row.get("Holm") and row["Holm"] != row["verdict"] else ""
+    details = [f"verdict `{row['verdict']}`{holm}", f"mean a - b {row.get('mean a-b', '?')} {row.get('CI', '')}".rstrip(),
+               f"{row.get('n', '?')} seeds"]
+    if row.get("cells"):
+        details.append(f"cells: {row['cells']}")
+    return f"**{lead}** ({'; '.join(details)})"
 
 
 def _render_block(root: Path, attrs: dict[str, str], where: str) -> str:
@@ -163,6 +210,8 @@ def _render_block(root: Path, attrs: dict[str, str], where: str) -> str:
         return _value(_read(root, attrs["value"], where), attrs, where)
     if "cell" in attrs:
         return _cell(_read(root, attrs["cell"], where), attrs, where)
+    if "answer" in attrs:
+        return _answer(_read(root, attrs["answer"], where), attrs, where)
     if "rejudge" in attrs:
         folder, study = root / attrs["rejudge"], root / attrs.get("study", "")
         if not (folder / "results.csv").is_file() or not study.is_file():
