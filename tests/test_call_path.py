@@ -17,7 +17,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ from PIL import Image
 
 from pcmr.cli import main
 from test_architecture import APPLICATION_LAYERS, LIBRARY_LAYERS
+from test_path_modules import COUNTS
 
 #: the registries, the data containers and the foundations: called wherever needed (docs/architecture.md,
 #: The path of one call), so neither a step of the command nor a package that a step may not re-enter
@@ -172,71 +172,15 @@ def test_the_path_of_pcmr_evaluate(run, tmp_path):
                  "pcmr.metrics"))
 
 
-#: packages left out of the module-by-module count (``tools/call_path_counts.py``, ``HELPERS``): those called
-#: wherever needed, but for the command itself and ``pcmr.point_set``, and the layers below the trained model
-#: whose functions the evaluation calls as library routines (encoding, scoring, metrics, the networks)
-NOT_COUNTED = (CALLED_WHEREVER_NEEDED - {"pcmr.cli", "pcmr.point_set"}) | {
-    "pcmr.catalog", "pcmr.encode", "pcmr.metrics", "pcmr.model_files", "pcmr.models", "pcmr.scoring"}
-
-
-def _counted(frame) -> str | None:
-    """The module a frame runs, when the module-by-module count counts it (else None)."""
-    package = _package(frame)
-    return None if package is None or package in NOT_COUNTED else frame.f_globals["__name__"]
-
-
-def entered_twice(action: Callable[[], int]) -> tuple[int, list[str]]:
-    """``(return code, calls)``: each distinct call into a module that is already on the call stack below a
-    call into another counted module (a callee calling back into its caller's module), as
-    ``outer <- ... <- caller -> module.function``; imports are not calls."""
-    found: set[str] = set()
-
-    def profile(frame, event, arg):
-        if event != "call" or frame.f_code.co_name == "<module>":
-            return
-        module = _counted(frame)
-        if module is None:
-            return
-        below: list[str] = []  # the counted modules under the call, innermost first, each run once
-        back = frame.f_back
-        while back is not None:
-            outer = _counted(back)
-            if outer is not None and (not below or below[-1] != outer):
-                below.append(outer)
-            back = back.f_back
-        if below and below[0] != module and module in below:
-            path = " <- ".join(reversed(below[:below.index(module) + 1]))
-            found.add(f"{path} -> {module}.{frame.f_code.co_name}")
-
-    sys.setprofile(profile)
-    try:
-        code = action()
-    finally:
-        sys.setprofile(None)
-    return code, sorted(found)
-
-
 def test_no_module_of_the_evaluation_is_entered_twice(run, tmp_path):
     """docs/architecture.md (The path of one call): inside ``pcmr evaluate`` each module of the evaluation,
     and the modules it calls, is called from above and never calls back into a module that called it
-    (producers never call back into the module that runs them, the rows never into the evaluator)."""
-    code, twice = entered_twice(lambda: main(["evaluate", str(run), "--similarity", "cosine,match_prob",
-                                              "--rerank", "nns,csls", "--out", str(tmp_path / "eval")]))
-    assert code == 0
-    assert twice == []
-
-
-def test_a_call_back_into_a_calling_module_is_caught():
-    """The check on made-up modules: ``a.outer`` calls ``b.middle``, which calls back ``a.helper`` (caught);
-    ``b.middle`` calling ``c.leaf`` is not."""
-    modules: dict[str, dict[str, Any]] = {name: {"__name__": f"pcmr.evaluation.{name}"} for name in "abc"}
-    exec("def outer(call):\n    return call()\n\ndef helper():\n    return 0\n", modules["a"])
-    exec("def leaf():\n    return 0\n", modules["c"])
-    modules["b"].update(helper=modules["a"]["helper"], leaf=modules["c"]["leaf"])
-    exec("def middle():\n    return helper()\n\ndef down():\n    return leaf()\n", modules["b"])
-    assert entered_twice(lambda: modules["a"]["outer"](modules["b"]["middle"])) == (
-        0, ["pcmr.evaluation.a <- pcmr.evaluation.b -> pcmr.evaluation.a.helper"])
-    assert entered_twice(lambda: modules["a"]["outer"](modules["b"]["down"])) == (0, [])
+    (producers never call back into the module that runs them, the rows never into the evaluator), as
+    ``tools/call_path_counts.py`` counts it (its trace, loaded by ``tests/test_path_modules.py``)."""
+    traced = COUNTS.trace(lambda: main(["evaluate", str(run), "--similarity", "cosine,match_prob",
+                                        "--rerank", "nns,csls", "--out", str(tmp_path / "eval")]))
+    assert traced["result"] == 0
+    assert traced["twice"] == []
 
 
 def _check_path(crossings: list[Crossing], step: str, never: set[str], steps: tuple[str, ...],

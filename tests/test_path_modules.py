@@ -7,10 +7,10 @@ of the caller's object, a constructor of its class)."""
 
 from __future__ import annotations
 
-import ast
-import sys
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -25,56 +25,22 @@ TOOL = Path(__file__).resolve().parents[1] / "tools" / "call_path_counts.py"
 INDEX_WRITING = {"pcmr.search.indexing", "pcmr.search.building", "pcmr.search.backends"}
 
 
-def _tool_helpers() -> tuple[str, ...]:
-    """``HELPERS`` of the tool, read from its source (the tool runs its measurement when imported)."""
-    for node in ast.parse(TOOL.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "HELPERS" for t in node.targets):
-            return tuple(ast.literal_eval(node.value))
-    raise AssertionError(f"{TOOL} defines no HELPERS")
+def _load_tool() -> ModuleType:
+    """``tools/call_path_counts.py`` as a module (its measurement runs only as a script)."""
+    spec = importlib.util.spec_from_file_location("call_path_counts", TOOL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-HELPERS = _tool_helpers()
-
-
-def _counted(module: str) -> bool:
-    return module.startswith("pcmr.") and not module.startswith(HELPERS)
-
-
-def _stack(frame) -> list[str]:
-    """The counted modules on the call stack from ``frame`` down, innermost first, each run once."""
-    stack: list[str] = []
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if _counted(module) and (not stack or stack[-1] != module):
-            stack.append(module)
-        frame = frame.f_back
-    return stack
+COUNTS = _load_tool()
 
 
 def trace(call: Callable[[], object]) -> tuple[list[str], list[str]]:
-    """``(modules entered in order, calls entering a module twice)``, each such call as
-    ``outer <- ... <- caller -> module.function`` (the definition of the tool)."""
-    entered: list[str] = []
-    twice: set[str] = set()
-
-    def profile(frame, event, arg):
-        if event != "call":
-            return
-        module = frame.f_globals.get("__name__", "")
-        if not _counted(module):
-            return
-        if module not in entered:
-            entered.append(module)
-        below = _stack(frame.f_back)
-        if below and below[0] != module and module in below:
-            twice.add(f"{' <- '.join(reversed(below[:below.index(module) + 1]))} -> {module}.{frame.f_code.co_name}")
-
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return entered, sorted(twice)
+    """``(modules entered in order, calls entering a module twice)``, as the tool counts them."""
+    traced = COUNTS.trace(call)
+    return traced["list"], traced["twice"]
 
 
 def test_the_trace_sees_a_call_back_into_a_module_below():
@@ -89,7 +55,7 @@ def test_the_trace_sees_a_call_back_into_a_module_below():
     entered, twice = trace(a["outer"])
     assert entered == ["pcmr.search.made_up_a", "pcmr.search.made_up_b"]
     assert twice == ["pcmr.search.made_up_a <- pcmr.search.made_up_b -> pcmr.search.made_up_a.inner"]
-    assert _counted("pcmr.search.gallery") and not _counted("pcmr.similarity.registry")
+    assert COUNTS.counted("pcmr.search.gallery") and not COUNTS.counted("pcmr.similarity.registry")
 
 
 @pytest.fixture(scope="module")
