@@ -105,6 +105,32 @@ def test_an_answer_block_says_the_verdict_in_words(root: Path, claim: str, lead:
         render('<!-- results answer="claims.md" claim="up" -->?<!-- /results -->', root, "doc.md")
 
 
+BY_PAPER = """# {study}: claims by paper
+
+| paper | judged | decided | inconclusive | other | not judged | verdicts | not judged, why | not learned |
+|---|---:|---:|---:|---:|---:|---|---|---|
+{rows}
+"""
+
+
+def test_a_papers_block_adds_up_each_papers_claims_over_the_studies(root: Path) -> None:
+    (root / "a.md").write_text(BY_PAPER.format(study="uncertainty", rows=(
+        "| PCME | 12 | 5 | 4 | 3 | 14 | ... | ... | - |")))
+    (root / "b.md").write_text(BY_PAPER.format(study="papers", rows=(
+        "| HAL/RGM | 12 | 7 | 3 | 2 | 8 | ... | ... | - |\n| PCME | 6 | 2 | 4 | 0 | 9 | ... | ... | - |\n"
+        "| CalibPE | 0 | 0 | 0 | 0 | 2 | - | ... | - |")))
+    out = render('<!-- results papers="a.md, b.md" -->?<!-- /results -->', root)
+    table = out.split("-->", 1)[1].rsplit("<!--", 1)[0].strip().splitlines()
+    assert table == ["| paper | judged | decided | inconclusive | other | not judged | studies |",
+                     "|---|---:|---:|---:|---:|---:|---|",
+                     "| PCME | 18 | 7 | 8 | 3 | 23 | uncertainty, papers |",
+                     "| HAL/RGM | 12 | 7 | 3 | 2 | 8 | papers |",
+                     "| CalibPE | 0 | 0 | 0 | 0 | 2 | papers |"]
+    (root / "old.md").write_text("# x: claims by paper\n\n| paper | claims | verdicts |\n|---|---:|---|\n| PCME | 3 | - |\n")
+    with pytest.raises(BlockError, match="old.md has no table with the columns paper, judged"):
+        render('<!-- results papers="old.md" -->?<!-- /results -->', root, "doc.md")
+
+
 @pytest.mark.parametrize("block, message", [
     ('<!-- results value="missing.csv" metric="rsum" -->x<!-- /results -->', "not found"),
     ('<!-- results value="results.csv" metric="nope" -->x<!-- /results -->', "no column 'nope'"),

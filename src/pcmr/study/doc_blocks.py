@@ -27,6 +27,9 @@ generated text up to the closing comment::
   its ``reversed`` phrase, ``equal`` -> "No: " + its ``equal`` phrase, any other verdict says that the
   claim was not decided or not judged and why; then the verdict, the mean difference with its interval,
   the seeds and each cell's verdict, as the table gives them.
+- ``papers``: one table of claims per paper over several studies: the ``by_paper.md`` files named (comma
+  separated), their counts per paper (judged, decided, inconclusive, other, not judged) added up, with
+  the studies each paper's claims come from, in the order the papers first appear.
 - ``rejudge``: a committed results folder re-judged under the rules of ``study`` (a study file), labelled
   exploratory (:func:`pcmr.study.rejudge.rejudge_markdown`).
 
@@ -49,7 +52,7 @@ from pcmr.study.rejudge import rejudge_markdown
 __all__ = ["BlockError", "check", "render"]
 
 _BLOCK = re.compile(r"<!-- results (?P<attrs>[^>]*?) -->(?P<body>.*?)<!-- /results -->", re.S)
-_KINDS = ("table", "value", "line", "cell", "answer", "rejudge")
+_KINDS = ("table", "value", "line", "cell", "answer", "papers", "rejudge")
 
 
 class BlockError(ValueError):
@@ -203,6 +206,34 @@ def _answer(text: str, attrs: dict[str, str], where: str) -> str:
     return f"**{lead}** ({'; '.join(details)})"
 
 
+#: the counts of ``by_paper.md`` a ``papers`` block adds up
+_PAPER_COUNTS = ("judged", "decided", "inconclusive", "other", "not judged")
+
+
+def _papers(root: Path, names: str, where: str) -> str:
+    totals: dict[str, dict[str, int]] = {}
+    studies: dict[str, list[str]] = {}
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        text = _read(root, name, where)
+        study = text.splitlines()[0].removeprefix("# ").split(":", 1)[0] if text else name
+        rows = [row for row in _table_rows([line for line in text.splitlines() if line.startswith("|")])
+                if "paper" in row]
+        if not rows or any(column not in rows[0] for column in _PAPER_COUNTS):
+            raise BlockError(f"{where}: {name} has no table with the columns paper, {', '.join(_PAPER_COUNTS)} "
+                             "(written before by_paper.md counted them: regenerate the study's report)")
+        for row in rows:
+            counts = totals.setdefault(row["paper"], dict.fromkeys(_PAPER_COUNTS, 0))
+            for column in _PAPER_COUNTS:
+                counts[column] += int(row[column])
+            studies.setdefault(row["paper"], []).append(study)
+    header = ["paper", *_PAPER_COUNTS, "studies"]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * len(_PAPER_COUNTS) + "---|"]
+    for paper, counts in totals.items():
+        lines.append("| " + " | ".join([paper, *(str(counts[c]) for c in _PAPER_COUNTS), ", ".join(studies[paper])])
+                     + " |")
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
 def _render_block(root: Path, attrs: dict[str, str], where: str) -> str:
     if "table" in attrs:
         return _table(_read(root, attrs["table"], where), attrs.get("heading"), where)
@@ -212,6 +243,8 @@ def _render_block(root: Path, attrs: dict[str, str], where: str) -> str:
         return _cell(_read(root, attrs["cell"], where), attrs, where)
     if "answer" in attrs:
         return _answer(_read(root, attrs["answer"], where), attrs, where)
+    if "papers" in attrs:
+        return _papers(root, attrs["papers"], where)
     if "rejudge" in attrs:
         folder, study = root / attrs["rejudge"], root / attrs.get("study", "")
         if not (folder / "results.csv").is_file() or not study.is_file():
